@@ -1,0 +1,301 @@
+"""Users, roles and HTTP Basic authentication.
+
+Users live in the database itself: the current state of user ``alice`` is the last event of stream
+``$user-alice``; ``$users`` lists creations and deletions. Passwords are stored as scrypt hashes
+with a per-user salt. Two users exist from the first start: ``admin`` (group ``$admins``) and
+``ops`` (group ``$ops``), both with the password ``changeit``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from evdb.database import Database
+from evdb.errors import EvdbError, InvalidInput, StreamDeleted, StreamNotFound
+from evdb.streams import NO_STREAM, NewEvent
+
+__all__ = [
+    "ADMINS",
+    "ANONYMOUS",
+    "OPS",
+    "Principal",
+    "UserAlreadyExists",
+    "UserInfo",
+    "UserNotFound",
+    "UserStore",
+    "hash_password",
+    "parse_basic_authorization",
+    "verify_password",
+]
+
+ADMINS = "$admins"
+OPS = "$ops"
+_SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}
+DEFAULT_USERS = (("admin", "KurrentDB Administrator", (ADMINS,)), ("ops", "KurrentDB Operations", (OPS,)))
+DEFAULT_PASSWORD = "changeit"
+
+
+class UserNotFound(EvdbError):
+    def __init__(self, login: str) -> None:
+        super().__init__(f"User '{login}' does not exist.")
+
+
+class UserAlreadyExists(EvdbError):
+    def __init__(self, login: str) -> None:
+        super().__init__(f"User '{login}' already exists.")
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is asking: a user name and its roles (its groups plus its own name)."""
+
+    name: str
+    roles: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def is_authenticated(self) -> bool:
+        return bool(self.name)
+
+    @property
+    def is_admin(self) -> bool:
+        return ADMINS in self.roles
+
+    @property
+    def is_ops(self) -> bool:
+        return OPS in self.roles or ADMINS in self.roles
+
+    def has_any(self, roles: set[str] | frozenset[str]) -> bool:
+        return bool(self.roles & roles)
+
+
+ANONYMOUS = Principal("")
+
+
+@dataclass(frozen=True, slots=True)
+class UserInfo:
+    login_name: str
+    full_name: str
+    groups: tuple[str, ...]
+    disabled: bool = False
+
+    def to_json(self) -> dict:
+        return {
+            "loginName": self.login_name,
+            "fullName": self.full_name,
+            "groups": list(self.groups),
+            "disabled": self.disabled,
+        }
+
+
+def hash_password(password: str, salt: bytes | None = None) -> tuple[str, str]:
+    """(salt, hash) as base64 strings."""
+    salt = salt or os.urandom(16)
+    digest = hashlib.scrypt(password.encode(), salt=salt, **_SCRYPT)
+    return base64.b64encode(salt).decode(), base64.b64encode(digest).decode()
+
+
+def verify_password(password: str, salt: str, expected_hash: str) -> bool:
+    _, digest = hash_password(password, base64.b64decode(salt))
+    return hmac.compare_digest(digest, expected_hash)
+
+
+def parse_basic_authorization(header: str) -> tuple[str, str] | None:
+    """(login, password) from an ``Authorization: Basic ...`` header; None when malformed."""
+    scheme, _, value = header.strip().partition(" ")
+    if scheme.lower() != "basic" or not value:
+        return None
+    try:
+        decoded = base64.b64decode(value.strip(), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    login, sep, password = decoded.partition(":")
+    if not sep or not login:
+        return None
+    return login, password
+
+
+def _check_login(login: object) -> str:
+    if not isinstance(login, str) or not login or len(login) > 256 or any(c in login for c in "/\\:\n\r\t"):
+        raise InvalidInput(
+            "A login name must be 1 to 256 characters, without '/', '\\', ':' or control characters."
+        )
+    return login
+
+
+def _check_password(password: object) -> str:
+    if not isinstance(password, str) or not password:
+        raise InvalidInput("A password must be a non-empty string.")
+    return password
+
+
+class UserStore:
+    """Reads and writes users in the database; caches successful logins (blocking: call off the loop)."""
+
+    def __init__(self, db: Database, *, cache_size: int = 1024) -> None:
+        self._db = db
+        self._cache: OrderedDict[tuple[str, str], Principal] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    # -- records --------------------------------------------------------------------------------------
+    def _record(self, login: str) -> dict | None:
+        try:
+            events = self._db.read_stream_backward(f"$user-{login}", None, 1).events
+        except (StreamNotFound, StreamDeleted):
+            return None
+        if not events:
+            return None
+        return json.loads(events[0].data)
+
+    def _write(self, login: str, data: dict, event_type: str, expected: int | None = None) -> None:
+        event = NewEvent(event_type, json.dumps(data).encode(), is_json=True)
+        self._db.append(f"$user-{login}", [event], NO_STREAM if expected is None else expected)
+        self._forget(login)
+
+    def _forget(self, login: str) -> None:
+        with self._lock:
+            for key in [k for k in self._cache if k[0] == login]:
+                del self._cache[key]
+
+    # -- public ---------------------------------------------------------------------------------------
+    def ensure_defaults(self) -> None:
+        """Create ``admin`` and ``ops`` on a fresh database."""
+        for login, full_name, groups in DEFAULT_USERS:
+            if self._record(login) is None and not self._was_deleted(login):
+                self.create(login, full_name, list(groups), DEFAULT_PASSWORD)
+
+    def _was_deleted(self, login: str) -> bool:
+        return self._db.stream_state(f"$user-{login}").tombstoned
+
+    def authenticate(self, login: str, password: str) -> Principal | None:
+        key = (login, hashlib.sha256(password.encode()).hexdigest())
+        with self._lock:
+            principal = self._cache.get(key)
+            if principal is not None:
+                self._cache.move_to_end(key)
+                return principal
+        record = self._record(login)
+        if (
+            record is None
+            or record.get("disabled")
+            or not verify_password(password, record["salt"], record["hash"])
+        ):
+            return None
+        principal = Principal(login, frozenset([login, *record.get("groups", [])]))
+        with self._lock:
+            self._cache[key] = principal
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return principal
+
+    def get(self, login: str) -> UserInfo:
+        record = self._record(_check_login(login))
+        if record is None:
+            raise UserNotFound(login)
+        return UserInfo(
+            record["loginName"],
+            record.get("fullName", ""),
+            tuple(record.get("groups", [])),
+            bool(record.get("disabled")),
+        )
+
+    def list(self) -> list[UserInfo]:
+        try:
+            events = self._db.read_stream_forward("$users", 0, 100_000).events
+        except StreamNotFound:
+            return []
+        logins: dict[str, None] = {}
+        for e in events:
+            login = json.loads(e.data)["loginName"]
+            if e.event_type == "$UserCreated":
+                logins[login] = None
+            elif e.event_type == "$UserDeleted":
+                logins.pop(login, None)
+        out = []
+        for login in logins:
+            try:
+                out.append(self.get(login))
+            except UserNotFound:
+                continue
+        return out
+
+    def create(self, login: str, full_name: str, groups: list[str], password: str) -> UserInfo:
+        _check_login(login)
+        _check_password(password)
+        if (
+            not isinstance(full_name, str)
+            or not isinstance(groups, list)
+            or not all(isinstance(g, str) for g in groups)
+        ):
+            raise InvalidInput("fullName must be a string and groups a list of strings.")
+        if self._record(login) is not None:
+            raise UserAlreadyExists(login)
+        salt, digest = hash_password(password)
+        data = {
+            "loginName": login,
+            "fullName": full_name,
+            "groups": groups,
+            "salt": salt,
+            "hash": digest,
+            "disabled": False,
+        }
+        try:
+            self._db.append(
+                f"$user-{login}", [NewEvent("$UserCreated", json.dumps(data).encode(), is_json=True)]
+            )
+        except StreamDeleted:
+            raise InvalidInput(
+                f"The login name '{login}' belonged to a deleted user and cannot be reused."
+            ) from None
+        self._db.append(
+            "$users", [NewEvent("$UserCreated", json.dumps({"loginName": login}).encode(), is_json=True)]
+        )
+        return UserInfo(login, full_name, tuple(groups))
+
+    def _update(self, login: str, event_type: str, **changes: object) -> None:
+        record = self._record(_check_login(login))
+        if record is None:
+            raise UserNotFound(login)
+        record.update(changes)
+        event = NewEvent(event_type, json.dumps(record).encode(), is_json=True)
+        self._db.append(f"$user-{login}", [event])
+        self._forget(login)
+
+    def update(self, login: str, full_name: str, groups: list[str]) -> None:
+        if (
+            not isinstance(full_name, str)
+            or not isinstance(groups, list)
+            or not all(isinstance(g, str) for g in groups)
+        ):
+            raise InvalidInput("fullName must be a string and groups a list of strings.")
+        self._update(login, "$UserUpdated", fullName=full_name, groups=groups)
+
+    def set_disabled(self, login: str, disabled: bool) -> None:
+        self._update(login, "$UserUpdated", disabled=disabled)
+
+    def reset_password(self, login: str, new_password: str) -> None:
+        salt, digest = hash_password(_check_password(new_password))
+        self._update(login, "$PasswordChanged", salt=salt, hash=digest)
+
+    def change_password(self, login: str, current_password: str, new_password: str) -> bool:
+        if self.authenticate(login, current_password) is None:
+            return False
+        self.reset_password(login, new_password)
+        return True
+
+    def delete(self, login: str) -> None:
+        if self._record(_check_login(login)) is None:
+            raise UserNotFound(login)
+        self._db.delete_stream(f"$user-{login}", hard=True)
+        self._db.append(
+            "$users", [NewEvent("$UserDeleted", json.dumps({"loginName": login}).encode(), is_json=True)]
+        )
+        self._forget(login)

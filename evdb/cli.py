@@ -1,0 +1,50 @@
+"""The ``evdb`` command: one entry point with sub-commands.
+
+Each sub-command lives next to the feature it drives and contributes itself through a
+``register_cli(subparsers)`` function that adds its parser and sets ``func`` to a callable
+taking the parsed ``argparse.Namespace`` and returning an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+__all__ = ["build_parser", "main"]
+
+#: Modules that contribute sub-commands, in the order ``evdb --help`` lists them.
+COMMAND_MODULES = (
+    "evdb.node_cli",
+    "evdb.tls.cli",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="evdb",
+        description="evdb: an event database server and its operations tooling.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # a feature not built into this copy
+                continue
+            raise
+        module.register_cli(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

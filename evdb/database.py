@@ -1,0 +1,1040 @@
+"""The database: stream semantics on top of the transaction log and the index.
+
+One writer thread owns every append. Callers hand it requests through a queue; it takes all that
+are waiting as one *group*, checks each against the streams' current state, writes their records,
+makes them durable with one fsync, indexes them, and only then answers every caller (group commit).
+A request that cannot fit in the rest of the active chunk ends the group's current segment: what is
+written so far is committed, the chunk is completed, and the group goes on in the next chunk. An
+append is therefore atomic: all its records sit in one chunk and become visible together.
+
+Readers run on any thread. They see only committed records (up to the writer checkpoint), and read
+the stream state from the index and the log, never from the writer's private caches.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import queue
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from evdb.clock import TICKS_PER_SECOND, Clock, SystemClock
+from evdb.errors import (
+    DatabaseClosed,
+    DatabaseLocked,
+    EvdbError,
+    EventTooLarge,
+    InvalidInput,
+    StreamDeleted,
+    StreamNotFound,
+    WrongExpectedVersion,
+)
+from evdb.index.existence import StreamExistenceFilter
+from evdb.index.hashing import stream_hash
+from evdb.index.table_index import TableIndex
+from evdb.storage import records as rec
+from evdb.storage.log import TransactionLog
+from evdb.streams import (
+    ANY,
+    MAX_EVENT_NUMBER,
+    MAX_NAME_BYTES,
+    NO_STREAM,
+    STREAM_EXISTS,
+    AllSlice,
+    AppendResult,
+    NewEvent,
+    StreamMetadata,
+    StreamSlice,
+    StreamState,
+    check_expected_version,
+    check_stream_name,
+    is_metastream,
+    metastream_of,
+    original_stream_of,
+)
+
+__all__ = ["DEFAULT_CHUNK_SIZE", "Database", "DatabaseConfig"]
+
+DEFAULT_CHUNK_SIZE = 256 * 1024 * 1024
+_log = logging.getLogger("evdb.database")
+
+EventFilter = Callable[[rec.EventRecord], bool]
+
+
+@dataclass(frozen=True)
+class DatabaseConfig:
+    """How to open a database. ``db_dir`` None means in memory (MemDb)."""
+
+    db_dir: str | None
+    index_dir: str | None = None  # default: <db_dir>/index
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    max_memtable_entries: int = 1_000_000
+    max_append_size: int = 16 * 1024 * 1024
+    verify: bool = True
+    stream_cache_capacity: int = 100_000
+    idempotency_cache_capacity: int = 100_000
+    existence_filter_capacity: int = 10_000_000
+
+    @property
+    def resolved_index_dir(self) -> str | None:
+        if self.db_dir is None:
+            return None
+        return self.index_dir or os.path.join(self.db_dir, "index")
+
+
+# -- write requests ----------------------------------------------------------------------------------
+@dataclass
+class _Request:
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+
+
+@dataclass
+class _Append(_Request):
+    stream: str = ""
+    events: Sequence[NewEvent] = ()
+    expected_version: int = ANY
+
+
+@dataclass
+class _Delete(_Request):
+    stream: str = ""
+    expected_version: int = ANY
+    hard: bool = False
+
+
+@dataclass
+class _Call(_Request):
+    """Run a function in the writer thread (for maintenance work that must see the writer's order)."""
+
+    fn: Callable[[_WriterContext], Any] = lambda ctx: None
+
+
+_STOP = object()
+
+
+@dataclass
+class _Pending:
+    """Records written in the current segment, waiting for the fsync that commits them."""
+
+    entries: list[tuple[int, int, int]] = field(default_factory=list)
+    names: set[str] = field(default_factory=set)
+    answers: list[tuple[concurrent.futures.Future, Any]] = field(default_factory=list)
+
+
+class _WriterContext:
+    """What a :class:`_Call` function may do inside the writer thread."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    @property
+    def log(self) -> TransactionLog:
+        return self._db._log
+
+    def append(self, stream: str, events: Sequence[NewEvent], expected_version: int = ANY) -> AppendResult:
+        """Append within the current group (committed with it)."""
+        return self._db._apply_append(
+            _Append(stream=stream, events=events, expected_version=expected_version)
+        )
+
+    def write_system(self, kind: int, payload: bytes) -> int:
+        return self._db._write_system(kind, payload)
+
+    def complete_active_chunk(self) -> None:
+        """Commit what is written so far and complete the active chunk."""
+        self._db._commit_segment()
+        self._db._log.complete_active_chunk()
+
+
+class Database:
+    """An event store on disk (or in memory): streams, ``$all``, metadata, deletes, subscriptions."""
+
+    def __init__(self, config: DatabaseConfig, clock: Clock, logger: logging.Logger) -> None:
+        self.config = config
+        self.clock = clock
+        self.logger = logger
+        self._lock_fd: int | None = None
+        self._log: TransactionLog
+        self._index: TableIndex
+        self._existence: StreamExistenceFilter | None = None
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._closed = False
+        self._failed: BaseException | None = None
+        self._pending = _Pending()
+        # writer-private caches (only the writer thread reads or writes them)
+        self._states: OrderedDict[str, StreamState] = OrderedDict()
+        self._recent_ids: OrderedDict[bytes, tuple[str, int, int]] = OrderedDict()
+        self._names_since_flush = 0
+        self._listeners: list[Callable[[int], None]] = []
+        self._listeners_lock = threading.Lock()
+
+    # -- opening and closing -----------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        config: DatabaseConfig | str | None,
+        *,
+        clock: Clock | None = None,
+        logger: logging.Logger | None = None,
+        **overrides: Any,
+    ) -> Database:
+        """Open (creating if needed) a database folder, or an in-memory database for ``None``.
+
+        At start the log is cut to ``truncate.chk`` when set, every completed chunk is verified
+        (unless ``verify`` is off), and records after the index checkpoint are indexed again.
+        """
+        if not isinstance(config, DatabaseConfig):
+            config = DatabaseConfig(db_dir=config, **overrides)
+        elif overrides:
+            from dataclasses import replace
+
+            config = replace(config, **overrides)
+        if config.chunk_size < 4096:
+            raise InvalidInput("The chunk size must be at least 4096 bytes.")
+        db = cls(config, clock or SystemClock(), logger or _log)
+        try:
+            db._open()
+        except BaseException:
+            db._release()
+            raise
+        return db
+
+    def _open(self) -> None:
+        cfg = self.config
+        if cfg.db_dir is not None:
+            os.makedirs(cfg.db_dir, exist_ok=True)
+            self._lock_fd = os.open(os.path.join(cfg.db_dir, "evdb.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+                raise DatabaseLocked(f"{cfg.db_dir} is in use by another evdb process") from None
+        self._log = TransactionLog.open(
+            cfg.db_dir, chunk_size=cfg.chunk_size, verify=cfg.verify, logger=self.logger
+        )
+        index_dir = cfg.resolved_index_dir
+        if index_dir is not None:
+            os.makedirs(index_dir, exist_ok=True)
+        self._index = TableIndex.open(index_dir, max_memtable_entries=cfg.max_memtable_entries)
+        if self._index.checkpoint > self._log.committed:
+            # the log was truncated (restore, or a diverged cluster tail): the index points past it
+            self.logger.warning(
+                "Index checkpoint %d is beyond the log end %d: rebuilding the index",
+                self._index.checkpoint,
+                self._log.committed,
+            )
+            self._index.close()
+            self._index = _reset_index(index_dir, cfg.max_memtable_entries)
+        if index_dir is not None:
+            self._existence = StreamExistenceFilter.open(
+                os.path.join(index_dir, "stream-existence"), capacity=cfg.existence_filter_capacity
+            )
+            if self._existence.checkpoint > self._log.committed:
+                self._existence.close()
+                _remove_existence_filter(index_dir)
+                self._existence = StreamExistenceFilter.open(
+                    os.path.join(index_dir, "stream-existence"), capacity=cfg.existence_filter_capacity
+                )
+        self._reindex()
+        self._writer = threading.Thread(target=self._writer_loop, name="evdb-writer", daemon=True)
+        self._writer.start()
+
+    def _reindex(self) -> None:
+        """Index the records written after the index checkpoint (and feed the existence filter)."""
+        start_index = max(0, self._index.checkpoint)
+        start = start_index
+        if self._existence is not None:
+            start = min(start, max(0, self._existence.checkpoint))
+        if start >= self._log.committed:
+            self._log.checkpoints.chaser.write(self._log.committed)
+            return
+        self.logger.info("Indexing the log from position %d to %d", start, self._log.committed)
+        entries: list[tuple[int, int, int]] = []
+        count = 0
+        for record in self._log.iter_forward(start):
+            if not isinstance(record, rec.EventRecord):
+                continue
+            if self._existence is not None and record.log_position >= self._existence.checkpoint:
+                self._existence.add(record.stream)
+            if record.log_position >= start_index:
+                entries.append((stream_hash(record.stream), record.event_number, record.log_position))
+                self._remember_id(record.event_id, record.stream, record.event_number, record.log_position)
+                if len(entries) >= 10_000:
+                    self._index.add(entries, record.next_position)
+                    count += len(entries)
+                    entries = []
+        if entries:
+            count += len(entries)
+        self._index.add(entries, self._log.committed)
+        self._log.checkpoints.chaser.write(self._log.committed)
+        if self._existence is not None:
+            self._existence.flush(self._log.committed)
+        self.logger.info("Indexed %d events", count)
+
+    def close(self) -> None:
+        """Finish queued writes, stop the writer, and leave every file consistent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._writer is not None:
+            self._queue.put(_STOP)
+            self._writer.join()
+        self._release()
+
+    def _release(self) -> None:
+        with contextlib.suppress(AttributeError):
+            self._index.close()
+        if self._existence is not None:
+            with contextlib.suppress(Exception):
+                if self._failed is None:
+                    self._existence.flush(self._log.committed)
+            self._existence.close()
+        with contextlib.suppress(AttributeError):
+            self._log.checkpoints.chaser.flush()
+            self._log.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- facts -------------------------------------------------------------------------------------------
+    @property
+    def log(self) -> TransactionLog:
+        return self._log
+
+    @property
+    def index(self) -> TableIndex:
+        return self._index
+
+    @property
+    def committed_position(self) -> int:
+        """End of the committed log: every record before it is durable and readable."""
+        return self._log.committed
+
+    @property
+    def is_in_memory(self) -> bool:
+        return self.config.db_dir is None
+
+    # -- listeners ---------------------------------------------------------------------------------------
+    def add_commit_listener(self, callback: Callable[[int], None]) -> None:
+        """Call ``callback(committed_position)`` from the writer thread after each commit."""
+        with self._listeners_lock:
+            self._listeners.append(callback)
+
+    def remove_commit_listener(self, callback: Callable[[int], None]) -> None:
+        with self._listeners_lock, contextlib.suppress(ValueError):
+            self._listeners.remove(callback)
+
+    # -- writing (public) --------------------------------------------------------------------------------
+    def _submit(self, request: _Request) -> concurrent.futures.Future:
+        if self._closed:
+            raise DatabaseClosed()
+        if self._failed is not None:
+            raise EvdbError(f"The database stopped accepting writes after an error: {self._failed}")
+        self._queue.put(request)
+        return request.future
+
+    def append_async(
+        self, stream: str, events: Sequence[NewEvent], expected_version: int = ANY
+    ) -> concurrent.futures.Future:
+        check_stream_name(stream)
+        check_expected_version(expected_version)
+        events = list(events)
+        self._check_events(events)
+        return self._submit(_Append(stream=stream, events=events, expected_version=expected_version))
+
+    def append(self, stream: str, events: Sequence[NewEvent], expected_version: int = ANY) -> AppendResult:
+        """Append ``events`` to ``stream`` atomically, if its version is ``expected_version``.
+
+        Retrying the same events (same ids) at the same expected version returns the original result
+        instead of writing them twice.
+        """
+        return self.append_async(stream, events, expected_version).result()
+
+    def delete_stream_async(
+        self, stream: str, expected_version: int = ANY, *, hard: bool = False
+    ) -> concurrent.futures.Future:
+        check_stream_name(stream)
+        check_expected_version(expected_version)
+        return self._submit(_Delete(stream=stream, expected_version=expected_version, hard=hard))
+
+    def delete_stream(self, stream: str, expected_version: int = ANY, *, hard: bool = False) -> AppendResult:
+        """Soft delete (``$tb`` = max in the metadata) or, with ``hard``, write a tombstone."""
+        return self.delete_stream_async(stream, expected_version, hard=hard).result()
+
+    def set_stream_metadata(
+        self, stream: str, metadata: dict[str, Any] | StreamMetadata, expected_version: int = ANY
+    ) -> AppendResult:
+        """Append a ``$metadata`` event to ``$$stream`` (validating the well-known keys)."""
+        check_stream_name(stream)
+        if is_metastream(stream):
+            raise InvalidInput("Metadata of a metadata stream cannot be set.")
+        raw = metadata.raw if isinstance(metadata, StreamMetadata) else metadata
+        if not isinstance(raw, dict):
+            raise InvalidInput("Stream metadata must be a JSON object.")
+        StreamMetadata.from_dict(raw)  # validates
+        event = NewEvent("$metadata", json.dumps(raw, separators=(",", ":")).encode(), is_json=True)
+        return self.append(metastream_of(stream), [event], expected_version)
+
+    def call_in_writer(self, fn: Callable[[_WriterContext], Any]) -> Any:
+        """Run ``fn`` in the writer thread, in order with appends, and return its result."""
+        return self._submit(_Call(fn=fn)).result()
+
+    def write_epoch(self, epoch_number: int, leader_instance_id: uuid.UUID, extra: dict | None = None) -> int:
+        """Write an epoch: a system record plus an ``$epoch-information`` event in ``$epochs``."""
+
+        def write(ctx: _WriterContext) -> int:
+            body = {
+                "epochNumber": epoch_number,
+                "epochId": str(uuid.uuid4()),
+                "leaderInstanceId": str(leader_instance_id),
+                "previousEpochPosition": self._log.checkpoints.epoch.value,
+                **(extra or {}),
+            }
+            payload = json.dumps(body, separators=(",", ":")).encode()
+            position = ctx.write_system(rec.SystemRecordKind.EPOCH, payload)
+            ctx.append("$epochs", [NewEvent("$epoch-information", payload, is_json=True)])
+            self._commit_segment()
+            self._log.checkpoints.epoch.write(position)
+            if epoch_number > self._log.checkpoints.proposal.value:
+                self._log.checkpoints.proposal.write(epoch_number)
+            return position
+
+        return self.call_in_writer(write)
+
+    def _check_events(self, events: list[NewEvent]) -> None:
+        total = 0
+        for e in events:
+            if not isinstance(e, NewEvent):
+                raise InvalidInput("Events must be NewEvent values.")
+            if not isinstance(e.event_type, str) or not e.event_type:
+                raise InvalidInput("Every event needs a non-empty event type.")
+            if len(e.event_type.encode()) > MAX_NAME_BYTES:
+                raise InvalidInput(f"An event type is longer than {MAX_NAME_BYTES} bytes.")
+            if not isinstance(e.data, bytes | bytearray) or not isinstance(e.metadata, bytes | bytearray):
+                raise InvalidInput("Event data and metadata must be bytes.")
+            total += len(e.data) + len(e.metadata)
+        if total > self.config.max_append_size:
+            raise EventTooLarge(
+                f"The append carries {total} bytes of data and metadata; the limit (MaxAppendSize) is "
+                f"{self.config.max_append_size} bytes."
+            )
+
+    # -- the writer thread -------------------------------------------------------------------------------
+    def _writer_loop(self) -> None:
+        stop = False
+        while not stop:
+            first = self._queue.get()
+            group = [first]
+            while len(group) < 1000:
+                try:
+                    group.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            for request in group:
+                if request is _STOP:
+                    stop = True
+                    continue
+                if self._failed is not None:
+                    request.future.set_exception(EvdbError(f"The database failed: {self._failed}"))
+                    continue
+                self._run(request)
+            try:
+                self._commit_segment()
+            except BaseException as exc:  # an I/O error: nothing of this segment is acknowledged
+                self._fail_segment(exc)
+        self._drain_after_stop()
+
+    def _run(self, request: _Request) -> None:
+        try:
+            if isinstance(request, _Append):
+                result = self._apply_append(request)
+            elif isinstance(request, _Delete):
+                result = self._apply_delete(request)
+            elif isinstance(request, _Call):
+                result = request.fn(_WriterContext(self))
+            else:  # pragma: no cover - programming error
+                raise TypeError(request)
+        except EvdbError as exc:
+            request.future.set_exception(exc)
+            return
+        except OSError as exc:
+            self._fail_segment(exc)
+            request.future.set_exception(exc)
+            return
+        except BaseException as exc:
+            self.logger.exception("Unexpected error in the writer")
+            request.future.set_exception(exc)
+            return
+        self._pending.answers.append((request.future, result))
+
+    def _commit_segment(self) -> None:
+        """Make the pending records durable, index them, then answer their callers."""
+        pending = self._pending
+        if not pending.answers and not pending.entries and self._log.end == self._log.committed:
+            return
+        self._log.flush()
+        committed = self._log.committed
+        self._index.add(pending.entries, committed)
+        if self._existence is not None:
+            for name in pending.names:
+                self._existence.add(name)
+            self._names_since_flush += len(pending.names)
+        self._log.checkpoints.chaser.write(committed, flush=False)
+        self._pending = _Pending()
+        for fut, result in pending.answers:
+            if not fut.done():
+                fut.set_result(result)
+        if self._existence is not None and self._names_since_flush >= 100_000:
+            self._existence.flush(committed)
+            self._names_since_flush = 0
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(committed)
+            except Exception:
+                self.logger.exception("A commit listener failed")
+
+    def _fail_segment(self, exc: BaseException) -> None:
+        """An I/O error while writing: roll the active chunk back to the committed end."""
+        self.logger.error("Write failed, nothing of the current group is acknowledged: %s", exc)
+        pending, self._pending = self._pending, _Pending()
+        for fut, _ in pending.answers:
+            if not fut.done():
+                fut.set_exception(EvdbError(f"The write failed: {exc}"))
+        self._states.clear()
+        self._recent_ids.clear()
+        try:
+            self._log.active_chunk.rollback(self._log.committed - self._log.active_chunk.start_position)
+        except BaseException as inner:
+            self._failed = inner
+            self.logger.critical("Could not roll back the active chunk; refusing further writes: %s", inner)
+
+    def _drain_after_stop(self) -> None:
+        while True:
+            try:
+                request = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if request is not _STOP:
+                request.future.set_exception(DatabaseClosed())
+
+    # -- writer: stream state ---------------------------------------------------------------------------
+    def _state_for_write(self, stream: str) -> StreamState:
+        state = self._states.get(stream)
+        if state is not None:
+            self._states.move_to_end(stream)
+            return state
+        state = self.stream_state(stream)
+        self._cache_state(state)
+        return state
+
+    def _cache_state(self, state: StreamState) -> None:
+        self._states[state.stream] = state
+        self._states.move_to_end(state.stream)
+        while len(self._states) > self.config.stream_cache_capacity:
+            self._states.popitem(last=False)
+
+    def _remember_id(self, event_id: bytes, stream: str, number: int, position: int) -> None:
+        ids = self._recent_ids
+        ids[event_id] = (stream, number, position)
+        if len(ids) > self.config.idempotency_cache_capacity:
+            ids.popitem(last=False)
+
+    # -- writer: appends --------------------------------------------------------------------------------
+    def _written_position(self, stream: str, number: int, event_id: bytes) -> int | None:
+        """Position of event ``number`` of ``stream`` if it carries ``event_id``, else None."""
+        seen = self._recent_ids.get(event_id)
+        if seen is not None and seen[0] == stream and seen[1] == number:
+            return seen[2]
+        record = self._read_stream_event_raw(stream, number)
+        if record is not None and record.event_id == event_id:
+            return record.log_position
+        return None
+
+    def _find_duplicate(self, request: _Append, state: StreamState) -> AppendResult | None:
+        """The original result when ``request`` repeats events already written (idempotency).
+
+        With an exact expected version (or no-stream) the events after that version are compared;
+        with any/stream-exists the recent-event-id cache says where the first event went. A batch
+        that matches only in part is a wrong expected version, as in KurrentDB.
+        """
+        events = request.events
+        if not events:
+            return None
+        ids = [e.event_id.bytes for e in events]
+        expected = request.expected_version
+        if expected >= NO_STREAM:
+            first = expected + 1
+            if state.last_event_number < first:
+                return None
+        else:
+            seen = self._recent_ids.get(ids[0])
+            if seen is None or seen[0] != request.stream:
+                return None
+            first = seen[1]
+        position = -1
+        for i, event_id in enumerate(ids):
+            found = self._written_position(request.stream, first + i, event_id)
+            if found is None:
+                if i == 0:
+                    return None
+                raise WrongExpectedVersion(request.stream, expected, state.last_event_number)
+            position = found
+        return AppendResult(first + len(ids) - 1, position, first, duplicate=True)
+
+    def _apply_append(self, request: _Append) -> AppendResult:
+        stream = request.stream
+        expected = request.expected_version
+        state = self._state_for_write(stream)
+        if state.tombstoned:
+            raise StreamDeleted(stream)
+        last = state.last_event_number
+        soft_deleted = state.soft_deleted
+        visible_last = -1 if soft_deleted else last
+        ok = (
+            expected == ANY
+            or (expected == NO_STREAM and visible_last == -1)
+            or (expected == STREAM_EXISTS and visible_last >= 0)
+            or (expected >= 0 and expected == last)
+        )
+        if not ok:
+            duplicate = self._find_duplicate(request, state)
+            if duplicate is not None:
+                return duplicate
+            raise WrongExpectedVersion(stream, expected, visible_last)
+        if expected in (ANY, STREAM_EXISTS):
+            duplicate = self._find_duplicate(request, state)
+            if duplicate is not None:
+                return duplicate
+        events = request.events
+        if not events:
+            return AppendResult(last, -1, last + 1)
+        now = self.clock.ticks()
+        first = last + 1
+        sizes = [
+            rec.event_frame_size(
+                len(stream.encode()), len(e.event_type.encode()), len(e.data), len(e.metadata)
+            )
+            for e in events
+        ]
+        recreate_meta: bytes | None = None
+        if soft_deleted:
+            raw = dict(state.metadata.raw)
+            raw["$tb"] = first
+            recreate_meta = json.dumps(raw, separators=(",", ":")).encode()
+            meta_stream = metastream_of(stream)
+            sizes.append(
+                rec.event_frame_size(len(meta_stream.encode()), len("$metadata"), len(recreate_meta), 0)
+            )
+        self._make_room(sum(sizes))
+        position = self._log.end
+        frames = []
+        h = stream_hash(stream)
+        pending = self._pending
+        n = len(events)
+        for i, e in enumerate(events):
+            flags = rec.RecordFlags.DATA | rec.RecordFlags.IS_COMMITTED
+            if i == 0:
+                flags |= rec.RecordFlags.TRANSACTION_BEGIN
+            if i == n - 1 and recreate_meta is None:
+                flags |= rec.RecordFlags.TRANSACTION_END
+            if e.is_json:
+                flags |= rec.RecordFlags.IS_JSON
+            number = first + i
+            frames.append(
+                rec.encode_event(
+                    log_position=position,
+                    event_number=number,
+                    stream=stream,
+                    event_type=e.event_type,
+                    event_id=e.event_id.bytes,
+                    timestamp=now,
+                    flags=flags,
+                    data=bytes(e.data),
+                    metadata=bytes(e.metadata),
+                )
+            )
+            pending.entries.append((h, number, position))
+            self._remember_id(e.event_id.bytes, stream, number, position)
+            last_position = position
+            position += sizes[i]
+        pending.names.add(stream)
+        new_state = StreamState(stream, first + n - 1, False, state.metadata, state.metadata_version)
+        if recreate_meta is not None:
+            meta_stream = metastream_of(stream)
+            meta_state = self._state_for_write(meta_stream)
+            meta_number = meta_state.last_event_number + 1
+            frames.append(
+                rec.encode_event(
+                    log_position=position,
+                    event_number=meta_number,
+                    stream=meta_stream,
+                    event_type="$metadata",
+                    event_id=uuid.uuid4().bytes,
+                    timestamp=now,
+                    flags=rec.RecordFlags.DATA
+                    | rec.RecordFlags.IS_COMMITTED
+                    | rec.RecordFlags.IS_JSON
+                    | rec.RecordFlags.TRANSACTION_END,
+                    data=recreate_meta,
+                    metadata=b"",
+                )
+            )
+            pending.entries.append((stream_hash(meta_stream), meta_number, position))
+            pending.names.add(meta_stream)
+            metadata = StreamMetadata.from_bytes(recreate_meta)
+            new_state = StreamState(stream, first + n - 1, False, metadata, meta_number)
+            self._cache_state(StreamState(meta_stream, meta_number, False, StreamMetadata(), -1))
+        self._log.write(b"".join(frames))
+        self._cache_state(new_state)
+        if is_metastream(stream):
+            self._metadata_written(stream, events[-1].data, new_state.last_event_number)
+        return AppendResult(first + n - 1, last_position, first)
+
+    def _metadata_written(self, metastream: str, data: bytes, number: int) -> None:
+        """Keep the cached state of the original stream in step with its new metadata."""
+        original = original_stream_of(metastream)
+        state = self._states.get(original)
+        if state is not None:
+            self._cache_state(
+                StreamState(
+                    original,
+                    state.last_event_number,
+                    state.tombstoned,
+                    StreamMetadata.from_bytes(data),
+                    number,
+                )
+            )
+
+    def _make_room(self, size: int) -> None:
+        if size > self.config.chunk_size:
+            raise EventTooLarge(
+                f"The append needs {size} bytes in the log, more than a chunk holds ({self.config.chunk_size} bytes)."
+            )
+        if self._log.space_left() < size:
+            self._commit_segment()
+            self._log.complete_active_chunk()
+
+    def _write_system(self, kind: int, payload: bytes) -> int:
+        size = rec.FRAME_OVERHEAD + rec.SYSTEM_HEADER.size + len(payload)
+        self._make_room(size)
+        position = self._log.end
+        self._log.write(
+            rec.encode_system(log_position=position, kind=kind, timestamp=self.clock.ticks(), payload=payload)
+        )
+        return position
+
+    def _apply_delete(self, request: _Delete) -> AppendResult:
+        stream = request.stream
+        expected = request.expected_version
+        state = self._state_for_write(stream)
+        if state.tombstoned:
+            raise StreamDeleted(stream)
+        last = state.last_event_number
+        if not request.hard:
+            if last < 0:
+                raise StreamNotFound(stream)
+            if state.soft_deleted and expected == STREAM_EXISTS:
+                raise StreamDeleted(stream)
+        visible_last = -1 if state.soft_deleted else last
+        ok = (
+            expected == ANY
+            or (expected == NO_STREAM and visible_last == -1)
+            or (expected == STREAM_EXISTS and visible_last >= 0)
+            or (expected >= 0 and expected == last)
+        )
+        if not ok:
+            raise WrongExpectedVersion(stream, expected, visible_last)
+        if not request.hard:
+            raw = dict(state.metadata.raw)
+            raw["$tb"] = MAX_EVENT_NUMBER
+            event = NewEvent("$metadata", json.dumps(raw, separators=(",", ":")).encode(), is_json=True)
+            return self._apply_append(
+                _Append(stream=metastream_of(stream), events=[event], expected_version=ANY)
+            )
+        now = self.clock.ticks()
+        size = rec.event_frame_size(len(stream.encode()), len("$streamDeleted"), 0, 0)
+        self._make_room(size)
+        position = self._log.end
+        flags = (
+            rec.RecordFlags.DATA
+            | rec.RecordFlags.STREAM_DELETE
+            | rec.RecordFlags.IS_COMMITTED
+            | rec.RecordFlags.TRANSACTION_BEGIN
+            | rec.RecordFlags.TRANSACTION_END
+        )
+        frame = rec.encode_event(
+            log_position=position,
+            event_number=MAX_EVENT_NUMBER,
+            stream=stream,
+            event_type="$streamDeleted",
+            event_id=uuid.uuid4().bytes,
+            timestamp=now,
+            flags=flags,
+            data=b"",
+            metadata=b"",
+        )
+        self._log.write(frame)
+        self._pending.entries.append((stream_hash(stream), MAX_EVENT_NUMBER, position))
+        self._pending.names.add(stream)
+        self._cache_state(StreamState(stream, last, True, state.metadata, state.metadata_version))
+        return AppendResult(last, position, last + 1)
+
+    # -- reading -----------------------------------------------------------------------------------------
+    def _stream_records_backward(self, stream: str, before: int | None = None) -> Iterator[rec.EventRecord]:
+        """This stream's committed records, newest first (tombstone included), collisions filtered."""
+        seen: set[int] = set()
+        for number, position in self._index.iter_backward(stream_hash(stream), before):
+            if number in seen:
+                continue
+            record = self._log.read_record(position)
+            if isinstance(record, rec.EventRecord) and record.stream == stream:
+                seen.add(number)
+                yield record
+
+    def _stream_records_forward(self, stream: str, start: int) -> Iterator[rec.EventRecord]:
+        seen: set[int] = set()
+        for number, position in self._index.iter_forward(stream_hash(stream), start):
+            if number in seen:
+                continue
+            record = self._log.read_record(position)
+            if isinstance(record, rec.EventRecord) and record.stream == stream:
+                seen.add(number)
+                yield record
+
+    def _read_stream_event_raw(self, stream: str, number: int) -> rec.EventRecord | None:
+        for position in self._index.get(stream_hash(stream), number):
+            record = self._log.read_record(position)
+            if isinstance(record, rec.EventRecord) and record.stream == stream:
+                return record
+        return None
+
+    def _last_record(self, stream: str) -> tuple[int, bool]:
+        """(last event number or -1, tombstoned) from the index and the log."""
+        if self._existence is not None and not self._existence.might_exist(stream):
+            return -1, False
+        tombstoned = False
+        for record in self._stream_records_backward(stream):
+            if record.event_number == MAX_EVENT_NUMBER:
+                tombstoned = True
+                continue
+            return record.event_number, tombstoned
+        return -1, tombstoned
+
+    def stream_state(self, stream: str) -> StreamState:
+        """The committed state of a stream: last event number, tombstone, metadata."""
+        last, tombstoned = self._last_record(stream)
+        if is_metastream(stream):
+            return StreamState(stream, last, tombstoned, StreamMetadata(max_count=1), -1)
+        meta_last, _ = self._last_record(metastream_of(stream))
+        metadata = StreamMetadata()
+        if meta_last >= 0:
+            record = self._read_stream_event_raw(metastream_of(stream), meta_last)
+            if record is not None:
+                metadata = StreamMetadata.from_bytes(record.data)
+        return StreamState(stream, last, tombstoned, metadata, meta_last)
+
+    def get_stream_metadata(self, stream: str) -> tuple[StreamMetadata, int]:
+        """(metadata, metastream version); raises StreamDeleted for a tombstoned stream."""
+        check_stream_name(stream)
+        state = self.stream_state(stream)
+        if state.tombstoned:
+            raise StreamDeleted(stream)
+        return state.metadata, state.metadata_version
+
+    def _visible_range(self, stream: str) -> tuple[StreamState, int, int | None]:
+        """(state, first visible event number, oldest visible timestamp in ticks or None)."""
+        check_stream_name(stream)
+        state = self.stream_state(stream)
+        if state.tombstoned:
+            raise StreamDeleted(stream)
+        if is_metastream(stream) and self._last_record(original_stream_of(stream))[1]:
+            raise StreamDeleted(stream)
+        if state.last_event_number < 0 or state.soft_deleted:
+            raise StreamNotFound(stream)
+        meta = state.metadata
+        first = 0
+        if meta.truncate_before is not None:
+            first = meta.truncate_before
+        if meta.max_count is not None:
+            first = max(first, state.last_event_number - meta.max_count + 1)
+        oldest = None
+        if meta.max_age is not None:
+            oldest = self.clock.ticks() - meta.max_age * TICKS_PER_SECOND
+        return state, first, oldest
+
+    def read_stream_forward(
+        self, stream: str, from_event_number: int = 0, max_count: int = 4096
+    ) -> StreamSlice:
+        """Events of ``stream`` from ``from_event_number`` on, oldest first, as clients see them:
+        deleted, truncated and expired events are left out."""
+        _check_count(max_count)
+        if from_event_number < 0:
+            raise InvalidInput("The event number to read from must be >= 0.")
+        state, first, oldest = self._visible_range(stream)
+        last = state.last_event_number
+        start = max(from_event_number, first)
+        events: list[rec.EventRecord] = []
+        next_number = last + 1
+        for record in self._stream_records_forward(stream, start):
+            if record.event_number > last:
+                break
+            if oldest is not None and record.timestamp < oldest:
+                continue
+            events.append(record)
+            if len(events) >= max_count:
+                next_number = record.event_number + 1
+                break
+        return StreamSlice(stream, events, from_event_number, next_number, last, next_number > last)
+
+    def read_stream_backward(
+        self, stream: str, from_event_number: int | None = None, max_count: int = 4096
+    ) -> StreamSlice:
+        """Events of ``stream`` from ``from_event_number`` (None: the end) backwards, newest first."""
+        _check_count(max_count)
+        state, first, oldest = self._visible_range(stream)
+        last = state.last_event_number
+        start = last if from_event_number is None or from_event_number < 0 else min(from_event_number, last)
+        events: list[rec.EventRecord] = []
+        next_number = -1
+        for record in self._stream_records_backward(stream, start + 1):
+            if record.event_number == MAX_EVENT_NUMBER:
+                continue
+            if record.event_number < first:
+                break
+            next_number = record.event_number - 1
+            if oldest is not None and record.timestamp < oldest:
+                continue
+            events.append(record)
+            if len(events) >= max_count:
+                break
+        if next_number < first:
+            next_number = -1
+        is_end = next_number < 0 or len(events) < max_count
+        return StreamSlice(stream, events, start, next_number if not is_end else -1, last, is_end)
+
+    def read_event(self, stream: str, event_number: int) -> rec.EventRecord:
+        """One event as clients see it; -1 means the last. Raises StreamNotFound when not visible."""
+        state, first, oldest = self._visible_range(stream)
+        number = state.last_event_number if event_number == -1 else event_number
+        if number < first or number > state.last_event_number:
+            raise StreamNotFound(stream)
+        record = self._read_stream_event_raw(stream, number)
+        if record is None or (oldest is not None and record.timestamp < oldest):
+            raise StreamNotFound(stream)
+        return record
+
+    def _check_all_position(self, position: int) -> None:
+        if position < 0:
+            raise InvalidInput("A position in $all must be >= 0.")
+        if position >= self._log.committed:
+            return
+        chunk = self._log.chunk_for(position)
+        if chunk is None or chunk.is_scavenged or position == chunk.start_position:
+            return
+        if position >= chunk.data_end_position and chunk.is_completed:
+            return
+        if not self._log.is_record_boundary(position):
+            raise InvalidInput(f"Position {position} is not the position of an event in $all.")
+
+    def read_all_forward(
+        self,
+        position: int = 0,
+        max_count: int = 4096,
+        event_filter: EventFilter | None = None,
+        *,
+        max_scan: int | None = None,
+    ) -> AllSlice:
+        """Events of the whole log from ``position`` (included), in log order.
+
+        Deleted and expired events are still here until a scavenge removes them. ``max_scan`` bounds
+        how many events are looked at (for filtered reads that report checkpoints).
+        """
+        _check_count(max_count)
+        self._check_all_position(position)
+        events: list[rec.EventRecord] = []
+        next_position = max(position, 0)
+        scanned = 0
+        end = self._log.committed
+        for record in self._log.iter_forward(position):
+            if record.log_position >= end:
+                break
+            next_position = record.next_position
+            if not isinstance(record, rec.EventRecord):
+                continue
+            scanned += 1
+            if event_filter is None or event_filter(record):
+                events.append(record)
+                if len(events) >= max_count:
+                    break
+            if max_scan is not None and scanned >= max_scan:
+                break
+        else:
+            next_position = max(next_position, end)
+        is_end = next_position >= end
+        return AllSlice(events, position, next_position, is_end)
+
+    def read_all_backward(
+        self, position: int | None = None, max_count: int = 4096, event_filter: EventFilter | None = None
+    ) -> AllSlice:
+        """Events before ``position`` (None: the end), newest first."""
+        _check_count(max_count)
+        end = self._log.committed
+        start = end if position is None or position < 0 else min(position, end)
+        self._check_all_position(start)
+        events: list[rec.EventRecord] = []
+        next_position = start
+        for record in self._log.iter_backward(start):
+            next_position = record.log_position
+            if not isinstance(record, rec.EventRecord):
+                continue
+            if event_filter is None or event_filter(record):
+                events.append(record)
+                if len(events) >= max_count:
+                    break
+        else:
+            next_position = 0
+        return AllSlice(events, start, next_position, next_position <= 0)
+
+    def iter_all(self, position: int = 0) -> Iterator[rec.EventRecord]:
+        """Every committed event from ``position`` on (a long scan, for catch-up and tools)."""
+        self._check_all_position(position)
+        for record in self._log.iter_forward(position):
+            if isinstance(record, rec.EventRecord):
+                yield record
+
+
+def _check_count(max_count: int) -> None:
+    if isinstance(max_count, bool) or not isinstance(max_count, int) or max_count <= 0:
+        raise InvalidInput("The number of events to read must be a positive integer.")
+
+
+def _reset_index(index_dir: str | None, max_memtable_entries: int) -> TableIndex:
+    if index_dir is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(index_dir, "indexmap"))
+    return TableIndex.open(index_dir, max_memtable_entries=max_memtable_entries)
+
+
+def _remove_existence_filter(index_dir: str) -> None:
+    for name in ("streamExistenceFilter.dat", "streamExistenceFilter.chk"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(index_dir, "stream-existence", name))

@@ -1,0 +1,508 @@
+"""Streams over HTTP, in the shape of KurrentDB's AtomPub API, plus server-sent-event subscriptions.
+
+Reads answer JSON feeds (``application/vnd.kurrent.atom+json`` or ``application/json``); pages are
+linked ``self|first|last|next|previous|metadata`` as KurrentDB links them. Live subscriptions are an
+evdb extension: ``GET /subscriptions/streams/{stream}`` and ``/subscriptions/$all`` answer
+``text/event-stream`` (see docs/http-api.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from evdb.auth import ADMINS, Principal
+from evdb.clock import TICKS_PER_SECOND
+from evdb.errors import EventTooLarge, InvalidInput, StreamDeleted
+from evdb.http.common import bad_request, get_node, get_principal, json_response
+from evdb.storage.records import EventRecord
+from evdb.streams import ANY, NewEvent, StreamMetadata, is_metastream, original_stream_of
+from evdb.subscriptions import CaughtUp, subscribe_to_all, subscribe_to_stream
+
+PAGE = 20
+MAX_PAGE = 4096
+EVENTS_TYPES = ("application/vnd.kurrent.events+json", "application/vnd.eventstore.events+json")
+ALL = "$all"
+
+
+def header(request: web.Request, name: str) -> str | None:
+    """A ``Kurrent-*`` header, or its legacy ``ES-*`` name."""
+    return request.headers.get(f"Kurrent-{name}") or request.headers.get(f"ES-{name}")
+
+
+# -- access control ----------------------------------------------------------------------------------
+def _acl_roles(value: Any) -> set[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, list):
+        return {v for v in value if isinstance(v, str)}
+    return set()
+
+
+def check_access(request: web.Request, stream: str, action: str) -> Principal:
+    """Stream ACLs: ``$acl`` in the stream's metadata, else the defaults (system streams: admins;
+    user streams: any authenticated user). ``$all`` as a role lets anyone in, even anonymous."""
+    principal = get_principal(request)
+    if principal.is_admin:
+        return principal
+    node = get_node(request)
+    target = original_stream_of(stream) if is_metastream(stream) else stream
+    key = {"read": "$r", "write": "$w", "delete": "$d", "metaread": "$mr", "metawrite": "$mw"}[action]
+    roles: set[str] | None = None
+    if target != ALL:
+        try:
+            metadata, _ = node.db.get_stream_metadata(target)
+            if metadata.acl is not None:
+                roles = _acl_roles(metadata.acl.get(key))
+        except (StreamDeleted, InvalidInput):
+            roles = None
+    if roles is None:
+        roles = (
+            {ADMINS}
+            if target.startswith("$") or (is_metastream(stream) and action not in ("metaread", "metawrite"))
+            else None
+        )
+    if roles is None:  # default user-stream rule
+        if principal.is_authenticated:
+            return principal
+    elif "$all" in roles or principal.has_any(roles):
+        return principal
+    if not principal.is_authenticated:
+        raise web.HTTPUnauthorized(headers={"WWW-Authenticate": 'Basic realm="evdb"'})
+    raise web.HTTPForbidden(text="Access denied.", content_type="text/plain")
+
+
+# -- shapes ------------------------------------------------------------------------------------------
+def _iso(ticks: int) -> str:
+    return datetime.fromtimestamp(ticks / TICKS_PER_SECOND, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _base(request: web.Request) -> str:
+    return f"{request.scheme}://{request.host}"
+
+
+def encode_position(position: int) -> str:
+    """KurrentDB's ``$all`` page position: commit and prepare positions as 16 hex digits each."""
+    return f"{position:016X}{position:016X}"
+
+
+def parse_position(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    if len(text) == 32:
+        try:
+            return int(text[:16], 16)
+        except ValueError:
+            pass
+    raise InvalidInput(f"'{text}' is not a position: use a number or 32 hex digits.")
+
+
+def event_json(record: EventRecord, *, embed: str | None = None) -> dict[str, Any]:
+    """The fields of an event (evdb adds ``position`` and ``isRedacted``)."""
+    out: dict[str, Any] = {
+        "eventId": str(record.id),
+        "eventType": record.event_type,
+        "eventNumber": record.event_number,
+        "streamId": record.stream,
+        "isJson": record.is_json,
+        "isMetaData": is_metastream(record.stream),
+        "isLinkMetaData": False,
+        "positionEventNumber": record.event_number,
+        "positionStreamId": record.stream,
+        "position": record.log_position,
+        "isRedacted": record.is_redacted,
+        "updated": _iso(record.timestamp),
+    }
+    if embed in ("body", "rich", "tryharder", "pretty"):
+        out["data"] = _payload(record.data, record.is_json and not record.is_redacted)
+        if record.metadata:
+            out["metaData"] = _payload(record.metadata, record.is_json)
+    return out
+
+
+def _payload(data: bytes, is_json: bool) -> Any:
+    if is_json:
+        try:
+            return json.loads(data)
+        except ValueError:
+            pass
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return base64.b64encode(data).decode()
+
+
+def _entry(request: web.Request, record: EventRecord, embed: str | None) -> dict[str, Any]:
+    uri = f"{_base(request)}/streams/{record.stream}/{record.event_number}"
+    entry = {
+        "title": f"{record.event_number}@{record.stream}",
+        "id": uri,
+        "updated": _iso(record.timestamp),
+        "author": {"name": "evdb"},
+        "summary": record.event_type,
+        "links": [{"uri": uri, "relation": "edit"}, {"uri": uri, "relation": "alternate"}],
+    }
+    entry.update(event_json(record, embed=embed))
+    return entry
+
+
+def _page_count(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= MAX_PAGE:
+        raise InvalidInput(f"The page size must be between 1 and {MAX_PAGE}.")
+    return int(text)
+
+
+# -- reading streams ---------------------------------------------------------------------------------
+async def _feed(
+    request: web.Request, stream: str, start: int | None, direction: str, count: int
+) -> web.Response:
+    node = get_node(request)
+    check_access(request, stream, "read")
+    embed = request.query.get("embed")
+    long_poll = header(request, "LongPoll")
+    db = node.db
+    if direction == "forward":
+        assert start is not None
+        page = await asyncio.to_thread(db.read_stream_forward, stream, start, count)
+        if not page.events and long_poll and long_poll.isdigit():
+            seen = db.committed_position
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(node.notifier.wait_beyond(seen), timeout=min(int(long_poll), 300))
+            page = await asyncio.to_thread(db.read_stream_forward, stream, start, count)
+        events = list(reversed(page.events))
+    else:
+        page = await asyncio.to_thread(db.read_stream_backward, stream, start, count)
+        events = page.events
+    base = f"{_base(request)}/streams/{stream}"
+    last = page.last_event_number
+    links = [
+        {"uri": base, "relation": "self"},
+        {"uri": f"{base}/head/backward/{count}", "relation": "first"},
+        {"uri": f"{base}/0/forward/{count}", "relation": "last"},
+    ]
+    if events:
+        oldest = events[-1].event_number
+        newest = events[0].event_number
+        if oldest > 0:
+            links.append({"uri": f"{base}/{oldest - 1}/backward/{count}", "relation": "next"})
+        links.append({"uri": f"{base}/{newest + 1}/forward/{count}", "relation": "previous"})
+    else:
+        links.append({"uri": f"{base}/{last + 1}/forward/{count}", "relation": "previous"})
+    links.append({"uri": f"{base}/metadata", "relation": "metadata"})
+    head = direction == "backward" and (start is None or start >= last)
+    body = {
+        "title": f"Event stream '{stream}'",
+        "id": base,
+        "updated": _iso(events[0].timestamp) if events else _iso(node.clock.ticks()),
+        "streamId": stream,
+        "author": {"name": "evdb"},
+        "headOfStream": head or (direction == "forward" and page.is_end_of_stream),
+        "selfUrl": base,
+        "eTag": f"{last};-1",
+        "links": links,
+        "entries": [_entry(request, e, embed) for e in events],
+    }
+    return json_response(body, headers={"Content-Type": "application/vnd.kurrent.atom+json; charset=utf-8"})
+
+
+async def read_stream_head(request: web.Request) -> web.Response:
+    stream = request.match_info["stream"]
+    if stream == ALL:
+        return await _all_feed(request, None, "backward", PAGE)
+    return await _feed(request, stream, None, "backward", PAGE)
+
+
+async def read_stream_page(request: web.Request) -> web.Response:
+    stream = request.match_info["stream"]
+    where = request.match_info["start"]
+    direction = request.match_info["direction"]
+    count = _page_count(request.match_info["count"])
+    if stream == ALL:
+        start = None if where == "head" else parse_position(where)
+        return await _all_feed(request, start, direction, count)
+    if where == "head":
+        start = None
+    elif where.isdigit():
+        start = int(where)
+    else:
+        raise InvalidInput(f"'{where}' is not an event number.")
+    if direction == "forward" and start is None:
+        raise InvalidInput("Reading forward needs an event number to start from.")
+    return await _feed(request, stream, start, direction, count)
+
+
+async def read_event(request: web.Request) -> web.Response:
+    stream = request.match_info["stream"]
+    number_text = request.match_info["number"]
+    check_access(request, stream, "read")
+    if number_text == "head":
+        number = -1
+    elif number_text.isdigit():
+        number = int(number_text)
+    else:
+        raise InvalidInput(f"'{number_text}' is not an event number.")
+    node = get_node(request)
+    record = await asyncio.to_thread(node.db.read_event, stream, number)
+    accept = request.headers.get("Accept", "")
+    if "atom" in accept or request.query.get("embed"):
+        entry = _entry(request, record, "body")
+        return json_response(
+            entry, headers={"Content-Type": "application/vnd.kurrent.atom+json; charset=utf-8"}
+        )
+    if record.is_json and not record.is_redacted:
+        return web.Response(body=record.data, content_type="application/json")
+    return web.Response(body=record.data, content_type="application/octet-stream")
+
+
+async def _all_feed(request: web.Request, start: int | None, direction: str, count: int) -> web.Response:
+    node = get_node(request)
+    check_access(request, ALL, "read")
+    db = node.db
+    embed = request.query.get("embed")
+    if direction == "forward":
+        page = await asyncio.to_thread(db.read_all_forward, start or 0, count)
+        events = list(reversed(page.events))
+        after = page.next_position
+        before = start or 0
+    else:
+        page = await asyncio.to_thread(db.read_all_backward, start, count)
+        events = page.events
+        after = start if start is not None else db.committed_position
+        before = page.next_position
+    base = f"{_base(request)}/streams/%24all"
+    links = [
+        {"uri": base, "relation": "self"},
+        {"uri": f"{base}/head/backward/{count}", "relation": "first"},
+        {"uri": f"{base}/{encode_position(0)}/forward/{count}", "relation": "last"},
+        {"uri": f"{base}/{encode_position(before)}/backward/{count}", "relation": "next"},
+        {"uri": f"{base}/{encode_position(after)}/forward/{count}", "relation": "previous"},
+    ]
+    body = {
+        "title": "All events",
+        "id": base,
+        "updated": _iso(node.clock.ticks()),
+        "author": {"name": "evdb"},
+        "headOfStream": after >= db.committed_position,
+        "selfUrl": base,
+        "links": links,
+        "entries": [_entry(request, e, embed) for e in events],
+    }
+    return json_response(body, headers={"Content-Type": "application/vnd.kurrent.atom+json; charset=utf-8"})
+
+
+# -- writing -----------------------------------------------------------------------------------------
+def _expected_version(request: web.Request) -> int:
+    value = header(request, "ExpectedVersion")
+    if value is None:
+        return ANY
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidInput(f"Kurrent-ExpectedVersion '{value}' is not a number.") from None
+
+
+def _event_id(text: Any) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(text))
+    except ValueError:
+        raise InvalidInput(f"'{text}' is not a valid event id (a UUID).") from None
+
+
+def _to_bytes(value: Any) -> tuple[bytes, bool]:
+    if value is None:
+        return b"", False
+    if isinstance(value, str):
+        return value.encode(), False
+    return json.dumps(value, separators=(",", ":")).encode(), True
+
+
+async def parse_events(request: web.Request) -> list[NewEvent]:
+    content_type = request.content_type
+    body = await request.read()
+    if content_type in EVENTS_TYPES:
+        try:
+            items = json.loads(body)
+        except ValueError:
+            raise InvalidInput("The body is not valid JSON.") from None
+        if not isinstance(items, list):
+            raise InvalidInput("The body must be a JSON array of events.")
+        events = []
+        for item in items:
+            if (
+                not isinstance(item, dict)
+                or not isinstance(item.get("eventType"), str)
+                or "eventId" not in item
+            ):
+                raise InvalidInput("Each event needs an eventId and an eventType.")
+            data, data_json = _to_bytes(item.get("data"))
+            metadata, _ = _to_bytes(item.get("metadata"))
+            events.append(NewEvent(item["eventType"], data, metadata, _event_id(item["eventId"]), data_json))
+        return events
+    if content_type in ("application/json", "application/octet-stream", "text/plain"):
+        event_type = header(request, "EventType")
+        if not event_type:
+            raise InvalidInput("A single-event append needs the Kurrent-EventType header.")
+        event_id = header(request, "EventId")
+        if content_type == "application/json":
+            try:
+                json.loads(body or b"null")
+            except ValueError:
+                raise InvalidInput("The body is not valid JSON.") from None
+        return [
+            NewEvent(
+                event_type,
+                body,
+                b"",
+                _event_id(event_id) if event_id else uuid.uuid4(),
+                content_type == "application/json",
+            )
+        ]
+    raise web.HTTPUnsupportedMediaType(
+        text=f"Unsupported content type '{content_type}'; use {EVENTS_TYPES[0]} or application/json.",
+        content_type="text/plain",
+    )
+
+
+async def append(request: web.Request) -> web.Response:
+    stream = request.match_info["stream"]
+    if stream == ALL:
+        raise web.HTTPMethodNotAllowed("POST", ["GET"])
+    check_access(request, stream, "metawrite" if is_metastream(stream) else "write")
+    node = get_node(request)
+    events = await parse_events(request)
+    expected = _expected_version(request)
+    started = node.clock.monotonic()
+    try:
+        future = node.db.append_async(stream, events, expected)
+    except EventTooLarge as exc:
+        raise web.HTTPRequestEntityTooLarge(
+            max_size=node.db.config.max_append_size, actual_size=request.content_length or 0, text=str(exc)
+        ) from None
+    result = await asyncio.wrap_future(future)
+    node.metrics.append_latency.observe(max(0.0, node.clock.monotonic() - started))
+    if not result.duplicate:
+        node.metrics.events_written.inc(len(events))
+        node.metrics.bytes_written.inc(sum(len(e.data) + len(e.metadata) for e in events))
+    location = f"{_base(request)}/streams/{stream}/{result.first_event_number}"
+    return web.Response(
+        status=201,
+        headers={"Location": location},
+        text=json.dumps({"nextExpectedVersion": result.next_expected_version, "position": result.position}),
+        content_type="application/json",
+    )
+
+
+async def delete(request: web.Request) -> web.Response:
+    stream = request.match_info["stream"]
+    if stream == ALL:
+        raise web.HTTPMethodNotAllowed("DELETE", ["GET"])
+    check_access(request, stream, "delete")
+    node = get_node(request)
+    hard = (header(request, "HardDelete") or "").lower() == "true"
+    await asyncio.wrap_future(node.db.delete_stream_async(stream, _expected_version(request), hard=hard))
+    return web.Response(status=204)
+
+
+# -- metadata ----------------------------------------------------------------------------------------
+async def get_metadata(request: web.Request) -> web.Response:
+    stream = request.match_info["stream"]
+    check_access(request, stream, "metaread")
+    node = get_node(request)
+    metadata, version = await asyncio.to_thread(node.db.get_stream_metadata, stream)
+    if version < 0:
+        return json_response({})
+    return json_response(metadata.raw, headers={"Kurrent-MetadataVersion": str(version)})
+
+
+async def set_metadata(request: web.Request) -> web.Response:
+    stream = request.match_info["stream"]
+    check_access(request, stream, "metawrite")
+    node = get_node(request)
+    body = await request.read()
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        raise InvalidInput("The metadata body is not valid JSON.") from None
+    if isinstance(parsed, list):
+        if len(parsed) != 1 or not isinstance(parsed[0], dict):
+            raise InvalidInput("Post exactly one metadata event.")
+        parsed = parsed[0].get("data")
+    if not isinstance(parsed, dict):
+        raise InvalidInput("Stream metadata must be a JSON object.")
+    StreamMetadata.from_dict(parsed)
+    result = await asyncio.to_thread(node.db.set_stream_metadata, stream, parsed, _expected_version(request))
+    return web.Response(
+        status=201, headers={"Location": f"{_base(request)}/streams/$${stream}/{result.first_event_number}"}
+    )
+
+
+# -- subscriptions (server-sent events) --------------------------------------------------------------
+async def _sse(request: web.Request, items) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    embed = request.query.get("embed", "body")
+    try:
+        async for item in items:
+            if isinstance(item, CaughtUp):
+                chunk = f"event: caught-up\ndata: {json.dumps({'position': item.position})}\n\n"
+            else:
+                chunk = f"event: event\nid: {item.log_position}\ndata: {json.dumps(event_json(item, embed=embed))}\n\n"
+            await response.write(chunk.encode())
+    except StreamDeleted as exc:
+        await response.write(f"event: error\ndata: {json.dumps({'error': str(exc)})}\n\n".encode())
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    return response
+
+
+async def subscribe_stream(request: web.Request) -> web.StreamResponse:
+    stream = request.match_info["stream"]
+    node = get_node(request)
+    if stream == ALL:
+        check_access(request, ALL, "read")
+        after = request.query.get("after")
+        return await _sse(
+            request,
+            subscribe_to_all(
+                node.db,
+                node.notifier,
+                after=parse_position(after) if after else None,
+                from_end=request.query.get("from") == "end",
+            ),
+        )
+    check_access(request, stream, "read")
+    after = request.query.get("after")
+    if after is not None and not after.isdigit():
+        raise bad_request("'after' must be an event number.")
+    return await _sse(
+        request,
+        subscribe_to_stream(
+            node.db,
+            node.notifier,
+            stream,
+            after=int(after) if after is not None else None,
+            from_end=request.query.get("from") == "end",
+        ),
+    )
+
+
+def setup(app: web.Application) -> None:
+    r = app.router
+    r.add_post("/streams/{stream}", append)
+    r.add_delete("/streams/{stream}", delete)
+    r.add_get("/streams/{stream}", read_stream_head)
+    r.add_get("/streams/{stream}/metadata", get_metadata)
+    r.add_post("/streams/{stream}/metadata", set_metadata)
+    r.add_get("/streams/{stream}/{start}/{direction:forward|backward}/{count}", read_stream_page)
+    r.add_get("/streams/{stream}/{number}", read_event)
+    r.add_get("/subscriptions/streams/{stream}", subscribe_stream)
+

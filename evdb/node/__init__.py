@@ -1,0 +1,288 @@
+"""One database node: the database, its HTTP server, users, metrics, statistics and logs.
+
+``evdb node`` runs one in the foreground; tests start several inside their own event loop::
+
+    async with Node(options) as node:
+        ...  # node.http_url
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import ssl
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from evdb.auth import UserStore
+from evdb.clock import Clock, SystemClock
+from evdb.database import Database, DatabaseConfig
+from evdb.metrics import NodeMetrics
+from evdb.streams import NewEvent
+from evdb.subscriptions import CommitNotifier
+
+__all__ = ["VERSION", "Node"]
+
+VERSION = "24.10.0-evdb.0.1.0"
+DB_VERSION = "evdb-0.1.0"
+
+
+class Node:
+    """A single evdb node. Start with ``await node.start()`` or ``async with``."""
+
+    def __init__(self, options: Any, *, clock: Clock | None = None, name: str | None = None) -> None:
+        self.options = options
+        self.clock = clock or SystemClock()
+        self.instance_id = uuid.uuid4()
+        self.name = name or f"node-{self.instance_id.hex[:8]}"
+        self.logger: logging.Logger = logging.getLogger(f"evdb.node.{self.name}")
+        self.db: Database | None = None
+        self.users: UserStore
+        self.notifier: CommitNotifier
+        self.metrics = NodeMetrics(self)
+        self.statuses: dict[str, tuple[str, float]] = {}
+        self.tls: Any = None
+        self._runner: web.AppRunner | None = None
+        self._sites: list[web.BaseSite] = []
+        self._tasks: list[asyncio.Task] = []
+        self.host = options.http_ip
+        self.port = options.http_port
+        self.shutdown_requested = asyncio.Event()
+        self.started_at = self.clock.time()
+
+    # -- addresses -------------------------------------------------------------------------------------
+    @property
+    def scheme(self) -> str:
+        return "http" if self.options.insecure else "https"
+
+    @property
+    def http_url(self) -> str:
+        host = self.host if self.host not in ("0.0.0.0", "::") else "127.0.0.1"
+        return f"{self.scheme}://{host}:{self.port}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def set_status(self, name: str, status: str) -> None:
+        self.statuses[name] = (status, self.clock.time())
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    async def __aenter__(self) -> Node:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def _configure_logging(self) -> None:
+        from evdb.logs import configure_node_logging
+
+        o = self.options
+        self.logger = configure_node_logging(
+            node_name=self.name,
+            log_dir=o.log,
+            level=o.log_level,
+            console_format=o.log_console_format,
+        )
+
+    def _load_tls(self) -> ssl.SSLContext | None:
+        o = self.options
+        if o.insecure:
+            self.logger.warning("INSECURE MODE: TLS is off and the HTTP API is served in plain text.")
+            return None
+        from evdb.tls.loading import load_node_tls
+
+        cert, key, roots = (
+            o.certificate_file,
+            o.certificate_private_key_file,
+            o.trusted_root_certificates_path,
+        )
+        if o.dev and not cert:
+            from evdb.tls.certs import generate_dev_certificates
+
+            folder = os.path.join(os.path.dirname(os.path.abspath(o.db)) if o.db else ".", "dev-certs")
+            dev = generate_dev_certificates(
+                folder,
+                ip_addresses=["127.0.0.1", "::1"],
+                dns_names=["localhost"],
+                common_name=o.certificate_reserved_node_common_name,
+            )
+            cert, key, roots = str(dev.cert_path), str(dev.key_path), str(dev.ca_path)
+            self.logger.warning("DEV MODE: using throw-away certificates generated in %s", folder)
+        self.tls = load_node_tls(cert, key, roots)
+        self.logger.info(
+            "Loaded the node certificate %s (issuer %s, expires %s)",
+            self.tls.subject,
+            self.tls.issuer,
+            self.tls.not_after,
+        )
+        return self.tls.server_context()
+
+    async def start(self) -> None:
+        o = self.options
+        self._configure_logging()
+        self.logger.info("evdb %s starting (instance %s, pid %d)", VERSION, self.instance_id, os.getpid())
+        for name, source in sorted(getattr(o, "config_sources", {}).items()):
+            if source != "default":
+                self.logger.info("Option %s = %r (from %s)", name, getattr(o, _snake(name), None), source)
+        if getattr(o, "always_keep_scavenged", False):
+            self.logger.warning("Option AlwaysKeepScavenged is deprecated and has no effect.")
+        if getattr(o, "unsafe_ignore_hard_delete", False):
+            self.logger.warning(
+                "UnsafeIgnoreHardDelete is on: a scavenge will remove tombstones. This is unsafe."
+            )
+        ssl_context = self._load_tls()
+        config = DatabaseConfig(
+            db_dir=None if o.mem_db else o.db,
+            index_dir=None if o.mem_db else o.index,
+            chunk_size=o.chunk_size,
+            max_memtable_entries=o.max_mem_table_size,
+            max_append_size=o.max_append_size,
+            verify=not o.skip_db_verify,
+        )
+        self.logger.info(
+            "Opening the database %s", "in memory" if o.mem_db else f"in {o.db} (index {o.index})"
+        )
+        self.db = await asyncio.to_thread(Database.open, config, clock=self.clock, logger=self.logger)
+        self.notifier = CommitNotifier(self.db)
+        self.users = UserStore(self.db)
+        await asyncio.to_thread(self.users.ensure_defaults)
+        await asyncio.to_thread(
+            self.db.write_epoch, max(0, self.db.log.checkpoints.proposal.value + 1), self.instance_id
+        )
+        await self._start_http(ssl_context)
+        self.metrics.node_up.set(1)
+        if o.stats_period_sec > 0:
+            self._tasks.append(asyncio.create_task(self._write_statistics(), name=f"{self.name}-stats"))
+        self.logger.info("Node is ready: %s", self.http_url)
+
+    async def _start_http(self, ssl_context: ssl.SSLContext | None) -> None:
+        from evdb.http.app import build_app
+
+        app = build_app(self)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+        await self._runner.setup()
+        sock = _bind(self.host, self.port)
+        self.port = sock.getsockname()[1]
+        site = web.SockSite(self._runner, sock, ssl_context=ssl_context)
+        await site.start()
+        self._sites.append(site)
+        if self.host in ("127.0.0.1", "localhost"):
+            # clients resolve "localhost" to either family: serve IPv6 loopback on the same port too
+            with contextlib.suppress(OSError):
+                sock6 = _bind("::1", self.port, socket.AF_INET6)
+                site6 = web.SockSite(self._runner, sock6, ssl_context=ssl_context)
+                await site6.start()
+                self._sites.append(site6)
+
+    async def stop(self) -> None:
+        self.metrics.node_up.set(0)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self.db is not None:
+            self.notifier.close()
+            await asyncio.to_thread(self.db.close)
+            self.db = None
+        self.logger.info("Node stopped")
+        for handler in list(self.logger.handlers):
+            handler.close()
+            self.logger.removeHandler(handler)
+
+    async def run_until_shutdown(self) -> None:
+        await self.shutdown_requested.wait()
+
+    # -- statistics ------------------------------------------------------------------------------------
+    @property
+    def stats_stream(self) -> str:
+        return f"$stats-{self.endpoint}"
+
+    def collect_stats(self) -> dict[str, Any]:
+        """KurrentDB's /stats shape, grouped by name (proc, sys, es)."""
+        import psutil
+
+        proc = psutil.Process()
+        with proc.oneshot():
+            cpu = proc.cpu_percent(None)
+            mem = proc.memory_info().rss
+            io = proc.io_counters() if hasattr(proc, "io_counters") else None
+            threads = proc.num_threads()
+        vm = psutil.virtual_memory()
+        db = self.db
+        disk = psutil.disk_usage(self.options.db if not self.options.mem_db and self.options.db else "/")
+        return {
+            "proc": {
+                "startTime": self.started_at,
+                "id": os.getpid(),
+                "mem": mem,
+                "cpu": cpu,
+                "threadsCount": threads,
+                "diskIo": {
+                    "readBytes": io.read_bytes if io else 0,
+                    "writtenBytes": io.write_bytes if io else 0,
+                },
+            },
+            "sys": {
+                "cpu": psutil.cpu_percent(None),
+                "freeMem": vm.available,
+                "totalMem": vm.total,
+                "drive": {"totalBytes": disk.total, "availableBytes": disk.free, "usedBytes": disk.used},
+            },
+            "es": {
+                "writer": {
+                    "writerCheckpoint": db.committed_position if db else -1,
+                    "chaserCheckpoint": db.log.checkpoints.chaser.value if db else -1,
+                },
+                "readIndex": {"indexEntries": db.index.entry_count() if db else 0},
+                "queue": {},
+            },
+        }
+
+    async def _write_statistics(self) -> None:
+        """Write a ``$statsCollected`` event every StatsPeriodSec; the stream keeps them for 24 hours."""
+        assert self.db is not None
+        stream = self.stats_stream
+        await asyncio.to_thread(self.db.set_stream_metadata, stream, {"$maxAge": 24 * 3600})
+        while True:
+            await self.clock.sleep(self.options.stats_period_sec)
+            stats = await asyncio.to_thread(self.collect_stats)
+            event = NewEvent("$statsCollected", json.dumps(stats).encode(), is_json=True)
+            try:
+                await asyncio.wrap_future(self.db.append_async(stream, [event]))
+            except Exception as exc:  # statistics must never take the node down
+                self.logger.warning("Could not write statistics: %s", exc)
+
+
+def _snake(name: str) -> str:
+    out = []
+    for i, ch in enumerate(name):
+        if ch.isupper() and i and not name[i - 1].isupper():
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)
+
+
+def _bind(host: str, port: int, family: int | None = None) -> socket.socket:
+    if family is None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock

@@ -1,0 +1,94 @@
+"""Checkpoint files: one little-endian int64 each.
+
+| file         | holds                                                        | initial |
+|--------------|--------------------------------------------------------------|---------|
+| writer.chk   | end of the durable log                                       | 0       |
+| chaser.chk   | position up to which records were indexed                    | 0       |
+| epoch.chk    | position of the last epoch record                            | -1      |
+| proposal.chk | highest epoch number proposed or seen                        | -1      |
+| truncate.chk | position to cut the log to at the next start; -1 means none  | -1      |
+
+An 8-byte write at offset 0 never straddles a sector, so a crash leaves either the old or the new
+value; ``flush`` makes the value durable.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+from evdb.errors import CorruptedFile
+
+__all__ = ["CHECKPOINT_INITIAL_VALUES", "Checkpoint", "Checkpoints"]
+
+_I64 = struct.Struct("<q")
+
+CHECKPOINT_INITIAL_VALUES = {"writer": 0, "chaser": 0, "epoch": -1, "proposal": -1, "truncate": -1}
+
+
+class Checkpoint:
+    """One checkpoint; file-backed, or in memory when ``path`` is None."""
+
+    def __init__(self, path: str | None, initial: int) -> None:
+        self.path = path
+        self._fd: int | None = None
+        if path is None:
+            self._value = initial
+            return
+        exists = os.path.exists(path)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if not exists or os.fstat(self._fd).st_size == 0:
+            self._value = initial
+            self._write(initial)
+            os.fsync(self._fd)
+        else:
+            raw = os.pread(self._fd, 8, 0)
+            if len(raw) != 8:
+                raise CorruptedFile(path, f"checkpoint file holds {len(raw)} bytes, expected 8")
+            (self._value,) = _I64.unpack(raw)
+
+    @property
+    def value(self) -> int:
+        return self._value
+
+    def _write(self, value: int) -> None:
+        assert self._fd is not None
+        os.pwrite(self._fd, _I64.pack(value), 0)
+
+    def write(self, value: int, *, flush: bool = True) -> None:
+        self._value = value
+        if self._fd is not None:
+            self._write(value)
+            if flush:
+                os.fdatasync(self._fd)
+
+    def flush(self) -> None:
+        if self._fd is not None:
+            os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class Checkpoints:
+    """The five checkpoints of a database folder (or of an in-memory database)."""
+
+    def __init__(self, directory: str | None) -> None:
+        def make(name: str) -> Checkpoint:
+            path = os.path.join(directory, f"{name}.chk") if directory is not None else None
+            return Checkpoint(path, CHECKPOINT_INITIAL_VALUES[name])
+
+        self.writer = make("writer")
+        self.chaser = make("chaser")
+        self.epoch = make("epoch")
+        self.proposal = make("proposal")
+        self.truncate = make("truncate")
+
+    def all(self) -> tuple[Checkpoint, ...]:
+        return (self.writer, self.chaser, self.epoch, self.proposal, self.truncate)
+
+    def close(self) -> None:
+        for chk in self.all():
+            chk.close()

@@ -1,0 +1,449 @@
+"""The transaction log: an ordered set of chunks, appended to by one writer.
+
+Positions are global and logical: ``chunk number × chunk size + offset``. The log answers reads by
+position for any committed record, whichever chunk version holds it now, and offers the primitives
+that scavenge, merge, truncation and redaction build on: completing the active chunk, switching a new
+chunk version in atomically, and truncating the tail at start.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from evdb.errors import CorruptedFile, EventTooLarge
+from evdb.storage import records as rec
+from evdb.storage.checkpoints import Checkpoints
+from evdb.storage.chunk import (
+    HEADER_SIZE,
+    Chunk,
+    ChunkBuilder,
+    ChunkHeader,
+    chunk_file_name,
+    fsync_dir,
+    parse_chunk_file_name,
+)
+
+__all__ = ["TransactionLog"]
+
+_log = logging.getLogger("evdb.storage")
+
+
+@dataclass(frozen=True, slots=True)
+class _FileInfo:
+    path: str
+    start: int
+    end: int
+    version: int
+
+
+class TransactionLog:
+    """Chunks plus checkpoints. ``committed`` is the durable end that readers may see."""
+
+    def __init__(
+        self, directory: str | None, chunk_size: int, checkpoints: Checkpoints, logger: logging.Logger
+    ):
+        self.directory = directory
+        self.chunk_size = chunk_size
+        self.checkpoints = checkpoints
+        self.logger = logger
+        self._chunks: list[Chunk] = []  # index: logical chunk number -> chunk covering it
+        self._lock = threading.RLock()  # guards the chunk table; held briefly
+        self.chunk_lock = threading.Lock()  # held by scavenge and redaction while they switch chunks
+        self.committed = 0
+        self.truncated_to: int | None = None  # set when the open cut the log (index must be checked)
+
+    # -- opening ---------------------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        directory: str | None,
+        *,
+        chunk_size: int,
+        verify: bool = True,
+        logger: logging.Logger | None = None,
+    ) -> TransactionLog:
+        if directory is not None:
+            os.makedirs(directory, exist_ok=True)
+        log = cls(directory, chunk_size, Checkpoints(directory), logger or _log)
+        try:
+            log._open_chunks(verify)
+        except BaseException:
+            log.close()
+            raise
+        return log
+
+    def _scan_files(self) -> list[_FileInfo]:
+        assert self.directory is not None
+        infos = []
+        for name in sorted(os.listdir(self.directory)):
+            path = os.path.join(self.directory, name)
+            if name.endswith(".tmp"):
+                self.logger.info("Removing leftover temporary file %s", path)
+                os.unlink(path)
+                continue
+            parsed = parse_chunk_file_name(name)
+            if parsed is None:
+                continue
+            with open(path, "rb") as f:
+                header = ChunkHeader.decode(f.read(HEADER_SIZE), path)
+            if header.start_number != parsed[0]:
+                raise CorruptedFile(
+                    path, f"file name says chunk {parsed[0]}, header says {header.start_number}"
+                )
+            if header.chunk_size != self.chunk_size:
+                raise CorruptedFile(
+                    path,
+                    f"chunk size {header.chunk_size} differs from the configured ChunkSize {self.chunk_size}",
+                )
+            infos.append(_FileInfo(path, header.start_number, header.end_number, parsed[1]))
+        return infos
+
+    def _open_chunks(self, verify: bool) -> None:
+        if self.directory is None:
+            self._chunks = [Chunk.create_active(None, self.chunk_size, 0)]
+            self.committed = 0
+            return
+        infos = self._scan_files()
+        infos.sort(key=lambda i: (i.start, -i.version))
+        chosen: list[_FileInfo] = []
+        covered = 0  # next chunk number not yet covered
+        for info in infos:
+            if info.start < covered:
+                # an older version, or a chunk a newer merged chunk covers
+                winner = chosen[-1]
+                if info.version > winner.version and info.start == winner.start:
+                    raise CorruptedFile(info.path, "conflicting chunk versions")
+                self.logger.info("Removing superseded chunk file %s", info.path)
+                os.unlink(info.path)
+                continue
+            if info.start != covered:
+                missing = os.path.join(self.directory, chunk_file_name(covered, 0))
+                raise CorruptedFile(
+                    missing, f"chunk {covered} is missing (the next file starts at chunk {info.start})"
+                )
+            chosen.append(info)
+            covered = info.end + 1
+        if chosen:
+            fsync_dir(self.directory)
+        chunks = []
+        for i, info in enumerate(chosen):
+            last = i == len(chosen) - 1
+            chunk = Chunk.open(info.path, verify=verify, writable=last)
+            if not chunk.is_completed and not last:
+                raise CorruptedFile(info.path, "only the last chunk may be incomplete")
+            chunks.append(chunk)
+        self._install(chunks)
+        truncate = self.checkpoints.truncate.value
+        if truncate >= 0:
+            self._truncate(truncate)
+        self._recover_writer(verify)
+
+    def _install(self, chunks: list[Chunk]) -> None:
+        table: list[Chunk] = []
+        for chunk in chunks:
+            table.extend([chunk] * (chunk.end_number - chunk.start_number + 1))
+        self._chunks = table
+
+    def _recover_writer(self, verify: bool) -> None:
+        w = self.checkpoints.writer.value
+        if not self._chunks:
+            if w != 0:
+                raise CorruptedFile(
+                    self.checkpoints.writer.path or "writer.chk", f"writer checkpoint {w} but no chunks"
+                )
+            self._chunks = [Chunk.create_active(self.directory, self.chunk_size, 0)]
+            self.committed = 0
+            return
+        last = self._chunks[-1]
+        if last.is_completed:
+            if w < last.data_end_position:
+                raise CorruptedFile(
+                    last.path or "memory",
+                    f"writer checkpoint {w} is before the end of completed chunk data {last.data_end_position}",
+                )
+            w = last.end_position
+            self._chunks.append(Chunk.create_active(self.directory, self.chunk_size, last.end_number + 1))
+            last = self._chunks[-1]
+        if w < last.start_position:
+            prev = self._chunks[last.start_number - 1] if last.start_number > 0 else None
+            if prev is None or w < prev.data_end_position:
+                raise CorruptedFile(
+                    self.checkpoints.writer.path or "writer.chk",
+                    f"writer checkpoint {w} is behind the log's chunks",
+                )
+            w = last.start_position
+        if w > last.end_position:
+            raise CorruptedFile(
+                self.checkpoints.writer.path or "writer.chk", f"writer checkpoint {w} is beyond the log"
+            )
+        last.recover_active(w - last.start_position, verify=verify)
+        if w != self.checkpoints.writer.value:
+            self.checkpoints.writer.write(w)
+        if self.checkpoints.chaser.value > w:
+            self.checkpoints.chaser.write(w)
+        self.committed = w
+
+    def _truncate(self, position: int) -> None:
+        """Cut the log at ``position`` (a record boundary): everything from there on is removed."""
+        self.logger.warning("Truncating the log to position %d (truncate.chk)", position)
+        keep: list[Chunk] = []
+        for chunk in self.distinct_chunks():
+            if chunk.start_position >= position:
+                chunk.close()
+                if chunk.path:
+                    self.logger.info("Truncation removes chunk file %s", chunk.path)
+                    os.unlink(chunk.path)
+                continue
+            if chunk.data_end_position <= position or not chunk.is_completed:
+                keep.append(chunk)
+                continue
+            keep.append(self._cut_completed_chunk(chunk, position))
+        if self.directory is not None:
+            fsync_dir(self.directory)
+        self._install(keep)
+        # _recover_writer moves the writer past a completed (scavenged) last chunk
+        self.checkpoints.writer.write(position)
+        if self.checkpoints.chaser.value > position:
+            self.checkpoints.chaser.write(position)
+        if self.checkpoints.epoch.value >= position:
+            self.checkpoints.epoch.write(-1)
+        self.checkpoints.truncate.write(-1)
+        self.truncated_to = position
+
+    def _cut_completed_chunk(self, chunk: Chunk, position: int) -> Chunk:
+        """Replace a completed chunk by one holding only its records before ``position``."""
+        if not chunk.is_scavenged:
+            new = Chunk.create_active(self.directory, self.chunk_size, chunk.start_number, chunk.version + 1)
+            length = position - chunk.start_position
+            new.write(bytes(chunk.buffer[HEADER_SIZE : HEADER_SIZE + length]))
+            new.flush()
+        else:
+            end_number = (position - 1) // self.chunk_size
+            builder = ChunkBuilder(
+                self.directory,
+                chunk_size=self.chunk_size,
+                start_number=chunk.start_number,
+                end_number=end_number,
+                version=chunk.version + 1,
+                data_end_position=position,
+            )
+            offset = 0
+            while offset < chunk.physical_end:
+                record, nxt = chunk.read_at(offset)
+                if record.log_position >= position:
+                    break
+                builder.add(chunk.raw_frame(offset), record.log_position)
+                offset = nxt
+            new = self._rename_into_place(builder.finish())
+        if chunk.path:
+            os.unlink(chunk.path)
+        return new
+
+    # -- state -----------------------------------------------------------------------------------------
+    @property
+    def active_chunk(self) -> Chunk:
+        return self._chunks[-1]
+
+    @property
+    def end(self) -> int:
+        """Position where the next record goes (may be ahead of ``committed`` inside a write group)."""
+        last = self._chunks[-1]
+        return last.start_position + last.physical_end
+
+    def distinct_chunks(self) -> list[Chunk]:
+        with self._lock:
+            out: list[Chunk] = []
+            for chunk in self._chunks:
+                if not out or out[-1] is not chunk:
+                    out.append(chunk)
+            return out
+
+    def chunk_for(self, position: int) -> Chunk | None:
+        number = position // self.chunk_size
+        chunks = self._chunks
+        return chunks[number] if 0 <= number < len(chunks) else None
+
+    def chunk_by_number(self, number: int) -> Chunk | None:
+        chunks = self._chunks
+        return chunks[number] if 0 <= number < len(chunks) else None
+
+    # -- writing (one writer thread) --------------------------------------------------------------------
+    def space_left(self) -> int:
+        return self._chunks[-1].space_left()
+
+    def write(self, data: bytes) -> int:
+        """Append framed records at :attr:`end`; they must fit in the active chunk."""
+        chunk = self._chunks[-1]
+        if len(data) > chunk.chunk_size:
+            raise EventTooLarge(f"{len(data)} bytes do not fit in a chunk of {chunk.chunk_size} bytes")
+        offset = chunk.write(data)
+        return chunk.start_position + offset
+
+    def flush(self) -> None:
+        """Make everything written durable and visible to readers."""
+        chunk = self._chunks[-1]
+        end = chunk.start_position + chunk.physical_end
+        if end != self.committed:
+            chunk.flush()
+            self.checkpoints.writer.write(end)
+            self.committed = end
+
+    def complete_active_chunk(self) -> None:
+        """Flush, complete the active chunk and start the next one (even if the active one is empty)."""
+        self.flush()
+        with self._lock:
+            chunk = self._chunks[-1]
+            chunk.complete()
+            new = Chunk.create_active(self.directory, self.chunk_size, chunk.end_number + 1)
+            self._chunks.append(new)
+        self.checkpoints.writer.write(new.start_position)
+        self.committed = new.start_position
+
+    def ensure_space(self, size: int) -> None:
+        """Complete the active chunk if ``size`` more bytes do not fit in it."""
+        if size > self.chunk_size:
+            raise EventTooLarge(f"{size} bytes do not fit in a chunk of {self.chunk_size} bytes")
+        if self.space_left() < size:
+            self.complete_active_chunk()
+
+    # -- switching chunk versions (scavenge, merge, redaction) ------------------------------------------
+    def new_chunk_builder(
+        self, start_number: int, end_number: int, *, temp_suffix: str = ".scavenge.tmp"
+    ) -> ChunkBuilder:
+        covered = {id(c): c for c in self._chunks[start_number : end_number + 1]}
+        version = max(c.version for c in covered.values()) + 1
+        last = self._chunks[end_number]
+        return ChunkBuilder(
+            self.directory,
+            chunk_size=self.chunk_size,
+            start_number=start_number,
+            end_number=end_number,
+            version=version,
+            data_end_position=last.data_end_position,
+            temp_suffix=temp_suffix,
+        )
+
+    def _rename_into_place(self, chunk: Chunk) -> Chunk:
+        if self.directory is None or chunk.path is None:
+            return chunk
+        final = os.path.join(self.directory, chunk_file_name(chunk.start_number, chunk.version))
+        os.rename(chunk.path, final)
+        fsync_dir(self.directory)
+        chunk.path = final
+        return chunk
+
+    def switch_chunk(self, new: Chunk) -> list[Chunk]:
+        """Make a completed chunk (from a builder) the live version of the chunks it covers.
+
+        The new file is renamed to its final name and made durable before the old files are
+        deleted; a crash in between leaves both, and the next open keeps the newer version.
+        Returns the chunks that were replaced (still readable by readers that hold them).
+        """
+        if not new.is_completed:
+            raise ValueError("only a completed chunk can be switched in")
+        with self._lock:
+            old = []
+            for number in range(new.start_number, new.end_number + 1):
+                chunk = self._chunks[number]
+                if not chunk.is_completed:
+                    raise ValueError(f"chunk {number} is active and cannot be replaced")
+                if not old or old[-1] is not chunk:
+                    old.append(chunk)
+            if old[0].start_number != new.start_number or old[-1].end_number != new.end_number:
+                raise ValueError("the new chunk's range does not line up with existing chunk boundaries")
+            self._rename_into_place(new)
+            for number in range(new.start_number, new.end_number + 1):
+                self._chunks[number] = new
+        for chunk in old:
+            if chunk.path and chunk.path != new.path:
+                try:
+                    os.unlink(chunk.path)
+                except FileNotFoundError:
+                    pass
+        if self.directory is not None:
+            fsync_dir(self.directory)
+        return old
+
+    # -- reading ---------------------------------------------------------------------------------------
+    def _limit(self, chunk: Chunk) -> int:
+        if chunk.is_completed:
+            return chunk.physical_end
+        return min(chunk.physical_end, self.committed - chunk.start_position)
+
+    def read_record(self, position: int) -> rec.EventRecord | rec.SystemRecord | None:
+        """The record at exactly ``position``, or None when no committed record starts there."""
+        if position < 0 or position >= self.committed:
+            return None
+        chunk = self.chunk_for(position)
+        if chunk is None:
+            return None
+        offset = chunk.physical_offset(position)
+        if offset is None:
+            return None
+        limit = self._limit(chunk)
+        if offset >= limit:
+            return None
+        record, _ = chunk.read_at(offset, limit)
+        if record.log_position != position:
+            raise CorruptedFile(
+                chunk.path or "memory", f"record at offset {offset} claims position {record.log_position}"
+            )
+        return record
+
+    def is_record_boundary(self, position: int) -> bool:
+        """Whether ``position`` is where a committed record starts, or the committed end."""
+        if position == self.committed:
+            return True
+        try:
+            return self.read_record(position) is not None
+        except CorruptedFile:
+            return False
+
+    def iter_forward(self, position: int) -> Iterator[rec.EventRecord | rec.SystemRecord]:
+        """Committed records with log position >= ``position``, in log order.
+
+        The committed end is read as each chunk is entered, so a long iteration sees records
+        committed while it runs.
+        """
+        position = max(0, position)
+        while position < self.committed:
+            chunk = self.chunk_for(position)
+            if chunk is None:
+                return
+            offset = chunk.physical_offset_at_or_after(position)
+            limit = self._limit(chunk)
+            yield from chunk.iter_records(offset, limit)
+            if not chunk.is_completed:
+                position = chunk.start_position + limit
+                if position >= self.committed:
+                    return
+                continue
+            position = chunk.end_position
+
+    def iter_backward(self, position: int) -> Iterator[rec.EventRecord | rec.SystemRecord]:
+        """Committed records with log position < ``position``, newest first."""
+        position = min(position, self.committed)
+        while position > 0:
+            chunk = self.chunk_for(position - 1)
+            if chunk is None:
+                return
+            limit = self._limit(chunk)
+            if chunk.is_scavenged:
+                offset = chunk.physical_offset_at_or_after(position)
+            else:
+                offset = min(position - chunk.start_position, limit)
+            offset = min(offset, limit)
+            while offset > 0:
+                record, offset = chunk.read_before(offset)
+                yield record
+            position = chunk.start_position
+
+    # -- closing ---------------------------------------------------------------------------------------
+    def close(self) -> None:
+        for chunk in self.distinct_chunks():
+            chunk.close()
+        self.checkpoints.close()

@@ -1,0 +1,196 @@
+"""Stream-level value types: expected versions, new and recorded events, metadata, read slices."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from evdb.errors import InvalidInput
+from evdb.storage.records import MAX_EVENT_NUMBER, EventRecord
+
+__all__ = [
+    "ANY",
+    "MAX_EVENT_NUMBER",
+    "MAX_NAME_BYTES",
+    "NO_STREAM",
+    "STREAM_EXISTS",
+    "AllSlice",
+    "AppendResult",
+    "NewEvent",
+    "StreamMetadata",
+    "StreamSlice",
+    "StreamState",
+    "check_expected_version",
+    "check_stream_name",
+    "is_metastream",
+    "metastream_of",
+    "original_stream_of",
+]
+
+#: Expected versions (KurrentDB's values).
+ANY = -2
+NO_STREAM = -1
+STREAM_EXISTS = -4
+
+#: The largest stream name and event type evdb accepts, in UTF-8 bytes.
+MAX_NAME_BYTES = 4096
+
+
+def is_metastream(stream: str) -> bool:
+    return stream.startswith("$$")
+
+
+def metastream_of(stream: str) -> str:
+    return "$$" + stream
+
+
+def original_stream_of(metastream: str) -> str:
+    return metastream[2:]
+
+
+def check_stream_name(stream: object, what: str = "stream name") -> str:
+    if not isinstance(stream, str) or not stream:
+        raise InvalidInput(f"The {what} must be a non-empty string.")
+    if len(stream.encode()) > MAX_NAME_BYTES:
+        raise InvalidInput(f"The {what} is longer than {MAX_NAME_BYTES} bytes.")
+    if stream == "$all":
+        raise InvalidInput("'$all' is not a stream that can be written; it is the whole log.")
+    return stream
+
+
+def check_expected_version(expected: object) -> int:
+    if isinstance(expected, bool) or not isinstance(expected, int):
+        raise InvalidInput("The expected version must be an integer.")
+    if expected < 0 and expected not in (ANY, NO_STREAM, STREAM_EXISTS):
+        raise InvalidInput(
+            f"Invalid expected version {expected}: use -2 (any), -1 (no stream), -4 (stream exists) or a number >= 0."
+        )
+    return expected
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to append."""
+
+    event_type: str
+    data: bytes = b""
+    metadata: bytes = b""
+    event_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    is_json: bool = False
+
+    @classmethod
+    def json(
+        cls, event_type: str, data: Any, metadata: Any = None, event_id: uuid.UUID | None = None
+    ) -> NewEvent:
+        return cls(
+            event_type,
+            json.dumps(data, separators=(",", ":")).encode(),
+            json.dumps(metadata, separators=(",", ":")).encode() if metadata is not None else b"",
+            event_id or uuid.uuid4(),
+            True,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """What an append wrote: ``next_expected_version`` is the stream's last event number after it."""
+
+    next_expected_version: int
+    position: int  # log position of the last record written (of the original ones when idempotent)
+    first_event_number: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StreamMetadata:
+    """Parsed stream metadata (the last ``$metadata`` event of ``$$stream``)."""
+
+    max_age: int | None = None  # seconds
+    max_count: int | None = None
+    truncate_before: int | None = None
+    cache_control: int | None = None
+    acl: dict[str, Any] | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_soft_deleted(self) -> bool:
+        return self.truncate_before == MAX_EVENT_NUMBER
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> StreamMetadata:
+        """Parse tolerantly: metadata that is not a JSON object counts as empty (as in KurrentDB)."""
+        try:
+            raw = json.loads(data) if data else {}
+        except (ValueError, UnicodeDecodeError):
+            return cls()
+        if not isinstance(raw, dict):
+            return cls()
+        return cls.from_dict(raw, strict=False)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], *, strict: bool = True) -> StreamMetadata:
+        def number(key: str, minimum: int) -> int | None:
+            value = raw.get(key)
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                if strict:
+                    raise InvalidInput(f"Stream metadata {key} must be an integer >= {minimum}.")
+                return None
+            return value
+
+        acl = raw.get("$acl")
+        if acl is not None and not isinstance(acl, dict):
+            if strict:
+                raise InvalidInput("Stream metadata $acl must be an object.")
+            acl = None
+        return cls(
+            max_age=number("$maxAge", 1),
+            max_count=number("$maxCount", 1),
+            truncate_before=number("$tb", 0),
+            cache_control=number("$cacheControl", 1),
+            acl=acl,
+            raw=dict(raw),
+        )
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.raw, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class StreamState:
+    """What a stream is now: its last event number (-1: none), tombstone, metadata."""
+
+    stream: str
+    last_event_number: int
+    tombstoned: bool
+    metadata: StreamMetadata
+    metadata_version: int  # last event number of the metastream, -1 when none
+
+    @property
+    def soft_deleted(self) -> bool:
+        return self.metadata.is_soft_deleted
+
+    @property
+    def exists(self) -> bool:
+        return self.last_event_number >= 0 and not self.tombstoned and not self.soft_deleted
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSlice:
+    stream: str
+    events: list[EventRecord]
+    from_event_number: int
+    next_event_number: int  # where the next read in the same direction starts (-1: none left backwards)
+    last_event_number: int
+    is_end_of_stream: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AllSlice:
+    events: list[EventRecord]
+    from_position: int
+    next_position: int
+    is_end: bool
