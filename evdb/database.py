@@ -16,6 +16,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import fcntl
+import itertools
 import json
 import logging
 import os
@@ -60,6 +61,7 @@ from evdb.streams import (
     is_metastream,
     metastream_of,
     original_stream_of,
+    random_ids,
 )
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "Database", "DatabaseConfig"]
@@ -68,6 +70,13 @@ DEFAULT_CHUNK_SIZE = 256 * 1024 * 1024
 _log = logging.getLogger("evdb.database")
 
 EventFilter = Callable[[rec.EventRecord], bool]
+
+_DATA = int(rec.RecordFlags.DATA)
+_COMMITTED = int(rec.RecordFlags.IS_COMMITTED)
+_JSON = int(rec.RecordFlags.IS_JSON)
+_BEGIN = int(rec.RecordFlags.TRANSACTION_BEGIN)
+_END = int(rec.RecordFlags.TRANSACTION_END)
+_FRAME_FIXED = rec.FRAME_OVERHEAD + rec.EVENT_HEADER.size
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,8 @@ class _Append(_Request):
     stream: str = ""
     events: Sequence[NewEvent] = ()
     expected_version: int = ANY
+    event_types: list[bytes] | None = None  # encoded, from validation
+    payload_size: int = 0  # bytes of event types, data and metadata
 
 
 @dataclass
@@ -168,12 +179,14 @@ class Database:
         self._existence: StreamExistenceFilter | None = None
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
+        self._writer_lock = threading.Lock()  # held by whichever thread runs a group of writes
         self._closed = False
         self._failed: BaseException | None = None
         self._pending = _Pending()
         # writer-private caches (only the writer thread reads or writes them)
         self._states: OrderedDict[str, StreamState] = OrderedDict()
-        self._recent_ids: OrderedDict[bytes, tuple[str, int, int]] = OrderedDict()
+        # first event id of a recent append -> (stream, first event number, all its ids, last position)
+        self._recent_appends: dict[bytes, tuple[str, int, tuple[bytes, ...], int]] = {}
         self._names_since_flush = 0
         self._listeners: list[Callable[[int], None]] = []
         self._listeners_lock = threading.Lock()
@@ -269,7 +282,6 @@ class Database:
                 self._existence.add(record.stream)
             if record.log_position >= start_index:
                 entries.append((stream_hash(record.stream), record.event_number, record.log_position))
-                self._remember_id(record.event_id, record.stream, record.event_number, record.log_position)
                 if len(entries) >= 10_000:
                     self._index.add(entries, record.next_position)
                     count += len(entries)
@@ -356,8 +368,16 @@ class Database:
         check_stream_name(stream)
         check_expected_version(expected_version)
         events = list(events)
-        self._check_events(events)
-        return self._submit(_Append(stream=stream, events=events, expected_version=expected_version))
+        types, size = self._check_events(events)
+        return self._submit(
+            _Append(
+                stream=stream,
+                events=events,
+                expected_version=expected_version,
+                event_types=types,
+                payload_size=size,
+            )
+        )
 
     def append(self, stream: str, events: Sequence[NewEvent], expected_version: int = ANY) -> AppendResult:
         """Append ``events`` to ``stream`` atomically, if its version is ``expected_version``.
@@ -365,7 +385,19 @@ class Database:
         Retrying the same events (same ids) at the same expected version returns the original result
         instead of writing them twice.
         """
-        return self.append_async(stream, events, expected_version).result()
+        check_stream_name(stream)
+        check_expected_version(expected_version)
+        events = list(events)
+        types, size = self._check_events(events)
+        return self._run_here_or_queue(
+            _Append(
+                stream=stream,
+                events=events,
+                expected_version=expected_version,
+                event_types=types,
+                payload_size=size,
+            )
+        ).result()
 
     def delete_stream_async(
         self, stream: str, expected_version: int = ANY, *, hard: bool = False
@@ -376,7 +408,11 @@ class Database:
 
     def delete_stream(self, stream: str, expected_version: int = ANY, *, hard: bool = False) -> AppendResult:
         """Soft delete (``$tb`` = max in the metadata) or, with ``hard``, write a tombstone."""
-        return self.delete_stream_async(stream, expected_version, hard=hard).result()
+        check_stream_name(stream)
+        check_expected_version(expected_version)
+        return self._run_here_or_queue(
+            _Delete(stream=stream, expected_version=expected_version, hard=hard)
+        ).result()
 
     def set_stream_metadata(
         self, stream: str, metadata: dict[str, Any] | StreamMetadata, expected_version: int = ANY
@@ -394,7 +430,7 @@ class Database:
 
     def call_in_writer(self, fn: Callable[[_WriterContext], Any]) -> Any:
         """Run ``fn`` in the writer thread, in order with appends, and return its result."""
-        return self._submit(_Call(fn=fn)).result()
+        return self._run_here_or_queue(_Call(fn=fn)).result()
 
     def write_epoch(self, epoch_number: int, leader_instance_id: uuid.UUID, extra: dict | None = None) -> int:
         """Write an epoch: a system record plus an ``$epoch-information`` event in ``$epochs``."""
@@ -418,48 +454,79 @@ class Database:
 
         return self.call_in_writer(write)
 
-    def _check_events(self, events: list[NewEvent]) -> None:
-        total = 0
+    def _check_events(self, events: list[NewEvent]) -> tuple[list[bytes], int]:
+        """Validate events before they are queued; returns their encoded event types and the bytes
+        their types, data and metadata take (what the writer needs to size the append)."""
+        types: list[bytes] = []
+        payload = 0
         for e in events:
             if not isinstance(e, NewEvent):
                 raise InvalidInput("Events must be NewEvent values.")
-            if not isinstance(e.event_type, str) or not e.event_type:
-                raise InvalidInput("Every event needs a non-empty event type.")
-            if len(e.event_type.encode()) > MAX_NAME_BYTES:
-                raise InvalidInput(f"An event type is longer than {MAX_NAME_BYTES} bytes.")
-            if not isinstance(e.data, bytes | bytearray) or not isinstance(e.metadata, bytes | bytearray):
+            event_type, data, metadata = e.event_type, e.data, e.metadata
+            if type(event_type) is not str or not event_type:
+                raise InvalidInput(f"Every event needs an event type of 1 to {MAX_NAME_BYTES} bytes.")
+            encoded = event_type.encode()
+            if len(encoded) > MAX_NAME_BYTES:
+                raise InvalidInput(f"Every event needs an event type of 1 to {MAX_NAME_BYTES} bytes.")
+            if type(data) is not bytes or type(metadata) is not bytes:
                 raise InvalidInput("Event data and metadata must be bytes.")
-            total += len(e.data) + len(e.metadata)
-        if total > self.config.max_append_size:
+            types.append(encoded)
+            payload += len(data) + len(metadata)
+        if payload > self.config.max_append_size:
             raise EventTooLarge(
-                f"The append carries {total} bytes of data and metadata; the limit (MaxAppendSize) is "
+                f"The append carries {payload} bytes of data and metadata; the limit (MaxAppendSize) is "
                 f"{self.config.max_append_size} bytes."
             )
+        return types, payload + sum(map(len, types))
 
     # -- the writer thread -------------------------------------------------------------------------------
     def _writer_loop(self) -> None:
-        stop = False
-        while not stop:
+        while True:
             first = self._queue.get()
-            group = [first]
-            while len(group) < 1000:
-                try:
-                    group.append(self._queue.get_nowait())
-                except queue.Empty:
+            with self._writer_lock:
+                group = [first]
+                while len(group) < 1000:
+                    try:
+                        group.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                if self._process_group(group):
                     break
-            for request in group:
-                if request is _STOP:
-                    stop = True
-                    continue
-                if self._failed is not None:
-                    request.future.set_exception(EvdbError(f"The database failed: {self._failed}"))
-                    continue
-                self._run(request)
-            try:
-                self._commit_segment()
-            except BaseException as exc:  # an I/O error: nothing of this segment is acknowledged
-                self._fail_segment(exc)
         self._drain_after_stop()
+
+    def _process_group(self, group: list) -> bool:
+        """Run a group of requests and commit them; True when the group holds the stop request."""
+        stop = False
+        for request in group:
+            if request is _STOP:
+                stop = True
+                continue
+            if self._failed is not None:
+                request.future.set_exception(EvdbError(f"The database failed: {self._failed}"))
+                continue
+            self._run(request)
+        try:
+            self._commit_segment()
+        except BaseException as exc:  # an I/O error: nothing of this segment is acknowledged
+            self._fail_segment(exc)
+        return stop
+
+    def _run_here_or_queue(self, request: _Request) -> concurrent.futures.Future:
+        """Run the request in the calling thread when the writer is idle (no thread hand-offs for a
+        lone writer); else queue it for the writer thread, which groups it with the others."""
+        if self._closed:
+            raise DatabaseClosed()
+        if self._failed is not None:
+            raise EvdbError(f"The database stopped accepting writes after an error: {self._failed}")
+        if self._queue.empty() and self._writer_lock.acquire(blocking=False):
+            try:
+                if not self._closed:
+                    self._process_group([request])
+                    return request.future
+            finally:
+                self._writer_lock.release()
+        self._queue.put(request)
+        return request.future
 
     def _run(self, request: _Request) -> None:
         try:
@@ -520,7 +587,7 @@ class Database:
             if not fut.done():
                 fut.set_exception(EvdbError(f"The write failed: {exc}"))
         self._states.clear()
-        self._recent_ids.clear()
+        self._recent_appends.clear()
         try:
             self._log.active_chunk.rollback(self._log.committed - self._log.active_chunk.start_position)
         except BaseException as inner:
@@ -552,23 +619,16 @@ class Database:
         while len(self._states) > self.config.stream_cache_capacity:
             self._states.popitem(last=False)
 
-    def _remember_id(self, event_id: bytes, stream: str, number: int, position: int) -> None:
-        ids = self._recent_ids
-        ids[event_id] = (stream, number, position)
-        if len(ids) > self.config.idempotency_cache_capacity:
-            ids.popitem(last=False)
+    def _remember_append(self, ids: list[bytes], stream: str, first: int, last_position: int) -> None:
+        """Remember a recent append by its first event id (idempotency of any-version appends)."""
+        recent = self._recent_appends
+        recent[ids[0]] = (stream, first, tuple(ids), last_position)
+        capacity = self.config.idempotency_cache_capacity
+        if len(recent) > capacity + capacity // 4:
+            # dicts keep insertion order: keep the newest ``capacity``
+            self._recent_appends = dict(itertools.islice(recent.items(), len(recent) - capacity, None))
 
     # -- writer: appends --------------------------------------------------------------------------------
-    def _written_position(self, stream: str, number: int, event_id: bytes) -> int | None:
-        """Position of event ``number`` of ``stream`` if it carries ``event_id``, else None."""
-        seen = self._recent_ids.get(event_id)
-        if seen is not None and seen[0] == stream and seen[1] == number:
-            return seen[2]
-        record = self._read_stream_event_raw(stream, number)
-        if record is not None and record.event_id == event_id:
-            return record.log_position
-        return None
-
     def _find_duplicate(self, request: _Append, state: StreamState) -> AppendResult | None:
         """The original result when ``request`` repeats events already written (idempotency).
 
@@ -577,27 +637,29 @@ class Database:
         that matches only in part is a wrong expected version, as in KurrentDB.
         """
         events = request.events
-        if not events:
-            return None
+        if not events or any(e.event_id is None for e in events):
+            return None  # events without ids cannot be recognised as repeats
         ids = [e.event_id.bytes for e in events]
         expected = request.expected_version
-        if expected >= NO_STREAM:
-            first = expected + 1
-            if state.last_event_number < first:
+        stream = request.stream
+        if expected < NO_STREAM:  # any, stream exists: ask the recent-append cache
+            seen = self._recent_appends.get(ids[0])
+            if seen is None or seen[0] != stream:
                 return None
-        else:
-            seen = self._recent_ids.get(ids[0])
-            if seen is None or seen[0] != request.stream:
-                return None
-            first = seen[1]
+            if seen[2] != tuple(ids):
+                raise WrongExpectedVersion(stream, expected, state.last_event_number)
+            return AppendResult(seen[1] + len(ids) - 1, seen[3], seen[1], duplicate=True)
+        first = expected + 1  # an exact version (or no-stream): compare with what follows it
+        if state.last_event_number < first:
+            return None
         position = -1
         for i, event_id in enumerate(ids):
-            found = self._written_position(request.stream, first + i, event_id)
-            if found is None:
+            record = self._read_stream_event_raw(stream, first + i)
+            if record is None or record.event_id != event_id:
                 if i == 0:
                     return None
-                raise WrongExpectedVersion(request.stream, expected, state.last_event_number)
-            position = found
+                raise WrongExpectedVersion(stream, expected, state.last_event_number)
+            position = record.log_position
         return AppendResult(first + len(ids) - 1, position, first, duplicate=True)
 
     def _apply_append(self, request: _Append) -> AppendResult:
@@ -629,81 +691,68 @@ class Database:
             return AppendResult(last, -1, last + 1)
         now = self.clock.ticks()
         first = last + 1
-        sizes = [
-            rec.event_frame_size(
-                len(stream.encode()), len(e.event_type.encode()), len(e.data), len(e.metadata)
-            )
-            for e in events
-        ]
+        stream_bytes = stream.encode()
+        n = len(events)
+        client_ids = all(e.event_id is not None for e in events)
+        ids = [e.event_id.bytes for e in events] if client_ids else _event_ids(events)
+        base_flags = _DATA | _COMMITTED
+        if request.event_types is None:
+            request.event_types, request.payload_size = self._check_events(list(events))
+        event_types = request.event_types
+        size = (_FRAME_FIXED + len(stream_bytes)) * n + request.payload_size
         recreate_meta: bytes | None = None
+        meta_stream = metastream_of(stream)
         if soft_deleted:
+            # recreating a soft-deleted stream: the same append rewrites $tb to its first new event
             raw = dict(state.metadata.raw)
             raw["$tb"] = first
             recreate_meta = json.dumps(raw, separators=(",", ":")).encode()
-            meta_stream = metastream_of(stream)
-            sizes.append(
-                rec.event_frame_size(len(meta_stream.encode()), len("$metadata"), len(recreate_meta), 0)
-            )
-        self._make_room(sum(sizes))
-        position = self._log.end
-        frames = []
+            size += rec.event_frame_size(len(meta_stream.encode()), len("$metadata"), len(recreate_meta), 0)
+        self._make_room(size)
+        start = self._log.end
+        block, positions = rec.encode_events(
+            position=start,
+            first_number=first,
+            stream=stream_bytes,
+            events=events,
+            ids=ids,
+            timestamp=now,
+            base_flags=base_flags,
+            end_flag=0 if soft_deleted else _END,
+            event_types=event_types,
+        )
         h = stream_hash(stream)
         pending = self._pending
-        n = len(events)
-        for i, e in enumerate(events):
-            flags = rec.RecordFlags.DATA | rec.RecordFlags.IS_COMMITTED
-            if i == 0:
-                flags |= rec.RecordFlags.TRANSACTION_BEGIN
-            if i == n - 1 and recreate_meta is None:
-                flags |= rec.RecordFlags.TRANSACTION_END
-            if e.is_json:
-                flags |= rec.RecordFlags.IS_JSON
-            number = first + i
-            frames.append(
-                rec.encode_event(
-                    log_position=position,
-                    event_number=number,
-                    stream=stream,
-                    event_type=e.event_type,
-                    event_id=e.event_id.bytes,
-                    timestamp=now,
-                    flags=flags,
-                    data=bytes(e.data),
-                    metadata=bytes(e.metadata),
-                )
-            )
-            pending.entries.append((h, number, position))
-            self._remember_id(e.event_id.bytes, stream, number, position)
-            last_position = position
-            position += sizes[i]
+        entries = pending.entries
+        numbers = range(first, first + n)
+        entries.extend(zip(itertools.repeat(h), numbers, positions))
+        if client_ids:
+            self._remember_append(ids, stream, first, positions[-1])
         pending.names.add(stream)
+        last_position = positions[-1]
         new_state = StreamState(stream, first + n - 1, False, state.metadata, state.metadata_version)
         if recreate_meta is not None:
-            meta_stream = metastream_of(stream)
             meta_state = self._state_for_write(meta_stream)
             meta_number = meta_state.last_event_number + 1
-            frames.append(
-                rec.encode_event(
-                    log_position=position,
-                    event_number=meta_number,
-                    stream=meta_stream,
-                    event_type="$metadata",
-                    event_id=uuid.uuid4().bytes,
-                    timestamp=now,
-                    flags=rec.RecordFlags.DATA
-                    | rec.RecordFlags.IS_COMMITTED
-                    | rec.RecordFlags.IS_JSON
-                    | rec.RecordFlags.TRANSACTION_END,
-                    data=recreate_meta,
-                    metadata=b"",
-                )
+            position = start + len(block)
+            meta_block, _ = rec.encode_events(
+                position=position,
+                first_number=meta_number,
+                stream=meta_stream.encode(),
+                events=[NewEvent("$metadata", recreate_meta, b"", None, True)],
+                ids=random_ids(1),
+                timestamp=now,
+                base_flags=base_flags,
+                end_flag=_END,
+                begin_flag=0,  # it continues the append
             )
-            pending.entries.append((stream_hash(meta_stream), meta_number, position))
+            block += meta_block
+            entries.append((stream_hash(meta_stream), meta_number, position))
             pending.names.add(meta_stream)
             metadata = StreamMetadata.from_bytes(recreate_meta)
             new_state = StreamState(stream, first + n - 1, False, metadata, meta_number)
-            self._cache_state(StreamState(meta_stream, meta_number, False, StreamMetadata(), -1))
-        self._log.write(b"".join(frames))
+            self._cache_state(StreamState(meta_stream, meta_number, False, StreamMetadata(max_count=1), -1))
+        self._log.write(block)
         self._cache_state(new_state)
         if is_metastream(stream):
             self._metadata_written(stream, events[-1].data, new_state.last_event_number)
@@ -973,24 +1022,36 @@ class Database:
         events: list[rec.EventRecord] = []
         next_position = max(position, 0)
         scanned = 0
-        end = self._log.committed
-        for record in self._log.iter_forward(position):
-            if record.log_position >= end:
+        event_record = rec.EventRecord
+        done = False
+        while not done:
+            batch, after = self._log.read_forward_batch(next_position, min(1024, max_count - len(events) + 8))
+            if not batch:
+                next_position = max(next_position, after)
                 break
-            next_position = record.next_position
-            if not isinstance(record, rec.EventRecord):
+            if event_filter is None and max_scan is None and len(batch) <= max_count - len(events):
+                # the common case, without a per-record Python loop
+                events.extend([r for r in batch if type(r) is event_record])
+                next_position = after
+                done = len(events) >= max_count
                 continue
-            scanned += 1
-            if event_filter is None or event_filter(record):
-                events.append(record)
-                if len(events) >= max_count:
+            for record in batch:
+                if type(record) is not event_record:
+                    next_position = record.next_position
+                    continue
+                next_position = record[0] + record[9]  # log_position + size
+                scanned += 1
+                if event_filter is None or event_filter(record):
+                    events.append(record)
+                    if len(events) >= max_count:
+                        done = True
+                        break
+                if max_scan is not None and scanned >= max_scan:
+                    done = True
                     break
-            if max_scan is not None and scanned >= max_scan:
-                break
-        else:
-            next_position = max(next_position, end)
-        is_end = next_position >= end
-        return AllSlice(events, position, next_position, is_end)
+            else:
+                next_position = after
+        return AllSlice(events, position, next_position, next_position >= self._log.committed)
 
     def read_all_backward(
         self, position: int | None = None, max_count: int = 4096, event_filter: EventFilter | None = None
@@ -1020,6 +1081,14 @@ class Database:
         for record in self._log.iter_forward(position):
             if isinstance(record, rec.EventRecord):
                 yield record
+
+
+def _event_ids(events: Sequence[NewEvent]) -> list[bytes]:
+    ids = [e.event_id.bytes if e.event_id is not None else None for e in events]
+    if None in ids:
+        fresh = iter(random_ids(ids.count(None)))
+        ids = [i if i is not None else next(fresh) for i in ids]
+    return ids
 
 
 def _check_count(max_count: int) -> None:

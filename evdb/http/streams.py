@@ -505,4 +505,3 @@ def setup(app: web.Application) -> None:
     r.add_get("/streams/{stream}/{start}/{direction:forward|backward}/{count}", read_stream_page)
     r.add_get("/streams/{stream}/{number}", read_event)
     r.add_get("/subscriptions/streams/{stream}", subscribe_stream)
-

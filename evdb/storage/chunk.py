@@ -309,6 +309,57 @@ class Chunk:
         self.physical_end = physical_end
         self._hasher = xxhash.xxh3_128(memoryview(self._buf)[: HEADER_SIZE + physical_end])
 
+    def scan_valid_end(self, start: int) -> int:
+        """Where the log really ends in an active chunk, from ``start`` (the writer checkpoint).
+
+        The writer checkpoint is not fsynced with every append (the chunk is), so records after it
+        may be durable and acknowledged. They count when every one of their frames verifies, each
+        claims the position it sits at, and their append is whole (from its TransactionBegin record
+        to its TransactionEnd record). The first torn or stale frame ends the scan.
+        """
+        offset = end = start
+        in_append = False
+        while offset < self.chunk_size:
+            try:
+                record, nxt = self.read_at(offset, limit=self.chunk_size)
+            except CorruptedFile:
+                break
+            if record.log_position != self.start_position + offset:
+                break
+            if isinstance(record, rec.SystemRecord):
+                if in_append:
+                    break
+                end = nxt
+            else:
+                if record.flags & rec.RecordFlags.TRANSACTION_BEGIN:
+                    if in_append:
+                        break
+                    in_append = True
+                elif not in_append:
+                    break
+                if record.flags & rec.RecordFlags.TRANSACTION_END:
+                    in_append = False
+                    end = nxt
+            offset = nxt
+        return end
+
+    def zero_tail(self, start: int, end: int) -> None:
+        """Overwrite ``[start, end)`` of the data with zeros (so stale records can never be taken
+        for valid ones after a rollback or a truncation)."""
+        if end <= start or self.footer is not None:
+            return
+        zeros = bytes(min(end - start, 1 << 20))
+        offset = start
+        while offset < end:
+            piece = zeros[: min(len(zeros), end - offset)]
+            if self._fd is None:
+                self._buf[HEADER_SIZE + offset : HEADER_SIZE + offset + len(piece)] = piece
+            else:
+                os.pwrite(self._fd, piece, HEADER_SIZE + offset)
+            offset += len(piece)
+        if self._fd is not None:
+            os.fdatasync(self._fd)
+
     # -- appending (active chunk only; one writer) -----------------------------------------------------
     def space_left(self) -> int:
         return self.chunk_size - self.physical_end
@@ -336,6 +387,7 @@ class Chunk:
         """Forget data written after ``physical_end`` (it was never committed)."""
         if self.footer is not None or not 0 <= physical_end <= self.physical_end:
             raise ValueError("cannot roll back a completed chunk or past its end")
+        self.zero_tail(physical_end, self.physical_end)
         self.physical_end = physical_end
         self._hasher = xxhash.xxh3_128(memoryview(self._buf)[: HEADER_SIZE + physical_end])
 
@@ -413,6 +465,17 @@ class Chunk:
             self._buf, HEADER_SIZE + offset, HEADER_SIZE + end, where=self.path or self.file_name
         )
         return record, after - HEADER_SIZE
+
+    def read_batch(self, offset: int, limit: int, max_records: int) -> tuple[list, int]:
+        """Up to ``max_records`` records from physical ``offset``; returns them and the next offset."""
+        records, end = rec.read_frames(
+            self._buf,
+            HEADER_SIZE + offset,
+            HEADER_SIZE + limit,
+            max_records,
+            where=self.path or self.file_name,
+        )
+        return records, end - HEADER_SIZE
 
     def read_before(self, offset: int) -> tuple[rec.EventRecord | rec.SystemRecord, int]:
         """Decode the record that ends at physical ``offset``; returns it and its physical start."""

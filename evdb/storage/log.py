@@ -29,6 +29,10 @@ from evdb.storage.chunk import (
 
 __all__ = ["TransactionLog"]
 
+# After recovery, this many bytes past the end are zeroed, so that a torn append that happened to
+# leave whole frames behind can never be picked up by a later recovery.
+_STALE_TAIL_CHECK = 1 << 20
+
 _log = logging.getLogger("evdb.storage")
 
 
@@ -149,38 +153,38 @@ class TransactionLog:
         self._chunks = table
 
     def _recover_writer(self, verify: bool) -> None:
+        """Find the end of the log: the writer checkpoint, moved forward over appends that were
+        made durable after the checkpoint was last written (see :meth:`Chunk.scan_valid_end`)."""
         w = self.checkpoints.writer.value
+        writer_path = self.checkpoints.writer.path or "writer.chk"
         if not self._chunks:
             if w != 0:
-                raise CorruptedFile(
-                    self.checkpoints.writer.path or "writer.chk", f"writer checkpoint {w} but no chunks"
-                )
+                raise CorruptedFile(writer_path, f"writer checkpoint {w} but no chunks")
             self._chunks = [Chunk.create_active(self.directory, self.chunk_size, 0)]
             self.committed = 0
             return
         last = self._chunks[-1]
         if last.is_completed:
-            if w < last.data_end_position:
-                raise CorruptedFile(
-                    last.path or "memory",
-                    f"writer checkpoint {w} is before the end of completed chunk data {last.data_end_position}",
-                )
+            # a completed chunk is whole (its checksum verified): the writer is past it
             w = last.end_position
             self._chunks.append(Chunk.create_active(self.directory, self.chunk_size, last.end_number + 1))
             last = self._chunks[-1]
         if w < last.start_position:
             prev = self._chunks[last.start_number - 1] if last.start_number > 0 else None
-            if prev is None or w < prev.data_end_position:
-                raise CorruptedFile(
-                    self.checkpoints.writer.path or "writer.chk",
-                    f"writer checkpoint {w} is behind the log's chunks",
-                )
+            if prev is None or not prev.is_completed:
+                raise CorruptedFile(writer_path, f"writer checkpoint {w} is behind the log's chunks")
             w = last.start_position
         if w > last.end_position:
-            raise CorruptedFile(
-                self.checkpoints.writer.path or "writer.chk", f"writer checkpoint {w} is beyond the log"
-            )
-        last.recover_active(w - last.start_position, verify=verify)
+            raise CorruptedFile(writer_path, f"writer checkpoint {w} is beyond the log")
+        start = w - last.start_position
+        if start > 0:
+            last.recover_active(start, verify=verify)
+        end = last.scan_valid_end(start)
+        if end != start:
+            self.logger.info("Recovered %d bytes of appends written after the writer checkpoint", end - start)
+        last.recover_active(end, verify=False)
+        last.zero_tail(end, min(last.chunk_size, end + _STALE_TAIL_CHECK))
+        w = last.start_position + end
         if w != self.checkpoints.writer.value:
             self.checkpoints.writer.write(w)
         if self.checkpoints.chaser.value > w:
@@ -198,7 +202,12 @@ class TransactionLog:
                     self.logger.info("Truncation removes chunk file %s", chunk.path)
                     os.unlink(chunk.path)
                 continue
-            if chunk.data_end_position <= position or not chunk.is_completed:
+            if not chunk.is_completed:
+                # cut the active chunk: zero what lies after the cut so that no scan revives it
+                chunk.zero_tail(position - chunk.start_position, chunk.chunk_size)
+                keep.append(chunk)
+                continue
+            if chunk.data_end_position <= position:
                 keep.append(chunk)
                 continue
             keep.append(self._cut_completed_chunk(chunk, position))
@@ -284,17 +293,22 @@ class TransactionLog:
         return chunk.start_position + offset
 
     def flush(self) -> None:
-        """Make everything written durable and visible to readers."""
+        """Make everything written durable and visible to readers.
+
+        One fsync: the chunk's. The writer checkpoint is written but synced only at chunk
+        completion and close; a restart finds appends made durable after it by scanning on.
+        """
         chunk = self._chunks[-1]
         end = chunk.start_position + chunk.physical_end
         if end != self.committed:
             chunk.flush()
-            self.checkpoints.writer.write(end)
+            self.checkpoints.writer.write(end, flush=False)
             self.committed = end
 
     def complete_active_chunk(self) -> None:
         """Flush, complete the active chunk and start the next one (even if the active one is empty)."""
         self.flush()
+        self.checkpoints.writer.flush()
         with self._lock:
             chunk = self._chunks[-1]
             chunk.complete()
@@ -424,6 +438,23 @@ class TransactionLog:
                 continue
             position = chunk.end_position
 
+    def read_forward_batch(self, position: int, max_records: int) -> tuple[list, int]:
+        """Up to ``max_records`` committed records from ``position`` on, and the position after them."""
+        records: list = []
+        position = max(0, position)
+        while position < self.committed and len(records) < max_records:
+            chunk = self.chunk_for(position)
+            if chunk is None:
+                break
+            offset = chunk.physical_offset_at_or_after(position)
+            limit = self._limit(chunk)
+            batch, end = chunk.read_batch(offset, limit, max_records - len(records))
+            records.extend(batch)
+            if end < limit:  # stopped by max_records inside the chunk
+                return records, records[-1].next_position
+            position = chunk.end_position if chunk.is_completed else chunk.start_position + limit
+        return records, position
+
     def iter_backward(self, position: int) -> Iterator[rec.EventRecord | rec.SystemRecord]:
         """Committed records with log position < ``position``, newest first."""
         position = min(position, self.committed)
@@ -446,4 +477,6 @@ class TransactionLog:
     def close(self) -> None:
         for chunk in self.distinct_chunks():
             chunk.close()
+        for checkpoint in self.checkpoints.all():
+            checkpoint.flush()
         self.checkpoints.close()

@@ -211,3 +211,56 @@ def test_wrong_chunk_size_is_refused(tmp_path):
     log.close()
     with pytest.raises(CorruptedFile, match="ChunkSize"):
         TransactionLog.open(str(tmp_path), chunk_size=CHUNK * 2)
+
+
+def _frame_at(log: TransactionLog, number: int, flags: int) -> bytes:
+    return rec.encode_event(
+        log_position=log.end,
+        event_number=number,
+        stream="s",
+        event_type="t",
+        event_id=os.urandom(16),
+        timestamp=0,
+        flags=flags,
+        data=b"x" * 10,
+        metadata=b"",
+    )
+
+
+def test_durable_appends_after_a_stale_writer_checkpoint_are_recovered(tmp_path):
+    begin, end = rec.RecordFlags.TRANSACTION_BEGIN, rec.RecordFlags.TRANSACTION_END
+    log = TransactionLog.open(str(tmp_path), chunk_size=CHUNK)
+    write_events(log, 2)
+    stale = log.committed
+    log.checkpoints.writer.flush()
+    # a whole append (begin..end), fsynced, acknowledged; the checkpoint was not synced after it
+    log.write(_frame_at(log, 2, begin))
+    log.write(_frame_at(log, 3, end))
+    whole = log.end
+    # then a torn append: its begin record reached the disk, its end record did not
+    log.write(_frame_at(log, 4, begin))
+    log.active_chunk.flush()
+    log.checkpoints.writer.write(stale)
+    log.active_chunk.close()
+    log = TransactionLog.open(str(tmp_path), chunk_size=CHUNK)
+    assert log.committed == whole
+    assert numbers(log.iter_forward(0)) == [0, 1, 2, 3]
+    log.close()
+
+
+def test_truncated_tail_is_never_revived(tmp_path):
+    flags = rec.RecordFlags.TRANSACTION_BEGIN | rec.RecordFlags.TRANSACTION_END
+    log = TransactionLog.open(str(tmp_path), chunk_size=CHUNK)
+    positions = []
+    for i in range(5):
+        positions.append(log.end)
+        log.write(_frame_at(log, i, flags))
+    log.flush()
+    log.checkpoints.truncate.write(positions[2])
+    log.close()
+    log = TransactionLog.open(str(tmp_path), chunk_size=CHUNK)
+    assert numbers(log.iter_forward(0)) == [0, 1]
+    log.close()
+    log = TransactionLog.open(str(tmp_path), chunk_size=CHUNK)  # and again: still cut
+    assert numbers(log.iter_forward(0)) == [0, 1]
+    log.close()

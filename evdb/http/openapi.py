@@ -1,0 +1,328 @@
+"""``GET /openapi.json``: an OpenAPI 3.0 description of every endpoint the node serves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from evdb.http.common import json_response
+
+_TEXT = {"text/plain": {"schema": {"type": "string"}}}
+_JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
+
+
+def _r(description: str, content: dict | None = None, headers: dict | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": description}
+    if content is not None:
+        out["content"] = content
+    if headers:
+        out["headers"] = headers
+    return out
+
+
+_UNAUTH = _r("Not authenticated, or wrong credentials")
+_FORBIDDEN = _r("Authenticated without the required role", _TEXT)
+_BAD = _r("Invalid input; the body says why", _TEXT)
+_STREAM = {"name": "stream", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+_KH = {
+    "Kurrent-ExpectedVersion": {
+        "name": "Kurrent-ExpectedVersion",
+        "in": "header",
+        "required": False,
+        "schema": {"type": "integer", "minimum": -4},
+        "description": "-2 any, -1 no stream, -4 stream exists, or the exact last event number",
+    },
+    "Kurrent-HardDelete": {
+        "name": "Kurrent-HardDelete",
+        "in": "header",
+        "required": False,
+        "schema": {"type": "string", "enum": ["true", "false"]},
+    },
+}
+_FEED = {
+    "application/vnd.kurrent.atom+json": {
+        "schema": {
+            "type": "object",
+            "required": ["links", "entries"],
+            "properties": {
+                "links": {"type": "array", "items": {"type": "object"}},
+                "entries": {"type": "array", "items": {"type": "object"}},
+                "headOfStream": {"type": "boolean"},
+            },
+        }
+    }
+}
+_EVENTS_BODY = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["eventId", "eventType"],
+        "properties": {
+            "eventId": {"type": "string", "format": "uuid"},
+            "eventType": {"type": "string", "minLength": 1},
+            "data": {},
+            "metadata": {},
+        },
+    },
+}
+_SCAVENGE_ID = {
+    "application/json": {
+        "schema": {
+            "type": "object",
+            "required": ["scavengeId", "scavengeLink"],
+            "properties": {"scavengeId": {"type": "string"}, "scavengeLink": {"type": "string"}},
+        }
+    }
+}
+
+
+def _stream_reads() -> dict[str, Any]:
+    read_responses = {
+        "200": _r("A page of the stream, newest first", _FEED),
+        "400": _BAD,
+        "401": _UNAUTH,
+        "403": _FORBIDDEN,
+        "404": _r("The stream does not exist or was soft-deleted", _TEXT),
+        "410": _r("The stream was hard-deleted", _TEXT),
+    }
+    return {
+        "/streams/{stream}": {
+            "get": {
+                "summary": "Read the head of a stream",
+                "parameters": [_STREAM],
+                "responses": read_responses,
+            },
+            "post": {
+                "summary": "Append events",
+                "parameters": [_STREAM, _KH["Kurrent-ExpectedVersion"]],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/vnd.kurrent.events+json": {"schema": _EVENTS_BODY},
+                        "application/vnd.eventstore.events+json": {"schema": _EVENTS_BODY},
+                    },
+                },
+                "responses": {
+                    "201": _r("Written; Location names the first event", _JSON_OBJECT),
+                    "400": _r("Invalid input or wrong expected version (Kurrent-CurrentVersion)", _TEXT),
+                    "401": _UNAUTH,
+                    "403": _FORBIDDEN,
+                    "405": _r("$all cannot be written"),
+                    "410": _r("The stream was hard-deleted", _TEXT),
+                    "413": _r("The append is larger than MaxAppendSize", _TEXT),
+                    "415": _r("Unsupported content type", _TEXT),
+                },
+            },
+            "delete": {
+                "summary": "Delete a stream (soft, or hard with Kurrent-HardDelete: true)",
+                "parameters": [_STREAM, _KH["Kurrent-ExpectedVersion"], _KH["Kurrent-HardDelete"]],
+                "responses": {
+                    "204": _r("Deleted"),
+                    "400": _BAD,
+                    "401": _UNAUTH,
+                    "403": _FORBIDDEN,
+                    "404": _r("The stream does not exist", _TEXT),
+                    "405": _r("$all cannot be deleted"),
+                    "410": _r("Already hard-deleted", _TEXT),
+                },
+            },
+        },
+        "/streams/{stream}/{start}/{direction}/{count}": {
+            "get": {
+                "summary": "Read a page of a stream (or of $all by position)",
+                "parameters": [
+                    _STREAM,
+                    {"name": "start", "in": "path", "required": True, "schema": {"type": "string"}},
+                    {
+                        "name": "direction",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "enum": ["forward", "backward"]},
+                    },
+                    {
+                        "name": "count",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 4096},
+                    },
+                ],
+                "responses": read_responses,
+            }
+        },
+        "/streams/{stream}/{number}": {
+            "get": {
+                "summary": "Read one event ('head' for the last)",
+                "parameters": [
+                    _STREAM,
+                    {"name": "number", "in": "path", "required": True, "schema": {"type": "string"}},
+                ],
+                "responses": {**read_responses, "200": _r("The event's data")},
+            }
+        },
+        "/streams/{stream}/metadata": {
+            "get": {
+                "summary": "Read stream metadata",
+                "parameters": [_STREAM],
+                "responses": {
+                    "200": _r("The metadata object", _JSON_OBJECT),
+                    "400": _BAD,
+                    "401": _UNAUTH,
+                    "403": _FORBIDDEN,
+                    "410": _r("The stream was hard-deleted", _TEXT),
+                },
+            },
+            "post": {
+                "summary": "Write stream metadata",
+                "parameters": [_STREAM, _KH["Kurrent-ExpectedVersion"]],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                },
+                "responses": {
+                    "201": _r("Written"),
+                    "400": _BAD,
+                    "401": _UNAUTH,
+                    "403": _FORBIDDEN,
+                    "410": _r("The stream was hard-deleted", _TEXT),
+                },
+            },
+        },
+        "/subscriptions/streams/{stream}": {
+            "get": {
+                "summary": "Subscribe (server-sent events): history, then live events",
+                "parameters": [
+                    _STREAM,
+                    {"name": "after", "in": "query", "required": False, "schema": {"type": "string"}},
+                    {
+                        "name": "from",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string", "enum": ["end"]},
+                    },
+                ],
+                "responses": {
+                    "200": _r("text/event-stream of event and caught-up messages"),
+                    "400": _BAD,
+                    "401": _UNAUTH,
+                    "403": _FORBIDDEN,
+                },
+            }
+        },
+    }
+
+
+def _plain(summary: str, responses: dict[str, Any], method: str = "get") -> dict[str, Any]:
+    return {method: {"summary": summary, "responses": responses}}
+
+
+def build_document() -> dict[str, Any]:
+    paths: dict[str, Any] = {}
+    paths.update(_stream_reads())
+    paths["/info"] = _plain("Node version, state and features", {"200": _r("Node information", _JSON_OBJECT)})
+    paths["/gossip"] = _plain("Cluster members as this node sees them", {"200": _r("Members", _JSON_OBJECT)})
+    paths["/stats"] = _plain(
+        "Process, system and database statistics", {"200": _r("Statistics", _JSON_OBJECT)}
+    )
+    paths["/metrics"] = _plain("Prometheus metrics", {"200": _r("Prometheus text format")})
+    paths["/ping"] = _plain("Liveness", {"200": _r("Pong", _JSON_OBJECT)})
+    paths["/openapi.json"] = _plain("This document", {"200": _r("OpenAPI 3.0", _JSON_OBJECT)})
+    paths["/admin/shutdown"] = _plain(
+        "Shut the node down", {"200": _r("Shutting down"), "401": _UNAUTH}, method="post"
+    )
+    paths["/users"] = {
+        "get": {"summary": "List users", "responses": {"200": _r("Users", _JSON_OBJECT), "401": _UNAUTH}},
+        "post": {
+            "summary": "Create a user",
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["loginName", "password"],
+                            "properties": {
+                                "loginName": {"type": "string"},
+                                "fullName": {"type": "string"},
+                                "groups": {"type": "array", "items": {"type": "string"}},
+                                "password": {"type": "string"},
+                            },
+                        }
+                    }
+                },
+            },
+            "responses": {
+                "201": _r("Created", _JSON_OBJECT),
+                "400": _BAD,
+                "401": _UNAUTH,
+                "409": _r("Already exists", _TEXT),
+            },
+        },
+    }
+    login = {"name": "login", "in": "path", "required": True, "schema": {"type": "string"}}
+    user_responses = {
+        "200": _r("Done", _JSON_OBJECT),
+        "400": _BAD,
+        "401": _UNAUTH,
+        "403": _FORBIDDEN,
+        "404": _r("No such user", _TEXT),
+    }
+    paths["/users/{login}"] = {
+        "get": {"summary": "Read a user", "parameters": [login], "responses": user_responses},
+        "put": {
+            "summary": "Update a user's full name and groups",
+            "parameters": [login],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"type": "object"}}},
+            },
+            "responses": user_responses,
+        },
+        "delete": {"summary": "Delete a user", "parameters": [login], "responses": user_responses},
+    }
+    paths["/users/{login}/command/{command}"] = {
+        "post": {
+            "summary": "enable, disable, reset-password or change-password",
+            "parameters": [
+                login,
+                {
+                    "name": "command",
+                    "in": "path",
+                    "required": True,
+                    "schema": {
+                        "type": "string",
+                        "enum": ["enable", "disable", "reset-password", "change-password"],
+                    },
+                },
+            ],
+            "requestBody": {
+                "required": False,
+                "content": {"application/json": {"schema": {"type": "object"}}},
+            },
+            "responses": user_responses,
+        }
+    }
+    for extra in EXTRA_PATHS:
+        paths.update(extra)
+    from evdb.node import VERSION
+
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "evdb node HTTP API", "version": VERSION},
+        "components": {"securitySchemes": {"basic": {"type": "http", "scheme": "basic"}}},
+        "security": [{"basic": []}, {}],
+        "paths": paths,
+    }
+
+
+#: Feature modules (scavenge, auto-scavenge, cluster, ...) append their path objects here.
+EXTRA_PATHS: list[dict[str, Any]] = []
+SCAVENGE_ID_CONTENT = _SCAVENGE_ID
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return json_response(build_document())
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_get("/openapi.json", openapi)
