@@ -432,6 +432,15 @@ class Database:
         """Run ``fn`` in the writer thread, in order with appends, and return its result."""
         return self._run_here_or_queue(_Call(fn=fn)).result()
 
+    def forget_stream_states(self) -> None:
+        """Drop the writer's cached stream states (after a scavenge rewrote the index under them)."""
+
+        def forget(ctx: _WriterContext) -> None:
+            self._states.clear()
+            self._recent_appends.clear()
+
+        self.call_in_writer(forget)
+
     def write_epoch(self, epoch_number: int, leader_instance_id: uuid.UUID, extra: dict | None = None) -> int:
         """Write an epoch: a system record plus an ``$epoch-information`` event in ``$epochs``."""
 
@@ -460,7 +469,7 @@ class Database:
         types: list[bytes] = []
         payload = 0
         for e in events:
-            if not isinstance(e, NewEvent):
+            if type(e) is not NewEvent and not isinstance(e, NewEvent):
                 raise InvalidInput("Events must be NewEvent values.")
             event_type, data, metadata = e.event_type, e.data, e.metadata
             if type(event_type) is not str or not event_type:

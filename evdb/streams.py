@@ -4,23 +4,42 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
-
-import numpy as np
 
 from evdb.errors import InvalidInput
 from evdb.storage.records import MAX_EVENT_NUMBER, EventRecord
 
 
+class _IdGenerator:
+    """Event ids for events appended without one: RFC 9562 version-8 UUIDs made of a random
+    per-process prefix and a counter. Unique (the 56-bit prefix is drawn from the OS's random
+    source when the process starts) and several times cheaper than ``uuid.uuid4()``."""
+
+    def __init__(self) -> None:
+        raw = bytearray(os.urandom(9))
+        raw[6] = (raw[6] & 0x0F) | 0x80  # version 8
+        raw[8] = (raw[8] & 0x3F) | 0x80  # RFC variant
+        self._prefix = bytes(raw)
+        self._next = int.from_bytes(os.urandom(4), "big") << 16
+        self._lock = threading.Lock()
+
+    def take(self, count: int) -> list[bytes]:
+        with self._lock:
+            start = self._next
+            self._next += count
+        prefix = self._prefix
+        return [prefix + n.to_bytes(7, "big") for n in range(start, start + count)]
+
+
+_ids = _IdGenerator()
+
+
 def random_ids(count: int) -> list[bytes]:
-    """``count`` random (version 4) UUIDs as bytes, without building UUID objects."""
-    ids = np.frombuffer(os.urandom(16 * count), dtype=np.uint8).reshape(count, 16).copy()
-    ids[:, 6] = (ids[:, 6] & 0x0F) | 0x40
-    ids[:, 8] = (ids[:, 8] & 0x3F) | 0x80
-    raw = ids.tobytes()
-    return [raw[i : i + 16] for i in range(0, 16 * count, 16)]
+    """``count`` fresh, unique event ids (UUID bytes)."""
+    return _ids.take(count)
 
 
 __all__ = [

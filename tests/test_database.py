@@ -273,3 +273,22 @@ def test_epoch_is_a_system_event_in_all(db):
     db.write_epoch(0, uuid.uuid4())
     events = db.read_all_forward(0, 10).events
     assert events[0].stream == "$epochs" and events[0].event_type == "$epoch-information"
+
+
+def test_corrupt_chunk_is_named_at_start(tmp_path, clock):
+    from evdb.errors import CorruptedFile
+
+    path = str(tmp_path / "db")
+    db = Database.open(path, clock=clock, chunk_size=8192)
+    for i in range(100):
+        db.append("s", [ev(i)])
+    first_chunk = db.log.distinct_chunks()[0].path
+    db.close()
+    with open(first_chunk, "r+b") as f:
+        f.seek(500)
+        byte = f.read(1)
+        f.seek(500)
+        f.write(bytes([byte[0] ^ 0x55]))
+    with pytest.raises(CorruptedFile) as err:
+        Database.open(path, clock=clock, chunk_size=8192)
+    assert first_chunk in str(err.value)

@@ -82,7 +82,9 @@ class StreamMachine(RuleBasedStateMachine):
     def append(self, stream, count, expected):
         m = self.model[stream]
         ids = [uuid.uuid4() for _ in range(count)]
-        events = [NewEvent("E", json.dumps({"i": i}).encode(), event_id=ids[i], is_json=True) for i in range(count)]
+        events = [
+            NewEvent("E", json.dumps({"i": i}).encode(), event_id=ids[i], is_json=True) for i in range(count)
+        ]
         if m.tombstoned:
             with pytest.raises(StreamDeleted):
                 self.db.append(stream, events, expected)
@@ -104,7 +106,9 @@ class StreamMachine(RuleBasedStateMachine):
         m = self.model[stream]
         metadata = {k: v for k, v in m.metadata.items() if k != "$tb"} | {"$maxCount": max_count}
         if m.tombstoned:
-            self.db.append("$$" + stream, [NewEvent("$metadata", json.dumps(metadata).encode(), is_json=True)])
+            self.db.append(
+                "$$" + stream, [NewEvent("$metadata", json.dumps(metadata).encode(), is_json=True)]
+            )
         else:
             self.db.set_stream_metadata(stream, metadata)
         self._write_meta(stream, metadata)

@@ -77,10 +77,14 @@ def test_fifty_kills_lose_nothing_acknowledged(tmp_path):
             for name, batch in sent.items():
                 present = [i for i in batch["ids"] if i in by_id]
                 if name in acked:
-                    assert len(present) == len(batch["ids"]), f"acknowledged batch {name} lost after kill {kill}"
+                    assert len(present) == len(batch["ids"]), (
+                        f"acknowledged batch {name} lost after kill {kill}"
+                    )
                     assert by_id[batch["ids"][0]][1] == acked[name]
                 else:
-                    assert len(present) in (0, len(batch["ids"])), f"batch {name} half-written after kill {kill}"
+                    assert len(present) in (0, len(batch["ids"])), (
+                        f"batch {name} half-written after kill {kill}"
+                    )
             # the $all scan agrees with the stream reads
             assert sum(1 for e in db.iter_all(0) if not e.stream.startswith("$")) == len(by_id)
     assert len(acked) > KILLS

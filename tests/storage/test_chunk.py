@@ -125,7 +125,12 @@ def test_scavenged_chunk_maps_logical_positions(tmp_path):
     from evdb.storage.chunk import ChunkBuilder
 
     builder = ChunkBuilder(
-        str(tmp_path), chunk_size=CHUNK, start_number=0, end_number=1, version=1, data_end_position=CHUNK + 500
+        str(tmp_path),
+        chunk_size=CHUNK,
+        start_number=0,
+        end_number=1,
+        version=1,
+        data_end_position=CHUNK + 500,
     )
     kept = [(100, frame(100, 1)), (4000, frame(4000, 7)), (CHUNK + 300, frame(CHUNK + 300, 9))]
     for position, f in kept:

@@ -12,7 +12,9 @@ from evdb.storage.log import TransactionLog
 CHUNK = 16 * 1024
 
 
-def write_events(log: TransactionLog, count: int, start_number: int = 0, data: bytes = b"d" * 100) -> list[int]:
+def write_events(
+    log: TransactionLog, count: int, start_number: int = 0, data: bytes = b"d" * 100
+) -> list[int]:
     positions = []
     for i in range(count):
         f = rec.encode_event(

@@ -22,7 +22,9 @@ i63 = st.integers(min_value=0, max_value=(1 << 63) - 1)
     data=st.binary(max_size=300),
     metadata=st.binary(max_size=100),
 )
-def test_event_record_round_trip(position, number, stream, event_type, event_id, timestamp, flags, data, metadata):
+def test_event_record_round_trip(
+    position, number, stream, event_type, event_id, timestamp, flags, data, metadata
+):
     frame = rec.encode_event(
         log_position=position,
         event_number=number,
@@ -34,7 +36,9 @@ def test_event_record_round_trip(position, number, stream, event_type, event_id,
         data=data,
         metadata=metadata,
     )
-    assert len(frame) == rec.event_frame_size(len(stream.encode()), len(event_type.encode()), len(data), len(metadata))
+    assert len(frame) == rec.event_frame_size(
+        len(stream.encode()), len(event_type.encode()), len(data), len(metadata)
+    )
     record, end = rec.read_frame(frame, 0, len(frame))
     assert end == len(frame)
     assert isinstance(record, rec.EventRecord)

@@ -1,0 +1,263 @@
+"""One node scavenge, phase by phase, to one scavenge point."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from evdb.database import Database
+from evdb.scavenge.accumulator import accumulate
+from evdb.scavenge.calculator import calculate
+from evdb.scavenge.decisions import Decider
+from evdb.scavenge.events import ScavengeEvents
+from evdb.scavenge.executor import execute_chunks
+from evdb.scavenge.index_executor import execute_index
+from evdb.scavenge.merger import merge_chunks
+from evdb.scavenge.point import ScavengePoint, latest_point, write_point
+from evdb.scavenge.run import Progress, RunContext, ScavengeStopped, Throttle, timespan
+from evdb.scavenge.state import ScavengeState
+
+__all__ = ["STAGES", "ScavengeOptions", "ScavengeResult", "Scavenger"]
+
+#: Stages in order, with the phase name KurrentDB logs and reports for each.
+STAGES = (
+    ("Accumulating", "Accumulation"),
+    ("Calculating", "Calculation"),
+    ("ExecutingChunks", "Chunk execution"),
+    ("MergingChunks", "Chunk merging"),
+    ("ExecutingIndex", "Index execution"),
+    ("Cleaning", "Cleaning"),
+)
+
+
+class ScavengeResult(enum.StrEnum):
+    SUCCESS = "Success"
+    STOPPED = "Stopped"
+    ERRORED = "Errored"
+    INTERRUPTED = "Interrupted"
+
+
+@dataclass(frozen=True)
+class ScavengeOptions:
+    threads: int = 1
+    threshold: int = 0
+    throttle_percent: int = 100
+    sync_only: bool = False
+    merging: bool = True
+    unsafe_ignore_hard_delete: bool = False
+    hash_users_cache_capacity: int = 100_000
+    history_max_age_days: int = 30
+
+
+class Scavenger:
+    """Runs one scavenge in the calling thread (the service runs it on a thread of its own)."""
+
+    def __init__(
+        self,
+        db: Database,
+        state: ScavengeState,
+        options: ScavengeOptions,
+        scavenge_id: str,
+        *,
+        logger: logging.Logger,
+        node_endpoint: str = "",
+        set_status: Callable[[str], None] = lambda status: None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.db = db
+        self.state = state
+        self.options = options
+        self.scavenge_id = scavenge_id
+        self.logger = logger
+        self.node_endpoint = node_endpoint
+        self.set_status = set_status
+        self.wall_clock = wall_clock
+        self.stop_event = threading.Event()
+        self.progress = Progress(
+            scavenge_id=scavenge_id,
+            threads=options.threads,
+            threshold=options.threshold,
+            throttle_percent=options.throttle_percent,
+            started=wall_clock(),
+        )
+        self.result: ScavengeResult | None = None
+        self.nothing_to_do = False
+        #: called with the stage name as each stage starts (tests stop a run at a chosen stage)
+        self.stage_hook: Callable[[str], None] = lambda stage: None
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    # -- beginning -------------------------------------------------------------------------------------
+    def _begin(self) -> ScavengePoint | None:
+        """Resume a stopped run; else go to an unreached point; else write one (unless syncOnly)."""
+        checkpoint = self.state.checkpoint()
+        stage = checkpoint.get("stage")
+        if stage and stage != "Done":
+            point = ScavengePoint.from_json(checkpoint["point"])
+            self.logger.info(
+                "SCAVENGING: Resuming the scavenge to %s from stage %s (Position: %d, Threshold: %d).",
+                point.name,
+                stage,
+                point.position,
+                point.threshold,
+            )
+            return point
+        latest = latest_point(self.db)
+        last_done = checkpoint.get("lastPoint", -1)
+        if latest is not None and latest.number > last_done:
+            point = latest
+            self.logger.info(
+                "SCAVENGING: Latest scavenge point found is %s. Position: %d, EffectiveNow: %s, Threshold: %d.",
+                point.name,
+                point.position,
+                point.effective_now,
+                point.threshold,
+            )
+        elif self.options.sync_only:
+            self.logger.info("SCAVENGING: No existing scavenge point to sync with, nothing to do.")
+            return None
+        else:
+            number = latest.number + 1 if latest is not None else 0
+            self.logger.info(
+                "SCAVENGING: Adding new scavenge point #%d with threshold %d...",
+                number,
+                self.options.threshold,
+            )
+            point = write_point(self.db, self.options.threshold)
+        self.state.set_checkpoint(
+            {
+                "stage": STAGES[0][0],
+                "point": point.to_json(),
+                "accumulatedTo": checkpoint.get("accumulatedTo", 0),
+                "lastPoint": last_done,
+                "running": self.scavenge_id,
+            }
+        )
+        return point
+
+    # -- the run ---------------------------------------------------------------------------------------
+    def run(self) -> ScavengeResult:
+        started = time.perf_counter()
+        events = ScavengeEvents(
+            self.db, self.scavenge_id, self.node_endpoint, self.options.history_max_age_days
+        )
+        self.set_status("Beginning")
+        try:
+            point = self._begin()
+        except Exception as exc:
+            self.logger.exception("SCAVENGING: Scavenge failed while beginning")
+            self.progress.error = str(exc)
+            self.result = ScavengeResult.ERRORED
+            self.set_status("Idle")
+            return self.result
+        if point is None:
+            self.nothing_to_do = True
+            self.result = ScavengeResult.SUCCESS
+            self.progress.result = str(self.result)
+            self.set_status("Idle")
+            return self.result
+        self.state.update_checkpoint(running=self.scavenge_id)
+        self.progress.point = point.to_json()
+        self.progress.threshold = point.threshold
+        self.logger.info("SCAVENGING: Scavenge Started.")
+        events.started()
+        ctx = RunContext(
+            db=self.db,
+            state=self.state,
+            point=point,
+            scavenge_id=self.scavenge_id,
+            logger=self.logger,
+            stop=self.stop_event,
+            throttle=Throttle(self.options.throttle_percent, self.stop_event),
+            progress=self.progress,
+            threads=self.options.threads,
+            merging=self.options.merging,
+            unsafe_ignore_hard_delete=self.options.unsafe_ignore_hard_delete,
+            hash_users_cache_capacity=self.options.hash_users_cache_capacity,
+            emit=events,
+            clock_time=self.wall_clock,
+        )
+        error: str | None = None
+        try:
+            self._run_stages(ctx)
+            result = ScavengeResult.SUCCESS
+        except ScavengeStopped:
+            result = ScavengeResult.STOPPED
+        except Exception as exc:
+            self.logger.exception("SCAVENGING: Scavenge failed")
+            error = str(exc)
+            result = ScavengeResult.ERRORED
+        took = time.perf_counter() - started
+        saved = self.progress.bytes_reclaimed
+        max_chunk = max((c.end_number for c in self.progress.chunks if c.executed), default=-1)
+        self.state.update_checkpoint(running=None)
+        if result is ScavengeResult.SUCCESS:
+            self.logger.info(
+                "SCAVENGING: Scavenge Completed. Total time taken: %s. Total space saved: %d.",
+                timespan(took),
+                saved,
+            )
+        elif result is ScavengeResult.STOPPED:
+            self.logger.info(
+                "SCAVENGING: Scavenge Stopped. Total time taken: %s. Total space saved: %d.",
+                timespan(took),
+                saved,
+            )
+        else:
+            self.logger.error(
+                "SCAVENGING: Scavenge Errored. Total time taken: %s. Error: %s", timespan(took), error
+            )
+        try:
+            events.completed(str(result), error, took, saved, max_chunk)
+        except Exception:
+            self.logger.exception("SCAVENGING: could not write the $scavengeCompleted event")
+        self.progress.result = str(result)
+        self.progress.error = error
+        self.result = result
+        self.set_status("Idle")
+        return result
+
+    def _run_stages(self, ctx: RunContext) -> None:
+        decider: Decider | None = None
+        stage_names = [s for s, _ in STAGES]
+        while True:
+            ctx.check_stop()
+            stage = self.state.checkpoint().get("stage")
+            if stage == "Done":
+                return
+            phase = dict(STAGES)[stage]
+            self.stage_hook(stage)
+            ctx.check_stop()
+            self.set_status(f"{phase} Phase")
+            started = ctx.enter_phase(phase)
+            if stage == "Accumulating":
+                accumulate(ctx)
+            elif stage == "Calculating":
+                calculate(ctx)
+            else:
+                if decider is None:
+                    decider = Decider(self.state.all_rows(), ctx.point, ctx.unsafe_ignore_hard_delete)
+                if stage == "ExecutingChunks":
+                    execute_chunks(ctx, decider)
+                elif stage == "MergingChunks":
+                    if ctx.merging:
+                        merge_chunks(ctx)
+                    else:
+                        self.logger.info("SCAVENGING: Chunk merging is off (DisableScavengeMerging).")
+                elif stage == "ExecutingIndex":
+                    execute_index(ctx, decider)
+                elif stage == "Cleaning":
+                    self.state.clear_weights()
+            ctx.leave_phase(phase, started)
+            following = stage_names.index(stage) + 1
+            if following < len(stage_names):
+                self.state.update_checkpoint(stage=stage_names[following])
+            else:
+                self.state.update_checkpoint(
+                    stage="Done", lastPoint=ctx.point.number, calculatedAfter=None, executedThrough=-1
+                )

@@ -1,0 +1,217 @@
+"""The node's scavenge service: one scavenge at a time, started, stopped and watched over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from evdb.database import Database
+from evdb.errors import InvalidInput, ScavengeAlreadyRunning, ScavengeNotFound, StreamNotFound
+from evdb.scavenge.events import SCAVENGES_STREAM, ScavengeEvents, scavenge_stream
+from evdb.scavenge.scavenger import ScavengeOptions, Scavenger, ScavengeResult
+from evdb.scavenge.state import ScavengeState
+
+__all__ = ["MAX_THREADS", "ScavengeRequest", "ScavengeService"]
+
+#: KurrentDB clamps the thread count to 4.
+MAX_THREADS = 4
+
+
+@dataclass(frozen=True)
+class ScavengeRequest:
+    threads: int = 1
+    threshold: int = 0
+    throttle_percent: int = 100
+    sync_only: bool = False
+
+    def validate(self) -> ScavengeRequest:
+        """The spec's rules, with KurrentDB's messages."""
+        if self.threads < 1:
+            raise InvalidInput("threads must be a 1 or above")
+        if not 1 <= self.throttle_percent <= 100:
+            raise InvalidInput("throttlePercent must be between 1 and 100 inclusive")
+        if self.throttle_percent != 100 and self.threads > 1:
+            raise InvalidInput("throttlePercent must be 100 for a multi-threaded scavenge")
+        return self
+
+
+class ScavengeService:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        state_path: str | None,
+        logger: logging.Logger,
+        node_endpoint: str = "",
+        merging: bool = True,
+        unsafe_ignore_hard_delete: bool = False,
+        hash_users_cache_capacity: int = 100_000,
+        history_max_age_days: int = 30,
+        page_size_kib: int = 16,
+        cache_size_bytes: int = 64 * 1024 * 1024,
+        set_status: Callable[[str], None] = lambda status: None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.db = db
+        self.logger = logger
+        self.node_endpoint = node_endpoint
+        self.defaults = ScavengeOptions(
+            merging=merging,
+            unsafe_ignore_hard_delete=unsafe_ignore_hard_delete,
+            hash_users_cache_capacity=hash_users_cache_capacity,
+            history_max_age_days=history_max_age_days,
+        )
+        self.state = ScavengeState(state_path, page_size_kib=page_size_kib, cache_size_bytes=cache_size_bytes)
+        self.set_status = set_status
+        self.wall_clock = wall_clock
+        self._lock = threading.Lock()
+        self._current: Scavenger | None = None
+        self._thread: threading.Thread | None = None
+        self._done = threading.Event()
+        self._done.set()
+        self._last: tuple[str, str] | None = None
+        self._last_scavenger: Scavenger | None = None
+        #: passed to each run: called as each stage starts (a test seam)
+        self.stage_hook: Callable[[str], None] = lambda stage: None
+        self.set_status("Idle")
+
+    @classmethod
+    def state_path_for(cls, index_dir: str | None) -> str | None:
+        return os.path.join(index_dir, "scavenging", "scavenging.db") if index_dir else None
+
+    # -- start-up --------------------------------------------------------------------------------------
+    def mark_interrupted(self) -> str | None:
+        """A scavenge cut short by a crash is recorded as Interrupted; it resumes at the next start."""
+        running = self.state.checkpoint().get("running")
+        if not running:
+            return None
+        self.logger.warning(
+            "SCAVENGING: Scavenge %s was interrupted (the node stopped while it ran).", running
+        )
+        events = ScavengeEvents(self.db, running, self.node_endpoint, self.defaults.history_max_age_days)
+        events.completed(
+            str(ScavengeResult.INTERRUPTED), "The node stopped while the scavenge ran.", 0.0, 0, -1
+        )
+        self.state.update_checkpoint(running=None)
+        self._last = (running, str(ScavengeResult.INTERRUPTED))
+        return running
+
+    # -- operations ------------------------------------------------------------------------------------
+    def start(self, request: ScavengeRequest) -> str:
+        request.validate()
+        threads = min(request.threads, MAX_THREADS)
+        with self._lock:
+            if self._current is not None:
+                raise ScavengeAlreadyRunning()
+            scavenge_id = str(uuid.uuid4())
+            options = ScavengeOptions(
+                threads=threads,
+                threshold=request.threshold,
+                throttle_percent=request.throttle_percent,
+                sync_only=request.sync_only,
+                merging=self.defaults.merging,
+                unsafe_ignore_hard_delete=self.defaults.unsafe_ignore_hard_delete,
+                hash_users_cache_capacity=self.defaults.hash_users_cache_capacity,
+                history_max_age_days=self.defaults.history_max_age_days,
+            )
+            scavenger = Scavenger(
+                self.db,
+                self.state,
+                options,
+                scavenge_id,
+                logger=self.logger,
+                node_endpoint=self.node_endpoint,
+                set_status=self.set_status,
+                wall_clock=self.wall_clock,
+            )
+            scavenger.stage_hook = self.stage_hook
+            self._current = scavenger
+            self._done.clear()
+            self._thread = threading.Thread(
+                target=self._run, args=(scavenger,), name="evdb-scavenge", daemon=True
+            )
+            self._thread.start()
+            return scavenge_id
+
+    def _run(self, scavenger: Scavenger) -> None:
+        try:
+            result = scavenger.run()
+        except BaseException as exc:  # never leave the service thinking a scavenge runs
+            self.logger.exception("SCAVENGING: the scavenge thread failed")
+            result = ScavengeResult.ERRORED
+            scavenger.progress.error = str(exc)
+        with self._lock:
+            self._last = (scavenger.scavenge_id, str(result))
+            self._last_scavenger = scavenger
+            self._current = None
+            self._done.set()
+
+    def current_id(self) -> str | None:
+        current = self._current
+        return current.scavenge_id if current else None
+
+    def stop(self, scavenge_id: str, timeout: float | None = None) -> str:
+        """Stop the running scavenge (``current`` or its id) and wait until it has stopped."""
+        with self._lock:
+            current = self._current
+            if current is None or (scavenge_id != "current" and scavenge_id != current.scavenge_id):
+                raise ScavengeNotFound()
+            current.stop()
+        self._done.wait(timeout)
+        return current.scavenge_id
+
+    async def stop_async(self, scavenge_id: str) -> str:
+        return await asyncio.to_thread(self.stop, scavenge_id)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    def last(self) -> tuple[str, str] | None:
+        """(id, result) of the most recent scavenge: this process's, else the newest in ``$scavenges``."""
+        if self._current is not None:
+            return self._current.scavenge_id, "InProgress"
+        if self._last is not None:
+            return self._last
+        return self._last_from_streams()
+
+    def _last_from_streams(self) -> tuple[str, str] | None:
+        try:
+            links = self.db.read_stream_backward(SCAVENGES_STREAM, None, 1).events
+        except StreamNotFound:
+            return None
+        if not links:
+            return None
+        stream = links[0].data.decode().partition("@")[2]
+        scavenge_id = stream.removeprefix(f"{SCAVENGES_STREAM}-")
+        try:
+            last = self.db.read_stream_backward(scavenge_stream(scavenge_id), None, 1).events[0]
+        except (StreamNotFound, IndexError):
+            return scavenge_id, "Unknown"
+        if last.event_type == "$scavengeCompleted":
+            return scavenge_id, json.loads(last.data).get("result", "Unknown")
+        return scavenge_id, "Unknown"
+
+    def progress(self) -> dict | None:
+        current = self._current
+        if current is None:
+            return None
+        return current.progress.to_json(self.wall_clock())
+
+    def last_progress(self):
+        """The progress figures of the most recent run in this process (tests, the dashboard)."""
+        scavenger = self._current or self._last_scavenger
+        return scavenger.progress if scavenger else None
+
+    def close(self) -> None:
+        current = self._current
+        if current is not None:
+            current.stop()
+            self._done.wait()
+        self.state.close()

@@ -1,0 +1,250 @@
+"""The scavenge database: ``<index>/scavenging/scavenging.db`` (SQLite, WAL).
+
+It remembers what accumulation found (stream metadata, tombstones, which stream each hash belongs
+to, chunk timestamp ranges), what calculation decided (discard points, chunk weights), and a
+checkpoint saying which stage a run reached, so a stopped or interrupted run resumes there. Each
+stage's unit of work (one chunk, a batch of streams) commits together with the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["HashUsers", "ScavengeState", "StreamRow", "to_signed", "to_unsigned"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS checkpoint (id INTEGER PRIMARY KEY CHECK (id = 0), data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS hash_users (hash INTEGER PRIMARY KEY, stream TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS collisions (stream TEXT PRIMARY KEY, hash INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS streams (
+    stream TEXT PRIMARY KEY,
+    tombstoned INTEGER NOT NULL DEFAULT 0,
+    max_age INTEGER,
+    max_count INTEGER,
+    truncate_before INTEGER,
+    meta_number INTEGER,
+    last_number INTEGER,
+    discard_point INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS chunk_timestamps (chunk INTEGER PRIMARY KEY, min_ts INTEGER NOT NULL, max_ts INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS chunk_weights (chunk INTEGER PRIMARY KEY, weight REAL NOT NULL);
+"""
+
+
+def to_signed(h: int) -> int:
+    """SQLite integers are signed 64-bit: store an unsigned 64-bit hash in that range."""
+    return h - (1 << 64) if h >= 1 << 63 else h
+
+
+def to_unsigned(h: int) -> int:
+    return h + (1 << 64) if h < 0 else h
+
+
+@dataclass
+class StreamRow:
+    """What the scavenge knows of one stream (or metastream, for ``meta_number``)."""
+
+    stream: str
+    tombstoned: bool = False
+    max_age: int | None = None
+    max_count: int | None = None
+    truncate_before: int | None = None
+    meta_number: int | None = None  # metastream rows: number of the last metadata event before the point
+    last_number: int | None = None  # last event number before the scavenge point
+    discard_point: int = 0  # events numbered below it are removed
+
+
+class ScavengeState:
+    """One connection, used by one scavenge thread at a time (writes) and by readers of progress."""
+
+    def __init__(
+        self, path: str | None, *, page_size_kib: int = 16, cache_size_bytes: int = 64 * 1024 * 1024
+    ):
+        self.path = path
+        if path is not None:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._conn = sqlite3.connect(path or ":memory:", check_same_thread=False, isolation_level=None)
+        self._lock = threading.RLock()
+        c = self._conn
+        c.execute(f"PRAGMA page_size = {int(page_size_kib) * 1024}")
+        c.execute(f"PRAGMA cache_size = -{max(1, int(cache_size_bytes) // 1024)}")
+        if path is not None:
+            c.execute("PRAGMA journal_mode = WAL")
+            c.execute("PRAGMA synchronous = NORMAL")
+        c.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # -- transactions ---------------------------------------------------------------------------------
+    def transaction(self) -> _Transaction:
+        return _Transaction(self)
+
+    def execute(self, sql: str, params: tuple | list = ()) -> sqlite3.Cursor:
+        with self._lock:
+            return self._conn.execute(sql, params)
+
+    # -- checkpoint -----------------------------------------------------------------------------------
+    def checkpoint(self) -> dict[str, Any]:
+        row = self.execute("SELECT data FROM checkpoint WHERE id = 0").fetchone()
+        return json.loads(row[0]) if row else {}
+
+    def set_checkpoint(self, data: dict[str, Any]) -> None:
+        self.execute(
+            "INSERT INTO checkpoint (id, data) VALUES (0, ?) ON CONFLICT (id) DO UPDATE SET data = excluded.data",
+            (json.dumps(data),),
+        )
+
+    def update_checkpoint(self, **changes: Any) -> dict[str, Any]:
+        data = self.checkpoint()
+        data.update(changes)
+        self.set_checkpoint(data)
+        return data
+
+    # -- streams --------------------------------------------------------------------------------------
+    def row(self, stream: str) -> StreamRow | None:
+        r = self.execute(
+            "SELECT stream, tombstoned, max_age, max_count, truncate_before, meta_number, last_number, discard_point "
+            "FROM streams WHERE stream = ?",
+            (stream,),
+        ).fetchone()
+        return _row(r) if r else None
+
+    def rows_after(self, after: str | None, limit: int) -> list[StreamRow]:
+        cursor = self.execute(
+            "SELECT stream, tombstoned, max_age, max_count, truncate_before, meta_number, last_number, discard_point "
+            "FROM streams WHERE stream > ? ORDER BY stream LIMIT ?",
+            (after or "", limit),
+        )
+        return [_row(r) for r in cursor.fetchall()]
+
+    def all_rows(self) -> dict[str, StreamRow]:
+        cursor = self.execute(
+            "SELECT stream, tombstoned, max_age, max_count, truncate_before, meta_number, last_number, discard_point "
+            "FROM streams"
+        )
+        return {r[0]: _row(r) for r in cursor.fetchall()}
+
+    def save_row(self, row: StreamRow) -> None:
+        self.execute(
+            "INSERT INTO streams (stream, tombstoned, max_age, max_count, truncate_before, meta_number, last_number, "
+            "discard_point) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stream) DO UPDATE SET "
+            "tombstoned = excluded.tombstoned, max_age = excluded.max_age, max_count = excluded.max_count, "
+            "truncate_before = excluded.truncate_before, meta_number = excluded.meta_number, "
+            "last_number = excluded.last_number, discard_point = excluded.discard_point",
+            (
+                row.stream,
+                int(row.tombstoned),
+                row.max_age,
+                row.max_count,
+                row.truncate_before,
+                row.meta_number,
+                row.last_number,
+                row.discard_point,
+            ),
+        )
+
+    def stream_count(self) -> int:
+        return self.execute("SELECT COUNT(*) FROM streams").fetchone()[0]
+
+    # -- chunks ---------------------------------------------------------------------------------------
+    def extend_chunk_timestamps(self, chunk: int, min_ts: int, max_ts: int) -> None:
+        self.execute(
+            "INSERT INTO chunk_timestamps (chunk, min_ts, max_ts) VALUES (?, ?, ?) ON CONFLICT (chunk) DO UPDATE SET "
+            "min_ts = MIN(min_ts, excluded.min_ts), max_ts = MAX(max_ts, excluded.max_ts)",
+            (chunk, min_ts, max_ts),
+        )
+
+    def chunk_timestamps(self) -> dict[int, tuple[int, int]]:
+        return {
+            c: (lo, hi) for c, lo, hi in self.execute("SELECT chunk, min_ts, max_ts FROM chunk_timestamps")
+        }
+
+    def add_weights(self, weights: dict[int, float]) -> None:
+        for chunk, w in weights.items():
+            self.execute(
+                "INSERT INTO chunk_weights (chunk, weight) VALUES (?, ?) ON CONFLICT (chunk) DO UPDATE SET "
+                "weight = weight + excluded.weight",
+                (chunk, w),
+            )
+
+    def weights(self) -> dict[int, float]:
+        return dict(self.execute("SELECT chunk, weight FROM chunk_weights").fetchall())
+
+    def clear_weights(self) -> None:
+        self.execute("DELETE FROM chunk_weights")
+
+    # -- hashes ---------------------------------------------------------------------------------------
+    def collided_streams(self) -> dict[str, int]:
+        return {s: to_unsigned(h) for s, h in self.execute("SELECT stream, hash FROM collisions")}
+
+    def hash_user(self, h: int) -> str | None:
+        r = self.execute("SELECT stream FROM hash_users WHERE hash = ?", (to_signed(h),)).fetchone()
+        return r[0] if r else None
+
+
+def _row(r: tuple) -> StreamRow:
+    return StreamRow(r[0], bool(r[1]), r[2], r[3], r[4], r[5], r[6], r[7])
+
+
+class _Transaction:
+    def __init__(self, state: ScavengeState) -> None:
+        self._state = state
+
+    def __enter__(self) -> ScavengeState:
+        self._state._lock.acquire()
+        self._state._conn.execute("BEGIN")
+        return self._state
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self._state._conn.execute("ROLLBACK" if exc_type else "COMMIT")
+        finally:
+            self._state._lock.release()
+
+
+class HashUsers:
+    """Which stream each 64-bit hash belongs to, with an LRU cache in front of the table.
+
+    A hash seen with a second stream name is a collision: both names are recorded, and the index
+    phase then checks the stream name of every entry with that hash.
+    """
+
+    def __init__(self, state: ScavengeState, capacity: int) -> None:
+        self._state = state
+        self._capacity = max(1, capacity)
+        self._cache: OrderedDict[int, str] = OrderedDict()
+        self.misses = 0
+        self.hits = 0
+        self.collisions = 0
+
+    def observe(self, h: int, stream: str) -> None:
+        cache = self._cache
+        known = cache.get(h)
+        if known is not None:
+            self.hits += 1
+            cache.move_to_end(h)
+        else:
+            self.misses += 1
+            known = self._state.hash_user(h)
+            if known is None:
+                self._state.execute(
+                    "INSERT INTO hash_users (hash, stream) VALUES (?, ?)", (to_signed(h), stream)
+                )
+                known = stream
+            cache[h] = known
+            if len(cache) > self._capacity:
+                cache.popitem(last=False)
+        if known != stream:
+            self.collisions += 1
+            for name in (known, stream):
+                self._state.execute(
+                    "INSERT OR IGNORE INTO collisions (stream, hash) VALUES (?, ?)", (name, to_signed(h))
+                )
