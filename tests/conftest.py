@@ -15,6 +15,12 @@ def clock() -> ManualClock:
 def db(request, tmp_path, clock):
     """A small-chunk database, on disk and in memory (MemDb): the same semantics either way."""
     directory = str(tmp_path / "db") if request.param == "disk" else None
-    database = Database.open(directory, clock=clock, chunk_size=64 * 1024, max_memtable_entries=64)
+    database = Database.open(
+        directory,
+        clock=clock,
+        chunk_size=64 * 1024,
+        existence_filter_capacity=10_000,
+        max_memtable_entries=64,
+    )
     yield database
     database.close()

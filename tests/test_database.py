@@ -207,12 +207,16 @@ def test_invalid_input(db):
 
 def test_reopen_keeps_every_event(tmp_path, clock):
     path = str(tmp_path / "db")
-    db = Database.open(path, clock=clock, chunk_size=8192, max_memtable_entries=50)
+    db = Database.open(
+        path, clock=clock, chunk_size=8192, existence_filter_capacity=10_000, max_memtable_entries=50
+    )
     for i in range(300):
         db.append(f"s-{i % 7}", [ev(i)])
     db.delete_stream("s-1", hard=True)
     db.close()
-    db = Database.open(path, clock=clock, chunk_size=8192, max_memtable_entries=50)
+    db = Database.open(
+        path, clock=clock, chunk_size=8192, existence_filter_capacity=10_000, max_memtable_entries=50
+    )
     assert len(db.read_stream_forward("s-0", 0, 1000).events) == 43
     with pytest.raises(StreamDeleted):
         db.append("s-1", [ev()])
@@ -222,21 +226,25 @@ def test_reopen_keeps_every_event(tmp_path, clock):
 
 def test_second_process_cannot_open_the_same_folder(tmp_path):
     path = str(tmp_path / "db")
-    db = Database.open(path, chunk_size=8192)
+    db = Database.open(path, chunk_size=8192, existence_filter_capacity=10_000)
     with pytest.raises(DatabaseLocked):
-        Database.open(path, chunk_size=8192)
+        Database.open(path, chunk_size=8192, existence_filter_capacity=10_000)
     db.close()
 
 
 def test_truncate_checkpoint_rebuilds_the_index(tmp_path, clock):
     path = str(tmp_path / "db")
-    db = Database.open(path, clock=clock, chunk_size=8192, max_memtable_entries=20)
+    db = Database.open(
+        path, clock=clock, chunk_size=8192, existence_filter_capacity=10_000, max_memtable_entries=20
+    )
     for i in range(100):
         db.append("s", [ev(i)])
     cut = db.read_stream_forward("s", 60, 1).events[0].log_position
     db.log.checkpoints.truncate.write(cut)
     db.close()
-    db = Database.open(path, clock=clock, chunk_size=8192, max_memtable_entries=20)
+    db = Database.open(
+        path, clock=clock, chunk_size=8192, existence_filter_capacity=10_000, max_memtable_entries=20
+    )
     assert db.read_stream_forward("s", 0, 1000).last_event_number == 59
     db.append("s", [ev()], 59)
     db.close()
@@ -279,7 +287,7 @@ def test_corrupt_chunk_is_named_at_start(tmp_path, clock):
     from evdb.errors import CorruptedFile
 
     path = str(tmp_path / "db")
-    db = Database.open(path, clock=clock, chunk_size=8192)
+    db = Database.open(path, clock=clock, chunk_size=8192, existence_filter_capacity=10_000)
     for i in range(100):
         db.append("s", [ev(i)])
     first_chunk = db.log.distinct_chunks()[0].path
@@ -290,5 +298,5 @@ def test_corrupt_chunk_is_named_at_start(tmp_path, clock):
         f.seek(500)
         f.write(bytes([byte[0] ^ 0x55]))
     with pytest.raises(CorruptedFile) as err:
-        Database.open(path, clock=clock, chunk_size=8192)
+        Database.open(path, clock=clock, chunk_size=8192, existence_filter_capacity=10_000)
     assert first_chunk in str(err.value)

@@ -53,7 +53,13 @@ class StreamMachine(RuleBasedStateMachine):
         self.all: list[tuple[str, str]] = []  # (stream, event type) in log order
 
     def _open(self) -> Database:
-        return Database.open(self.dir + "/db", clock=self.clock, chunk_size=8192, max_memtable_entries=16)
+        return Database.open(
+            self.dir + "/db",
+            clock=self.clock,
+            chunk_size=8192,
+            existence_filter_capacity=10_000,
+            max_memtable_entries=16,
+        )
 
     def teardown(self) -> None:
         self.db.close()

@@ -24,6 +24,7 @@ from evdb.auth import UserStore
 from evdb.clock import Clock, SystemClock
 from evdb.database import Database, DatabaseConfig
 from evdb.metrics import NodeMetrics
+from evdb.scavenge.service import ScavengeService
 from evdb.streams import NewEvent
 from evdb.subscriptions import CommitNotifier
 
@@ -45,6 +46,7 @@ class Node:
         self.db: Database | None = None
         self.users: UserStore
         self.notifier: CommitNotifier
+        self.scavenge: ScavengeService | None = None
         self.metrics = NodeMetrics(self)
         self.statuses: dict[str, tuple[str, float]] = {}
         self.tls: Any = None
@@ -163,24 +165,27 @@ class Node:
             self._tasks.append(asyncio.create_task(self._write_statistics(), name=f"{self.name}-stats"))
         self.logger.info("Node is ready: %s", self.http_url)
 
-    async def _start_http(self, ssl_context: ssl.SSLContext | None) -> None:
+    def _bind_sockets(self) -> list[socket.socket]:
+        """Bind the HTTP port now (port 0 picks a free one), so the node knows its endpoint."""
+        sock = _bind(self.host, self.port)
+        self.port = sock.getsockname()[1]
+        sockets = [sock]
+        if self.host in ("127.0.0.1", "localhost"):
+            # clients resolve "localhost" to either family: serve IPv6 loopback on the same port too
+            with contextlib.suppress(OSError):
+                sockets.append(_bind("::1", self.port, socket.AF_INET6))
+        return sockets
+
+    async def _start_http(self, ssl_context: ssl.SSLContext | None, sockets: list[socket.socket]) -> None:
         from evdb.http.app import build_app
 
         app = build_app(self)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
         await self._runner.setup()
-        sock = _bind(self.host, self.port)
-        self.port = sock.getsockname()[1]
-        site = web.SockSite(self._runner, sock, ssl_context=ssl_context)
-        await site.start()
-        self._sites.append(site)
-        if self.host in ("127.0.0.1", "localhost"):
-            # clients resolve "localhost" to either family: serve IPv6 loopback on the same port too
-            with contextlib.suppress(OSError):
-                sock6 = _bind("::1", self.port, socket.AF_INET6)
-                site6 = web.SockSite(self._runner, sock6, ssl_context=ssl_context)
-                await site6.start()
-                self._sites.append(site6)
+        for sock in sockets:
+            site = web.SockSite(self._runner, sock, ssl_context=ssl_context)
+            await site.start()
+            self._sites.append(site)
 
     async def stop(self) -> None:
         self.metrics.node_up.set(0)
@@ -193,6 +198,9 @@ class Node:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self.scavenge is not None:
+            await asyncio.to_thread(self.scavenge.close)
+            self.scavenge = None
         if self.db is not None:
             self.notifier.close()
             await asyncio.to_thread(self.db.close)

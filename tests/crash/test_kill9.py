@@ -62,7 +62,9 @@ def test_fifty_kills_lose_nothing_acknowledged(tmp_path):
                 sent[line["send"]] = line
             else:
                 acked[line["ack"]] = line["first"]
-        with Database.open(directory, chunk_size=16 * 1024, max_memtable_entries=40) as db:
+        with Database.open(
+            directory, chunk_size=16 * 1024, existence_filter_capacity=10_000, max_memtable_entries=40
+        ) as db:
             by_id = {}
             for stream in {s["stream"] for s in sent.values()}:
                 try:

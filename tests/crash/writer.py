@@ -19,7 +19,9 @@ from evdb.streams import NewEvent
 def main() -> None:
     directory, seed = sys.argv[1], int(sys.argv[2])
     rng = random.Random(seed)
-    db = Database.open(directory, chunk_size=16 * 1024, max_memtable_entries=40)
+    db = Database.open(
+        directory, chunk_size=16 * 1024, existence_filter_capacity=10_000, max_memtable_entries=40
+    )
     out = sys.stdout
     batch = 0
     while True:

@@ -21,7 +21,11 @@ class Harness:
 
     def open(self) -> None:
         self.db = Database.open(
-            str(self.path / "db"), clock=self.clock, chunk_size=CHUNK, max_memtable_entries=64
+            str(self.path / "db"),
+            clock=self.clock,
+            chunk_size=CHUNK,
+            max_memtable_entries=64,
+            existence_filter_capacity=10_000,
         )
         self.service = ScavengeService(
             self.db,

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from evdb.errors import StreamNotFound
 from evdb.scavenge.scavenger import STAGES
 from evdb.scavenge.service import ScavengeRequest
 from evdb.storage.records import MAX_EVENT_NUMBER
@@ -72,7 +73,7 @@ def test_sync_only_with_no_point_does_nothing(harness):
     harness.scavenge(sync_only=True)
     assert harness.service.last_progress().point is None
     assert ("s", 0) in harness.survivors()
-    with pytest.raises(Exception):
+    with pytest.raises(StreamNotFound):
         harness.db.read_stream_forward("$scavengePoints")
 
 
@@ -93,9 +94,10 @@ def test_a_later_scavenge_goes_to_an_existing_unreached_point(harness):
 
 
 def test_scavenge_streams_record_the_run(harness):
-    harness.db.append("s", [ev(i) for i in range(3)])
+    harness.db.append("s", [ev(i) for i in range(100)])  # more than a memtable: PTables exist
     harness.db.set_stream_metadata("s", {"$maxCount": 1})
-    scavenge_id, result = harness.scavenge()
+    harness.db.index.wait_idle()
+    scavenge_id, _ = harness.scavenge()
     events = harness.db.read_stream_forward(f"$scavenges-{scavenge_id}").events
     types = [e.event_type for e in events]
     assert types[0] == "$scavengeStarted" and types[-1] == "$scavengeCompleted"

@@ -1,0 +1,204 @@
+"""Scavenge endpoints, with KurrentDB's paths, parameters, messages, status codes and bodies."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from evdb.errors import InvalidInput, ScavengeNotFound
+from evdb.http.common import get_node, json_response, require_ops, text_or_json, wants_json
+from evdb.http.openapi import EXTRA_PATHS, SCAVENGE_ID_CONTENT
+from evdb.scavenge.service import ScavengeRequest
+
+
+def _int(request: web.Request, name: str, default: int, message: str) -> int:
+    value = request.query.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidInput(message) from None
+
+
+def parse_request(request: web.Request) -> ScavengeRequest:
+    node = get_node(request)
+    q = request.query
+    threads = _int(request, "threads", 1, "threads must be a 1 or above")
+    threshold = _int(request, "threshold", 0, "threshold must be an integer")
+    throttle = _int(request, "throttlePercent", 100, "throttlePercent must be between 1 and 100 inclusive")
+    sync_only = q.get("syncOnly", "false").lower()
+    if sync_only not in ("true", "false"):
+        raise InvalidInput("syncOnly must be a boolean")
+    if "startFromChunk" in q:
+        value = q["startFromChunk"]
+        if not value.isdigit():
+            raise InvalidInput("startFromChunk must be a positive integer")
+        node.logger.warning("startFromChunk is deprecated and ignored (it will be removed).")
+    return ScavengeRequest(threads, threshold, throttle, sync_only == "true").validate()
+
+
+async def start(request: web.Request) -> web.Response:
+    require_ops(request)
+    node = get_node(request)
+    query = request.query_string
+    node.logger.info(
+        "Request scavenging because /admin/scavenge%s request has been received.",
+        f"?{query}" if query else "",
+    )
+    scavenge_request = parse_request(request)
+    scavenge_id = await asyncio.to_thread(node.scavenge.start, scavenge_request)
+    return text_or_json(request, {"scavengeId": scavenge_id})
+
+
+async def current(request: web.Request) -> web.Response:
+    require_ops(request)
+    node = get_node(request)
+    scavenge_id = node.scavenge.current_id() or ""
+    link = f"/admin/scavenge/{scavenge_id}" if scavenge_id else ""
+    return text_or_json(request, {"scavengeId": scavenge_id, "scavengeLink": link})
+
+
+async def last(request: web.Request) -> web.Response:
+    require_ops(request)
+    node = get_node(request)
+    found = await asyncio.to_thread(node.scavenge.last)
+    if found is None:
+        return text_or_json(request, {"scavengeId": "", "scavengeLink": "", "scavengeResult": "Unknown"})
+    scavenge_id, result = found
+    return text_or_json(
+        request,
+        {
+            "scavengeId": scavenge_id,
+            "scavengeLink": f"/admin/scavenge/{scavenge_id}",
+            "scavengeResult": result,
+        },
+    )
+
+
+async def progress(request: web.Request) -> web.Response:
+    """evdb extension: the live figures of the running scavenge (phase, chunks, weights, bytes)."""
+    require_ops(request)
+    node = get_node(request)
+    figures = node.scavenge.progress()
+    if figures is None:
+        last_run = node.scavenge.last_progress()
+        body = {"running": False, "last": last_run.to_json(node.clock.time()) if last_run else None}
+    else:
+        body = {"running": True, **figures}
+    return json_response(body)
+
+
+async def stop(request: web.Request) -> web.Response:
+    require_ops(request)
+    node = get_node(request)
+    scavenge_id = request.match_info["scavenge_id"]
+    node.logger.info(
+        "Stopping scavenge because /admin/scavenge/%s DELETE request has been received.", scavenge_id
+    )
+    try:
+        stopped = await node.scavenge.stop_async(scavenge_id)
+    except ScavengeNotFound:
+        return web.Response(status=404, text="Scavenge Id does not exist", content_type="text/plain")
+    if wants_json(request):
+        return json_response(stopped)
+    return web.Response(text=stopped, content_type="text/plain")
+
+
+def setup(app: web.Application) -> None:
+    r = app.router
+    r.add_post("/admin/scavenge", start)
+    r.add_get("/admin/scavenge/current", current)
+    r.add_get("/admin/scavenge/last", last)
+    r.add_get("/admin/scavenge/progress", progress)
+    r.add_delete("/admin/scavenge/{scavenge_id}", stop)
+
+
+_q = [
+    {"name": "threads", "in": "query", "required": False, "schema": {"type": "integer"}},
+    {"name": "threshold", "in": "query", "required": False, "schema": {"type": "integer"}},
+    {"name": "throttlePercent", "in": "query", "required": False, "schema": {"type": "integer"}},
+    {"name": "syncOnly", "in": "query", "required": False, "schema": {"type": "boolean"}},
+    {
+        "name": "startFromChunk",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "integer"},
+        "deprecated": True,
+    },
+]
+_ok = {"description": "OK", "content": SCAVENGE_ID_CONTENT}
+_text = {"text/plain": {"schema": {"type": "string"}}}
+EXTRA_PATHS.append(
+    {
+        "/admin/scavenge": {
+            "post": {
+                "summary": "Start a scavenge on this node",
+                "parameters": _q,
+                "responses": {
+                    "200": {
+                        "description": "Started",
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["scavengeId"],
+                                    "properties": {"scavengeId": {"type": "string"}},
+                                }
+                            },
+                            **_text,
+                        },
+                    },
+                    "400": {"description": "Invalid parameter, or already running", "content": _text},
+                    "401": {"description": "Not authenticated, or not admin/ops"},
+                },
+            }
+        },
+        "/admin/scavenge/current": {
+            "get": {
+                "summary": "The running scavenge",
+                "responses": {"200": _ok, "401": {"description": "Not authenticated, or not admin/ops"}},
+            },
+            "delete": {
+                "summary": "Stop the running scavenge (answers once it has stopped)",
+                "responses": {
+                    "200": {"description": "Stopped", "content": _text},
+                    "401": {"description": "Not authenticated, or not admin/ops"},
+                    "404": {"description": "No scavenge is running", "content": _text},
+                },
+            },
+        },
+        "/admin/scavenge/last": {
+            "get": {
+                "summary": "The most recent scavenge and its result",
+                "responses": {"200": _ok, "401": {"description": "Not authenticated, or not admin/ops"}},
+            }
+        },
+        "/admin/scavenge/progress": {
+            "get": {
+                "summary": "evdb: live progress of the running scavenge",
+                "responses": {
+                    "200": {
+                        "description": "Progress",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
+                    "401": {"description": "Not authenticated, or not admin/ops"},
+                },
+            }
+        },
+        "/admin/scavenge/{scavengeId}": {
+            "delete": {
+                "summary": "Stop the scavenge with this id (answers once it has stopped)",
+                "parameters": [
+                    {"name": "scavengeId", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": {"description": "Stopped", "content": _text},
+                    "401": {"description": "Not authenticated, or not admin/ops"},
+                    "404": {"description": "No scavenge with this id is running", "content": _text},
+                },
+            }
+        },
+    }
+)
