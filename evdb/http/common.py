@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 NODE: web.AppKey[Node] = web.AppKey("node")
-PRINCIPAL = "evdb.principal"
+PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal", Principal)
 
 
 def get_node(request: web.Request) -> Node:
@@ -45,9 +45,14 @@ def wants_json(request: web.Request) -> bool:
     return "json" in accept
 
 
-def json_response(data: Any, status: int = 200, **kwargs: Any) -> web.Response:
+def json_response(
+    data: Any, status: int = 200, *, content_type: str = "application/json", headers: dict | None = None
+) -> web.Response:
     return web.Response(
-        text=json.dumps(data, separators=(",", ":")), status=status, content_type="application/json", **kwargs
+        text=json.dumps(data, separators=(",", ":")),
+        status=status,
+        content_type=content_type,
+        headers=headers,
     )
 
 

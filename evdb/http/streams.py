@@ -26,6 +26,7 @@ from evdb.storage.records import EventRecord
 from evdb.streams import ANY, NewEvent, StreamMetadata, is_metastream, original_stream_of
 from evdb.subscriptions import CaughtUp, subscribe_to_all, subscribe_to_stream
 
+ATOM = "application/vnd.kurrent.atom+json"
 PAGE = 20
 MAX_PAGE = 4096
 EVENTS_TYPES = ("application/vnd.kurrent.events+json", "application/vnd.eventstore.events+json")
@@ -211,7 +212,7 @@ async def _feed(
         "links": links,
         "entries": [_entry(request, e, embed) for e in events],
     }
-    return json_response(body, headers={"Content-Type": "application/vnd.kurrent.atom+json; charset=utf-8"})
+    return json_response(body, content_type=ATOM)
 
 
 async def read_stream_head(request: web.Request) -> web.Response:
@@ -255,9 +256,7 @@ async def read_event(request: web.Request) -> web.Response:
     accept = request.headers.get("Accept", "")
     if "atom" in accept or request.query.get("embed"):
         entry = _entry(request, record, "body")
-        return json_response(
-            entry, headers={"Content-Type": "application/vnd.kurrent.atom+json; charset=utf-8"}
-        )
+        return json_response(entry, content_type=ATOM)
     if record.is_json and not record.is_redacted:
         return web.Response(body=record.data, content_type="application/json")
     return web.Response(body=record.data, content_type="application/octet-stream")
@@ -296,7 +295,7 @@ async def _all_feed(request: web.Request, start: int | None, direction: str, cou
         "links": links,
         "entries": [_entry(request, e, embed) for e in events],
     }
-    return json_response(body, headers={"Content-Type": "application/vnd.kurrent.atom+json; charset=utf-8"})
+    return json_response(body, content_type=ATOM)
 
 
 # -- writing -----------------------------------------------------------------------------------------

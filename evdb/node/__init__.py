@@ -47,8 +47,8 @@ class Node:
         self.users: UserStore
         self.notifier: CommitNotifier
         self.scavenge: ScavengeService | None = None
-        self.metrics = NodeMetrics(self)
         self.statuses: dict[str, tuple[str, float]] = {}
+        self.metrics = NodeMetrics(self)
         self.tls: Any = None
         self._runner: web.AppRunner | None = None
         self._sites: list[web.BaseSite] = []
@@ -159,7 +159,23 @@ class Node:
         await asyncio.to_thread(
             self.db.write_epoch, max(0, self.db.log.checkpoints.proposal.value + 1), self.instance_id
         )
-        await self._start_http(ssl_context)
+        sockets = self._bind_sockets()
+        self.scavenge = ScavengeService(
+            self.db,
+            state_path=ScavengeService.state_path_for(config.resolved_index_dir),
+            logger=self.logger,
+            node_endpoint=self.endpoint,
+            merging=not o.disable_scavenge_merging,
+            unsafe_ignore_hard_delete=o.unsafe_ignore_hard_delete,
+            hash_users_cache_capacity=o.scavenge_hash_users_cache_capacity,
+            history_max_age_days=o.scavenge_history_max_age,
+            page_size_kib=o.scavenge_backend_page_size,
+            cache_size_bytes=o.scavenge_backend_cache_size,
+            set_status=lambda status: self.set_status("Scavenge", status),
+            wall_clock=self.clock.time,
+        )
+        await asyncio.to_thread(self.scavenge.mark_interrupted)
+        await self._start_http(ssl_context, sockets)
         self.metrics.node_up.set(1)
         if o.stats_period_sec > 0:
             self._tasks.append(asyncio.create_task(self._write_statistics(), name=f"{self.name}-stats"))
