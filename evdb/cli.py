@@ -16,6 +16,7 @@ __all__ = ["build_parser", "main"]
 #: Modules that contribute sub-commands, in the order ``evdb --help`` lists them.
 COMMAND_MODULES = (
     "evdb.node_cli",
+    "evdb.admin_cli",
     "evdb.tls.cli",
 )
 
@@ -27,13 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # a feature not built into this copy
-                continue
-            raise
-        module.register_cli(subparsers)
+        importlib.import_module(name).register_cli(subparsers)
     return parser
 
 

@@ -33,7 +33,7 @@ def test_openssl_verifies_the_chain(pki):
 
 
 def test_keys_are_private_and_files_are_not_overwritten(pki):
-    _, ca_cert, ca_key, cert, key = pki
+    _, ca_cert, ca_key, _cert, key = pki
     assert stat.S_IMODE(os.stat(key).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(ca_key).st_mode) == 0o600
     with pytest.raises(Exception, match="already exists"):
@@ -41,7 +41,7 @@ def test_keys_are_private_and_files_are_not_overwritten(pki):
 
 
 def test_loading_checks_everything(pki, tmp_path):
-    base, ca_cert, ca_key, cert, key = pki
+    base, ca_cert, _ca_key, cert, key = pki
     tls = load_node_tls(str(cert), str(key), str(ca_cert))
     assert tls.common_name == "eventstoredb-node" and tls.san_ip_addresses == ["127.0.0.1"]
     with pytest.raises(CertificateError, match="does not exist"):
@@ -63,7 +63,7 @@ def test_loading_checks_everything(pki, tmp_path):
 
 
 def test_symlink_repoint_loads_the_new_certificate(pki, tmp_path):
-    base, ca_cert, ca_key, cert, key = pki
+    _base, ca_cert, ca_key, cert, key = pki
     second_cert, second_key = create_node_certificate(ca_cert, ca_key, tmp_path / "node1b")
     links = tmp_path / "links"
     links.mkdir()
@@ -78,7 +78,7 @@ def test_symlink_repoint_loads_the_new_certificate(pki, tmp_path):
 
 
 async def test_mutual_tls_handshake(pki, tmp_path):
-    _, ca_cert, ca_key, cert, key = pki
+    _, ca_cert, _ca_key, cert, key = pki
     tls = load_node_tls(str(cert), str(key), str(ca_cert))
 
     async def handle(reader, writer):
