@@ -15,6 +15,7 @@ import os
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 from evdb.database import Database
 from evdb.streams import NewEvent
 
+WRITERS = 8
 PAYLOAD = b'{"amount": 12345, "currency": "EUR", "note": "' + b"x" * 150 + b'"}'
 
 
@@ -114,14 +116,31 @@ def run_once(store_cls, directory: str, events: int, batch: int, singles: int) -
         for i in range(singles):
             store.append_batch(single_stream, i, 1)
 
+    def concurrent() -> None:
+        """The same batches from ``WRITERS`` threads at once (a server's many clients)."""
+        own = [uuid.uuid4() for _ in range(WRITERS)]
+
+        def writer(k: int) -> None:
+            version = 0
+            for _ in range(events // batch // WRITERS):
+                store.append_batch(own[k], version, batch)
+                version += batch
+
+        threads = [threading.Thread(target=writer, args=(k,)) for k in range(WRITERS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
     out = {
         "batched appends (events/s)": events / timed(batched),
+        f"batched appends, {WRITERS} concurrent writers (events/s)": events / timed(concurrent),
         "single appends (events/s)": singles / timed(single),
     }
     read_events = sum(versions.values())
+    events_total = events * 2 + singles
     out["stream reads (events/s)"] = read_events / timed(lambda: [store.read_stream(s) for s in streams])
-    total = events + singles
-    out["$all scan (events/s)"] = total / timed(store.scan_all)
+    out["$all scan (events/s)"] = events_total / timed(store.scan_all)
     if hasattr(store, "pragmas"):
         out["_pragmas"] = store.pragmas()
     store.close()

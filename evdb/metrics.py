@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -50,6 +50,22 @@ class _NodeCollector:
         for name, (status, since) in node.statuses.items():
             statuses.add_metric([name, status], since)
         yield statuses
+        service = getattr(node, "scavenge", None)
+        if service is not None:
+            for key, value in service.totals.items():
+                yield CounterMetricFamily(
+                    f"evdb_scavenge_{key}", f"Scavenge: {key.replace('_', ' ')} (all runs)", value=value
+                )
+            running = service.progress()
+            yield GaugeMetricFamily(
+                "evdb_scavenge_running", "1 while a scavenge runs", value=1 if running else 0
+            )
+            if running:
+                yield GaugeMetricFamily(
+                    "evdb_scavenge_bytes_reclaimed_current",
+                    "Bytes reclaimed so far by the running scavenge",
+                    value=running["bytesReclaimed"],
+                )
         with self._process.oneshot():
             mem = self._process.memory_info()
             yield GaugeMetricFamily(

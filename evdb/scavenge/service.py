@@ -78,6 +78,17 @@ class ScavengeService:
         self._done.set()
         self._last: tuple[str, str] | None = None
         self._last_scavenger: Scavenger | None = None
+        #: totals over every run of this process, for the metrics endpoint
+        self.totals = {
+            "chunks_executed": 0,
+            "chunks_skipped": 0,
+            "chunks_merged": 0,
+            "bytes_reclaimed": 0,
+            "records_removed": 0,
+            "index_entries_removed": 0,
+            "hash_cache_misses": 0,
+            "runs": 0,
+        }
         #: passed to each run: called as each stage starts (a test seam)
         self.stage_hook: Callable[[str], None] = lambda stage: None
         self.set_status("Idle")
@@ -147,6 +158,15 @@ class ScavengeService:
             self.logger.exception("SCAVENGING: the scavenge thread failed")
             result = ScavengeResult.ERRORED
             scavenger.progress.error = str(exc)
+        p = scavenger.progress
+        self.totals["chunks_executed"] += sum(1 for c in p.chunks if c.executed and not c.merged)
+        self.totals["chunks_skipped"] += sum(1 for c in p.chunks if not c.executed)
+        self.totals["chunks_merged"] += sum(1 for c in p.chunks if c.merged)
+        self.totals["bytes_reclaimed"] += p.bytes_reclaimed
+        self.totals["records_removed"] += p.records_removed
+        self.totals["index_entries_removed"] += p.index_entries_removed
+        self.totals["hash_cache_misses"] += p.hash_cache_misses
+        self.totals["runs"] += 1
         with self._lock:
             self._last = (scavenger.scavenge_id, str(result))
             self._last_scavenger = scavenger
