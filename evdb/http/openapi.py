@@ -73,7 +73,8 @@ _SCAVENGE_ID = {
             "required": ["scavengeId", "scavengeLink"],
             "properties": {"scavengeId": {"type": "string"}, "scavengeLink": {"type": "string"}},
         }
-    }
+    },
+    "text/plain": {"schema": {"type": "string"}},  # without Accept: application/json, as KurrentDB
 }
 
 

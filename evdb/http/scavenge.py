@@ -33,7 +33,7 @@ def parse_request(request: web.Request) -> ScavengeRequest:
         raise InvalidInput("syncOnly must be a boolean")
     if "startFromChunk" in q:
         value = q["startFromChunk"]
-        if not value.isdigit():
+        if not (value.isascii() and value.isdigit()):
             raise InvalidInput("startFromChunk must be a positive integer")
         node.logger.warning("startFromChunk is deprecated and ignored (it will be removed).")
     return ScavengeRequest(threads, threshold, throttle, sync_only == "true").validate()

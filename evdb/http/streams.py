@@ -15,6 +15,7 @@ import json
 import uuid
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -31,6 +32,11 @@ PAGE = 20
 MAX_PAGE = 4096
 EVENTS_TYPES = ("application/vnd.kurrent.events+json", "application/vnd.eventstore.events+json")
 ALL = "$all"
+
+
+def is_number(text: str) -> bool:
+    """ASCII digits only (``"³".isdigit()`` is true, and ``int("³")`` fails)."""
+    return text.isascii() and text.isdigit()
 
 
 def header(request: web.Request, name: str) -> str | None:
@@ -97,7 +103,7 @@ def encode_position(position: int) -> str:
 
 
 def parse_position(text: str) -> int:
-    if text.isdigit():
+    if is_number(text):
         return int(text)
     if len(text) == 32:
         try:
@@ -143,7 +149,7 @@ def _payload(data: bytes, is_json: bool) -> Any:
 
 
 def _entry(request: web.Request, record: EventRecord, embed: str | None) -> dict[str, Any]:
-    uri = f"{_base(request)}/streams/{record.stream}/{record.event_number}"
+    uri = f"{_base(request)}/streams/{quote(record.stream, safe='$')}/{record.event_number}"
     entry = {
         "title": f"{record.event_number}@{record.stream}",
         "id": uri,
@@ -157,7 +163,7 @@ def _entry(request: web.Request, record: EventRecord, embed: str | None) -> dict
 
 
 def _page_count(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= MAX_PAGE:
+    if not is_number(text) or not 1 <= int(text) <= MAX_PAGE:
         raise InvalidInput(f"The page size must be between 1 and {MAX_PAGE}.")
     return int(text)
 
@@ -174,7 +180,7 @@ async def _feed(
     if direction == "forward":
         assert start is not None
         page = await asyncio.to_thread(db.read_stream_forward, stream, start, count)
-        if not page.events and long_poll and long_poll.isdigit():
+        if not page.events and long_poll and is_number(long_poll):
             seen = db.committed_position
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(node.notifier.wait_beyond(seen), timeout=min(int(long_poll), 300))
@@ -183,7 +189,7 @@ async def _feed(
     else:
         page = await asyncio.to_thread(db.read_stream_backward, stream, start, count)
         events = page.events
-    base = f"{_base(request)}/streams/{stream}"
+    base = f"{_base(request)}/streams/{quote(stream, safe='$')}"
     last = page.last_event_number
     links = [
         {"uri": base, "relation": "self"},
@@ -232,7 +238,7 @@ async def read_stream_page(request: web.Request) -> web.Response:
         return await _all_feed(request, start, direction, count)
     if where == "head":
         start = None
-    elif where.isdigit():
+    elif is_number(where):
         start = int(where)
     else:
         raise InvalidInput(f"'{where}' is not an event number.")
@@ -247,7 +253,7 @@ async def read_event(request: web.Request) -> web.Response:
     check_access(request, stream, "read")
     if number_text == "head":
         number = -1
-    elif number_text.isdigit():
+    elif is_number(number_text):
         number = int(number_text)
     else:
         raise InvalidInput(f"'{number_text}' is not an event number.")
@@ -391,7 +397,7 @@ async def append(request: web.Request) -> web.Response:
     if not result.duplicate:
         node.metrics.events_written.inc(len(events))
         node.metrics.bytes_written.inc(sum(len(e.data) + len(e.metadata) for e in events))
-    location = f"{_base(request)}/streams/{stream}/{result.first_event_number}"
+    location = f"{_base(request)}/streams/{quote(stream, safe='$')}/{result.first_event_number}"
     return web.Response(
         status=201,
         headers={"Location": location},
@@ -440,7 +446,10 @@ async def set_metadata(request: web.Request) -> web.Response:
     StreamMetadata.from_dict(parsed)
     result = await asyncio.to_thread(node.db.set_stream_metadata, stream, parsed, _expected_version(request))
     return web.Response(
-        status=201, headers={"Location": f"{_base(request)}/streams/$${stream}/{result.first_event_number}"}
+        status=201,
+        headers={
+            "Location": f"{_base(request)}/streams/{quote('$$' + stream, safe='$')}/{result.first_event_number}"
+        },
     )
 
 
@@ -480,7 +489,7 @@ async def subscribe_stream(request: web.Request) -> web.StreamResponse:
         )
     check_access(request, stream, "read")
     after = request.query.get("after")
-    if after is not None and not after.isdigit():
+    if after is not None and not is_number(after):
         raise bad_request("'after' must be an event number.")
     return await _sse(
         request,

@@ -147,3 +147,14 @@ async def test_info_gossip_metrics_openapi(client):
     assert "kurrentdb_statuses" in metrics and "evdb_events_written" in metrics
     spec = (await client.get("/openapi.json")).json()
     assert "/admin/scavenge" in spec["paths"] and "/streams/{stream}" in spec["paths"]
+
+
+async def test_odd_stream_names_and_numbers(client):
+    # control characters in a stream name: the Location header is percent-encoded, not broken
+    r = await post(client, "%1F", events("A"))
+    assert r.status_code == 201 and "%1F" in r.headers["Location"]
+    r = await client.post("/streams/%1F/metadata", json={})
+    assert r.status_code == 201
+    # "³" is a digit to str.isdigit(), not a number
+    assert (await client.get("/streams/x/%C2%B3")).status_code == 400
+    assert (await client.get("/streams/x/%C2%B3/forward/5")).status_code == 400
