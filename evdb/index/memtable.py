@@ -65,9 +65,26 @@ class MemTable:
         return zip(numbers[start:], positions[start:], strict=True)
 
     def iter_backward(self, h: int, before_number: int | None) -> Iterator[tuple[int, int]]:
+        with self._lock:
+            values = self._entries.get(h)
+            if values is None:
+                return iter(())
+            if h not in self._unsorted and before_number is None:
+                # the common case (the newest entries of a stream): read from the end in slices
+                return self._backward_slices(values, len(values) // 2)
         numbers, positions = self._pairs(h)
         end = len(numbers) if before_number is None else bisect.bisect_left(numbers, before_number)
         return zip(reversed(numbers[:end]), reversed(positions[:end]), strict=True)
+
+    def _backward_slices(self, values: array, end: int) -> Iterator[tuple[int, int]]:
+        step = 32
+        while end > 0:
+            start = max(0, end - step)
+            with self._lock:
+                chunk = values[2 * start : 2 * end]
+            yield from zip(reversed(chunk[0::2].tolist()), reversed(chunk[1::2].tolist()), strict=True)
+            end = start
+            step = min(step * 4, 65536)
 
     def get(self, h: int, number: int) -> list[int]:
         numbers, positions = self._pairs(h)

@@ -170,8 +170,8 @@ class PTable:
         if h not in self.bloom:
             return 0, 0
         key = np.uint64(h)
-        lo = int(np.searchsorted(self.hashes, key, side="left"))
-        hi = int(np.searchsorted(self.hashes, key, side="right"))
+        lo = int(self.hashes.searchsorted(key, side="left"))
+        hi = int(self.hashes.searchsorted(key, side="right"))
         return lo, hi
 
     def iter_forward(self, h: int, from_number: int) -> Iterator[tuple[int, int]]:
@@ -179,7 +179,16 @@ class PTable:
         if lo == hi:
             return iter(())
         start = lo + int(np.searchsorted(self.numbers[lo:hi], from_number, side="left"))
-        return zip(self.numbers[start:hi].tolist(), self.positions[start:hi].tolist(), strict=True)
+        return self._forward(start, hi)
+
+    def _forward(self, start: int, stop: int) -> Iterator[tuple[int, int]]:
+        """In growing slices, so that asking for the first few entries of a long stream is cheap."""
+        step = 64
+        while start < stop:
+            end = min(stop, start + step)
+            yield from zip(self.numbers[start:end].tolist(), self.positions[start:end].tolist(), strict=True)
+            start = end
+            step = min(step * 4, 65536)
 
     def iter_backward(self, h: int, before_number: int | None) -> Iterator[tuple[int, int]]:
         lo, hi = self._range(h)
@@ -190,7 +199,19 @@ class PTable:
             if before_number is None
             else lo + int(np.searchsorted(self.numbers[lo:hi], before_number, side="left"))
         )
-        return zip(self.numbers[lo:end][::-1].tolist(), self.positions[lo:end][::-1].tolist(), strict=True)
+        return self._backward(lo, end)
+
+    def _backward(self, lo: int, end: int) -> Iterator[tuple[int, int]]:
+        step = 64
+        while end > lo:
+            start = max(lo, end - step)
+            yield from zip(
+                reversed(self.numbers[start:end].tolist()),
+                reversed(self.positions[start:end].tolist()),
+                strict=True,
+            )
+            end = start
+            step = min(step * 4, 65536)
 
     def get(self, h: int, number: int) -> list[int]:
         lo, hi = self._range(h)
