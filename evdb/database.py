@@ -362,22 +362,24 @@ class Database:
         self._queue.put(request)
         return request.future
 
-    def append_async(
-        self, stream: str, events: Sequence[NewEvent], expected_version: int = ANY
-    ) -> concurrent.futures.Future:
+    def _append_request(self, stream: str, events: Sequence[NewEvent], expected_version: int) -> _Append:
+        """Validate an append before it is queued (nothing reaches the writer unchecked)."""
         check_stream_name(stream)
         check_expected_version(expected_version)
         events = list(events)
         types, size = self._check_events(events)
-        return self._submit(
-            _Append(
-                stream=stream,
-                events=events,
-                expected_version=expected_version,
-                event_types=types,
-                payload_size=size,
-            )
+        return _Append(
+            stream=stream,
+            events=events,
+            expected_version=expected_version,
+            event_types=types,
+            payload_size=size,
         )
+
+    def append_async(
+        self, stream: str, events: Sequence[NewEvent], expected_version: int = ANY
+    ) -> concurrent.futures.Future:
+        return self._submit(self._append_request(stream, events, expected_version))
 
     def append(self, stream: str, events: Sequence[NewEvent], expected_version: int = ANY) -> AppendResult:
         """Append ``events`` to ``stream`` atomically, if its version is ``expected_version``.
@@ -385,19 +387,7 @@ class Database:
         Retrying the same events (same ids) at the same expected version returns the original result
         instead of writing them twice.
         """
-        check_stream_name(stream)
-        check_expected_version(expected_version)
-        events = list(events)
-        types, size = self._check_events(events)
-        return self._run_here_or_queue(
-            _Append(
-                stream=stream,
-                events=events,
-                expected_version=expected_version,
-                event_types=types,
-                payload_size=size,
-            )
-        ).result()
+        return self._run_here_or_queue(self._append_request(stream, events, expected_version)).result()
 
     def delete_stream_async(
         self, stream: str, expected_version: int = ANY, *, hard: bool = False

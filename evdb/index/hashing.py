@@ -1,8 +1,8 @@
 """The 64-bit stream hash the index is keyed by.
 
-High 32 bits: xxHash32 of the UTF-8 name; low 32 bits: MurmurHash3 (x86, 32-bit). Two independent
-hashes make collisions rare, but they are real: the database resolves them by reading the stream
-name of each record an index entry points to.
+High 32 bits: xxHash32 of the UTF-8 name; low 32 bits: MurmurHash3 x86_32 (unsigned). Two
+independent hashes make collisions rare, but they are real: the database resolves them by reading
+the stream name of each record an index entry points to.
 """
 
 from __future__ import annotations
@@ -10,16 +10,10 @@ from __future__ import annotations
 import mmh3
 import xxhash
 
-__all__ = ["bloom_key", "stream_hash"]
-
-_MIX = 0x9E3779B97F4A7C15F39CC0605CEDC834  # odd: spreads a 64-bit hash over 127 bits
+__all__ = ["stream_hash"]
 
 
 def stream_hash(name: str) -> int:
+    """The stream's index key, in ``[0, 2**64)``."""
     data = name.encode()
     return (xxhash.xxh32_intdigest(data) << 32) | mmh3.hash(data, signed=False)
-
-
-def bloom_key(h: int) -> int:
-    """What the bloom filters (rbloom) are given for a 64-bit hash: a value in [0, 2**127)."""
-    return (h * _MIX) & ((1 << 127) - 1)

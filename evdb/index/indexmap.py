@@ -1,90 +1,125 @@
 """``indexmap``: the current set of PTables and the index checkpoint, as a small text file.
 
-    <xxh3-64 of the lines below, 16 hex digits>
-    1                                   format version
-    <checkpoint>                        log position up to which the PTables hold every entry
-    <max auto-merge level>
-    <level>,<index>,<table name>        one line per PTable
+::
 
-Replaced atomically (temporary file, fsync, rename, folder fsync): the differential backup relies
-on it naming exactly the current tables, and on tables never changing once written.
+    <xxh3-128 of every byte after this line, 32 lowercase hex digits>
+    1                               format version
+    <checkpoint>                    log position up to which the PTables hold every entry (-1: none)
+    <max auto-merge level>          tables at this level or above are never merged automatically
+    <level>,<index>,<GUID>          one line per PTable, by level then index within the level
+
+Lines end with ``\\n``. ``index`` is the table's place in its level, 0 the oldest. The file is
+replaced atomically (``indexmap.tmp``, fsync, rename, folder fsync): the differential backup
+copies it, then the tables it names, then compares it again, so it must always name exactly the
+current, complete tables.
 """
 
 from __future__ import annotations
 
 import os
-import uuid
+import re
 from dataclasses import dataclass
 
 import xxhash
 
 from evdb.errors import CorruptedFile
+from evdb.index.durable import write_durably
+from evdb.index.ptable import TABLE_NAME
 
-__all__ = ["IndexMap", "IndexMapEntry"]
+__all__ = ["DEFAULT_MAX_AUTO_MERGE_LEVEL", "INDEXMAP_NAME", "IndexMap", "IndexMapEntry"]
 
+INDEXMAP_NAME = "indexmap"
 FORMAT_VERSION = 1
+DEFAULT_MAX_AUTO_MERGE_LEVEL = 2**31 - 1  # KurrentDB's default: no limit
+_DIGEST_LINE = re.compile(r"[0-9a-f]{32}")
+_INT = re.compile(r"-?[0-9]+")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IndexMapEntry:
+    """One PTable: its level, its place in the level (0 = oldest), its file name."""
+
     level: int
     index: int
     name: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IndexMap:
     checkpoint: int = -1
-    max_level: int = 64
+    max_auto_merge_level: int = DEFAULT_MAX_AUTO_MERGE_LEVEL
     tables: tuple[IndexMapEntry, ...] = ()
 
     def encode(self) -> bytes:
-        lines = [str(FORMAT_VERSION), str(self.checkpoint), str(self.max_level)]
-        lines += [f"{t.level},{t.index},{t.name}" for t in self.tables]
-        body = "\n".join(lines) + "\n"
-        return (f"{xxhash.xxh3_64_hexdigest(body.encode())}\n{body}").encode()
+        lines = [str(FORMAT_VERSION), str(self.checkpoint), str(self.max_auto_merge_level)]
+        lines += [
+            f"{t.level},{t.index},{t.name}" for t in sorted(self.tables, key=lambda t: (t.level, t.index))
+        ]
+        body = ("\n".join(lines) + "\n").encode()
+        return xxhash.xxh3_128_hexdigest(body).encode() + b"\n" + body
 
     @classmethod
-    def decode(cls, raw: bytes, path: str = "indexmap") -> IndexMap:
-        try:
-            text = raw.decode()
-        except UnicodeDecodeError:
-            raise CorruptedFile(path, "indexmap is not text") from None
-        digest, _, body = text.partition("\n")
-        if xxhash.xxh3_64_hexdigest(body.encode()) != digest.strip():
+    def decode(cls, raw: bytes, path: str = INDEXMAP_NAME) -> IndexMap:
+        """Parse and check an indexmap; ``CorruptedFile(path, ...)`` when it is not a valid one."""
+        digest, newline, body = raw.partition(b"\n")
+        if not newline or not _DIGEST_LINE.fullmatch(digest.decode("ascii", "replace")):
+            raise CorruptedFile(path, "indexmap has no checksum line")
+        if xxhash.xxh3_128_hexdigest(body).encode() != digest:
             raise CorruptedFile(path, "indexmap checksum mismatch")
-        lines = body.splitlines()
         try:
-            if int(lines[0]) != FORMAT_VERSION:
-                raise CorruptedFile(path, f"unsupported indexmap version {lines[0]}")
-            checkpoint, max_level = int(lines[1]), int(lines[2])
-            tables = []
-            for line in lines[3:]:
-                level, index, name = line.split(",", 2)
-                tables.append(IndexMapEntry(int(level), int(index), name))
-        except (IndexError, ValueError):
-            raise CorruptedFile(path, "indexmap is malformed") from None
-        return cls(checkpoint, max_level, tuple(tables))
+            text = body.decode("ascii")
+        except UnicodeDecodeError:
+            raise CorruptedFile(path, "indexmap is not ASCII text") from None
+        if not text.endswith("\n"):
+            raise CorruptedFile(path, "indexmap does not end with a newline")
+        lines = text[:-1].split("\n")
+        if len(lines) < 3 or not all(_INT.fullmatch(v) for v in lines[:3]):
+            raise CorruptedFile(path, "indexmap header lines are malformed")
+        version, checkpoint, max_level = (int(v) for v in lines[:3])
+        if version != FORMAT_VERSION:
+            raise CorruptedFile(path, f"unknown indexmap format version {version}")
+        if checkpoint < -1 or max_level < 0:
+            raise CorruptedFile(path, "indexmap checkpoint or max auto-merge level out of range")
+        tables = tuple(_table_line(line, path) for line in lines[3:])
+        _check_tables(tables, path)
+        return cls(checkpoint, max_level, tables)
 
     @classmethod
     def read(cls, directory: str) -> IndexMap | None:
-        path = os.path.join(directory, "indexmap")
+        """The folder's indexmap, or None when there is none (the index is then rebuilt from the log)."""
+        path = os.path.join(directory, INDEXMAP_NAME)
         try:
             with open(path, "rb") as f:
-                return cls.decode(f.read(), path)
+                raw = f.read()
         except FileNotFoundError:
             return None
+        return cls.decode(raw, path)
 
     def write(self, directory: str) -> None:
-        path = os.path.join(directory, "indexmap")
-        tmp = os.path.join(directory, f"indexmap.{uuid.uuid4().hex}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(self.encode())
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(tmp, path)
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        """Replace the folder's indexmap atomically and durably."""
+        write_durably(os.path.join(directory, INDEXMAP_NAME), [self.encode()])
+
+
+def _table_line(line: str, path: str) -> IndexMapEntry:
+    fields = line.split(",")
+    if len(fields) != 3 or not _INT.fullmatch(fields[0]) or not _INT.fullmatch(fields[1]):
+        raise CorruptedFile(path, f"indexmap table line {line!r} is malformed")
+    if not TABLE_NAME.fullmatch(fields[2]):
+        raise CorruptedFile(path, f"indexmap names {fields[2]!r}, which is not a table name")
+    entry = IndexMapEntry(int(fields[0]), int(fields[1]), fields[2])
+    if entry.level < 0 or entry.index < 0:
+        raise CorruptedFile(path, f"indexmap table line {line!r} is out of range")
+    return entry
+
+
+def _check_tables(tables: tuple[IndexMapEntry, ...], path: str) -> None:
+    """Each name once; each level's indexes 0, 1, 2, ... in order."""
+    if len({t.name for t in tables}) != len(tables):
+        raise CorruptedFile(path, "indexmap names a table twice")
+    expected: dict[int, int] = {}
+    previous_level = -1
+    for t in tables:
+        if t.level < previous_level or t.index != expected.get(t.level, 0):
+            raise CorruptedFile(path, "indexmap table lines are out of order")
+        expected[t.level] = t.index + 1
+        previous_level = t.level

@@ -1,4 +1,16 @@
-"""The newest index entries, in memory until there are enough to dump into a PTable."""
+"""The memtable: the newest index entries, in memory until there are enough to dump into a PTable.
+
+Entries are kept in arrival (log) order in three ``array`` columns (hash, event number, log position:
+24 bytes an entry). A dict maps each stream hash to the index of its only entry, or to an
+``array('i')`` of its entries' indexes (4 bytes more an entry) once it has several. A stream's event
+numbers normally grow with the log position, so its entries are already in (number, position)
+order and a binary search over the index array finds a number; hashes for which they are not (two
+colliding streams, say) are listed in ``_unordered`` and sorted when read.
+
+One writer appends; readers run concurrently. A reader takes the lock only to read a hash's slot
+and its length: entries are never changed once appended, and the arrays are only read item by
+item (never through an exported buffer, which would stop the writer's arrays from growing).
+"""
 
 from __future__ import annotations
 
@@ -6,129 +18,217 @@ import bisect
 import threading
 from array import array
 from collections.abc import Callable, Iterator, Sequence
+from itertools import count
 
 import numpy as np
 
-__all__ = ["MemTable"]
+__all__ = ["Entries", "KeepFunction", "MemTable"]
+
+Entries = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""Index entries column-wise: (hashes uint64, event numbers int64, log positions int64)."""
+
+KeepFunction = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+"""``keep(hashes, numbers, positions) -> bool mask``: which entries a scavenge keeps (elementwise)."""
 
 
 class MemTable:
-    """Entries per stream hash, as ``array('q')`` of interleaved (event number, log position).
+    """Index entries in memory, in log order, with a per-hash lookup."""
 
-    About 16 bytes per entry plus ~150 bytes per distinct hash. Appends come from one writer;
-    readers take the lock only to copy a hash's array.
-    """
+    __slots__ = ("_hashes", "_lock", "_numbers", "_positions", "_streams", "_unordered", "last_position")
 
     def __init__(self) -> None:
-        self._entries: dict[int, array] = {}
-        self._unsorted: set[int] = set()  # hashes whose numbers did not arrive in order
-        self._count = 0
+        self._hashes = array("Q")
+        self._numbers = array("q")
+        self._positions = array("q")
+        self._streams: dict[int, int | array] = {}
+        self._unordered: set[int] = set()
         self._lock = threading.Lock()
-        self.last_position = -1  # log position after the last record covered
+        self.last_position = -1
+        """Log position just after the last record covered (the index checkpoint once dumped)."""
 
     def __len__(self) -> int:
-        return self._count
+        return len(self._hashes)
 
+    def __repr__(self) -> str:
+        return f"<MemTable {len(self)} entries, {len(self._streams)} hashes, up to {self.last_position}>"
+
+    @property
+    def hash_count(self) -> int:
+        return len(self._streams)
+
+    # -- writing ---------------------------------------------------------------------------------------
     def add(self, entries: Sequence[tuple[int, int, int]], position: int) -> None:
-        table = self._entries
+        """Append entries (in log order) and note the log position they run up to."""
+        if not entries:
+            self.last_position = max(self.last_position, position)
+            return
+        new_hashes, new_numbers, new_positions = zip(*entries, strict=True)
+        hashes, numbers = self._hashes, self._numbers
+        streams = self._streams
         with self._lock:
-            for h, number, log_position in entries:
-                values = table.get(h)
-                if values is None:
-                    table[h] = array("q", (number, log_position))
-                else:
-                    if number < values[-2]:
-                        self._unsorted.add(h)
-                    values.append(number)
-                    values.append(log_position)
-            self._count += len(entries)
-            self.last_position = position
+            base = len(hashes)
+            try:
+                hashes.extend(new_hashes)
+                numbers.extend(new_numbers)
+                self._positions.extend(new_positions)
+            except BaseException:  # a value out of range: leave the columns as they were
+                del hashes[base:], numbers[base:], self._positions[base:]
+                raise
+            if new_hashes.count(new_hashes[0]) == len(new_hashes):
+                self._add_run(new_hashes[0], base, new_numbers)  # one stream's events: the usual case
+            else:
+                unordered = self._unordered
+                for i, h, number in zip(count(base), new_hashes, new_numbers):
+                    slot = streams.get(h)
+                    if slot is None:
+                        streams[h] = i
+                    elif slot.__class__ is int:
+                        if number < numbers[slot]:
+                            unordered.add(h)
+                        streams[h] = array("i", (slot, i))
+                    else:
+                        if number < numbers[slot[-1]]:
+                            unordered.add(h)
+                        slot.append(i)
+            self.last_position = max(self.last_position, position)
 
-    def _pairs(self, h: int) -> tuple[list[int], list[int]]:
-        """(numbers, positions) of one hash, ascending by number (then position)."""
+    def _add_run(self, h: int, base: int, new_numbers: tuple[int, ...]) -> None:
+        """Index ``len(new_numbers)`` entries of one hash appended at ``base``."""
+        numbers = self._numbers
+        slot = self._streams.get(h)
+        if slot is None:
+            if len(new_numbers) == 1:
+                self._streams[h] = base
+                return
+            slot = self._streams[h] = array("i")
+            previous = None
+        elif slot.__class__ is int:
+            previous = numbers[slot]
+            slot = self._streams[h] = array("i", (slot,))
+        else:
+            previous = numbers[slot[-1]]
+        slot.extend(range(base, base + len(new_numbers)))
+        ordered = list(new_numbers) == sorted(new_numbers)
+        if not ordered or (previous is not None and new_numbers[0] < previous):
+            self._unordered.add(h)
+
+    def add_arrays(self, hashes: np.ndarray, numbers: np.ndarray, positions: np.ndarray) -> None:
+        """Append column-wise entries (in log order) without moving ``last_position``."""
+        if len(hashes):
+            entries = zip(hashes.tolist(), numbers.tolist(), positions.tolist(), strict=True)
+            self.add(list(entries), self.last_position)
+
+    # -- reading ---------------------------------------------------------------------------------------
+    def _slot(self, h: int) -> tuple[Sequence[int], int, bool] | None:
+        """(entry indexes, how many to use, whether they are in (number, position) order)."""
         with self._lock:
-            values = self._entries.get(h)
-            if values is None:
-                return [], []
-            values = array("q", values)
-            unsorted = h in self._unsorted
-        numbers, positions = values[0::2].tolist(), values[1::2].tolist()
-        if unsorted:
-            pairs = sorted(zip(numbers, positions, strict=True))
-            numbers = [n for n, _ in pairs]
-            positions = [p for _, p in pairs]
-        return numbers, positions
+            slot = self._streams.get(h)
+            if slot is None:
+                return None
+            if slot.__class__ is int:
+                return (slot,), 1, True
+            return slot, len(slot), h not in self._unordered
 
-    def iter_forward(self, h: int, from_number: int) -> Iterator[tuple[int, int]]:
-        numbers, positions = self._pairs(h)
-        start = bisect.bisect_left(numbers, from_number)
-        return zip(numbers[start:], positions[start:], strict=True)
+    def _sorted_pairs(self, indexes: Sequence[int], count: int) -> list[tuple[int, int]]:
+        numbers, positions = self._numbers, self._positions
+        return sorted((numbers[i], positions[i]) for i in indexes[:count])
 
-    def iter_backward(self, h: int, before_number: int | None) -> Iterator[tuple[int, int]]:
-        with self._lock:
-            values = self._entries.get(h)
-            if values is None:
-                return iter(())
-            if h not in self._unsorted and before_number is None:
-                # the common case (the newest entries of a stream): read from the end in slices
-                return self._backward_slices(values, len(values) // 2)
-        numbers, positions = self._pairs(h)
-        end = len(numbers) if before_number is None else bisect.bisect_left(numbers, before_number)
-        return zip(reversed(numbers[:end]), reversed(positions[:end]), strict=True)
+    def contains(self, h: int) -> bool:
+        return h in self._streams
 
-    def _backward_slices(self, values: array, end: int) -> Iterator[tuple[int, int]]:
-        step = 32
-        while end > 0:
-            start = max(0, end - step)
-            with self._lock:
-                chunk = values[2 * start : 2 * end]
-            yield from zip(reversed(chunk[0::2].tolist()), reversed(chunk[1::2].tolist()), strict=True)
-            end = start
-            step = min(step * 4, 65536)
+    def iter_forward(self, h: int, from_number: int) -> Iterator[tuple[int, int]] | None:
+        """(number, position) with number >= ``from_number``, ascending; None when the hash is absent."""
+        found = self._slot(h)
+        if found is None:
+            return None
+        indexes, count, ordered = found
+        if not ordered:
+            pairs = self._sorted_pairs(indexes, count)
+            start = bisect.bisect_left(pairs, from_number, key=_number_of)
+            return iter(pairs[start:]) if start < len(pairs) else None
+        numbers = self._numbers
+        start = bisect.bisect_left(indexes, from_number, 0, count, key=numbers.__getitem__)
+        if start == count:
+            return None
+        return self._walk(indexes, range(start, count))
+
+    def iter_backward(self, h: int, before_number: int | None) -> Iterator[tuple[int, int]] | None:
+        """(number, position) with number < ``before_number``, descending; None when there are none."""
+        found = self._slot(h)
+        if found is None:
+            return None
+        indexes, count, ordered = found
+        if not ordered:
+            pairs = self._sorted_pairs(indexes, count)
+            end = (
+                len(pairs)
+                if before_number is None
+                else bisect.bisect_left(pairs, before_number, key=_number_of)
+            )
+            return reversed(pairs[:end]) if end else None
+        end = count
+        if before_number is not None:
+            end = bisect.bisect_left(indexes, before_number, 0, count, key=self._numbers.__getitem__)
+        if not end:
+            return None
+        return self._walk(indexes, range(end - 1, -1, -1))
+
+    def _walk(self, indexes: Sequence[int], order: range) -> Iterator[tuple[int, int]]:
+        numbers, positions = self._numbers, self._positions
+        for k in order:
+            i = indexes[k]
+            yield numbers[i], positions[i]
 
     def get(self, h: int, number: int) -> list[int]:
-        numbers, positions = self._pairs(h)
-        i = bisect.bisect_left(numbers, number)
-        out = []
-        while i < len(numbers) and numbers[i] == number:
-            out.append(positions[i])
-            i += 1
-        return out
+        """Positions of the entries (h, number), ascending."""
+        found = self._slot(h)
+        if found is None:
+            return []
+        indexes, count, _ = found
+        numbers, positions = self._numbers, self._positions
+        return sorted(positions[i] for i in indexes[:count] if numbers[i] == number)
 
-    def to_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """All entries as (hashes, numbers, positions), sorted by hash then number then position."""
+    # -- bulk ------------------------------------------------------------------------------------------
+    def arrays(self, start: int = 0, stop: int | None = None) -> Entries:
+        """Copies of the entries ``[start, stop)`` in log order, as numpy columns."""
         with self._lock:
-            items = [(h, np.frombuffer(values, dtype=np.int64).copy()) for h, values in self._entries.items()]
-        if not items:
-            empty = np.zeros(0, dtype=np.int64)
-            return empty.astype(np.uint64), empty, empty
-        lengths = np.fromiter((len(v) // 2 for _, v in items), dtype=np.int64, count=len(items))
-        hashes = np.repeat(np.fromiter((h for h, _ in items), dtype=np.uint64, count=len(items)), lengths)
-        flat = np.concatenate([v for _, v in items])
-        numbers, positions = flat[0::2], flat[1::2]
-        order = np.lexsort((positions, numbers, hashes))
-        return hashes[order], numbers[order], positions[order]
+            end = len(self._hashes) if stop is None else stop
+            # slicing copies: numpy never holds a buffer of the live arrays (that would stop them growing)
+            hashes, numbers, positions = (
+                self._hashes[start:end],
+                self._numbers[start:end],
+                self._positions[start:end],
+            )
+        return (
+            np.frombuffer(hashes, dtype=np.uint64) if len(hashes) else np.zeros(0, np.uint64),
+            np.frombuffer(numbers, dtype=np.int64) if len(numbers) else np.zeros(0, np.int64),
+            np.frombuffer(positions, dtype=np.int64) if len(positions) else np.zeros(0, np.int64),
+        )
 
-    def filter(self, keep: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]) -> int:
-        """Drop the entries for which ``keep`` says False; returns how many were dropped."""
-        hashes, numbers, positions = self.to_arrays()
+    def filtered(self, keep: KeepFunction, stop: int | None = None) -> tuple[MemTable | None, int]:
+        """A new memtable holding the entries ``[0, stop)`` that ``keep`` keeps, and how many it dropped.
+
+        ``(None, 0)`` when it drops none. ``last_position`` is carried over.
+        """
+        hashes, numbers, positions = self.arrays(0, stop)
         if not len(hashes):
-            return 0
-        mask = keep(hashes, numbers, positions)
-        dropped = int((~mask).sum())
+            return None, 0
+        mask = np.asarray(keep(hashes, numbers, positions), dtype=bool)
+        dropped = len(mask) - int(np.count_nonzero(mask))
         if not dropped:
-            return 0
-        with self._lock:
-            self._entries = {}
-            self._unsorted = set()
-            for h, n, p in zip(
-                hashes[mask].tolist(), numbers[mask].tolist(), positions[mask].tolist(), strict=True
-            ):
-                values = self._entries.get(h)
-                if values is None:
-                    self._entries[h] = array("q", (n, p))
-                else:
-                    values.append(n)
-                    values.append(p)
-            self._count -= dropped
-        return dropped
+            return None, 0
+        table = MemTable()
+        table.add_arrays(hashes[mask], numbers[mask], positions[mask])
+        table.last_position = self.last_position
+        return table, dropped
+
+    def copy(self, stop: int | None = None) -> MemTable:
+        """A new memtable with the entries ``[0, stop)``."""
+        table = MemTable()
+        table.add_arrays(*self.arrays(0, stop))
+        table.last_position = self.last_position
+        return table
+
+
+def _number_of(pair: tuple[int, int]) -> int:
+    return pair[0]

@@ -1,40 +1,51 @@
-"""The index: a memtable in front of levels of immutable PTables, listed by ``indexmap``.
+"""TableIndex: a memtable in front of levels of immutable PTables, listed by ``indexmap``.
 
-The writer adds entries in log order. When the memtable holds ``max_memtable_entries`` it is frozen
-and a background thread dumps it into a level-0 PTable; when a level holds four tables they merge
-into one of the next level. ``indexmap`` is replaced after each change, and tables it no longer
-names are deleted only then. Entries not yet in a PTable are not persisted: the database indexes
-the log again from the index checkpoint at start.
+The writer adds entries in log order to the live memtable. When it holds ``max_memtable_entries``
+it is frozen and a background thread dumps it into a level-0 PTable; when a level holds four
+tables they merge into one table of the next level. After each change ``indexmap`` is replaced,
+and only then are the tables it no longer names deleted. Entries not yet in a PTable are not
+persisted: the database indexes the log again from ``checkpoint`` at start.
+
+Concurrency: readers take no lock. They read ``_view``, an immutable snapshot of (live memtable,
+frozen memtable, tables), which is replaced whole under ``_state``; a table deleted after a swap
+stays mapped for readers that still hold it. ``_maintenance`` serializes the structural work
+(dumps, merges, scavenge, merge_indexes); ``_write_lock`` serializes changes to the live memtable
+(the writer's adds, a scavenge's swap). Lock order: maintenance, write lock, state.
 """
 
 from __future__ import annotations
 
-import heapq
 import logging
 import os
-import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
+from heapq import merge as heap_merge
 
 import numpy as np
 
-from evdb.index.indexmap import IndexMap, IndexMapEntry
-from evdb.index.memtable import MemTable
-from evdb.index.ptable import PTable
+from evdb.errors import CorruptedFile, DatabaseClosed, StorageError
+from evdb.index.durable import TMP_SUFFIX, remove_durably
+from evdb.index.indexmap import DEFAULT_MAX_AUTO_MERGE_LEVEL, INDEXMAP_NAME, IndexMap, IndexMapEntry
+from evdb.index.memtable import Entries, KeepFunction, MemTable
+from evdb.index.merge import merge_sorted, sort_entries
+from evdb.index.ptable import INT64_MAX, INT64_MIN, TABLE_NAME, PTable, TableWriter
 
-__all__ = ["IndexScavengeResult", "TableIndex", "TableScavengeReport"]
+__all__ = ["MERGE_FANOUT", "IndexScavengeResult", "TableIndex", "TableScavengeReport"]
 
 MERGE_FANOUT = 4
-_GUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(\.bloomfilter)?$")
+"""A level holding this many tables merges them into one table of the next level."""
+
+_SCAVENGE_SLICE = 1 << 22  # entries judged by one call of a scavenge's keep function
 _log = logging.getLogger("evdb.index")
 
-KeepFunction = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TableScavengeReport:
+    """What a scavenge did to one PTable (logged as a ``$scavengeIndexCompleted`` event)."""
+
     level: int
     index: int
     entries_kept: int
@@ -43,249 +54,497 @@ class TableScavengeReport:
     time_taken: float
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class IndexScavengeResult:
-    tables: list[TableScavengeReport] = field(default_factory=list)
+    tables: tuple[TableScavengeReport, ...] = ()
     memtable_entries_deleted: int = 0
+    time_taken: float = 0.0
 
     @property
     def entries_deleted(self) -> int:
         return sum(t.entries_deleted for t in self.tables) + self.memtable_entries_deleted
 
+    @property
+    def space_saved(self) -> int:
+        return sum(t.space_saved for t in self.tables)
+
+
+@dataclass(frozen=True)
+class _View:
+    """What readers see: replaced whole, never changed."""
+
+    live: MemTable
+    frozen: MemTable | None
+    levels: tuple[tuple[PTable, ...], ...]  # levels[l]: oldest first
+
+    @cached_property
+    def tables(self) -> tuple[PTable, ...]:
+        """Every table, newest data first (level 0 newest first, then level 1, ...)."""
+        return tuple(t for level in self.levels for t in reversed(level))
+
 
 class TableIndex:
-    def __init__(
-        self, directory: str | None, max_memtable_entries: int, imap: IndexMap, levels: list[list[PTable]]
-    ):
-        self.directory = directory
-        self.max_memtable_entries = max(1, max_memtable_entries)
-        self.checkpoint = imap.checkpoint
-        self.max_level = imap.max_level
-        self._levels = levels
-        self._memtable = MemTable()
-        self._frozen: list[MemTable] = []
-        self._lock = threading.Lock()  # guards _levels, _frozen, _memtable swaps
-        self._changed = threading.Condition(self._lock)
-        self._maintenance = threading.Lock()  # one structural change at a time (dump, merge, scavenge)
-        self._stopping = False
-        self._error: BaseException | None = None
-        self._worker = threading.Thread(target=self._work, name="evdb-index", daemon=True)
-        self._worker.start()
+    """The event index: stream hash -> (event number, log position) entries."""
 
-    # -- opening ---------------------------------------------------------------------------------------
+    def __init__(
+        self,
+        directory: str | None,
+        *,
+        max_memtable_entries: int,
+        max_auto_merge_level: int,
+        checkpoint: int,
+        levels: tuple[tuple[PTable, ...], ...],
+    ) -> None:
+        self.directory = directory
+        self.max_memtable_entries = max_memtable_entries
+        self.max_auto_merge_level = max_auto_merge_level
+        self._checkpoint = checkpoint
+        self._view = _View(MemTable(), None, levels)
+        self._state = threading.Condition()
+        self._maintenance = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._busy = False
+        self._merge_due = True  # check the levels once at start (a crash may have cut a merge short)
+        self._stopping = False
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._worker = threading.Thread(target=self._run, name="evdb-index", daemon=True)
+
+    # -- opening and closing ---------------------------------------------------------------------------
     @classmethod
-    def open(cls, directory: str | None, *, max_memtable_entries: int = 1_000_000) -> TableIndex:
+    def open(
+        cls,
+        directory: str | None,
+        *,
+        max_memtable_entries: int = 1_000_000,
+        max_auto_merge_level: int | None = None,
+    ) -> TableIndex:
+        """Open the index in ``directory`` (created if needed), or a purely in-memory one for None.
+
+        Without an ``indexmap`` the index starts empty (checkpoint -1) and the database indexes
+        the whole log again. Index files the indexmap does not name, and temporary files, are
+        leftovers of a crash and are deleted.
+        """
+        if max_memtable_entries < 1:
+            raise ValueError("max_memtable_entries must be at least 1")
+        if max_auto_merge_level is not None and max_auto_merge_level < 0:
+            raise ValueError("max_auto_merge_level must not be negative")
         if directory is None:
-            return cls(None, max_memtable_entries, IndexMap(), [])
+            index = cls(
+                None,
+                max_memtable_entries=max_memtable_entries,
+                max_auto_merge_level=_or_default(max_auto_merge_level),
+                checkpoint=-1,
+                levels=(),
+            )
+            index._worker.start()
+            return index
         os.makedirs(directory, exist_ok=True)
-        imap = IndexMap.read(directory) or IndexMap()
+        indexmap = IndexMap.read(directory)
+        fresh = indexmap is None
+        if indexmap is None:
+            indexmap = IndexMap(max_auto_merge_level=_or_default(max_auto_merge_level))
+        _remove_leftovers(directory, {t.name for t in indexmap.tables})
         levels: list[list[PTable]] = []
-        for entry in sorted(imap.tables, key=lambda t: (t.level, t.index)):
+        for entry in indexmap.tables:
             while len(levels) <= entry.level:
                 levels.append([])
-            levels[entry.level].append(PTable.load(directory, entry.name))
-        named = {t.name for t in imap.tables}
-        for name in os.listdir(directory):
-            path = os.path.join(directory, name)
-            if name.endswith(".tmp") or (_GUID.match(name) and name.split(".")[0] not in named):
-                _log.info("Removing index file left over from a crash: %s", path)
-                os.unlink(path)
-        return cls(directory, max_memtable_entries, imap, levels)
+            table = PTable.open(directory, entry.name)
+            if table.level != entry.level:
+                raise CorruptedFile(
+                    table.path or entry.name, f"table is level {table.level}, indexmap says {entry.level}"
+                )
+            levels[entry.level].append(table)
+        merge_level = indexmap.max_auto_merge_level if max_auto_merge_level is None else max_auto_merge_level
+        index = cls(
+            directory,
+            max_memtable_entries=max_memtable_entries,
+            max_auto_merge_level=merge_level,
+            checkpoint=indexmap.checkpoint,
+            levels=tuple(tuple(level) for level in levels),
+        )
+        if fresh or merge_level != indexmap.max_auto_merge_level:
+            index._write_indexmap(index._view.levels, index._checkpoint)
+        index._worker.start()
+        return index
+
+    def close(self) -> None:
+        """Finish the background work under way (a frozen memtable is dumped) and stop.
+
+        The live memtable is not dumped: its entries are re-added from the log at the next start.
+        """
+        with self._state:
+            if self._closed:
+                return
+            self._stopping = True
+            self._state.notify_all()
+        self._worker.join()
+        with self._state:
+            self._closed = True
+
+    def __enter__(self) -> TableIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- facts -----------------------------------------------------------------------------------------
-    def tables(self) -> list[PTable]:
-        with self._lock:
-            return [t for level in self._levels for t in level]
+    @property
+    def checkpoint(self) -> int:
+        """Log position up to which every entry is in the PTables named by indexmap; -1 when none."""
+        return self._checkpoint
 
     def entry_count(self) -> int:
-        with self._lock:
-            frozen = sum(len(m) for m in self._frozen)
-            return len(self._memtable) + frozen + sum(len(t) for level in self._levels for t in level)
+        view = self._view
+        frozen = len(view.frozen) if view.frozen is not None else 0
+        return len(view.live) + frozen + sum(len(t) for level in view.levels for t in level)
 
-    def _sources(self):
-        with self._lock:
-            return (
-                self._memtable,
-                list(reversed(self._frozen)),
-                [t for level in reversed(self._levels) for t in reversed(level)],
-            )
+    def tables(self) -> list[PTable]:
+        """The PTables in indexmap order: by level, oldest first within a level."""
+        return [t for level in self._view.levels for t in level]
 
     # -- writing ---------------------------------------------------------------------------------------
     def add(self, entries: Sequence[tuple[int, int, int]], position: int) -> None:
-        if self._error is not None:
-            raise self._error
-        memtable = self._memtable
-        memtable.add(entries, position)
-        if len(memtable) >= self.max_memtable_entries:
-            with self._changed:
-                while self._frozen and not self._stopping:  # at most one memtable waits for its dump
-                    self._changed.wait()
-                self._frozen.append(memtable)
-                self._memtable = MemTable()
-                self._changed.notify_all()
+        """Add entries in log order; ``position`` is the log position just after the last record covered.
 
-    # -- background work -------------------------------------------------------------------------------
-    def _work(self) -> None:
-        while True:
-            with self._changed:
-                while not self._frozen and not self._stopping:
-                    self._changed.wait()
-                if not self._frozen:
-                    return
-                memtable = self._frozen[0]
-            try:
-                with self._maintenance:
-                    self._dump(memtable)
-                    self._merge_full_levels()
-            except BaseException as exc:
-                _log.exception("Index dump failed; the index stops taking entries")
-                with self._changed:
-                    self._error = exc
-                    self._frozen.clear()
-                    self._changed.notify_all()
+        Called by one writer thread. Blocks only when a full memtable is still waiting for its dump
+        as another fills up: two memtables are the most the index keeps in memory.
+        """
+        with self._write_lock:
+            self._check_usable()
+            live = self._view.live
+            live.add(entries, position)
+            full = len(live) >= self.max_memtable_entries
+        if full:
+            self._freeze()
+
+    def _freeze(self) -> None:
+        with self._state:
+            while self._view.frozen is not None and self._failure is None:
+                self._state.wait()
+        self._check_usable()
+        with self._write_lock, self._state:
+            view = self._view
+            if len(view.live) < self.max_memtable_entries:  # a scavenge shrank it meanwhile
                 return
+            self._view = replace(view, live=MemTable(), frozen=view.live)
+            self._state.notify_all()
 
-    def _dump(self, memtable: MemTable) -> None:
-        hashes, numbers, positions = memtable.to_arrays()
-        table = PTable.write(self.directory, 0, hashes, numbers, positions)
-        with self._changed:
-            if not self._levels:
-                self._levels.append([])
-            self._levels[0].append(table)
-            self._frozen.remove(memtable)
-            self.checkpoint = memtable.last_position
-            self._changed.notify_all()
-        self._persist([])
-
-    def _merge_full_levels(self) -> None:
-        level = 0
-        while level < len(self._levels):
-            tables = self._levels[level]
-            if len(tables) >= MERGE_FANOUT and level + 1 < self.max_level:
-                self._merge(level, list(tables[:MERGE_FANOUT]), level + 1)
-            else:
-                level += 1
-
-    def _merge(self, level: int, tables: list[PTable], target: int) -> PTable:
-        hashes = np.concatenate([t.hashes for t in tables])
-        numbers = np.concatenate([t.numbers for t in tables])
-        positions = np.concatenate([t.positions for t in tables])
-        order = np.lexsort((positions, numbers, hashes))
-        merged = PTable.write(self.directory, target, hashes[order], numbers[order], positions[order])
-        with self._changed:
-            for t in tables:
-                self._levels[level].remove(t)
-            while len(self._levels) <= target:
-                self._levels.append([])
-            self._levels[target].append(merged)
-        self._persist(tables)
-        return merged
-
-    def _persist(self, obsolete: list[PTable]) -> None:
-        """Write indexmap for the current tables, then delete the tables it no longer names."""
-        if self.directory is None:
-            return
-        with self._lock:
-            entries = tuple(
-                IndexMapEntry(level, i, t.name)
-                for level, tables in enumerate(self._levels)
-                for i, t in enumerate(tables)
-            )
-            imap = IndexMap(self.checkpoint, self.max_level, entries)
-        imap.write(self.directory)
-        for t in obsolete:
-            t.delete()
+    def _check_usable(self) -> None:
+        if self._failure is not None:
+            raise StorageError(f"the index stopped after a failure: {self._failure!r}") from self._failure
+        if self._closed or self._stopping:
+            raise DatabaseClosed()
 
     # -- reading ---------------------------------------------------------------------------------------
-    def iter_forward(self, h: int, from_number: int = 0) -> Iterator[tuple[int, int]]:
-        memtable, frozen, tables = self._sources()
-        sources = [memtable.iter_forward(h, from_number)]
-        sources += [m.iter_forward(h, from_number) for m in frozen]
-        sources += [t.iter_forward(h, from_number) for t in tables]
-        sources = [s for s in sources if s]
-        if len(sources) == 1:
-            return sources[0]
-        return heapq.merge(*sources)
-
     def iter_backward(self, h: int, before_number: int | None = None) -> Iterator[tuple[int, int]]:
-        memtable, frozen, tables = self._sources()
-        sources = [memtable.iter_backward(h, before_number)]
-        sources += [m.iter_backward(h, before_number) for m in frozen]
-        sources += [t.iter_backward(h, before_number) for t in tables]
-        return heapq.merge(*sources, reverse=True)
+        """(event number, log position) of hash ``h``, newest first; numbers < ``before_number`` if given.
+
+        Entries with the same number (colliding streams, rewrites) all come, newest position first.
+        """
+        if before_number is not None:
+            if before_number <= INT64_MIN:
+                return iter(())
+            if before_number > INT64_MAX:
+                before_number = None
+        view = self._view
+        sources = [view.live.iter_backward(h, before_number)]
+        if view.frozen is not None:
+            sources.append(view.frozen.iter_backward(h, before_number))
+        sources += [t.iter_backward(h, before_number) for t in view.tables]
+        return _merged([s for s in sources if s is not None], reverse=True)
+
+    def iter_forward(self, h: int, from_number: int = 0) -> Iterator[tuple[int, int]]:
+        """(event number, log position) of hash ``h``, oldest first, numbers >= ``from_number``."""
+        if from_number > INT64_MAX:
+            return iter(())
+        from_number = max(from_number, INT64_MIN)
+        view = self._view
+        sources = [view.live.iter_forward(h, from_number)]
+        if view.frozen is not None:
+            sources.append(view.frozen.iter_forward(h, from_number))
+        sources += [t.iter_forward(h, from_number) for t in view.tables]
+        return _merged([s for s in sources if s is not None], reverse=False)
 
     def get(self, h: int, event_number: int) -> list[int]:
-        memtable, frozen, tables = self._sources()
-        out = memtable.get(h, event_number)
-        for m in frozen:
-            out += m.get(h, event_number)
-        for t in tables:
-            out += t.get(h, event_number)
-        return out
+        """Log positions of the entries (h, event_number), newest first (several when hashes collide)."""
+        if not INT64_MIN <= event_number <= INT64_MAX:
+            return []
+        view = self._view
+        positions = view.live.get(h, event_number)
+        if view.frozen is not None:
+            positions += view.frozen.get(h, event_number)
+        for table in view.tables:
+            positions += table.get(h, event_number)
+        positions.sort(reverse=True)
+        return positions
+
+    # -- background work -------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._state:
+                while not self._work_due() and not self._stopping:
+                    self._state.wait()
+                if not self._work_due():
+                    return
+                self._busy = True
+            try:
+                with self._maintenance:
+                    self._catch_up()
+            except BaseException as exc:
+                _log.exception("Index background work failed; the index takes no more entries")
+                with self._state:
+                    self._failure = exc
+                    self._busy = False
+                    self._state.notify_all()
+                return
+            with self._state:
+                self._busy = False
+                self._state.notify_all()
+
+    def _work_due(self) -> bool:
+        return self._view.frozen is not None or self._merge_due
+
+    def _catch_up(self) -> None:
+        """Dump the frozen memtable, then merge every full level. Holds ``_maintenance``."""
+        frozen = self._view.frozen
+        if frozen is not None:
+            self._dump(frozen)
+        with self._state:
+            self._merge_due = False
+        while (level := self._full_level()) is not None:
+            self._merge_level(level)
+
+    def _dump(self, memtable: MemTable) -> None:
+        started = time.perf_counter()
+        hashes, numbers, positions = sort_entries(*memtable.arrays())
+        table = _write(self.directory, 0, [(hashes, numbers, positions)], len(hashes))
+        levels = _with_table(self._view.levels, 0, table)
+        self._write_indexmap(levels, memtable.last_position)
+        with self._state:
+            self._view = replace(self._view, frozen=None, levels=levels)
+            self._checkpoint = memtable.last_position
+            self._state.notify_all()
+        _log.debug(
+            "Dumped a memtable of %d entries into %s in %.3fs",
+            len(table),
+            table.name,
+            time.perf_counter() - started,
+        )
+
+    def _full_level(self) -> int | None:
+        for level, tables in enumerate(self._view.levels):
+            if level < self.max_auto_merge_level and len(tables) >= MERGE_FANOUT:
+                return level
+        return None
+
+    def _merge_level(self, level: int) -> None:
+        started = time.perf_counter()
+        old = self._view.levels[level][:MERGE_FANOUT]
+        merged = _merge_tables(self.directory, level + 1, old)
+        levels = list(self._view.levels)
+        levels[level] = levels[level][MERGE_FANOUT:]
+        levels = _with_table(tuple(levels), level + 1, merged)
+        self._replace_tables(levels, old)
+        _log.debug(
+            "Merged %d level-%d tables into %s (%d entries) in %.3fs",
+            len(old),
+            level,
+            merged.name,
+            len(merged),
+            time.perf_counter() - started,
+        )
+
+    def _replace_tables(self, levels: tuple[tuple[PTable, ...], ...], obsolete: Sequence[PTable]) -> None:
+        """Make ``levels`` current: indexmap first, then readers, then delete what it no longer names."""
+        self._write_indexmap(levels, self._checkpoint)
+        with self._state:
+            self._view = replace(self._view, levels=levels)
+        for table in obsolete:
+            table.delete()
+
+    def _write_indexmap(self, levels: tuple[tuple[PTable, ...], ...], checkpoint: int) -> None:
+        if self.directory is None:
+            return
+        entries = tuple(
+            IndexMapEntry(level, index, table.name)
+            for level, tables in enumerate(levels)
+            for index, table in enumerate(tables)
+        )
+        IndexMap(checkpoint, self.max_auto_merge_level, entries).write(self.directory)
+
+    def wait_idle(self) -> None:
+        """Wait until no dump or merge is pending or running (for tests and a clean shutdown)."""
+        with self._state:
+            while (self._work_due() or self._busy) and self._failure is None and self._worker.is_alive():
+                self._state.wait()
+        if self._failure is not None:
+            raise StorageError(f"the index stopped after a failure: {self._failure!r}") from self._failure
 
     # -- maintenance -----------------------------------------------------------------------------------
-    def wait_idle(self) -> None:
-        with self._changed:
-            while self._frozen and self._error is None:
-                self._changed.wait()
-        with self._maintenance:
-            pass
-        if self._error is not None:
-            raise self._error
-
     def merge_indexes(self) -> None:
-        """Merge every PTable into one (KurrentDB's MergeIndexes operation)."""
-        self.wait_idle()
+        """Merge every PTable into one (KurrentDB's MergeIndexes operation); the live memtable stays."""
         with self._maintenance:
+            self._catch_up()
             tables = self.tables()
             if len(tables) < 2:
                 return
-            target = max(t.level for t in tables) + 1
-            hashes = np.concatenate([t.hashes for t in tables])
-            numbers = np.concatenate([t.numbers for t in tables])
-            positions = np.concatenate([t.positions for t in tables])
-            order = np.lexsort((positions, numbers, hashes))
-            merged = PTable.write(self.directory, target, hashes[order], numbers[order], positions[order])
-            with self._changed:
-                self._levels = [[] for _ in range(target)] + [[merged]]
-            self._persist(tables)
+            level = max(t.level for t in tables)
+            oldest_first = [t for lvl in reversed(self._view.levels) for t in lvl]
+            merged = _merge_tables(self.directory, level, oldest_first)
+            levels = (*(() for _ in range(level)), (merged,))
+            self._replace_tables(levels, tables)
 
     def scavenge(self, keep: KeepFunction) -> IndexScavengeResult:
-        """Rewrite every table (and the memtables) without the entries ``keep`` rejects."""
-        self.wait_idle()
-        result = IndexScavengeResult()
-        with self._maintenance:
-            obsolete = []
-            for level, tables in enumerate(list(self._levels)):
-                for index, table in enumerate(list(tables)):
-                    started = time.perf_counter()
-                    mask = np.asarray(keep(table.hashes, table.numbers, table.positions), dtype=bool)
-                    kept = int(mask.sum())
-                    deleted = len(table) - kept
-                    saved = 0
-                    if deleted:
-                        new = PTable.write(
-                            self.directory,
-                            level,
-                            table.hashes[mask],
-                            table.numbers[mask],
-                            table.positions[mask],
-                        )
-                        saved = table.file_size - new.file_size
-                        with self._changed:
-                            self._levels[level][self._levels[level].index(table)] = new
-                        obsolete.append(table)
-                    result.tables.append(
-                        TableScavengeReport(level, index, kept, deleted, saved, time.perf_counter() - started)
-                    )
-            self._persist(obsolete)
-            with self._lock:
-                memtables = [self._memtable, *self._frozen]
-            result.memtable_entries_deleted = sum(m.filter(keep) for m in memtables)
-        return result
+        """Rewrite every PTable and the memtables without the entries ``keep`` rejects.
 
-    def close(self) -> None:
-        with self._changed:
-            self._stopping = True
-            self._changed.notify_all()
-        self._worker.join()
+        ``keep(hashes, numbers, positions)`` returns a bool mask; it must judge each entry on its
+        own (it is called on slices of large tables). A table that loses entries is written anew
+        under a new name at its place and swapped in through indexmap; one that loses none is
+        left as it is; one that loses all is dropped.
+        """
+        started = time.perf_counter()
+        with self._maintenance:
+            self._catch_up()
+            reports: list[TableScavengeReport] = []
+            obsolete: list[PTable] = []
+            levels: list[tuple[PTable, ...]] = []
+            for level, tables in enumerate(self._view.levels):
+                kept_tables: list[PTable] = []
+                for index, table in enumerate(tables):
+                    table_started = time.perf_counter()
+                    rewritten, kept = _scavenge_table(self.directory, table, keep)
+                    if rewritten is not table:
+                        obsolete.append(table)
+                    if rewritten is not None:
+                        kept_tables.append(rewritten)
+                    new_size = rewritten.size if rewritten is not None else 0
+                    reports.append(
+                        TableScavengeReport(
+                            level,
+                            index,
+                            kept,
+                            len(table) - kept,
+                            table.size - new_size,
+                            time.perf_counter() - table_started,
+                        )
+                    )
+                levels.append(tuple(kept_tables))
+            if obsolete:
+                self._replace_tables(_trimmed(levels), obsolete)
+            memtable_deleted = self._scavenge_memtables(keep)
+        return IndexScavengeResult(tuple(reports), memtable_deleted, time.perf_counter() - started)
+
+    def _scavenge_memtables(self, keep: KeepFunction) -> int:
+        """Filter the frozen and the live memtable; the writer waits only while the swap is made."""
+        deleted = 0
+        done: list[MemTable] = []
+        while True:
+            frozen = self._view.frozen  # immutable, and not dumped while we hold _maintenance
+            if frozen is not None and not any(frozen is m for m in done):
+                filtered, dropped = frozen.filtered(keep)
+                deleted += dropped
+                if filtered is not None:
+                    with self._state:
+                        self._view = replace(self._view, frozen=filtered)
+                done.append(filtered if filtered is not None else frozen)
+            live = self._view.live
+            seen = len(live)
+            filtered, dropped = live.filtered(keep, seen)
+            with self._write_lock:
+                if self._view.live is not live:
+                    continue  # the writer froze it meanwhile: it is the frozen one now
+                hashes, numbers, positions = live.arrays(seen)
+                mask = np.asarray(keep(hashes, numbers, positions), dtype=bool) if len(hashes) else None
+                dropped_since = 0 if mask is None else len(mask) - int(np.count_nonzero(mask))
+                if filtered is None and not dropped_since:
+                    return deleted
+                if filtered is None:
+                    filtered = live.copy(seen)
+                if mask is not None:
+                    filtered.add_arrays(hashes[mask], numbers[mask], positions[mask])
+                filtered.last_position = live.last_position
+                with self._state:
+                    self._view = replace(self._view, live=filtered)
+                return deleted + dropped + dropped_since
+
+
+def _or_default(max_auto_merge_level: int | None) -> int:
+    return DEFAULT_MAX_AUTO_MERGE_LEVEL if max_auto_merge_level is None else max_auto_merge_level
+
+
+def _merged(sources: list[Iterator[tuple[int, int]]], *, reverse: bool) -> Iterator[tuple[int, int]]:
+    if not sources:
+        return iter(())
+    if len(sources) == 1:
+        return sources[0]
+    return heap_merge(*sources, reverse=reverse)
+
+
+def _with_table(
+    levels: tuple[tuple[PTable, ...], ...], level: int, table: PTable
+) -> tuple[tuple[PTable, ...], ...]:
+    """``levels`` with ``table`` added as the newest of its level."""
+    grown = list(levels) + [()] * (level + 1 - len(levels))
+    grown[level] = (*grown[level], table)
+    return tuple(grown)
+
+
+def _trimmed(levels: list[tuple[PTable, ...]]) -> tuple[tuple[PTable, ...], ...]:
+    while levels and not levels[-1]:
+        levels.pop()
+    return tuple(levels)
+
+
+def _write(directory: str | None, level: int, slices: Sequence[Entries], count: int) -> PTable:
+    with TableWriter(directory, level, count) as writer:
+        for hashes, numbers, positions in slices:
+            writer.append(hashes, numbers, positions)
+        return writer.finish()
+
+
+def _merge_tables(directory: str | None, level: int, tables: Sequence[PTable]) -> PTable:
+    """One table at ``level`` holding every entry of ``tables`` (given oldest first)."""
+    with TableWriter(directory, level, sum(len(t) for t in tables)) as writer:
+        merge_sorted([t.entries for t in tables], writer.append)
+        return writer.finish()
+
+
+def _scavenge_table(directory: str | None, table: PTable, keep: KeepFunction) -> tuple[PTable | None, int]:
+    """(the table to keep in its place: itself, a rewrite, or None when empty; entries kept)."""
+    hashes, numbers, positions = table.entries
+    masks = []
+    for start in range(0, len(table), _SCAVENGE_SLICE):
+        stop = start + _SCAVENGE_SLICE
+        mask = np.asarray(keep(hashes[start:stop], numbers[start:stop], positions[start:stop]), dtype=bool)
+        if mask.shape != (min(stop, len(table)) - start,):
+            raise ValueError("a scavenge keep function must return one bool per entry")
+        masks.append(mask)
+    kept = sum(int(np.count_nonzero(m)) for m in masks)
+    if kept == len(table):
+        return table, kept
+    if not kept:
+        return None, 0
+    with TableWriter(directory, table.level, kept) as writer:
+        for k, mask in enumerate(masks):
+            start = k * _SCAVENGE_SLICE
+            stop = start + len(mask)
+            writer.append(hashes[start:stop][mask], numbers[start:stop][mask], positions[start:stop][mask])
+        return writer.finish(), kept
+
+
+def _remove_leftovers(directory: str, named: set[str]) -> None:
+    """Delete tables and sidecars indexmap does not name, and temporary files: a crash's leftovers."""
+    leftovers = []
+    for name in os.listdir(directory):
+        base = name.removesuffix(TMP_SUFFIX)
+        temporary = base != name
+        table = base.removesuffix(".bloomfilter")
+        stale_table = TABLE_NAME.fullmatch(table) and (temporary or table not in named)
+        if stale_table or (temporary and base == INDEXMAP_NAME):
+            leftovers.append(name)
+    for name in leftovers:
+        _log.info(
+            "Removing index file left over from an interrupted change: %s", os.path.join(directory, name)
+        )
+    remove_durably(os.path.join(directory, name) for name in leftovers)

@@ -10,7 +10,7 @@ import time
 
 from evdb.scavenge.decisions import Decider
 from evdb.scavenge.run import ChunkReport, RunContext, ScavengeStopped, timespan
-from evdb.storage.chunk import HEADER_SIZE, Chunk
+from evdb.storage.chunk import Chunk
 
 __all__ = ["execute_chunks", "should_execute"]
 
@@ -82,24 +82,12 @@ def _execute_one(
     )
     log = ctx.db.log
     builder = log.new_chunk_builder(chunk.start_number, chunk.end_number)
-    removed = 0
     try:
-        offset = 0
-        buf = chunk.buffer
-        while offset < chunk.physical_end:
-            if ctx.stop.is_set():
-                raise ScavengeStopped()
-            records, _ = chunk.read_batch(offset, chunk.physical_end, 2000)
-            for record in records:
-                size = record.size
-                if decider.discard_record(record):
-                    removed += 1
-                else:
-                    builder.add(
-                        bytes(buf[HEADER_SIZE + offset : HEADER_SIZE + offset + size]), record.log_position
-                    )
-                offset += size
+        removed = builder.copy_from(chunk, decider.discard_record, ctx.stop.is_set)
         new = builder.finish()
+    except InterruptedError:
+        builder.abort()
+        raise ScavengeStopped() from None
     except BaseException:
         builder.abort()
         raise

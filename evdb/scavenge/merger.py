@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from evdb.scavenge.run import ChunkReport, RunContext, ScavengeStopped
-from evdb.storage.chunk import HEADER_SIZE, Chunk
+from evdb.storage.chunk import Chunk
 
 __all__ = ["merge_chunks", "plan_merges"]
 
@@ -51,19 +51,11 @@ def _merge(ctx: RunContext, group: list[Chunk]) -> None:
     builder = log.new_chunk_builder(first.start_number, last.end_number, temp_suffix=".merge.scavenge.tmp")
     try:
         for chunk in group:
-            offset = 0
-            buf = chunk.buffer
-            while offset < chunk.physical_end:
-                if ctx.stop.is_set():
-                    raise ScavengeStopped()
-                records, _ = chunk.read_batch(offset, chunk.physical_end, 2000)
-                for record in records:
-                    size = record.size
-                    builder.add(
-                        bytes(buf[HEADER_SIZE + offset : HEADER_SIZE + offset + size]), record.log_position
-                    )
-                    offset += size
+            builder.copy_from(chunk, should_stop=ctx.stop.is_set)
         new = builder.finish()
+    except InterruptedError:
+        builder.abort()
+        raise ScavengeStopped() from None
     except BaseException:
         builder.abort()
         raise

@@ -22,7 +22,7 @@ import os
 import struct
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -595,6 +595,34 @@ class ChunkBuilder:
             buf=buf,
             physical_end=self._size,
         )
+
+    def copy_from(
+        self,
+        chunk: Chunk,
+        discard: Callable[[rec.EventRecord | rec.SystemRecord], bool] | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> int:
+        """Copy ``chunk``'s records (keeping their positions), except those ``discard`` rejects.
+
+        Returns how many were discarded; checks ``should_stop`` between batches of records.
+        """
+        removed = 0
+        offset = 0
+        buf = chunk.buffer
+        while offset < chunk.physical_end:
+            if should_stop():
+                raise InterruptedError("copy stopped")
+            records, _ = chunk.read_batch(offset, chunk.physical_end, 2000)
+            for record in records:
+                size = record.size
+                if discard is not None and discard(record):
+                    removed += 1
+                else:
+                    self.add(
+                        bytes(buf[HEADER_SIZE + offset : HEADER_SIZE + offset + size]), record.log_position
+                    )
+                offset += size
+        return removed
 
     def abort(self) -> None:
         if self._file is not None:

@@ -1,146 +1,290 @@
-"""TableIndex against a dict model, across dumps, merges, reopen, scavenge; concurrency; MemDb."""
+"""TableIndex against a dict model across dumps, merges, scavenges and reopen; levels; the writer never
+waits for background work but the memory bound; concurrent readers; MemDb; shutdown and failures."""
 
 from __future__ import annotations
 
+import os
 import threading
 
-import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from index_model import IndexModel, assert_matches, batches, keep_by_position
 
+import evdb.index.table_index as table_index_module
+from evdb.errors import DatabaseClosed, StorageError
+from evdb.index.indexmap import IndexMap
 from evdb.index.table_index import TableIndex
 
-ops = st.lists(st.tuples(st.integers(0, 8), st.integers(1, 4)), min_size=1, max_size=60)
+operations = st.lists(
+    st.one_of(
+        batches.map(lambda b: ("add", b)),
+        st.just(("check",)),
+        st.just(("reopen",)),
+        st.just(("merge_indexes",)),
+        st.tuples(st.just("scavenge"), st.integers(2, 4), st.integers(0, 3)),
+    ),
+    min_size=1,
+    max_size=12,
+)
 
 
-def run_ops(
-    index: TableIndex, model: dict[int, list[tuple[int, int]]], operations, position: list[int]
-) -> None:
-    for h, count in operations:
-        entries = []
-        for _ in range(count):
-            number = len(model.setdefault(h, []))
-            entries.append((h, number, position[0]))
-            model[h].append((number, position[0]))
-            position[0] += 10
-        index.add(entries, position[0])
-
-
-def check(index: TableIndex, model: dict[int, list[tuple[int, int]]]) -> None:
-    for h, entries in model.items():
-        assert list(index.iter_forward(h, 0)) == entries
-        assert list(index.iter_backward(h)) == list(reversed(entries))
-        for number, position in entries:
-            assert index.get(h, number) == [position]
-        middle = len(entries) // 2
-        assert list(index.iter_forward(h, middle)) == entries[middle:]
-        assert list(index.iter_backward(h, middle)) == list(reversed(entries[:middle]))
-    assert list(index.iter_forward(999, 0)) == []
-
-
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(operations=ops, memtable=st.integers(1, 8))
-def test_matches_a_model_across_dumps_merges_and_reopen(tmp_path_factory, operations, memtable):
-    directory = str(tmp_path_factory.mktemp("idx"))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=operations, memtable=st.integers(1, 6), on_disk=st.booleans())
+def test_matches_a_dict_model(tmp_path_factory, ops, memtable, on_disk):
+    directory = str(tmp_path_factory.mktemp("idx")) if on_disk else None
     index = TableIndex.open(directory, max_memtable_entries=memtable)
-    model: dict[int, list[tuple[int, int]]] = {}
-    position = [0]
-    run_ops(index, model, operations, position)
-    check(index, model)
-    index.wait_idle()
-    checkpoint = index.checkpoint
-    index.close()
-    reopened = TableIndex.open(directory, max_memtable_entries=memtable)
-    assert reopened.checkpoint == checkpoint
-    # what was not in a PTable yet is re-added from the log by the database; the model plays the log
-    missing = sorted((n, h, p) for h, es in model.items() for n, p in es if p >= checkpoint)
-    missing.sort(key=lambda e: e[2])
-    if missing:
-        reopened.add([(h, n, p) for n, h, p in missing], position[0])
-    check(reopened, model)
-    reopened.merge_indexes()
-    assert len(reopened.tables()) <= 1
-    check(reopened, model)
-    reopened.close()
+    model = IndexModel()
+    try:
+        for op in ops:
+            if op[0] == "add":
+                for streams in op[1]:
+                    index.add(*model.batch(streams))
+            elif op[0] == "check":
+                assert_matches(index, model)  # whatever the background thread is doing
+            elif op[0] == "reopen" and directory is not None:
+                index.close()
+                checkpoint = index.checkpoint
+                index = TableIndex.open(directory, max_memtable_entries=memtable)
+                assert index.checkpoint == checkpoint
+                assert_matches_before(index, model, checkpoint)
+                index.add(model.after(max(0, checkpoint)), model.position)  # the database re-indexes the log
+            elif op[0] == "merge_indexes":
+                index.merge_indexes()
+                assert len(index.tables()) <= 1
+            elif op[0] == "scavenge":
+                keep, rule = keep_by_position(op[1], op[2])
+                result = index.scavenge(keep)
+                before = model.count()
+                model.keep_only(rule)
+                assert result.entries_deleted == before - model.count()
+        assert_matches(index, model)
+        index.wait_idle()
+        assert_matches(index, model)
+    finally:
+        index.close()
 
 
-def test_levels_merge_in_fours(tmp_path):
+def assert_matches_before(index: TableIndex, model: IndexModel, checkpoint: int) -> None:
+    """After a restart the index holds exactly the entries before its checkpoint."""
+    expected = model.before(max(0, checkpoint))
+    for h, entries in expected.items():
+        assert list(index.iter_forward(h)) == sorted(entries)
+    assert index.entry_count() == sum(len(v) for v in expected.values())
+
+
+def add_singles(index: TableIndex, count: int, start: int = 0, streams: int = 7) -> None:
+    for i in range(start, start + count):
+        index.add([(i % streams, i // streams, i * 100)], i * 100 + 50)
+
+
+def test_levels_merge_in_fours_and_merged_tables_are_deleted(tmp_path):
     index = TableIndex.open(str(tmp_path), max_memtable_entries=10)
-    for i in range(170):
-        index.add([(i % 7, i // 7, i * 100)], i * 100 + 50)
+    add_singles(index, 170)
     index.wait_idle()
-    levels = [t.level for t in index.tables()]
-    # 17 dumps: 16 merged four by four into level 1, those four into one level-2 table
-    assert sorted(levels) == [0, 2]
-    assert sum(len(t) for t in index.tables()) == 170
+    # 17 dumps: 16 merged four by four into four level-1 tables, those into one level-2 table
+    assert [(t.level, len(t)) for t in index.tables()] == [(0, 10), (2, 160)]
+    assert index.checkpoint == 169 * 100 + 50
+    assert index.entry_count() == 170
+    on_disk = set(os.listdir(tmp_path))
     names = {t.name for t in index.tables()}
-    on_disk = {n for n in (p.name for p in tmp_path.iterdir()) if len(n) == 36}
-    assert on_disk == names  # merged-away tables are deleted
+    assert on_disk == {"indexmap"} | names | {f"{n}.bloomfilter" for n in names}
+    indexmap = IndexMap.read(str(tmp_path))
+    assert [(e.level, e.index, e.name) for e in indexmap.tables] == [
+        (t.level, 0, t.name) for t in index.tables()
+    ]
+    assert indexmap.checkpoint == index.checkpoint
     index.close()
 
 
-def test_scavenge_removes_exactly_what_keep_rejects(tmp_path):
-    index = TableIndex.open(str(tmp_path), max_memtable_entries=16)
-    for i in range(100):
-        index.add([(i % 5, i // 5, i)], i + 1)
+def test_max_auto_merge_level_stops_merging_and_is_kept_in_indexmap(tmp_path):
+    index = TableIndex.open(str(tmp_path), max_memtable_entries=10, max_auto_merge_level=1)
+    add_singles(index, 170)
     index.wait_idle()
-    result = index.scavenge(lambda h, n, p: ~((h == 2) & (n < 10)))
-    assert result.entries_deleted == 10
-    assert [n for n, _ in index.iter_forward(2, 0)] == list(range(10, 20))
-    assert [n for n, _ in index.iter_forward(3, 0)] == list(range(20))
-    assert sum(t.entries_kept for t in result.tables) + len(index._memtable) == 90
+    assert sorted(t.level for t in index.tables()) == [0, 1, 1, 1, 1]
     index.close()
-    reopened = TableIndex.open(str(tmp_path), max_memtable_entries=16)
-    assert [n for n, _ in reopened.iter_forward(2, 0)][:1] in ([10], [])  # memtable part re-added by the db
+    assert IndexMap.read(str(tmp_path)).max_auto_merge_level == 1
+    reopened = TableIndex.open(str(tmp_path), max_memtable_entries=10)
+    assert reopened.max_auto_merge_level == 1
+    reopened.merge_indexes()
+    assert [(t.level, len(t)) for t in reopened.tables()] == [(1, 170)]
+    assert [n for n, _ in reopened.iter_forward(3)] == list(range(len(range(3, 170, 7))))
     reopened.close()
 
 
-def test_memdb_mode_has_the_same_semantics():
-    index = TableIndex.open(None, max_memtable_entries=4)
-    model: dict[int, list[tuple[int, int]]] = {}
-    run_ops(index, model, [(1, 3), (2, 4), (1, 4), (3, 2), (2, 2)], [0])
-    index.wait_idle()
-    check(index, model)
+def test_merge_indexes_leaves_the_live_memtable_alone(tmp_path):
+    index = TableIndex.open(str(tmp_path), max_memtable_entries=10)
+    add_singles(index, 65)
+    index.merge_indexes()
+    assert [len(t) for t in index.tables()] == [60]
+    assert index.entry_count() == 65
+    assert [n for n, _ in index.iter_backward(1)][:3] == [9, 8, 7]
     index.close()
 
 
-def test_readers_during_dumps_and_merges(tmp_path):
-    index = TableIndex.open(str(tmp_path), max_memtable_entries=20)
-    stop = threading.Event()
-    errors: list[BaseException] = []
-    written = [0]
+def test_a_new_folder_starts_empty_with_an_indexmap(tmp_path):
+    index = TableIndex.open(str(tmp_path / "index"))
+    assert index.checkpoint == -1 and index.entry_count() == 0 and index.tables() == []
+    assert os.listdir(tmp_path / "index") == ["indexmap"]  # the backup finds one from the start
+    assert list(index.iter_backward(5)) == [] and index.get(5, 0) == []
+    index.close()
 
-    def reader() -> None:
+
+def test_without_indexmap_the_index_is_rebuilt_from_scratch(tmp_path):
+    index = TableIndex.open(str(tmp_path), max_memtable_entries=5)
+    add_singles(index, 30)
+    index.close()
+    os.unlink(tmp_path / "indexmap")
+    rebuilt = TableIndex.open(str(tmp_path), max_memtable_entries=5)
+    assert rebuilt.checkpoint == -1 and rebuilt.entry_count() == 0
+    assert os.listdir(tmp_path) == ["indexmap"]  # the old tables went with it
+    rebuilt.close()
+
+
+def test_out_of_range_numbers_are_answered_not_refused():
+    index = TableIndex.open(None)
+    tombstone = 2**63 - 1
+    index.add([(1, 0, 10), (1, tombstone, 20)], 30)
+    assert list(index.iter_backward(1, 2**64)) == [(tombstone, 20), (0, 10)]
+    assert list(index.iter_backward(1, -(2**70))) == []
+    assert list(index.iter_forward(1, -(2**70))) == [(0, 10), (tombstone, 20)]
+    assert list(index.iter_forward(1, 2**64)) == []
+    assert index.get(1, 2**64) == [] and index.get(1, tombstone) == [20]
+    index.close()
+
+
+def test_duplicates_come_newest_position_first(tmp_path):
+    """The same (hash, number) twice: a collision, or an entry re-added after a rewrite."""
+    index = TableIndex.open(str(tmp_path), max_memtable_entries=2)
+    index.add([(9, 0, 100), (9, 1, 200)], 300)  # dumped
+    index.add([(9, 0, 400)], 500)  # another stream with the same hash, in the memtable
+    index.wait_idle()
+    assert list(index.iter_backward(9)) == [(1, 200), (0, 400), (0, 100)]
+    assert list(index.iter_forward(9)) == [(0, 100), (0, 400), (1, 200)]
+    assert index.get(9, 0) == [400, 100]
+    index.close()
+
+
+# -- the writer and the background thread --------------------------------------------------------------
+class DumpGate:
+    """Holds the background thread inside the table writes until released."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        real = table_index_module._write
+
+        def gated(*args, **kwargs):
+            self.entered.set()
+            assert self.release.wait(30), "test did not release the dump"
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(table_index_module, "_write", gated)
+
+
+def test_the_writer_waits_for_a_dump_only_when_a_second_memtable_is_full(tmp_path, monkeypatch):
+    gate = DumpGate(monkeypatch)
+    index = TableIndex.open(str(tmp_path), max_memtable_entries=4)
+    add_singles(index, 4)  # full: frozen, its dump starts and is held
+    assert gate.entered.wait(30)
+    add_singles(index, 3, start=4)  # the next memtable fills meanwhile: no waiting
+    assert index.entry_count() == 7
+    writer = threading.Thread(target=add_singles, args=(index, 1, 7))
+    writer.start()
+    writer.join(0.2)
+    assert writer.is_alive(), "a second full memtable must wait for the first one's dump"
+    assert [n for n, _ in index.iter_forward(0)] == [0, 1]  # readers are not held up meanwhile
+    gate.release.set()
+    writer.join(30)
+    assert not writer.is_alive()
+    index.wait_idle()
+    assert [len(t) for t in index.tables()] == [4, 4]
+    assert index.checkpoint == 7 * 100 + 50
+    index.close()
+
+
+def test_readers_see_consistent_streams_during_dumps_and_merges(tmp_path):
+    index = TableIndex.open(str(tmp_path), max_memtable_entries=20)
+    streams, per_stream = 3, 400
+    written = [0] * streams  # entries of each stream acknowledged by add()
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def reader(s: int) -> None:
         try:
             while not stop.is_set():
-                seen_before = written[0]
-                numbers = [n for n, _ in index.iter_forward(1, 0)]
-                assert numbers == sorted(numbers)
-                assert len(numbers) >= seen_before
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+                acknowledged = written[s]
+                forward = [n for n, _ in index.iter_forward(s)]
+                assert forward == list(range(len(forward))) and len(forward) >= acknowledged
+                last = next(iter(index.iter_backward(s)), None)
+                assert last is None or last[0] >= acknowledged - 1
+                if acknowledged:
+                    assert index.get(s, acknowledged - 1) == [(acknowledged - 1) * streams * 10 + s * 10]
+        except BaseException as exc:  # reported by the main thread
+            failures.append(exc)
 
-    threads = [threading.Thread(target=reader) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for i in range(2000):
-        index.add([(1, i, i * 10)], i * 10 + 5)
-        written[0] = i + 1
+    readers = [threading.Thread(target=reader, args=(s,)) for s in range(streams)]
+    for r in readers:
+        r.start()
+    for i in range(per_stream):
+        for s in range(streams):
+            position = (i * streams + s) * 10
+            index.add([(s, i, position)], position + 5)
+            written[s] = i + 1
     stop.set()
-    for t in threads:
-        t.join()
-    assert errors == []
+    for r in readers:
+        r.join()
+    assert failures == []
     index.wait_idle()
-    assert [n for n, _ in index.iter_forward(1, 0)] == list(range(2000))
-    assert index.entry_count() == 2000
+    assert {t.level for t in index.tables()} >= {1, 2}  # merges happened while readers read
+    for s in range(streams):
+        assert [n for n, _ in index.iter_forward(s)] == list(range(per_stream))
     index.close()
 
 
-def test_entry_arrays_are_sorted_for_dumps():
-    from evdb.index.memtable import MemTable
+def test_memdb_has_the_same_semantics_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    index = TableIndex.open(None, max_memtable_entries=3)
+    model = IndexModel()
+    for streams in ([0, 1, 2], [3, 3, 3, 3], [1, 4], [5] * 9, [0] * 30):
+        index.add(*model.batch(streams))
+    index.wait_idle()
+    assert index.tables() and all(t.path is None for t in index.tables())
+    assert index.checkpoint == model.position  # the last batch filled a memtable: all in PTables
+    assert_matches(index, model)
+    index.merge_indexes()
+    keep, rule = keep_by_position(3, 1)
+    index.scavenge(keep)
+    model.keep_only(rule)
+    assert_matches(index, model)
+    index.close()
+    assert os.listdir(tmp_path) == []
 
-    m = MemTable()
-    m.add([(5, 2, 30), (1, 0, 10), (5, 1, 20), (1, 1, 40)], 50)
-    hashes, numbers, positions = m.to_arrays()
-    assert hashes.tolist() == [1, 1, 5, 5] and numbers.tolist() == [0, 1, 1, 2]
-    assert np.all(np.diff(positions[:2]) > 0)
+
+def test_close_dumps_a_frozen_memtable_and_refuses_more_entries(tmp_path):
+    index = TableIndex.open(str(tmp_path), max_memtable_entries=4)
+    add_singles(index, 6)
+    index.close()
+    index.close()  # twice is fine
+    with pytest.raises(DatabaseClosed):
+        index.add([(1, 0, 0)], 1)
+    assert [n for n, _ in index.iter_forward(1)] == [0]  # reads still answer
+    reopened = TableIndex.open(str(tmp_path), max_memtable_entries=4)
+    assert reopened.entry_count() == 4 and reopened.checkpoint == 3 * 100 + 50
+    reopened.close()
+
+
+def test_a_background_failure_is_reported_to_the_writer(tmp_path, monkeypatch):
+    def failing_write(*args, **kwargs):
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(table_index_module, "_write", failing_write)
+    index = TableIndex.open(str(tmp_path), max_memtable_entries=2)
+    add_singles(index, 2)
+    with pytest.raises(StorageError, match="no space left"):
+        index.wait_idle()
+    with pytest.raises(StorageError):
+        add_singles(index, 3, start=2)
+    assert [n for n, _ in index.iter_forward(1)] == [0]  # the frozen entries are still readable
+    index.close()
+    assert os.listdir(tmp_path) == ["indexmap"]

@@ -16,19 +16,9 @@ def write_events(
     log: TransactionLog, count: int, start_number: int = 0, data: bytes = b"d" * 100
 ) -> list[int]:
     positions = []
+    size = rec.event_frame_size(1, 1, len(data), 0)
     for i in range(count):
-        f = rec.encode_event(
-            log_position=0,
-            event_number=0,
-            stream="s",
-            event_type="t",
-            event_id=os.urandom(16),
-            timestamp=0,
-            flags=0,
-            data=data,
-            metadata=b"",
-        )
-        log.ensure_space(len(f))
+        log.ensure_space(size)
         position = log.end
         f = rec.encode_event(
             log_position=position,

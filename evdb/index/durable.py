@@ -1,0 +1,58 @@
+"""Durable file replacement: a file appears under its final name whole, or not at all.
+
+Every index file is written under a temporary name, fsynced, renamed over its final name, and the
+folder is fsynced after the rename so the new name survives a power cut. The differential backup
+copies index files by name while the node runs: it must never see a half-written file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+
+__all__ = ["TMP_SUFFIX", "fsync_dir", "remove_durably", "replace_durably", "write_durably"]
+
+TMP_SUFFIX = ".tmp"
+
+
+def fsync_dir(directory: str) -> None:
+    """Make the folder's entries (created, renamed, removed names) durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_durably(tmp_path: str, path: str) -> None:
+    """Rename a complete, fsynced temporary file over ``path``, then fsync the folder."""
+    os.replace(tmp_path, path)
+    fsync_dir(os.path.dirname(path) or ".")
+
+
+def write_durably(path: str, parts: Iterable[bytes | bytearray | memoryview]) -> None:
+    """Write ``parts`` to ``path + ".tmp"``, fsync it, rename it over ``path``, fsync the folder."""
+    tmp_path = path + TMP_SUFFIX
+    try:
+        with open(tmp_path, "wb") as f:
+            for part in parts:
+                f.write(part)
+            f.flush()
+            os.fsync(f.fileno())
+        replace_durably(tmp_path, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_path)
+        raise
+
+
+def remove_durably(paths: Iterable[str]) -> None:
+    """Delete files (missing ones are fine), then fsync each folder touched once."""
+    folders: set[str] = set()
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+            folders.add(os.path.dirname(path) or ".")
+    for folder in folders:
+        fsync_dir(folder)
