@@ -191,7 +191,10 @@ class TableIndex:
     # -- facts -----------------------------------------------------------------------------------------
     @property
     def checkpoint(self) -> int:
-        """Log position up to which every entry is in the PTables named by indexmap; -1 when none."""
+        """Log position up to which every entry is in the PTables (those indexmap names); -1 when none.
+
+        The database indexes the log again from here at start: memtables are not persisted.
+        """
         return self._checkpoint
 
     def entry_count(self) -> int:
@@ -384,6 +387,7 @@ class TableIndex:
     # -- maintenance -----------------------------------------------------------------------------------
     def merge_indexes(self) -> None:
         """Merge every PTable into one (KurrentDB's MergeIndexes operation); the live memtable stays."""
+        self._check_usable()
         with self._maintenance:
             self._catch_up()
             tables = self.tables()
@@ -403,6 +407,7 @@ class TableIndex:
         under a new name at its place and swapped in through indexmap; one that loses none is
         left as it is; one that loses all is dropped.
         """
+        self._check_usable()
         started = time.perf_counter()
         with self._maintenance:
             self._catch_up()

@@ -268,6 +268,8 @@ def test_close_dumps_a_frozen_memtable_and_refuses_more_entries(tmp_path):
     index.close()  # twice is fine
     with pytest.raises(DatabaseClosed):
         index.add([(1, 0, 0)], 1)
+    with pytest.raises(DatabaseClosed):
+        index.merge_indexes()
     assert [n for n, _ in index.iter_forward(1)] == [0]  # reads still answer
     reopened = TableIndex.open(str(tmp_path), max_memtable_entries=4)
     assert reopened.entry_count() == 4 and reopened.checkpoint == 3 * 100 + 50
