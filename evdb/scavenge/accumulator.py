@@ -34,7 +34,8 @@ def accumulate(ctx: RunContext) -> None:
         lo = hi = None
         with state.transaction():
             while position < chunk_end:
-                records, after = log.read_forward_batch(position, 1000)
+                time.sleep(0)  # let other threads (appends) have the GIL between batches
+                records, after = log.read_forward_batch(position, 256)
                 if not records:
                     position = chunk_end
                     break

@@ -21,6 +21,7 @@ import mmap
 import os
 import struct
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -612,7 +613,8 @@ class ChunkBuilder:
         while offset < chunk.physical_end:
             if should_stop():
                 raise InterruptedError("copy stopped")
-            records, _ = chunk.read_batch(offset, chunk.physical_end, 2000)
+            time.sleep(0)  # let other threads (appends) have the GIL between batches
+            records, _ = chunk.read_batch(offset, chunk.physical_end, 256)
             for record in records:
                 size = record.size
                 if discard is not None and discard(record):
