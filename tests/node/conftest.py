@@ -48,3 +48,11 @@ async def client(node):
 async def anon(node):
     async with httpx.AsyncClient(base_url=node.http_url, timeout=30) as c:
         yield c
+
+
+@pytest.fixture
+async def unmerged_client(tmp_path, clock):
+    """Admin client of a node with DisableScavengeMerging (chunks stay apart, as in the reference's facts)."""
+    async with Node(node_options(tmp_path, "--disable-scavenge-merging"), clock=clock, name="nomerge") as n:
+        async with httpx.AsyncClient(base_url=n.http_url, auth=ADMIN, timeout=30) as c:
+            yield c
