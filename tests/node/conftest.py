@@ -53,6 +53,9 @@ async def anon(node):
 @pytest.fixture
 async def unmerged_client(tmp_path, clock):
     """Admin client of a node with DisableScavengeMerging (chunks stay apart, as in the reference's facts)."""
-    async with Node(node_options(tmp_path, "--disable-scavenge-merging"), clock=clock, name="nomerge") as n:
-        async with httpx.AsyncClient(base_url=n.http_url, auth=ADMIN, timeout=30) as c:
-            yield c
+    options = node_options(tmp_path, "--disable-scavenge-merging")
+    async with (
+        Node(options, clock=clock, name="nomerge") as n,
+        httpx.AsyncClient(base_url=n.http_url, auth=ADMIN, timeout=30) as c,
+    ):
+        yield c
