@@ -123,7 +123,13 @@ def parse_basic_authorization(header: str) -> tuple[str, str] | None:
 
 
 def _check_login(login: object) -> str:
-    if not isinstance(login, str) or not login or len(login) > 256 or any(c in login for c in "/\\:\n\r\t"):
+    if (
+        not isinstance(login, str)
+        or not login
+        or len(login) > 256
+        or any(c in login for c in "/\\:")
+        or any(ord(c) < 32 or ord(c) == 127 for c in login)
+    ):
         raise InvalidInput(
             "A login name must be 1 to 256 characters, without '/', '\\', ':' or control characters."
         )

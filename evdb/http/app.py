@@ -22,7 +22,7 @@ from evdb.errors import (
     StreamNotFound,
     WrongExpectedVersion,
 )
-from evdb.http.common import NODE, PRINCIPAL
+from evdb.http.common import NODE, PRINCIPAL, unauthorized
 
 if TYPE_CHECKING:
     from evdb.node import Node
@@ -53,7 +53,7 @@ async def auth_middleware(request: web.Request, handler):
         node = request.app[NODE]
         principal = await asyncio.to_thread(node.users.authenticate, *parsed)
         if principal is None:
-            raise web.HTTPUnauthorized(headers=_UNAUTHORIZED_HEADERS)
+            raise unauthorized()
         request[PRINCIPAL] = principal
     else:
         request[PRINCIPAL] = ANONYMOUS

@@ -68,14 +68,15 @@ def bad_request(reason: str) -> web.HTTPBadRequest:
     return web.HTTPBadRequest(text=reason, content_type="text/plain")
 
 
-def _unauthorized() -> web.HTTPUnauthorized:
-    return web.HTTPUnauthorized(headers={"WWW-Authenticate": 'Basic realm="evdb"'})
+def unauthorized() -> web.HTTPUnauthorized:
+    """401 with ``WWW-Authenticate`` and an empty body, as KurrentDB answers."""
+    return web.HTTPUnauthorized(headers={"WWW-Authenticate": 'Basic realm="evdb"'}, text="")
 
 
 def require_authenticated(request: web.Request) -> Principal:
     principal = get_principal(request)
     if not principal.is_authenticated:
-        raise _unauthorized()
+        raise unauthorized()
     return principal
 
 
@@ -84,7 +85,7 @@ def require_ops(request: web.Request, *, legacy: bool = True) -> Principal:
     principal = require_authenticated(request)
     if not principal.has_any({ADMINS, OPS}):
         if legacy:
-            raise _unauthorized()
+            raise unauthorized()
         raise web.HTTPForbidden(text="Access denied.", content_type="text/plain")
     return principal
 
@@ -93,6 +94,6 @@ def require_admin(request: web.Request, *, legacy: bool = True) -> Principal:
     principal = require_authenticated(request)
     if not principal.is_admin:
         if legacy:
-            raise _unauthorized()
+            raise unauthorized()
         raise web.HTTPForbidden(text="Access denied.", content_type="text/plain")
     return principal

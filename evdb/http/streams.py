@@ -22,7 +22,7 @@ from aiohttp import web
 from evdb.auth import ADMINS, Principal
 from evdb.clock import TICKS_PER_SECOND
 from evdb.errors import EventTooLarge, InvalidInput, StreamDeleted
-from evdb.http.common import bad_request, get_node, get_principal, json_response
+from evdb.http.common import bad_request, get_node, get_principal, json_response, unauthorized
 from evdb.storage.records import EventRecord
 from evdb.streams import ANY, NewEvent, StreamMetadata, is_metastream, original_stream_of
 from evdb.subscriptions import CaughtUp, subscribe_to_all, subscribe_to_stream
@@ -84,7 +84,7 @@ def check_access(request: web.Request, stream: str, action: str) -> Principal:
     elif "$all" in roles or principal.has_any(roles):
         return principal
     if not principal.is_authenticated:
-        raise web.HTTPUnauthorized(headers={"WWW-Authenticate": 'Basic realm="evdb"'})
+        raise unauthorized()
     raise web.HTTPForbidden(text="Access denied.", content_type="text/plain")
 
 

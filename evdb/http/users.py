@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -60,7 +61,7 @@ async def create_user(request: web.Request) -> web.Response:
     return json_response(
         {"loginName": user.login_name, "success": True},
         status=201,
-        headers={"Location": f"/users/{user.login_name}"},
+        headers={"Location": f"/users/{quote(user.login_name, safe='')}"},
     )
 
 

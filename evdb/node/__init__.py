@@ -196,7 +196,10 @@ class Node:
         from evdb.http.app import build_app
 
         app = build_app(self)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+        # handler_cancellation: a client that goes away (an abandoned subscription) ends its handler
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=2.0, handler_cancellation=True
+        )
         await self._runner.setup()
         for sock in sockets:
             site = web.SockSite(self._runner, sock, ssl_context=ssl_context)
