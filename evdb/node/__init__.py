@@ -23,7 +23,9 @@ from aiohttp import web
 from evdb.auth import UserStore
 from evdb.clock import Clock, SystemClock
 from evdb.database import Database, DatabaseConfig
+from evdb.logs import close_node_logging, configure_node_logging
 from evdb.metrics import NodeMetrics
+from evdb.options import Options, deprecation_warnings, effective_configuration
 from evdb.scavenge.service import ScavengeService
 from evdb.streams import NewEvent
 from evdb.subscriptions import CommitNotifier
@@ -37,7 +39,7 @@ DB_VERSION = "evdb-0.1.0"
 class Node:
     """A single evdb node. Start with ``await node.start()`` or ``async with``."""
 
-    def __init__(self, options: Any, *, clock: Clock | None = None, name: str | None = None) -> None:
+    def __init__(self, options: Options, *, clock: Clock | None = None, name: str | None = None) -> None:
         self.options = options
         self.clock = clock or SystemClock()
         self.instance_id = uuid.uuid4()
@@ -84,8 +86,6 @@ class Node:
         await self.stop()
 
     def _configure_logging(self) -> None:
-        from evdb.logs import configure_node_logging
-
         o = self.options
         self.logger = configure_node_logging(
             node_name=self.name,
@@ -131,12 +131,12 @@ class Node:
         o = self.options
         self._configure_logging()
         self.logger.info("evdb %s starting (instance %s, pid %d)", VERSION, self.instance_id, os.getpid())
-        for name, source in sorted(getattr(o, "config_sources", {}).items()):
+        for name, value, source in effective_configuration(o):
             if source != "default":
-                self.logger.info("Option %s = %r (from %s)", name, getattr(o, _snake(name), None), source)
-        if getattr(o, "always_keep_scavenged", False):
-            self.logger.warning("Option AlwaysKeepScavenged is deprecated and has no effect.")
-        if getattr(o, "unsafe_ignore_hard_delete", False):
+                self.logger.info("Option %s = %s (from %s)", name, value, source)
+        for warning in deprecation_warnings(o):
+            self.logger.warning(warning)
+        if o.unsafe_ignore_hard_delete:
             self.logger.warning(
                 "UnsafeIgnoreHardDelete is on: a scavenge will remove tombstones. This is unsafe."
             )
@@ -225,9 +225,7 @@ class Node:
             await asyncio.to_thread(self.db.close)
             self.db = None
         self.logger.info("Node stopped")
-        for handler in list(self.logger.handlers):
-            handler.close()
-            self.logger.removeHandler(handler)
+        close_node_logging(self.logger)
 
     async def run_until_shutdown(self) -> None:
         await self.shutdown_requested.wait()
@@ -291,15 +289,6 @@ class Node:
                 await asyncio.wrap_future(self.db.append_async(stream, [event]))
             except Exception as exc:  # statistics must never take the node down
                 self.logger.warning("Could not write statistics: %s", exc)
-
-
-def _snake(name: str) -> str:
-    out = []
-    for i, ch in enumerate(name):
-        if ch.isupper() and i and not name[i - 1].isupper():
-            out.append("_")
-        out.append(ch.lower())
-    return "".join(out)
 
 
 def _bind(host: str, port: int, family: int | None = None) -> socket.socket:

@@ -1,115 +1,227 @@
-"""``evdb certs``: create a CA and node certificates; inspect a certificate."""
+"""``evdb certs``: create a CA and node certificates, inspect a certificate, verify a node's set.
+
+The options of ``create-ca`` and ``create-node`` are es-gencert-cli's, and its single-dash spellings
+(``-ca-certificate``, ``-out``, ...) are accepted too, so its documented command lines work unchanged.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-
-from cryptography import x509
+from typing import Any
 
 from evdb.errors import EvdbError
 
 __all__ = ["register_cli"]
 
+#: The sub-commands, for ``evdb certs --help`` and the documentation test.
+COMMANDS = ("create-ca", "create-node", "inspect", "verify")
 
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("certs", help="create and inspect TLS certificates")
+
+def register_cli(subparsers: Any) -> None:
+    """Add ``evdb certs`` and its sub-commands to the ``evdb`` parser."""
+    parser = subparsers.add_parser(
+        "certs",
+        help="create, inspect and verify TLS certificates",
+        description="Create a CA and node certificates (es-gencert-cli's layout), inspect a certificate, "
+        "or verify a node's certificate set the way the node loads it. See docs/certificates.md.",
+    )
     sub = parser.add_subparsers(dest="certs_command", metavar="COMMAND", required=True)
-    ca = sub.add_parser("create-ca", help="create a certificate authority (ca.crt, ca.key)")
-    ca.add_argument(
-        "--out", default="./certs/ca", help="folder to write ca.crt and ca.key to (default ./certs/ca)"
+
+    ca = sub.add_parser(
+        "create-ca",
+        help="create a certificate authority: ca.crt and ca.key",
+        description="Create a root CA, or an intermediate CA when --ca-certificate and --ca-key name the "
+        "issuing CA. Writes ca.crt and ca.key (mode 0600) in --out.",
     )
-    ca.add_argument("--name", default="evdb CA", help="the CA's common name")
-    ca.add_argument("--days", type=int, default=3650, help="validity in days (default 3650)")
-    ca.add_argument("--force", action="store_true", help="overwrite existing files")
+    _option(ca, "--out", default="./certs/ca", metavar="DIR", help="output folder (default ./certs/ca)")
+    _option(ca, "--days", type=int, default=None, metavar="N", help="validity in days (default 5 years)")
+    _option(
+        ca, "--name", default=None, metavar="CN", help="the CA's common name (default 'evdb CA <serial>')"
+    )
+    _option(
+        ca,
+        "--ca-certificate",
+        default=None,
+        metavar="FILE",
+        help="issuing CA certificate, for an intermediate CA",
+    )
+    _option(ca, "--ca-key", default=None, metavar="FILE", help="issuing CA key, for an intermediate CA")
+    _option(ca, "--force", action="store_true", help="replace existing files")
     ca.set_defaults(func=_create_ca)
+
     node = sub.add_parser(
-        "create-node", help="create a node certificate (node.crt, node.key) signed by the CA"
+        "create-node",
+        help="create a node certificate signed by the CA: node.crt and node.key",
+        description="Create a node certificate (server and client authentication) signed by the CA. "
+        "Writes node.crt and node.key (mode 0600) in --out. Without --ip-addresses and --dns-names the "
+        "certificate names 127.0.0.1 and localhost.",
     )
-    node.add_argument(
-        "--ca-certificate", default="./certs/ca/ca.crt", help="the CA certificate (default ./certs/ca/ca.crt)"
+    _option(
+        node,
+        "--ca-certificate",
+        default="./certs/ca/ca.crt",
+        metavar="FILE",
+        help="CA certificate (default ./certs/ca/ca.crt)",
     )
-    node.add_argument("--ca-key", default="./certs/ca/ca.key", help="the CA key (default ./certs/ca/ca.key)")
-    node.add_argument("--out", default="./certs/node1", help="folder to write node.crt and node.key to")
-    node.add_argument("--ip-addresses", default="127.0.0.1", help="comma-separated IP addresses (SANs)")
-    node.add_argument("--dns-names", default="localhost", help="comma-separated DNS names (SANs)")
-    node.add_argument(
-        "--common-name", default="eventstoredb-node", help="must match CertificateReservedNodeCommonName"
+    _option(
+        node,
+        "--ca-key",
+        default="./certs/ca/ca.key",
+        metavar="FILE",
+        help="CA key (default ./certs/ca/ca.key)",
     )
-    node.add_argument("--days", type=int, default=730, help="validity in days (default 730)")
-    node.add_argument("--force", action="store_true", help="overwrite existing files")
+    _option(
+        node, "--out", default="./certs/node1", metavar="DIR", help="output folder (default ./certs/node1)"
+    )
+    _option(
+        node, "--ip-addresses", default=None, metavar="LIST", help="comma-separated IP addresses of the node"
+    )
+    _option(node, "--dns-names", default=None, metavar="LIST", help="comma-separated DNS names of the node")
+    _option(
+        node,
+        "--common-name",
+        default="eventstoredb-node",
+        metavar="CN",
+        help="subject common name; must match CertificateReservedNodeCommonName (default eventstoredb-node)",
+    )
+    _option(node, "--days", type=int, default=None, metavar="N", help="validity in days (default 1 year)")
+    _option(node, "--force", action="store_true", help="replace existing files")
     node.set_defaults(func=_create_node)
-    inspect = sub.add_parser("inspect", help="show a certificate's subject, issuer, validity and names")
-    inspect.add_argument("file")
+
+    inspect = sub.add_parser(
+        "inspect",
+        help="show a certificate's subject, issuer, validity, names and fingerprint",
+        description="Show every certificate in a PEM (or DER) file.",
+    )
+    inspect.add_argument("file", metavar="FILE")
     inspect.add_argument("--json", action="store_true", help="print JSON")
     inspect.set_defaults(func=_inspect)
 
+    verify = sub.add_parser(
+        "verify",
+        help="check a node's certificate, key and trusted roots exactly as the node loads them",
+        description="Run the node's certificate loader: files readable, key matches the certificate, chain "
+        "to a trusted root, validity, key usages; optionally the reserved node common name. Exit code 0 "
+        "when the node would accept the set, 1 (with the reason) when it would keep its old one.",
+    )
+    verify.add_argument("--certificate-file", required=True, metavar="FILE")
+    verify.add_argument("--certificate-private-key-file", required=True, metavar="FILE")
+    verify.add_argument("--trusted-root-certificates-path", required=True, metavar="PATH")
+    verify.add_argument("--certificate-reserved-node-common-name", default=None, metavar="CN")
+    verify.add_argument("--json", action="store_true", help="print JSON")
+    verify.set_defaults(func=_verify)
 
-def _split(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
+
+def _option(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
+    """An option under its ``--name`` and es-gencert-cli's ``-name`` spelling."""
+    parser.add_argument(name, name[1:], dest=name[2:].replace("-", "_"), **kwargs)
+
+
+def _split(text: str | None) -> list[str]:
+    return [part.strip() for part in (text or "").split(",") if part.strip()]
+
+
+def _fail(error: Exception) -> int:
+    print(f"evdb certs: {error}", file=sys.stderr)
+    return 1
 
 
 def _create_ca(args: argparse.Namespace) -> int:
-    from evdb.tls.certs import create_ca
+    from evdb.tls.certs import CA_DAYS, create_ca
+    from evdb.tls.loading import describe_certificate, read_certificates
 
     try:
-        cert, key = create_ca(args.out, common_name=args.name, days=args.days, force=args.force)
+        cert, key = create_ca(
+            args.out,
+            common_name=args.name,
+            days=args.days or CA_DAYS,
+            issuer_certificate=args.ca_certificate,
+            issuer_key=args.ca_key,
+            force=args.force,
+        )
+        info = describe_certificate(read_certificates(cert)[0])
     except EvdbError as exc:
-        print(f"evdb certs: {exc}", file=sys.stderr)
-        return 1
-    print(f"Wrote {cert} and {key}")
+        return _fail(exc)
+    print(f"Wrote {cert} and {key}: {info.subject}, valid until {info.not_after:%Y-%m-%d}.")
     return 0
 
 
 def _create_node(args: argparse.Namespace) -> int:
-    from evdb.tls.certs import create_node_certificate
+    from evdb.tls.certs import NODE_DAYS, create_node_certificate
+    from evdb.tls.loading import describe_certificate, read_certificates
 
+    ips, dns = _split(args.ip_addresses), _split(args.dns_names)
+    if args.ip_addresses is None and args.dns_names is None:
+        ips, dns = ["127.0.0.1"], ["localhost"]
     try:
         cert, key = create_node_certificate(
             args.ca_certificate,
             args.ca_key,
             args.out,
-            ip_addresses=_split(args.ip_addresses),
-            dns_names=_split(args.dns_names),
+            ip_addresses=ips,
+            dns_names=dns,
             common_name=args.common_name,
-            days=args.days,
+            days=args.days or NODE_DAYS,
             force=args.force,
         )
+        info = describe_certificate(read_certificates(cert)[0])
     except EvdbError as exc:
-        print(f"evdb certs: {exc}", file=sys.stderr)
-        return 1
-    print(f"Wrote {cert} and {key}")
+        return _fail(exc)
+    names = ", ".join([*info.san_ip_addresses, *info.san_dns_names])
+    print(f"Wrote {cert} and {key}: {info.subject} for {names}, valid until {info.not_after:%Y-%m-%d}.")
     return 0
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    try:
-        with open(args.file, "rb") as f:
-            cert = x509.load_pem_x509_certificate(f.read())
-    except (OSError, ValueError) as exc:
-        print(f"evdb certs: {args.file}: {exc}", file=sys.stderr)
-        return 1
-    try:
-        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        ips = [str(i) for i in sans.get_values_for_type(x509.IPAddress)]
-        dns = list(sans.get_values_for_type(x509.DNSName))
-    except x509.ExtensionNotFound:
-        ips, dns = [], []
-    from cryptography.hazmat.primitives import hashes
+    from evdb.tls.loading import describe_certificate, read_certificates
 
-    info = {
-        "subject": cert.subject.rfc4514_string(),
-        "issuer": cert.issuer.rfc4514_string(),
-        "notBefore": cert.not_valid_before_utc.isoformat(),
-        "notAfter": cert.not_valid_after_utc.isoformat(),
-        "ipAddresses": ips,
-        "dnsNames": dns,
-        "fingerprintSha256": cert.fingerprint(hashes.SHA256()).hex(),
-    }
+    try:
+        infos = [describe_certificate(c) for c in read_certificates(args.file)]
+    except EvdbError as exc:
+        return _fail(exc)
     if args.json:
-        print(json.dumps(info, indent=2))
-    else:
-        for k, v in info.items():
-            print(f"{k}: {', '.join(v) if isinstance(v, list) else v}")
+        first, *rest = infos
+        print(
+            json.dumps(
+                {"file": args.file, **first.to_json(), "additionalCertificates": [i.to_json() for i in rest]},
+                indent=2,
+            )
+        )
+        return 0
+    for n, info in enumerate(infos, start=1):
+        if len(infos) > 1:
+            if n > 1:
+                print()
+            print(f"Certificate {n} of {len(infos)} in {args.file}")
+        _print_fields(info.to_json())
     return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from evdb.tls.loading import check_peer_node_certificate, load_node_tls
+
+    try:
+        tls = load_node_tls(
+            args.certificate_file, args.certificate_private_key_file, args.trusted_root_certificates_path
+        )
+        if args.certificate_reserved_node_common_name is not None:
+            from cryptography.hazmat.primitives import serialization
+
+            der = tls.certificate.public_bytes(serialization.Encoding.DER)
+            check_peer_node_certificate(der, args.certificate_reserved_node_common_name)
+    except EvdbError as exc:
+        return _fail(exc)
+    if args.json:
+        print(json.dumps({"ok": True, **tls.describe()}, indent=2))
+    else:
+        print("OK: the node would load this certificate set.")
+        _print_fields(tls.describe())
+    return 0
+
+
+def _print_fields(fields: dict[str, object]) -> None:
+    for name, value in fields.items():
+        shown = ", ".join(str(v) for v in value) if isinstance(value, list) else value
+        print(f"  {name}: {shown}")

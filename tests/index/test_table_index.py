@@ -1,4 +1,4 @@
-"""TableIndex against a dict model across dumps, merges, scavenges and reopen; levels; the writer never
+"""TableIndex levels and merges (the dict-model comparison is test_table_index_model.py); the writer never
 waits for background work but the memory bound; concurrent readers; MemDb; shutdown and failures."""
 
 from __future__ import annotations
@@ -7,70 +7,12 @@ import os
 import threading
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from index_model import IndexModel, assert_matches, batches, keep_by_position
+from index_model import IndexModel, assert_matches, keep_by_position
 
 import evdb.index.table_index as table_index_module
 from evdb.errors import DatabaseClosed, StorageError
 from evdb.index.indexmap import IndexMap
 from evdb.index.table_index import TableIndex
-
-operations = st.lists(
-    st.one_of(
-        batches.map(lambda b: ("add", b)),
-        st.just(("check",)),
-        st.just(("reopen",)),
-        st.just(("merge_indexes",)),
-        st.tuples(st.just("scavenge"), st.integers(2, 4), st.integers(0, 3)),
-    ),
-    min_size=1,
-    max_size=12,
-)
-
-
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=operations, memtable=st.integers(1, 6), on_disk=st.booleans())
-def test_matches_a_dict_model(tmp_path_factory, ops, memtable, on_disk):
-    directory = str(tmp_path_factory.mktemp("idx")) if on_disk else None
-    index = TableIndex.open(directory, max_memtable_entries=memtable)
-    model = IndexModel()
-    try:
-        for op in ops:
-            if op[0] == "add":
-                for streams in op[1]:
-                    index.add(*model.batch(streams))
-            elif op[0] == "check":
-                assert_matches(index, model)  # whatever the background thread is doing
-            elif op[0] == "reopen" and directory is not None:
-                index.close()
-                checkpoint = index.checkpoint
-                index = TableIndex.open(directory, max_memtable_entries=memtable)
-                assert index.checkpoint == checkpoint
-                assert_matches_before(index, model, checkpoint)
-                index.add(model.after(max(0, checkpoint)), model.position)  # the database re-indexes the log
-            elif op[0] == "merge_indexes":
-                index.merge_indexes()
-                assert len(index.tables()) <= 1
-            elif op[0] == "scavenge":
-                keep, rule = keep_by_position(op[1], op[2])
-                result = index.scavenge(keep)
-                before = model.count()
-                model.keep_only(rule)
-                assert result.entries_deleted == before - model.count()
-        assert_matches(index, model)
-        index.wait_idle()
-        assert_matches(index, model)
-    finally:
-        index.close()
-
-
-def assert_matches_before(index: TableIndex, model: IndexModel, checkpoint: int) -> None:
-    """After a restart the index holds exactly the entries before its checkpoint."""
-    expected = model.before(max(0, checkpoint))
-    for h, entries in expected.items():
-        assert list(index.iter_forward(h)) == sorted(entries)
-    assert index.entry_count() == sum(len(v) for v in expected.values())
 
 
 def add_singles(index: TableIndex, count: int, start: int = 0, streams: int = 7) -> None:

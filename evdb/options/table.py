@@ -1,0 +1,317 @@
+"""The option table: every node option, once.
+
+To add an option, add one ``OptionSpec`` here (in its group); the command line, the environment
+variable, the YAML key, the ``Options`` attribute, ``evdb node --help`` and docs/options.md all follow.
+Regenerate the docs with ``python -m evdb.options --markdown > docs/options.md``.
+"""
+
+from __future__ import annotations
+
+from evdb.options.spec import OptionSpec
+
+__all__ = ["LOG_LEVELS", "OPTIONS", "GiB", "KiB", "MiB"]
+
+KiB = 1024
+MiB = 1024**2
+GiB = 1024**3
+
+LOG_LEVELS = ("Verbose", "Debug", "Information", "Warning", "Error", "Fatal")
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    # -- Application ---------------------------------------------------------------------------------
+    OptionSpec(
+        "Config",
+        "path",
+        None,
+        "YAML file to read options from.",
+        "Application",
+        default_note="no file",
+        details=(
+            "Keys are the PascalCase option names; a nested mapping joins its keys, so "
+            "`AutoScavenge: {Enabled: false}` sets `AutoScavengeEnabled`. Keys are matched without regard "
+            "to case. `Config` itself cannot be set inside the file."
+        ),
+    ),
+    OptionSpec(
+        "Dev",
+        "bool",
+        False,
+        "Developer mode: throw-away certificates are generated when none are given.",
+        "Application",
+        details="Not for production. Auto-scavenge never runs in developer mode.",
+    ),
+    OptionSpec(
+        "MemDb",
+        "bool",
+        False,
+        "Keep the whole database in memory; nothing is written to disk and everything is lost at exit.",
+        "Application",
+        details="Auto-scavenge never runs on an in-memory database.",
+    ),
+    OptionSpec(
+        "StatsPeriodSec",
+        "int",
+        30,
+        "Seconds between statistics events (which expire after 24 hours); 0 turns them off.",
+        "Application",
+        minimum=0,
+        maximum=86400,
+        unit="seconds",
+    ),
+    OptionSpec(
+        "EnableUnixSocket",
+        "bool",
+        False,
+        "Serve the redaction RPC on a unix domain socket in the database folder.",
+        "Application",
+        details="Required by the redaction tool `evdb-redact`.",
+    ),
+    # -- Database ------------------------------------------------------------------------------------
+    OptionSpec(
+        "Db",
+        "path",
+        "./data/db",
+        "Folder of the transaction log: chunk files and checkpoints.",
+        "Database",
+        details="Relative paths are relative to the working folder of the node process; `~` is expanded.",
+    ),
+    OptionSpec(
+        "Index",
+        "path",
+        None,
+        "Folder of the index files (indexmap, PTables, stream-existence filter, scavenge database).",
+        "Database",
+        default_note="<Db>/index",
+        details=(
+            "When not given, the folder `index` inside the `Db` folder (`./data/db/index` with the default "
+            "`Db`), as in KurrentDB. Give it explicitly to put the index on another volume; the backup "
+            "procedures take `--db` and `--index` separately either way."
+        ),
+    ),
+    OptionSpec(
+        "ChunkSize",
+        "size",
+        256 * MiB,
+        "Logical size of one chunk file.",
+        "Database",
+        minimum=64 * KiB,
+        maximum=1 * GiB,
+        details=(
+            "Fixed when the database is created: a database must be opened with the chunk size it was "
+            "created with. The 64 KiB minimum keeps room for a useful number of records per chunk (tests "
+            "use it); the 1 GiB maximum keeps a chunk copy during a scavenge bounded."
+        ),
+    ),
+    OptionSpec(
+        "MaxMemTableSize",
+        "int",
+        1_000_000,
+        "Index entries kept in memory before they are written to a PTable file.",
+        "Database",
+        minimum=1,
+        maximum=100_000_000,
+        unit="entries",
+    ),
+    OptionSpec(
+        "MaxAppendSize",
+        "size",
+        16 * MiB,
+        "Largest batch, in bytes of data and metadata, that one append accepts.",
+        "Database",
+        minimum=1,
+        maximum=1 * GiB,
+    ),
+    OptionSpec(
+        "SkipDbVerify",
+        "bool",
+        False,
+        "Skip the checksum verification of completed chunks at start (their sizes are still checked).",
+        "Database",
+    ),
+    # -- Interface -----------------------------------------------------------------------------------
+    OptionSpec(
+        "HttpIp",
+        "ip",
+        "127.0.0.1",
+        "Address the HTTP API listens on; 0.0.0.0 (or ::) listens on every interface.",
+        "Interface",
+        details=(
+            "The default is the loopback address, unlike KurrentDB's 0.0.0.0: a node started with "
+            "defaults (or in developer mode, with its well-known default passwords) is not reachable from "
+            "the network until an operator says so."
+        ),
+    ),
+    OptionSpec(
+        "HttpPort",
+        "int",
+        2113,
+        "Port of the HTTP API; 0 picks a free port (the node logs the one it got).",
+        "Interface",
+        minimum=0,
+        maximum=65535,
+    ),
+    OptionSpec(
+        "Insecure",
+        "bool",
+        False,
+        "Serve plain HTTP without TLS and without certificates (logged as a warning).",
+        "Interface",
+    ),
+    # -- Certificates --------------------------------------------------------------------------------
+    OptionSpec(
+        "CertificateFile",
+        "path",
+        None,
+        "The node's certificate (PEM).",
+        "Certificates",
+        reloadable=True,
+    ),
+    OptionSpec(
+        "CertificatePrivateKeyFile",
+        "path",
+        None,
+        "The private key of the node's certificate (PEM).",
+        "Certificates",
+        reloadable=True,
+    ),
+    OptionSpec(
+        "TrustedRootCertificatesPath",
+        "path",
+        None,
+        "A CA certificate file, or a folder of them, that node certificates must chain to.",
+        "Certificates",
+        reloadable=True,
+    ),
+    OptionSpec(
+        "CertificateReservedNodeCommonName",
+        "str",
+        "eventstoredb-node",
+        "Common name that the certificates of other nodes must carry.",
+        "Certificates",
+        reloadable=True,
+        details="A changed value is applied on configuration reload, so a rolling update may change it.",
+    ),
+    # -- Scavenging (the spec's table) ---------------------------------------------------------------
+    OptionSpec(
+        "DisableScavengeMerging",
+        "bool",
+        False,
+        "When true, small scavenged chunks are not merged.",
+        "Scavenging",
+    ),
+    OptionSpec(
+        "ScavengeHistoryMaxAge",
+        "int",
+        30,
+        "How long scavenge streams are kept.",
+        "Scavenging",
+        minimum=0,
+        maximum=36500,
+        unit="days",
+    ),
+    OptionSpec(
+        "AlwaysKeepScavenged",
+        "bool",
+        False,
+        "Always keep the newer chunk of a scavenge, even when it is not smaller.",
+        "Scavenging",
+        deprecated="it has no effect: a scavenged chunk always replaces the old one",
+    ),
+    OptionSpec(
+        "ScavengeBackendPageSize",
+        "int",
+        16,
+        "Page size of the scavenge database.",
+        "Scavenging",
+        choices=(1, 2, 4, 8, 16, 32, 64),
+        unit="KiB",
+        details="SQLite page sizes are powers of two up to 64 KiB.",
+    ),
+    OptionSpec(
+        "ScavengeBackendCacheSize",
+        "size",
+        64 * MiB,
+        "Memory for scavenge-database caching.",
+        "Scavenging",
+        minimum=0,
+        maximum=64 * GiB,
+    ),
+    OptionSpec(
+        "ScavengeHashUsersCacheCapacity",
+        "int",
+        100_000,
+        "Stream hashes remembered when checking collisions; raise it if accumulation reports many cache misses.",
+        "Scavenging",
+        minimum=1,
+        maximum=100_000_000,
+        unit="entries",
+    ),
+    OptionSpec(
+        "UnsafeIgnoreHardDelete",
+        "bool",
+        False,
+        "UNSAFE: a scavenge also removes hard-delete tombstones, so hard-deleted streams accept appends again.",
+        "Scavenging",
+        details=(
+            "Unsafe: streams that were hard-deleted can be written again (except where the tombstone is "
+            "still in the active chunk), and the deletion cannot be undone. The node logs a warning at "
+            "start while it is on."
+        ),
+    ),
+    # -- AutoScavenge --------------------------------------------------------------------------------
+    OptionSpec(
+        "AutoScavengeEnabled",
+        "bool",
+        None,
+        "Turns auto-scavenge on or off; when not set it is on exactly when a valid licence key is present.",
+        "AutoScavenge",
+        yaml_section="AutoScavenge",
+        default_note="on with a valid licence",
+        details=(
+            "Written `AutoScavenge: Enabled: false` in YAML, as the spec shows (the flat key "
+            "`AutoScavengeEnabled` is accepted too). Not set means: follow the licence. Even when on, "
+            "auto-scavenge does not run in developer mode or on an in-memory database, and does nothing "
+            "until a schedule is configured."
+        ),
+    ),
+    # -- Logging -------------------------------------------------------------------------------------
+    OptionSpec(
+        "Log",
+        "path",
+        "./data/log",
+        "Folder of the log files; each node writes JSON lines to <Log>/<node name>/log-YYYYMMDD.json.",
+        "Logging",
+    ),
+    OptionSpec(
+        "LogLevel",
+        "enum",
+        "Information",
+        "Lowest level that is logged.",
+        "Logging",
+        choices=LOG_LEVELS,
+        reloadable=True,
+    ),
+    OptionSpec(
+        "LogConsoleFormat",
+        "enum",
+        "Plain",
+        "Format of the console log: readable text (Plain) or the JSON lines of the log file (Json).",
+        "Logging",
+        choices=("Plain", "Json"),
+    ),
+    # -- Licensing -----------------------------------------------------------------------------------
+    OptionSpec(
+        "LicenseKey",
+        "str",
+        "",
+        "Licence key that enables the licensed features (auto-scavenge, redaction).",
+        "Licensing",
+        sensitive=True,
+        aliases=("LicensingLicenseKey",),
+        details=(
+            "KurrentDB's nested spelling is accepted too: `Licensing: LicenseKey:` in YAML and "
+            "`SERVICE_LICENSING__LICENSE_KEY` in the environment. The key is masked when the "
+            "configuration is logged."
+        ),
+    ),
+)
