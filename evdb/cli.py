@@ -16,8 +16,10 @@ __all__ = ["build_parser", "main"]
 #: Modules that contribute sub-commands, in the order ``evdb --help`` lists them.
 COMMAND_MODULES = (
     "evdb.node_cli",
+    "evdb.cluster.cli",
     "evdb.admin_cli",
     "evdb.tls.cli",
+    "evdb.licensing.cli",
 )
 
 

@@ -35,6 +35,7 @@ from evdb.errors import (
     EvdbError,
     EventTooLarge,
     InvalidInput,
+    StorageError,
     StreamDeleted,
     StreamNotFound,
     WrongExpectedVersion,
@@ -43,6 +44,7 @@ from evdb.index.existence import StreamExistenceFilter
 from evdb.index.hashing import stream_hash
 from evdb.index.table_index import TableIndex
 from evdb.storage import records as rec
+from evdb.storage.chunk import HEADER_SIZE
 from evdb.storage.log import TransactionLog
 from evdb.streams import (
     ANY,
@@ -190,6 +192,10 @@ class Database:
         self._names_since_flush = 0
         self._listeners: list[Callable[[int], None]] = []
         self._listeners_lock = threading.Lock()
+        #: cluster hooks (see evdb.cluster): on a follower or replica, client writes go to the leader
+        #: through ``remote_writer``; on a leader, answers wait in ``replication_gate`` for a majority
+        self.remote_writer: Callable[[_Request], concurrent.futures.Future] | None = None
+        self.replication_gate: Callable[[int, list], None] | None = None
 
     # -- opening and closing -----------------------------------------------------------------------------
     @classmethod
@@ -357,6 +363,8 @@ class Database:
     def _submit(self, request: _Request) -> concurrent.futures.Future:
         if self._closed:
             raise DatabaseClosed()
+        if self.remote_writer is not None and isinstance(request, (_Append, _Delete)):
+            return self.remote_writer(request)
         if self._failed is not None:
             raise EvdbError(f"The database stopped accepting writes after an error: {self._failed}")
         self._queue.put(request)
@@ -453,6 +461,111 @@ class Database:
 
         return self.call_in_writer(write)
 
+    # -- replication (evdb.cluster) -------------------------------------------------------------------
+    def apply_replicated(self, position: int, frames: bytes) -> int:
+        """Write records copied from the leader's log at exactly the positions they have there.
+
+        ``frames`` are whole framed records starting at ``position``; a position at the start of the
+        next chunk completes the active one first, as the leader did. Returns the committed end.
+        """
+
+        def apply(ctx: _WriterContext) -> int:
+            log = self._log
+            if position != log.end and position == log.active_chunk.end_position:
+                ctx.complete_active_chunk()  # the leader went on in the next chunk
+            if position != log.end:
+                raise StorageError(f"Replicated records start at {position} but this log ends at {log.end}.")
+            records, end = rec.read_frames(frames, 0, len(frames), len(frames), where="replication")
+            if end != len(frames):
+                raise StorageError("Replicated data does not end on a record boundary.")
+            pending = self._pending
+            epoch_position = epoch_number = None
+            expected = position
+            for record in records:
+                if record.log_position != expected:
+                    raise StorageError(
+                        f"Replicated record at {record.log_position} was expected at {expected}."
+                    )
+                expected = record.next_position
+                if isinstance(record, rec.EventRecord):
+                    pending.entries.append(
+                        (stream_hash(record.stream), record.event_number, record.log_position)
+                    )
+                    pending.names.add(record.stream)
+                elif record.kind == rec.SystemRecordKind.EPOCH:
+                    epoch_position = record.log_position
+                    epoch_number = int(json.loads(record.payload).get("epochNumber", 0))
+            log.write(frames)
+            self._commit_segment()
+            if epoch_position is not None and epoch_number is not None:
+                log.checkpoints.epoch.write(epoch_position)
+                if epoch_number > log.checkpoints.proposal.value:
+                    log.checkpoints.proposal.write(epoch_number)
+            return log.committed
+
+        return self.call_in_writer(apply)
+
+    def complete_replicated_chunk(self, chunk_end: int) -> None:
+        """The leader completed the chunk ending at ``chunk_end``: complete ours at the same point."""
+
+        def complete(ctx: _WriterContext) -> None:
+            if self._log.end < chunk_end and self._log.active_chunk.end_position == chunk_end:
+                ctx.complete_active_chunk()
+
+        self.call_in_writer(complete)
+
+    def read_raw(self, position: int, max_bytes: int) -> tuple[int, bytes, int | None]:
+        """Framed records of the committed log from ``position`` (a record boundary), for followers.
+
+        Returns ``(position, frames, completed_chunk_end)``: ``frames`` may be empty; when ``position``
+        is the end of a completed chunk the position moves to the next chunk and its end is returned so
+        the follower completes its chunk there too.
+        """
+        log = self._log
+        committed = log.committed
+        chunk = log.chunk_for(position)
+        if chunk is None or position >= committed:
+            return position, b"", None
+        if chunk.is_completed and position >= chunk.data_end_position:
+            return chunk.end_position, b"", chunk.end_position
+        if chunk.is_scavenged:
+            raise StorageError(
+                f"Chunk {chunk.file_name} was scavenged: its records cannot be streamed from position {position}."
+            )
+        offset = position - chunk.start_position
+        limit = (
+            chunk.physical_end
+            if chunk.is_completed
+            else min(chunk.physical_end, committed - chunk.start_position)
+        )
+        buf = chunk.buffer
+        end = offset
+        while end < limit and end - offset < max_bytes:
+            end += rec.frame_size_at(buf, HEADER_SIZE + end)
+        return position, bytes(buf[HEADER_SIZE + offset : HEADER_SIZE + end]), None
+
+    def epochs(self, max_count: int = 64) -> list[dict]:
+        """The newest epochs of this log, newest first: ``{"epochNumber", "epochId", "position", ...}``."""
+        out: list[dict] = []
+        position = self._log.checkpoints.epoch.value
+        while position >= 0 and len(out) < max_count:
+            record = self._log.read_record(position)
+            if not isinstance(record, rec.SystemRecord) or record.kind != rec.SystemRecordKind.EPOCH:
+                break
+            body = json.loads(record.payload)
+            body["position"] = position
+            out.append(body)
+            previous = body.get("previousEpochPosition", -1)
+            if previous is None or previous >= position:
+                break
+            position = previous
+        return out
+
+    def truncate_on_next_open(self, position: int) -> None:
+        """Ask the next open to cut the log at ``position`` (a follower whose tail diverged)."""
+        self._log.checkpoints.truncate.write(position)
+        self._log.checkpoints.truncate.flush()
+
     def _check_events(self, events: list[NewEvent]) -> tuple[list[bytes], int]:
         """Validate events before they are queued; returns their encoded event types and the bytes
         their types, data and metadata take (what the writer needs to size the append)."""
@@ -515,6 +628,8 @@ class Database:
         lone writer); else queue it for the writer thread, which groups it with the others."""
         if self._closed:
             raise DatabaseClosed()
+        if self.remote_writer is not None and isinstance(request, (_Append, _Delete)):
+            return self.remote_writer(request)
         if self._failed is not None:
             raise EvdbError(f"The database stopped accepting writes after an error: {self._failed}")
         if self._queue.empty() and self._writer_lock.acquire(blocking=False):
@@ -564,9 +679,12 @@ class Database:
             self._names_since_flush += len(pending.names)
         self._log.checkpoints.chaser.write(committed, flush=False)
         self._pending = _Pending()
-        for fut, result in pending.answers:
-            if not fut.done():
-                fut.set_result(result)
+        if self.replication_gate is not None and pending.answers:
+            self.replication_gate(committed, pending.answers)  # answered once a majority has them
+        else:
+            for fut, result in pending.answers:
+                if not fut.done():
+                    fut.set_result(result)
         if self._existence is not None and self._names_since_flush >= 100_000:
             self._existence.flush(committed)
             self._names_since_flush = 0

@@ -18,7 +18,9 @@ Every error evdb raises on purpose derives from :class:`EvdbError`::
     ├── ScavengeError
     │   ├── ScavengeAlreadyRunning
     │   └── ScavengeNotFound
-    └── DatabaseClosed                the database was closed while a call was under way
+    ├── DatabaseClosed                the database was closed while a call was under way
+    ├── LicenseError                  (evdb.licensing) missing, malformed, tampered, wrong issuer, expired, not entitled
+    └── RedactionError                (evdb.redaction) RedactionRefused: a switch or lookup the node refused
 """
 
 from __future__ import annotations

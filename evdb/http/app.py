@@ -33,6 +33,7 @@ __all__ = ["ROUTE_MODULES", "build_app"]
 ROUTE_MODULES = (
     "evdb.http.info",
     "evdb.http.admin",
+    "evdb.http.cluster",
     "evdb.http.scavenge",
     "evdb.http.streams",
     "evdb.http.users",

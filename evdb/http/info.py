@@ -17,7 +17,7 @@ async def info(request: web.Request) -> web.Response:
         {
             "dbVersion": DB_VERSION,
             "esVersion": VERSION,
-            "state": "leader",
+            "state": node.cluster.state.lower() if node.cluster else "unknown",
             "features": {
                 "projections": False,
                 "userManagement": True,
@@ -31,35 +31,11 @@ async def info(request: web.Request) -> web.Response:
     )
 
 
-def gossip_member(node) -> dict:
-    db = node.db
-    chk = db.log.checkpoints
-    return {
-        "instanceId": str(node.instance_id),
-        "timeStamp": node.clock.time(),
-        "state": "Leader",
-        "isAlive": True,
-        "internalTcpIp": node.host,
-        "internalTcpPort": 0,
-        "externalTcpIp": node.host,
-        "externalTcpPort": 0,
-        "httpEndPointIp": node.host if node.host not in ("0.0.0.0", "::") else "127.0.0.1",
-        "httpEndPointPort": node.port,
-        "lastCommitPosition": db.committed_position,
-        "writerCheckpoint": db.committed_position,
-        "chaserCheckpoint": chk.chaser.value,
-        "epochPosition": chk.epoch.value,
-        "epochNumber": chk.proposal.value,
-        "epochId": "00000000-0000-0000-0000-000000000000",
-        "nodePriority": 0,
-        "isReadOnlyReplica": False,
-        "esVersion": __import__("evdb.node", fromlist=["VERSION"]).VERSION,
-    }
-
-
 async def gossip(request: web.Request) -> web.Response:
     node = get_node(request)
-    return json_response({"members": [gossip_member(node)], "serverIp": node.host, "serverPort": node.port})
+    return json_response(
+        {"members": node.cluster.members(), "serverIp": node.advertised_host, "serverPort": node.port}
+    )
 
 
 async def stats(request: web.Request) -> web.Response:

@@ -22,10 +22,13 @@ from aiohttp import web
 
 from evdb.auth import UserStore
 from evdb.clock import Clock, SystemClock
+from evdb.cluster import ClusterService
 from evdb.database import Database, DatabaseConfig
+from evdb.licensing import License, load_license
 from evdb.logs import close_node_logging, configure_node_logging
 from evdb.metrics import NodeMetrics
 from evdb.options import Options, deprecation_warnings, effective_configuration
+from evdb.redaction import start_redaction_service
 from evdb.scavenge.service import ScavengeService
 from evdb.streams import NewEvent
 from evdb.subscriptions import CommitNotifier
@@ -49,6 +52,9 @@ class Node:
         self.users: UserStore
         self.notifier: CommitNotifier
         self.scavenge: ScavengeService | None = None
+        self.cluster: ClusterService | None = None
+        self.license: License | None = None
+        self.redaction: Any = None  # the unix-socket redaction service (EnableUnixSocket)
         self.statuses: dict[str, tuple[str, float]] = {}
         self.metrics = NodeMetrics(self)
         self.tls: Any = None
@@ -69,6 +75,11 @@ class Node:
     def http_url(self) -> str:
         host = self.host if self.host not in ("0.0.0.0", "::") else "127.0.0.1"
         return f"{self.scheme}://{host}:{self.port}"
+
+    @property
+    def advertised_host(self) -> str:
+        """The address other nodes and clients use to reach this node's HTTP port."""
+        return self.host if self.host not in ("0.0.0.0", "::") else "127.0.0.1"
 
     @property
     def endpoint(self) -> str:
@@ -127,6 +138,56 @@ class Node:
         )
         return self.tls.server_context()
 
+    async def _open_database(self) -> None:
+        """Open the database and the parts built on it (also after a truncation, see below)."""
+        o = self.options
+        self.db = await asyncio.to_thread(
+            Database.open, self._db_config, clock=self.clock, logger=self.logger
+        )
+        self.notifier = CommitNotifier(self.db)
+        self.users = UserStore(self.db)
+        self.scavenge = ScavengeService(
+            self.db,
+            state_path=ScavengeService.state_path_for(self._db_config.resolved_index_dir),
+            logger=self.logger,
+            node_endpoint=self.endpoint,
+            merging=not o.disable_scavenge_merging,
+            unsafe_ignore_hard_delete=o.unsafe_ignore_hard_delete,
+            hash_users_cache_capacity=o.scavenge_hash_users_cache_capacity,
+            history_max_age_days=o.scavenge_history_max_age,
+            page_size_kib=o.scavenge_backend_page_size,
+            cache_size_bytes=o.scavenge_backend_cache_size,
+            set_status=lambda status: self.set_status("Scavenge", status),
+            wall_clock=self.clock.time,
+        )
+        await asyncio.to_thread(self.scavenge.mark_interrupted)
+
+    async def _close_database(self) -> None:
+        if self.scavenge is not None:
+            await asyncio.to_thread(self.scavenge.close)
+            self.scavenge = None
+        if self.db is not None:
+            self.notifier.close()
+            await asyncio.to_thread(self.db.close)
+            self.db = None
+
+    async def truncate_and_reopen(self, position: int) -> None:
+        """A follower whose log went further than the new leader's: cut it at ``position`` (through
+        ``truncate.chk``, as at a restart), re-index, and carry on following."""
+        self.logger.warning(
+            "Truncating the log to position %d (it diverged from the leader's) and reopening the database",
+            position,
+        )
+        await self.cluster.detach_database()
+        await asyncio.to_thread(self.db.truncate_on_next_open, position)
+        await self._close_database()
+        await self._open_database()
+        self.cluster.attach_database()
+
+    async def on_became_leader(self) -> None:
+        """Called by the cluster when this node takes office: create the default users if missing."""
+        await asyncio.to_thread(self.users.ensure_defaults)
+
     async def start(self) -> None:
         o = self.options
         self._configure_logging()
@@ -141,7 +202,7 @@ class Node:
                 "UnsafeIgnoreHardDelete is on: a scavenge will remove tombstones. This is unsafe."
             )
         ssl_context = self._load_tls()
-        config = DatabaseConfig(
+        self._db_config = DatabaseConfig(
             db_dir=None if o.mem_db else o.db,
             index_dir=None if o.mem_db else o.index,
             chunk_size=o.chunk_size,
@@ -152,29 +213,12 @@ class Node:
         self.logger.info(
             "Opening the database %s", "in memory" if o.mem_db else f"in {o.db} (index {o.index})"
         )
-        self.db = await asyncio.to_thread(Database.open, config, clock=self.clock, logger=self.logger)
-        self.notifier = CommitNotifier(self.db)
-        self.users = UserStore(self.db)
-        await asyncio.to_thread(self.users.ensure_defaults)
-        await asyncio.to_thread(
-            self.db.write_epoch, max(0, self.db.log.checkpoints.proposal.value + 1), self.instance_id
-        )
+        self.license = load_license(o, self.logger, self.clock.time())
+        await self._open_database()
         sockets = self._bind_sockets()
-        self.scavenge = ScavengeService(
-            self.db,
-            state_path=ScavengeService.state_path_for(config.resolved_index_dir),
-            logger=self.logger,
-            node_endpoint=self.endpoint,
-            merging=not o.disable_scavenge_merging,
-            unsafe_ignore_hard_delete=o.unsafe_ignore_hard_delete,
-            hash_users_cache_capacity=o.scavenge_hash_users_cache_capacity,
-            history_max_age_days=o.scavenge_history_max_age,
-            page_size_kib=o.scavenge_backend_page_size,
-            cache_size_bytes=o.scavenge_backend_cache_size,
-            set_status=lambda status: self.set_status("Scavenge", status),
-            wall_clock=self.clock.time,
-        )
-        await asyncio.to_thread(self.scavenge.mark_interrupted)
+        self.cluster = ClusterService(self)
+        await self.cluster.start()
+        self.redaction = await start_redaction_service(self)
         await self._start_http(ssl_context, sockets)
         self.metrics.node_up.set(1)
         if o.stats_period_sec > 0:
@@ -217,13 +261,12 @@ class Node:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        if self.scavenge is not None:
-            await asyncio.to_thread(self.scavenge.close)
-            self.scavenge = None
-        if self.db is not None:
-            self.notifier.close()
-            await asyncio.to_thread(self.db.close)
-            self.db = None
+        if self.redaction is not None:
+            await self.redaction.close()
+            self.redaction = None
+        if self.cluster is not None:
+            await self.cluster.stop()
+        await self._close_database()
         self.logger.info("Node stopped")
         close_node_logging(self.logger)
 

@@ -157,6 +157,97 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "Serve plain HTTP without TLS and without certificates (logged as a warning).",
         "Interface",
     ),
+    # -- Cluster -------------------------------------------------------------------------------------
+    OptionSpec(
+        "ClusterSize",
+        "int",
+        1,
+        "Number of voting nodes (leader and followers) in the cluster; a write is acknowledged once a "
+        "majority of them has it on disk.",
+        "Cluster",
+        minimum=1,
+        maximum=9,
+        details="Read-only replicas are not counted. 1 runs a single node that elects itself.",
+    ),
+    OptionSpec(
+        "GossipSeed",
+        "str",
+        "",
+        "HTTP endpoints (host:port, comma separated) of the other nodes, to gossip with.",
+        "Cluster",
+        details="Every member, replicas included, should list the cluster's other members.",
+    ),
+    OptionSpec(
+        "NodePriority",
+        "int",
+        0,
+        "Preference of this node in elections: between equally up-to-date nodes the higher priority wins.",
+        "Cluster",
+        minimum=-1000,
+        maximum=1000,
+    ),
+    OptionSpec(
+        "ReadOnlyReplica",
+        "bool",
+        False,
+        "Run as a read-only replica: it copies the leader's log, never votes and is never elected.",
+        "Cluster",
+    ),
+    OptionSpec(
+        "ReplicationIp",
+        "ip",
+        None,
+        "Address of the node-to-node listener (elections, replication, forwarded writes).",
+        "Cluster",
+        default_note="HttpIp",
+        details="With TLS it requires a client certificate of another node (trusted chain and reserved common name).",
+    ),
+    OptionSpec(
+        "ReplicationPort",
+        "int",
+        0,
+        "Port of the node-to-node listener; 0 picks a free port (advertised in gossip).",
+        "Cluster",
+        minimum=0,
+        maximum=65535,
+    ),
+    OptionSpec(
+        "GossipIntervalMs",
+        "int",
+        1000,
+        "How often a node asks the other members for their state.",
+        "Cluster",
+        minimum=50,
+        maximum=60_000,
+    ),
+    OptionSpec(
+        "GossipTimeoutMs",
+        "int",
+        2500,
+        "A member not heard from for this long is considered dead (isAlive false).",
+        "Cluster",
+        minimum=100,
+        maximum=600_000,
+    ),
+    OptionSpec(
+        "LeaderElectionTimeoutMs",
+        "int",
+        1000,
+        "How long an election round waits for votes before a new round starts.",
+        "Cluster",
+        minimum=50,
+        maximum=60_000,
+    ),
+    OptionSpec(
+        "ConnectionResetInterval",
+        "int",
+        600,
+        "Seconds after which node-to-node connections are closed and made again (with the "
+        "certificates loaded then).",
+        "Cluster",
+        minimum=1,
+        maximum=86_400,
+    ),
     # -- Certificates --------------------------------------------------------------------------------
     OptionSpec(
         "CertificateFile",
@@ -312,6 +403,18 @@ OPTIONS: tuple[OptionSpec, ...] = (
             "KurrentDB's nested spelling is accepted too: `Licensing: LicenseKey:` in YAML and "
             "`SERVICE_LICENSING__LICENSE_KEY` in the environment. The key is masked when the "
             "configuration is logged."
+        ),
+    ),
+    OptionSpec(
+        "LicenseTrustedIssuers",
+        "str",
+        "demo",
+        "Comma-separated issuer public keys (base64 Ed25519) whose licence keys this node accepts.",
+        "Licensing",
+        details=(
+            "The word `demo` stands for evdb's built-in demo issuer, whose licences `evdb license issue "
+            "--demo` and `evdb cluster up` make. A production node lists only its vendor's key(s), "
+            "without `demo`. `evdb license keygen` makes a new issuer key pair and prints its public key."
         ),
     ),
 )

@@ -8,11 +8,12 @@ records, points replicate: a node scavenged later reaches the same point and get
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 
 from evdb.clock import TICKS_PER_SECOND
 from evdb.database import Database
-from evdb.errors import StreamNotFound
+from evdb.errors import ScavengeError, StreamNotFound
 from evdb.storage.records import EventRecord
 from evdb.streams import NewEvent
 
@@ -70,6 +71,14 @@ def write_point(db: Database, threshold: int) -> ScavengePoint:
     """Write a new scavenge point and complete the active chunk, in one step of the writer, so the
     chunk holding the point (and everything before it) can be scavenged."""
 
+    remote = db.remote_writer
+    if remote is not None:  # a follower: the leader writes the point; wait until its chunk is complete here
+        position = remote.write_scavenge_point(threshold)
+        _wait_for_completed_chunk(db, position)
+        point = latest_point(db)
+        assert point is not None
+        return point
+
     def write(ctx) -> ScavengePoint:
         event = NewEvent(SCAVENGE_POINT_TYPE, json.dumps({"threshold": threshold}).encode(), is_json=True)
         ctx.append(SCAVENGE_POINTS_STREAM, [event])
@@ -80,3 +89,14 @@ def write_point(db: Database, threshold: int) -> ScavengePoint:
     point = latest_point(db)
     assert point is not None
     return point
+
+
+def _wait_for_completed_chunk(db: Database, position: int, timeout: float = 30.0) -> None:
+    """On a follower: the leader completed the chunk holding a new point; wait for ours to be too."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        chunk = db.log.chunk_for(position)
+        if chunk is not None and chunk.is_completed:
+            return
+        time.sleep(0.01)
+    raise ScavengeError(f"The scavenge point at {position} did not arrive from the leader in {timeout:.0f} s.")

@@ -1,0 +1,65 @@
+"""Cluster endpoints: resign the leader, set the node priority; writes on a non-leader.
+
+A write sent to a follower or a read-only replica is forwarded to the leader (the database's remote
+writer does it) unless the request carries ``Kurrent-RequireLeader: true`` (or KurrentDB's older
+``ES-RequireLeader``/``ES-RequireMaster``): then the answer is ``307 Temporary Redirect`` to the same
+path on the leader, as KurrentDB answers.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from evdb.errors import InvalidInput, NotLeader
+from evdb.http.common import get_node, require_ops
+
+_REQUIRE_LEADER_HEADERS = ("Kurrent-RequireLeader", "ES-RequireLeader", "ES-RequireMaster")
+_WRITE_METHODS = ("POST", "PUT", "DELETE")
+
+
+async def resign(request: web.Request) -> web.Response:
+    require_ops(request)
+    node = get_node(request)
+    if not await node.cluster.resign():
+        node.logger.info("Resign request ignored: this node is not the leader (%s)", node.cluster.state)
+    return web.Response(status=200)
+
+
+async def set_priority(request: web.Request) -> web.Response:
+    require_ops(request)
+    node = get_node(request)
+    try:
+        priority = int(request.match_info["priority"])
+    except ValueError:
+        raise InvalidInput("The priority must be an integer.") from None
+    if not -1000 <= priority <= 1000:
+        raise InvalidInput("The priority must be between -1000 and 1000.")
+    node.cluster.priority = priority
+    node.logger.info("Node priority set to %d", priority)
+    return web.Response(status=200)
+
+
+@web.middleware
+async def require_leader_middleware(request: web.Request, handler):
+    node = get_node(request)
+    if (
+        request.method in _WRITE_METHODS
+        and request.path.startswith("/streams/")
+        and node.cluster is not None
+        and not node.cluster.is_leader
+        and any(request.headers.get(h, "").lower() == "true" for h in _REQUIRE_LEADER_HEADERS)
+    ):
+        leader = node.cluster.leader_http_endpoint()
+        if leader is None:
+            raise NotLeader()
+        host, port = leader
+        host = f"[{host}]" if ":" in host else host
+        location = f"{node.scheme}://{host}:{port}{request.path_qs}"
+        raise web.HTTPTemporaryRedirect(location)
+    return await handler(request)
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_post("/admin/node/resign", resign)
+    app.router.add_post("/admin/node/priority/{priority}", set_priority)
+    app.middlewares.append(require_leader_middleware)

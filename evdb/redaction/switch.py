@@ -1,0 +1,158 @@
+"""The node's side of redaction: where an event is stored, and switching in a redacted chunk.
+
+Both run in a worker thread with the log's chunk lock held by the caller (see service.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+import xxhash
+
+from evdb.index.hashing import stream_hash
+from evdb.redaction.protocol import RedactionError
+from evdb.storage import records as rec
+from evdb.storage.chunk import (
+    FOOTER_SIZE,
+    HEADER_SIZE,
+    Chunk,
+    ChunkFooter,
+    ChunkHeader,
+    chunk_file_name,
+    parse_chunk_file_name,
+)
+from evdb.storage.log import TransactionLog
+
+__all__ = ["event_positions", "switch_chunk"]
+
+_FOOTER_MAGIC = b"EVDBFOOT"
+
+
+def event_positions(db, stream: str, event_number: int) -> list[dict]:
+    """Every place the log stores event ``event_number`` of ``stream`` (deleted or expired included:
+    redaction is about the bytes on disk, not about what reads show)."""
+    log: TransactionLog = db.log
+    out = []
+    for position in db.index.get(stream_hash(stream), event_number):
+        record = log.read_record(position)
+        if not isinstance(record, rec.EventRecord) or record.stream != stream:
+            continue  # another stream with the same hash
+        if record.event_number != event_number:
+            continue
+        chunk = log.chunk_for(position)
+        offset = chunk.physical_offset(position) if chunk is not None else None
+        if chunk is None or offset is None:
+            continue
+        out.append(
+            {
+                "logPosition": position,
+                "chunkFile": chunk.file_name,
+                "chunkVersion": chunk.version,
+                "chunkComplete": chunk.is_completed,
+                "chunkEventOffset": offset,
+            }
+        )
+    return out
+
+
+def _fail(code: str, message: str) -> RedactionError:
+    return RedactionError(code, message)
+
+
+def _check_name(name: object, which: str) -> str:
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name or ".." in name or "\0" in name:
+        raise _fail("InvalidFileName", f"The {which} file name {name!r} is not a plain file name.")
+    return name
+
+
+def switch_chunk(log: TransactionLog, target_name: object, new_name: object) -> str:
+    """Validate ``new_name`` as a replacement of ``target_name`` and switch it in.
+
+    Returns the new chunk's final file name. Raises RedactionError with the code of the first
+    check that fails (protocol.SWITCH_ERRORS); nothing changes then.
+    """
+    directory = log.directory
+    if directory is None:
+        raise _fail("NotSupported", "The database is in memory (MemDb): there are no chunk files to switch.")
+    target = _check_name(target_name, "target")
+    new = _check_name(new_name, "new")
+    parsed = parse_chunk_file_name(target)
+    if parsed is None:
+        raise _fail("TargetNotAChunkFile", f"{target} is not a chunk file name (chunk-NNNNNN.VVVVVV).")
+    if not new.endswith(".tmp"):
+        raise _fail("NewChunkFileNotTmp", f"The new chunk file {new} must end in .tmp.")
+    target_path = os.path.join(directory, target)
+    new_path = os.path.join(directory, new)
+    if not os.path.isfile(target_path):
+        raise _fail("TargetChunkFileNotFound", f"{target} is not in {directory}.")
+    if not os.path.isfile(new_path):
+        raise _fail("NewChunkFileNotFound", f"{new} is not in {directory}.")
+    current = log.chunk_by_number(parsed[0])
+    if current is None or current.file_name != target:
+        in_use = current.file_name if current is not None else "none"
+        raise _fail(
+            "TargetChunkNotInUse",
+            f"{target} is not the chunk in use for chunk {parsed[0]} (in use: {in_use}).",
+        )
+    if not current.is_completed:
+        raise _fail(
+            "TargetChunkNotCompleted", f"{target} is the active chunk; only completed chunks can be switched."
+        )
+    header = _check_new_file(new_path, new, current)
+    final = chunk_file_name(header.start_number, header.version)
+    if os.path.exists(os.path.join(directory, final)):
+        raise _fail("NewChunkVersionInUse", f"{final} exists already; give the new chunk a higher version.")
+    chunk = Chunk.open(new_path, verify=False)  # verified above
+    log.switch_chunk(chunk)
+    return chunk.file_name
+
+
+def _check_new_file(path: str, name: str, current: Chunk) -> ChunkHeader:
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(HEADER_SIZE)
+        try:
+            header = ChunkHeader.decode(head, name)
+        except Exception as exc:
+            raise _fail("NewChunkHeaderInvalid", f"{name}: {exc}") from None
+        if size < HEADER_SIZE + FOOTER_SIZE:
+            raise _fail("NewChunkNotCompleted", f"{name} is too short to hold a footer.")
+        f.seek(size - FOOTER_SIZE)
+        tail = f.read(FOOTER_SIZE)
+        if tail[:8] != _FOOTER_MAGIC:
+            raise _fail("NewChunkNotCompleted", f"{name} has no footer: it is not a completed chunk.")
+        try:
+            footer = ChunkFooter.decode(tail, 0, name)
+        except Exception as exc:
+            raise _fail("NewChunkFooterInvalid", f"{name}: {exc}") from None
+        expected = HEADER_SIZE + footer.physical_data_size + 16 * footer.posmap_count + FOOTER_SIZE
+        if expected != size or footer.physical_data_size < 0 or footer.posmap_count < 0:
+            raise _fail("NewChunkFooterInvalid", f"{name} is {size} bytes but its footer says {expected}.")
+        if (header.start_number, header.end_number) != (current.start_number, current.end_number):
+            raise _fail(
+                "ChunkRangeMismatch",
+                f"{name} covers chunks {header.start_number}-{header.end_number}, the target "
+                f"{current.file_name} covers {current.start_number}-{current.end_number}.",
+            )
+        if header.chunk_size != current.chunk_size:
+            raise _fail(
+                "ChunkSizeMismatch",
+                f"{name} was made for chunk size {header.chunk_size}, the node uses {current.chunk_size}.",
+            )
+        if header.version <= current.version:
+            raise _fail(
+                "NewChunkVersionTooLow",
+                f"{name} has version {header.version}; it must be above the target's {current.version}.",
+            )
+        f.seek(0)
+        hasher = xxhash.xxh3_128()
+        remaining = size - 16
+        while remaining > 0:
+            block = f.read(min(remaining, 1 << 20))
+            if not block:
+                break
+            hasher.update(block)
+            remaining -= len(block)
+        if hasher.digest() != footer.checksum:
+            raise _fail("NewChunkChecksumMismatch", f"{name}: the chunk checksum does not verify.")
+    return header

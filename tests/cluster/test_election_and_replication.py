@@ -1,0 +1,175 @@
+"""Election rules, and replication between two databases in one process: the follower's log is the
+leader's byte for byte (positions, chunks, epochs); a diverged tail is found and cut."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from evdb.cluster.election import LogStanding, VoteRequest, grant_vote, majority
+from evdb.cluster.service import parse_gossip_seeds
+from evdb.database import Database
+from evdb.errors import InvalidOption
+from evdb.streams import NewEvent
+
+
+def request(term=5, epoch=2, position=100, priority=0, candidate="b"):
+    return VoteRequest(term, candidate, LogStanding(epoch, position), priority)
+
+
+def vote(
+    req, *, voted_term=4, voted_for=None, own=LogStanding(2, 100), priority=0, live=False, eligible=True
+):
+    return grant_vote(
+        req,
+        voted_term=voted_term,
+        voted_for=voted_for,
+        own=own,
+        own_priority=priority,
+        follows_live_leader=live,
+        eligible=eligible,
+    )
+
+
+def test_majority_of_the_cluster_size():
+    assert [majority(n) for n in (1, 2, 3, 4, 5)] == [1, 2, 2, 3, 3]
+
+
+def test_votes_go_to_new_terms_and_up_to_date_logs_only():
+    assert vote(request())[0]
+    assert not vote(request(term=4))[0]  # already voted in term 4
+    assert vote(request(term=4), voted_term=4, voted_for="b")[0]  # same candidate asks again
+    assert not vote(request(term=4), voted_term=4, voted_for="c")[0]
+    assert not vote(request(position=99))[0]  # behind in the same epoch
+    assert vote(request(epoch=3, position=0))[0]  # a newer epoch wins over a longer log
+    assert not vote(request(epoch=1, position=10_000))[0]
+    granted, reason = vote(request(), live=True)
+    assert not granted and "live leader" in reason
+
+
+def test_priority_decides_between_equally_up_to_date_logs():
+    assert not vote(request(priority=1), priority=5)[0]
+    assert vote(request(priority=5), priority=1)[0]
+    assert vote(request(position=101, priority=0), priority=5)[0]  # a longer log beats priority
+    assert vote(request(priority=1), priority=5, eligible=False)[0]  # a resigned leader steps aside
+
+
+def test_vote_requests_round_trip_as_json():
+    req = request(term=9, epoch=3, position=77, priority=-2, candidate="x")
+    assert VoteRequest.from_json(req.to_json()) == req
+
+
+def test_gossip_seeds_are_parsed_and_checked():
+    assert parse_gossip_seeds(" 127.0.0.1:2113,[::1]:2114 ,") == [("127.0.0.1", 2113), ("::1", 2114)]
+    for bad in ("localhost", "host:", ":80", "h:99999", "h:x"):
+        with pytest.raises(InvalidOption, match="GossipSeed"):
+            parse_gossip_seeds(bad)
+
+
+def copy_log(leader: Database, follower: Database, start: int, max_bytes: int = 700) -> int:
+    """What the replication stream does: read raw records on one side, apply them on the other."""
+    position = start
+    while True:
+        position, frames, completed = leader.read_raw(position, max_bytes)
+        if completed is not None:
+            follower.complete_replicated_chunk(completed)
+            continue
+        if not frames:
+            return position
+        follower.apply_replicated(position, frames)
+        position += len(frames)
+
+
+def events(n, size=60):
+    return [NewEvent("t", b"x" * size, b"", uuid.uuid4(), False) for _ in range(n)]
+
+
+def log_content(db: Database) -> list[tuple]:
+    return [(r.stream, r.event_number, r.log_position, r.event_id, r.data) for r in db.iter_all(0)]
+
+
+def test_a_follower_copy_is_identical_across_chunks_and_epochs(tmp_path):
+    leader = Database.open(str(tmp_path / "a"), chunk_size=4096)
+    follower = Database.open(str(tmp_path / "b"), chunk_size=4096)
+    try:
+        leader.write_epoch(1, uuid.uuid4())
+        for i in range(150):
+            leader.append(f"s-{i % 5}", events(1 + i % 3))
+        leader.write_epoch(2, uuid.uuid4())
+        leader.append("after", events(2))
+        end = copy_log(leader, follower, 0)
+        assert end == leader.committed_position == follower.committed_position
+        assert log_content(follower) == log_content(leader)
+        assert len(follower.log.distinct_chunks()) == len(leader.log.distinct_chunks()) > 5
+        assert [e["epochId"] for e in follower.epochs()] == [e["epochId"] for e in leader.epochs()]
+        assert follower.log.checkpoints.epoch.value == leader.log.checkpoints.epoch.value
+        # the follower's index answers stream reads like the leader's
+        for s in ("s-0", "s-4", "after"):
+            theirs = [e.event_id for e in leader.read_stream_forward(s, 0, 1000).events]
+            assert [e.event_id for e in follower.read_stream_forward(s, 0, 1000).events] == theirs
+        # a completed chunk replicates its completion too
+        leader.call_in_writer(lambda ctx: ctx.complete_active_chunk())
+        copy_log(leader, follower, end)
+        assert follower.log.active_chunk.start_position == leader.log.active_chunk.start_position
+    finally:
+        leader.close()
+        follower.close()
+
+
+def test_records_that_do_not_start_at_the_followers_end_are_refused(tmp_path):
+    leader = Database.open(str(tmp_path / "a"), chunk_size=4096)
+    follower = Database.open(str(tmp_path / "b"), chunk_size=4096)
+    try:
+        leader.append("s", events(3))
+        position, frames, _ = leader.read_raw(0, 10_000)
+        follower.apply_replicated(position, frames)
+        with pytest.raises(Exception, match="ends at"):
+            follower.apply_replicated(position, frames)  # the same records again: not at the end
+        assert log_content(follower) == log_content(leader)
+    finally:
+        leader.close()
+        follower.close()
+
+
+def test_a_diverged_tail_is_cut_on_reopen(tmp_path):
+    """An old leader wrote records nobody else got; after truncation it holds exactly the common part."""
+    old = Database.open(str(tmp_path / "old"), chunk_size=4096)
+    new = Database.open(str(tmp_path / "new"), chunk_size=4096)
+    try:
+        old.write_epoch(1, uuid.uuid4())
+        old.append("s", events(10))
+        common = copy_log(old, new, 0)
+        old.append("lost", events(5))  # never replicated: not acknowledged by a majority
+        new.write_epoch(2, uuid.uuid4())  # the new leader's epoch starts at the common end
+        new.append("s", events(2))
+        from evdb.cluster.service import ClusterService
+
+        verdict = ClusterService._common_point(
+            _Stub(new),
+            [{"epochId": e["epochId"], "position": e["position"]} for e in old.epochs()],
+            old.committed_position,
+        )
+        assert verdict == ("truncate", common)
+        old.truncate_on_next_open(common)
+    finally:
+        old.close()
+        new.close()
+    old = Database.open(str(tmp_path / "old"), chunk_size=4096)
+    new = Database.open(str(tmp_path / "new"), chunk_size=4096)
+    try:
+        assert old.committed_position == common
+        copy_log(new, old, common)
+        assert log_content(old) == log_content(new)
+        assert "lost" not in {r[0] for r in log_content(old)}
+        assert old.read_stream_forward("s", 0, 100).events[-1].event_number == 11
+    finally:
+        old.close()
+        new.close()
+
+
+class _Stub:
+    """Just enough of a ClusterService for _common_point: its database."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
