@@ -99,4 +99,6 @@ def _wait_for_completed_chunk(db: Database, position: int, timeout: float = 30.0
         if chunk is not None and chunk.is_completed:
             return
         time.sleep(0.01)
-    raise ScavengeError(f"The scavenge point at {position} did not arrive from the leader in {timeout:.0f} s.")
+    raise ScavengeError(
+        f"The scavenge point at {position} did not arrive from the leader in {timeout:.0f} s."
+    )
