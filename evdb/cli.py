@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "evdb.admin_cli",
     "evdb.tls.cli",
     "evdb.licensing.cli",
+    "evdb.backup.cli",
 )
 
 

@@ -1,0 +1,153 @@
+"""Copying one file into a backup (or back into a node's folders) so that a crash never leaves a
+file that looks complete: temporary name, kernel copy, fsync, rename.
+
+The data moves with ``os.copy_file_range`` (in-kernel, and a reflink on file systems that offer
+one), region by region so that holes stay holes: an active chunk is a sparse file of the full chunk
+size, and copying its zeros would cost what copying a full chunk costs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sqlite3
+import uuid
+from collections.abc import Callable
+
+__all__ = ["TMP_SUFFIX", "copy_file", "copy_sqlite", "fsync_dir", "is_temp_name", "remove_files"]
+
+#: Suffix of files being copied. ``.tmp`` because the node already removes ``*.tmp`` from its
+#: folders at start, so even a restore killed midway leaves nothing the node would take for data.
+TMP_SUFFIX = ".backup.tmp"
+_STEP = 64 * 1024 * 1024  # bytes per copy call: progress is reported between calls
+
+ProgressCallback = Callable[[int], None]
+
+
+def is_temp_name(name: str) -> bool:
+    return name.endswith(TMP_SUFFIX)
+
+
+def fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _data_regions(fd: int, size: int) -> list[tuple[int, int]]:
+    """(offset, length) of the parts of the file that hold data; the whole file when the file
+    system does not tell holes apart."""
+    regions = []
+    offset = 0
+    try:
+        while offset < size:
+            try:
+                start = os.lseek(fd, offset, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # only a hole remains
+                    break
+                raise
+            end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+            regions.append((start, end - start))
+            offset = end
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+        return [(0, size)]
+    return regions
+
+
+def _copy_range(src: int, dst: int, offset: int, length: int, progress: ProgressCallback | None) -> None:
+    end = offset + length
+    use_kernel = True
+    while offset < end:
+        count = min(_STEP, end - offset)
+        if use_kernel:
+            try:
+                done = os.copy_file_range(src, dst, count, offset, offset)
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                use_kernel = False
+                continue
+        else:
+            data = os.pread(src, count, offset)
+            done = os.pwrite(dst, data, offset) if data else 0
+        if done == 0:
+            raise OSError(errno.EIO, f"the source file became shorter while it was copied (at byte {offset})")
+        offset += done
+        if progress is not None:
+            progress(done)
+
+
+def copy_file(source: str, target: str, progress: ProgressCallback | None = None) -> int:
+    """Copy ``source`` to ``target`` (replacing it) through a temporary file; returns the size.
+
+    The target's folder is not fsynced here: callers fsync each folder once after a batch of files
+    and before they write anything that says the batch is complete.
+    """
+    directory = os.path.dirname(target) or "."
+    tmp = os.path.join(directory, f".{os.path.basename(target)}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
+    src = os.open(source, os.O_RDONLY)
+    try:
+        size = os.fstat(src).st_size
+        dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            for offset, length in _data_regions(src, size):
+                _copy_range(src, dst, offset, length, progress)
+            os.ftruncate(dst, size)
+            os.fsync(dst)
+        finally:
+            os.close(dst)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    finally:
+        os.close(src)
+    return size
+
+
+def copy_sqlite(source: str, target: str) -> int:
+    """Copy a live SQLite database (WAL mode) consistently with SQLite's online backup, through a
+    temporary file. A plain file copy could catch the main file in the middle of a WAL checkpoint."""
+    directory = os.path.dirname(target) or "."
+    tmp = os.path.join(directory, f".{os.path.basename(target)}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
+    try:
+        src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+        try:
+            dst = sqlite3.connect(tmp)
+            try:
+                src.backup(dst)
+                dst.execute("PRAGMA journal_mode = DELETE")
+            finally:
+                dst.close()
+        finally:
+            src.close()
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
+            with contextlib.suppress(OSError):
+                os.unlink(leftover)
+        raise
+    return os.path.getsize(target)
+
+
+def remove_files(paths: list[str]) -> None:
+    """Delete files (missing ones are fine), then fsync each folder touched."""
+    folders = set()
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+            folders.add(os.path.dirname(path) or ".")
+    for folder in folders:
+        fsync_dir(folder)

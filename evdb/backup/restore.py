@@ -1,0 +1,173 @@
+"""``evdb restore``: put a backup in place for a stopped node.
+
+The spec's restore: the node must be stopped, all files are copied into place, and ``chaser.chk``
+is copied over ``truncate.chk``. At its next start the node cuts the log at that position and
+indexes again what the index lacks, so it serves every event the backup's chaser position covers.
+
+The restore holds the database folder's lock (``evdb.lock``, the one a running node holds) for
+its whole run: it refuses while a node runs there, and a node cannot start in the middle of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from evdb.backup import layout as L
+from evdb.backup.copying import copy_file, fsync_dir, is_temp_name, remove_files
+from evdb.backup.errors import BackupError, BackupIncomplete, NodeRunning
+from evdb.backup.progress import Progress
+from evdb.backup.verify import verify_backup
+
+__all__ = ["RestoreResult", "restore_backup"]
+
+_log = logging.getLogger("evdb.backup")
+LOCK_NAME = "evdb.lock"  # evdb.database takes an exclusive flock on it while a node runs
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    files_copied: int
+    files_removed: int
+    bytes_copied: int
+    truncate_to: int
+    same_node_as_source: bool
+    reminder: str
+
+
+@contextlib.contextmanager
+def hold_database_lock(db_dir: str) -> Iterator[None]:
+    os.makedirs(db_dir, exist_ok=True)
+    fd = os.open(os.path.join(db_dir, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise NodeRunning(
+                f"A node is running on {db_dir} (it holds {LOCK_NAME}). Stop the node first: restoring "
+                "onto a running node would corrupt its data."
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _files_under(root: str) -> list[str]:
+    out = []
+    for directory, _dirs, files in os.walk(root):
+        for name in files:
+            if not is_temp_name(name) and not name.endswith(".tmp"):
+                out.append(os.path.relpath(os.path.join(directory, name), root))
+    return sorted(out)
+
+
+def _evdb_files(db_dir: str, index_dir: str) -> tuple[list[str], list[str]]:
+    """Files of a database a restore replaces: chunks and checkpoints; the index's files."""
+    db_files = []
+    if os.path.isdir(db_dir):
+        db_files = L.chunk_files(db_dir) + L.old_chunk_files(db_dir)
+        db_files += [n for n in L.DB_CHECKPOINTS if os.path.exists(os.path.join(db_dir, n))]
+    index_files = []
+    if os.path.isdir(index_dir):
+        index_files = L.index_table_files(index_dir)
+        for relative in (L.INDEXMAP, L.EXISTENCE_CHK, L.EXISTENCE_DAT, L.SCAVENGE_DB):
+            for suffix in ("", "-wal", "-shm", "-journal") if relative == L.SCAVENGE_DB else ("",):
+                if os.path.exists(os.path.join(index_dir, relative + suffix)):
+                    index_files.append(relative + suffix)
+    return db_files, index_files
+
+
+def restore_backup(
+    backup: str,
+    db_dir: str,
+    index_dir: str | None = None,
+    *,
+    overwrite: bool = False,
+    verify: bool = True,
+    progress: Progress | None = None,
+) -> RestoreResult:
+    index_dir = index_dir or os.path.join(db_dir, "index")
+    p = progress or Progress("restore", _log)
+    if not L.is_complete(backup):
+        raise BackupIncomplete(
+            f"{backup} is not a finished backup (no {L.COMPLETE_MARKER}); run evdb backup again first."
+        )
+    manifest = L.Manifest.read(backup)
+    if manifest is None:
+        raise BackupError(f"{backup} has no {L.MANIFEST}: it is not an evdb backup.")
+    source_db = os.path.join(backup, "db")
+    source_index = os.path.join(backup, "index")
+    with hold_database_lock(db_dir):
+        p.begin_step("restore", 1, "check the node is stopped and the backup is whole")
+        old_db, old_index = _evdb_files(db_dir, index_dir)
+        if (old_db or old_index) and not overwrite:
+            raise BackupError(
+                f"{db_dir} (or {index_dir}) already holds a database. Give --overwrite to replace it with "
+                "the backup (its current files are removed)."
+            )
+        if verify:
+            report = verify_backup(backup)
+            if not report.ok:
+                raise BackupError(f"The backup failed verification: {'; '.join(report.problems[:5])}")
+        p.end_step()
+
+        db_files = _files_under(source_db)
+        index_files = _files_under(source_index) if os.path.isdir(source_index) else []
+        sizes = sum(os.path.getsize(os.path.join(source_db, f)) for f in db_files) + sum(
+            os.path.getsize(os.path.join(source_index, f)) for f in index_files
+        )
+        p.begin_step("restore", 2, "copy all files into place", len(db_files) + len(index_files), sizes)
+        # what the backup does not hold goes first (a stale scavenge WAL must never meet the new file)
+        keep_db, keep_index = set(db_files), set(index_files)
+        stale = [os.path.join(db_dir, n) for n in old_db if n not in keep_db]
+        stale += [os.path.join(index_dir, n) for n in old_index if n not in keep_index]
+        for path in stale:
+            p.file_removed(path)
+        remove_files(stale)
+        dirs = set()
+        for root, target, names, label in (
+            (source_index, index_dir, index_files, "index"),
+            (source_db, db_dir, db_files, "db"),
+        ):
+            for relative in names:
+                destination = os.path.join(target, relative)
+                os.makedirs(os.path.dirname(destination), exist_ok=True)
+                size = copy_file(os.path.join(root, relative), destination, p.bytes_moved)
+                dirs.add(os.path.dirname(destination))
+                p.file_copied(f"{label}/{relative}", size)
+        for directory in sorted(dirs):
+            fsync_dir(directory)
+        p.end_step()
+
+        p.begin_step("restore", 3, "copy chaser.chk to truncate.chk", 1, 8)
+        copy_file(os.path.join(db_dir, "chaser.chk"), os.path.join(db_dir, "truncate.chk"))
+        fsync_dir(db_dir)
+        p.file_copied("db/chaser.chk -> db/truncate.chk", 8)
+        p.end_step()
+    truncate_to = L.read_checkpoint(os.path.join(db_dir, "truncate.chk"))
+    same = manifest.source.same_files_as(L.SourceNode.describe(db_dir, index_dir, None))
+    if same:
+        reminder = (
+            "This node was the backup's source: take a FULL backup of it now, into a new folder "
+            "(spec rule 6), before any differential backup."
+        )
+    else:
+        reminder = (
+            "If this node was the backup's source, take a full backup of it now (spec rule 6). Start the "
+            "node: it truncates the log to the backup's chaser position and re-indexes."
+        )
+    p.logger.warning("RESTORE %s", reminder)
+    p.finish("completed")
+    p.logger.info(
+        "RESTORE of %s into %s completed: %d files, %d bytes; the node truncates to %d at start",
+        backup,
+        db_dir,
+        p.files_copied,
+        p.bytes_copied,
+        truncate_to,
+    )
+    return RestoreResult(p.files_copied - 1, p.files_removed, p.bytes_copied, truncate_to, same, reminder)
