@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "evdb.tls.cli",
     "evdb.licensing.cli",
     "evdb.backup.cli",
+    "evdb.dashboard_cli",
 )
 
 

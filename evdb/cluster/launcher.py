@@ -233,13 +233,21 @@ class LocalCluster:
             rows = [r for r in self.status() if r["state"] != "Down"]
             leaders = [r for r in rows if r["state"] == "Leader"]
             settled = all(r["state"] in ("Leader", "Follower", "ReadOnlyReplica") for r in rows)
-            if len(leaders) == 1 and settled:
+            if len(leaders) == 1 and settled and self._credentials_work(leaders[0]["url"]):
                 return leaders[0]["url"]
             last = ", ".join(f"{r['name']}: {r['state']}" for r in rows)
             time.sleep(0.2)
         raise ClusterLaunchError(
             f"No leader elected within {timeout:.0f} s ({last}); see the nodes' stdout.log"
         )
+
+    def _credentials_work(self, url: str) -> bool:
+        """The new leader creates the default users just after taking office: wait for them too."""
+        try:
+            with self.client(url, timeout=2) as c:
+                return c.get("/users/admin").status_code == 200
+        except httpx.HTTPError:
+            return False
 
     # -- down ------------------------------------------------------------------------------------------
     def down(self, timeout: float = 15.0, log=print) -> None:

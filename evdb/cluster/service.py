@@ -536,7 +536,21 @@ class ClusterService:
         self.logger.info(
             "This node is now the LEADER (epoch %d, position %d)", term, self.db.committed_position
         )
-        await self.node.on_became_leader()
+        # in the background: its writes wait for a majority, and the gossip loop must go on meanwhile
+        # (or a leader that lost its majority could never notice and step down)
+        if self.cluster_size == 1:  # no majority to wait for: the node is ready when start() returns
+            await self._after_taking_office()
+        else:
+            task = asyncio.create_task(self._after_taking_office(), name=f"{self.node.name}-took-office")
+            self._tasks.append(task)
+
+    async def _after_taking_office(self) -> None:
+        try:
+            await self.node.on_became_leader()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.logger.warning("Could not finish taking office (default users): %s", exc)
 
     async def _step_down(self, *, resigning: bool = False) -> None:
         self.db.replication_gate = None

@@ -1,0 +1,101 @@
+"""``evdb dashboard``: the operations dashboard (package ``tui``).
+
+Without ``--attach`` it starts (or reuses) the local cluster in the user's data folder and attaches
+to it; on quit it asks whether to stop that cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["register_cli"]
+
+
+def register_cli(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "dashboard",
+        help="watch and drive a cluster's maintenance from the terminal",
+        description=(
+            "The operations dashboard. With no arguments it launches the local cluster "
+            "(evdb cluster up in the user's data folder, reused next time) and attaches to it."
+        ),
+    )
+    parser.add_argument(
+        "--attach",
+        nargs="+",
+        metavar="URL",
+        help="attach to running nodes; the rest of the cluster is found through /gossip",
+    )
+    parser.add_argument("--user", help="user for the admin calls (admin or ops)")
+    parser.add_argument("--password", help="password of --user")
+    parser.add_argument("--ca", metavar="FILE", help="CA certificate that signed the nodes' certificates")
+    parser.add_argument(
+        "--insecure-skip-verify", action="store_true", help="do not verify the nodes' certificates"
+    )
+    parser.add_argument("--readonly", action="store_true", help="no key sends a call that changes anything")
+    parser.add_argument("--no-discover", action="store_true", help="watch only the given nodes")
+    parser.add_argument(
+        "--logs", nargs="+", metavar="DIR", default=[], help="folders of log-*.json files to follow"
+    )
+    parser.add_argument("--data", help="folder of the local cluster (default: the user's data folder)")
+    parser.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between polls of a node (default 1)"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tui.app import Connection, DashboardApp, NodeSpec
+
+    if args.interval < 0.2 or args.interval > 60:
+        print("evdb dashboard: --interval must be between 0.2 and 60 seconds", file=sys.stderr)
+        return 2
+    if bool(args.user) != bool(args.password) and args.attach:
+        print("evdb dashboard: give both --user and --password", file=sys.stderr)
+        return 2
+    cluster = None
+    if args.attach:
+        try:
+            from tui.collector import normalise_url
+
+            specs = [NodeSpec(normalise_url(url)) for url in args.attach]
+        except ValueError as exc:
+            print(f"evdb dashboard: {exc}", file=sys.stderr)
+            return 2
+        connection = Connection(args.user, args.password, args.ca, args.insecure_skip_verify)
+        log_dirs = args.logs
+    else:
+        from evdb.cluster.launcher import ClusterLaunchError, LocalCluster, default_data_dir
+
+        cluster = LocalCluster(args.data or default_data_dir())
+        print(f"Starting the local cluster in {cluster.data_dir} …", file=sys.stderr)
+        try:
+            info = cluster.up(log=lambda text: print(text, file=sys.stderr))
+        except ClusterLaunchError as exc:
+            print(f"evdb dashboard: {exc}", file=sys.stderr)
+            return 1
+        specs = [NodeSpec(n["url"], n["name"], n.get("pid"), n.get("log_dir")) for n in info["nodes"]]
+        connection = Connection(
+            args.user or info["user"], args.password or info["password"], args.ca or info.get("ca")
+        )
+        log_dirs = args.logs
+    app = DashboardApp(
+        specs,
+        connection=connection,
+        readonly=args.readonly,
+        discover=not args.no_discover,
+        interval=args.interval,
+        cluster_dir=str(cluster.data_dir) if cluster else None,
+        log_dirs=log_dirs,
+    )
+    choice = app.run()
+    if cluster is not None:
+        if choice == "stop":
+            cluster.down(log=lambda text: print(text, file=sys.stderr))
+        else:
+            print(
+                f"The local cluster keeps running; stop it with: evdb cluster down --data {cluster.data_dir}",
+                file=sys.stderr,
+            )
+    return 0

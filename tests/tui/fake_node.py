@@ -1,0 +1,166 @@
+"""A fake evdb (or KurrentDB) node behind httpx.MockTransport: just enough of the HTTP API for the
+dashboard's collectors, with every request it received recorded."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import httpx
+
+
+@dataclass
+class FakeNode:
+    host: str = "127.0.0.1"
+    port: int = 2113
+    state: str = "Leader"
+    evdb: bool = True
+    up: bool = True
+    peers: list[dict[str, Any]] = field(default_factory=list)
+    scavenge_id: str = ""
+    progress: dict[str, Any] | None = None
+    last: dict[str, Any] | None = None
+    streams: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    auto_scavenge: dict[str, Any] | None = None
+    backup: dict[str, Any] | None = None
+    requests: list[httpx.Request] = field(default_factory=list)
+    answers: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def member(self) -> dict[str, Any]:
+        return {
+            "instanceId": f"id-{self.port}",
+            "state": self.state,
+            "isAlive": True,
+            "httpEndPointIp": self.host,
+            "httpEndPointPort": self.port,
+            "writerCheckpoint": 1000,
+            "chaserCheckpoint": 1000,
+            "epochNumber": 3,
+            "isReadOnlyReplica": False,
+            "esVersion": "0.1.0",
+        }
+
+    def changes(self) -> list[str]:
+        return [f"{r.method} {r.url}" for r in self.requests if r.method != "GET"]
+
+    def append(self, stream: str, event_type: str, data: Any) -> None:
+        events = self.streams.setdefault(stream, [])
+        events.append(
+            {
+                "eventType": event_type,
+                "eventNumber": len(events),
+                "streamId": stream,
+                "data": data,
+                "updated": f"2024-05-01T12:00:{len(events):02}.000000Z",
+            }
+        )
+
+    def _feed(self, stream: str, start: str, direction: str, count: int) -> httpx.Response:
+        events = self.streams.get(stream)
+        if events is None:
+            return httpx.Response(404, text="")
+        if direction == "forward":
+            chosen = [e for e in events if e["eventNumber"] >= int(start)][:count]
+            entries = list(reversed(chosen))
+        else:
+            top = len(events) - 1 if start == "head" else int(start)
+            entries = [e for e in reversed(events) if e["eventNumber"] <= top][:count]
+        return httpx.Response(200, json={"entries": entries})
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        if not self.up:
+            raise httpx.ConnectError("connection refused", request=request)
+        path = unquote(request.url.path)
+        method = request.method
+        if (method, path) in self.answers:
+            status, body = self.answers[(method, path)]
+            return httpx.Response(status, text=body)
+        if path == "/gossip":
+            return httpx.Response(
+                200,
+                json={
+                    "members": [self.member(), *self.peers],
+                    "serverIp": self.host,
+                    "serverPort": self.port,
+                },
+            )
+        if path == "/info":
+            features = {"evdb": True} if self.evdb else {}
+            return httpx.Response(200, json={"esVersion": "x", "features": features})
+        if path == "/admin/scavenge/current":
+            link = f"/admin/scavenge/{self.scavenge_id}" if self.scavenge_id else ""
+            return httpx.Response(200, json={"scavengeId": self.scavenge_id, "scavengeLink": link})
+        if path == "/admin/scavenge/progress":
+            if not self.evdb:
+                return httpx.Response(404)
+            if self.progress is not None:
+                return httpx.Response(200, json={"running": True, **self.progress})
+            return httpx.Response(200, json={"running": False, "last": self.last})
+        if path == "/admin/scavenge" and method == "POST":
+            if self.scavenge_id:
+                return httpx.Response(400, text="Scavenge is already running")
+            self.scavenge_id = "sc-new"
+            return httpx.Response(200, json={"scavengeId": self.scavenge_id})
+        if path.startswith("/admin/scavenge/") and method == "DELETE":
+            wanted = path.rsplit("/", 1)[1]
+            if not self.scavenge_id or wanted not in (self.scavenge_id, "current"):
+                return httpx.Response(404, text="Scavenge Id does not exist")
+            stopped, self.scavenge_id, self.progress = self.scavenge_id, "", None
+            return httpx.Response(200, json=stopped)
+        if path == "/metrics":
+            return httpx.Response(
+                200,
+                text='kurrentdb_statuses{name="Scavenge",status="Idle"} 100\n'
+                'kurrentdb_statuses{name="Scavenge",status="Calculation Phase"} 200\n',
+            )
+        if path.startswith("/streams/"):
+            parts = path.split("/")[2:]
+            stream = parts[0]
+            if len(parts) == 4:
+                return self._feed(stream, parts[1], parts[2], int(parts[3]))
+            return self._feed(stream, "head", "backward", 20)
+        if path.startswith("/auto-scavenge/"):
+            if self.auto_scavenge is None:
+                return httpx.Response(404)
+            if path == "/auto-scavenge/status":
+                return httpx.Response(200, json=self.auto_scavenge)
+            if path == "/auto-scavenge/pause":
+                self.auto_scavenge["state"] = "Paused"
+                return httpx.Response(200, json={})
+            if path == "/auto-scavenge/resume":
+                self.auto_scavenge["state"] = "Waiting"
+                return httpx.Response(200, json={})
+            if path == "/auto-scavenge/configure":
+                self.auto_scavenge["schedule"] = json.loads(request.content)["schedule"]
+                self.auto_scavenge["state"] = "Waiting"
+                return httpx.Response(200, json={})
+        if path == "/admin/backup/current":
+            if self.backup is None:
+                return httpx.Response(404)
+            return httpx.Response(200, json=self.backup)
+        if path in ("/admin/node/resign", "/admin/reloadconfig") and method == "POST":
+            return httpx.Response(200)
+        return httpx.Response(404, text="Not found")
+
+
+class FakeCluster:
+    """Several fake nodes behind one transport, routed by host:port."""
+
+    def __init__(self, *nodes: FakeNode) -> None:
+        self.nodes = {f"{n.host}:{n.port}": n for n in nodes}
+        for n in nodes:
+            n.peers = [m.member() for m in nodes if m is not n]
+
+    def transport(self) -> httpx.MockTransport:
+        def handler(request: httpx.Request) -> httpx.Response:
+            parts = urlsplit(str(request.url))
+            return self.nodes[f"{parts.hostname}:{parts.port}"].handle(request)
+
+        return httpx.MockTransport(handler)

@@ -1,0 +1,567 @@
+"""The dashboard application: collectors fill state, panels render it, keys issue confirmed calls."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.containers import VerticalScroll
+from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+
+from evdb.clock import Clock, SystemClock
+from tui.calls import (
+    PlannedCall,
+    ScavengeForm,
+    configure_auto_scavenge,
+    pause_auto_scavenge,
+    reload_config,
+    resign_leader,
+    resume_auto_scavenge,
+    stop_scavenge,
+)
+from tui.collector import NodeCollector, member_url, normalise_url
+from tui.dialogs import ConfirmCall, CronDialog, FilterDialog, HelpScreen, QuitDialog, ScavengeDialog
+from tui.logtail import LogBook, LogFilter, LogTail
+from tui.panels import (
+    render_activity,
+    render_auto_scavenge,
+    render_backup,
+    render_certificates,
+    render_chunks,
+    render_cluster,
+    render_logs,
+    render_scavenge,
+)
+from tui.state import Activity, DashboardState, NodeState
+
+__all__ = ["CHANGING_ACTIONS", "DashboardApp", "NodeSpec"]
+
+#: Actions that send a call which changes something: confirmed first, refused in read-only mode.
+CHANGING_ACTIONS = frozenset(
+    {
+        "start_scavenge",
+        "stop_scavenge",
+        "resign",
+        "reload",
+        "reload_all",
+        "pause_resume_auto",
+        "configure_auto",
+    }
+)
+TABS = ("scavenge", "chunks", "auto", "backup", "certs", "logs", "activity")
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """A node to watch: its address, and for a launched node its name, pid and log folder."""
+
+    url: str
+    name: str = ""
+    pid: int | None = None
+    log_dir: str | None = None
+
+
+@dataclass
+class Connection:
+    """How to talk to the nodes: credentials, trust, and (tests) the httpx transport."""
+
+    user: str | None = None
+    password: str | None = None
+    ca_file: str | None = None
+    insecure_skip_verify: bool = False
+    transport: httpx.AsyncBaseTransport | None = None
+    timeout: float = 2.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def client(self) -> httpx.AsyncClient:
+        verify: Any = True
+        if self.insecure_skip_verify:
+            verify = False
+        elif self.ca_file:
+            verify = ssl.create_default_context(cafile=self.ca_file)
+        auth = (self.user, self.password or "") if self.user else None
+        return httpx.AsyncClient(
+            auth=auth, verify=verify, transport=self.transport, timeout=self.timeout, **self.extra
+        )
+
+
+class DashboardCommands(Provider):
+    """The ``:`` palette: jump to a node, or run any action that can act now."""
+
+    def _entries(self) -> list[tuple[str, Any, str]]:
+        app = self.app
+        assert isinstance(app, DashboardApp)
+        return app.palette_entries()
+
+    async def discover(self) -> Hits:
+        for label, callback, help_text in self._entries():
+            yield DiscoveryHit(label, callback, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for label, callback, help_text in self._entries():
+            score = matcher.match(label)
+            if score > 0:
+                yield Hit(score, matcher.highlight(label), callback, help=help_text)
+
+
+class DashboardApp(App[str | None]):
+    """``evdb dashboard``. The return value is ``"stop"`` when the operator asked to stop the local cluster."""
+
+    TITLE = "evdb dashboard"
+    COMMANDS = {DashboardCommands}
+    CSS = """
+    #cluster { height: auto; max-height: 12; border: round $accent; padding: 0 1; }
+    TabbedContent { height: 1fr; }
+    TabPane { padding: 0 1; }
+    """
+    BINDINGS = [
+        Binding("s", "start_scavenge", "Scavenge"),
+        Binding("x", "stop_scavenge", "Stop scavenge"),
+        Binding("n", "next_node", "Next node"),
+        Binding("r", "resign", "Resign leader"),
+        Binding("l", "reload", "Reload config"),
+        Binding("R", "reload_all", "Rolling reload"),
+        Binding("p", "pause_resume_auto", "Pause/resume auto"),
+        Binding("c", "configure_auto", "Schedule auto"),
+        Binding("slash", "filter_logs", "Filter logs", key_display="/"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("colon", "command_palette", "Commands", key_display=":"),
+        Binding("escape", "back", "Back", show=False),
+        Binding("q", "quit_dashboard", "Quit"),
+        *(Binding(str(i + 1), f"show_tab('{tab}')", f"{tab} tab", show=False) for i, tab in enumerate(TABS)),
+    ]
+
+    def __init__(
+        self,
+        nodes: Iterable[NodeSpec],
+        *,
+        connection: Connection | None = None,
+        clock: Clock | None = None,
+        readonly: bool = False,
+        discover: bool = True,
+        interval: float = 1.0,
+        cluster_dir: str | None = None,
+        log_dirs: Iterable[str] = (),
+        start_collectors: bool = True,
+    ) -> None:
+        super().__init__()
+        self.connection = connection or Connection()
+        self.clock = clock or SystemClock()
+        self.state = DashboardState(readonly=readonly)
+        self.discover = discover
+        self.interval = interval
+        self.cluster_dir = cluster_dir
+        self.start_collectors = start_collectors
+        self.logbook = LogBook()
+        self.log_filter = LogFilter()
+        self.collectors: dict[str, NodeCollector] = {}
+        self.client: httpx.AsyncClient | None = None
+        self._specs = list(nodes)
+        self._extra_log_dirs = list(log_dirs)
+        self._rendered: dict[str, Any] = {}
+        self._gates: tuple = ()
+        self._seen_versions: dict[str, int] = {}
+        self._last_form: ScavengeForm | None = None
+        self._first_frame_at: float | None = None
+        self._started_at = self.clock.monotonic()
+        for spec in self._specs:
+            self._add_node(spec)
+        for folder in self._extra_log_dirs:
+            self.logbook.follow(LogTail(os.path.basename(os.path.normpath(folder)), folder))
+        if self._specs:
+            self.state.selected = normalise_url(self._specs[0].url)
+
+    # -- layout ----------------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False)
+        yield Static(id="cluster")
+        with TabbedContent(initial="scavenge"):
+            with TabPane("1 Scavenge", id="scavenge"), VerticalScroll():
+                yield Static(id="scavenge-panel")
+            with TabPane("2 Chunks", id="chunks"), VerticalScroll():
+                yield Static(id="chunks-panel")
+            with TabPane("3 Auto-scavenge", id="auto"), VerticalScroll():
+                yield Static(id="auto-panel")
+            with TabPane("4 Backup", id="backup"), VerticalScroll():
+                yield Static(id="backup-panel")
+            with TabPane("5 Certificates", id="certs"), VerticalScroll():
+                yield Static(id="certs-panel")
+            with TabPane("6 Logs", id="logs"), VerticalScroll(id="logs-scroll"):
+                yield Static(id="logs-panel")
+            with TabPane("7 Activity", id="activity"), VerticalScroll():
+                yield Static(id="activity-panel")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        self.client = self.connection.client()
+        self.sub_title = "read-only" if self.state.readonly else ""
+        for node in self.state.ordered():
+            self._start_collector(node)
+        self.render_panels(force=True)
+        self.set_interval(self.interval, self.tick)
+
+    async def on_unmount(self) -> None:
+        if self.client is not None:
+            await self.client.aclose()
+
+    # -- nodes and collectors --------------------------------------------------------------------------
+    def _add_node(self, spec: NodeSpec) -> NodeState:
+        url = normalise_url(spec.url)
+        node = self.state.nodes.get(url)
+        if node is None:
+            node = NodeState(url=url, name=spec.name, pid=spec.pid, log_dir=spec.log_dir)
+            self.state.nodes[url] = node
+            if spec.log_dir:
+                self.logbook.follow(LogTail(spec.name or url, spec.log_dir))
+        return node
+
+    def _start_collector(self, node: NodeState) -> None:
+        if node.url in self.collectors or self.client is None:
+            return
+        collector = NodeCollector(
+            node,
+            self.client,
+            self.clock,
+            interval=self.interval,
+            timeout=self.connection.timeout,
+            ca_file=self.connection.ca_file,
+            on_members=self._on_poll,
+        )
+        self.collectors[node.url] = collector
+        if self.start_collectors:
+            self.run_worker(
+                collector.run(), group="collectors", name=f"collect {node.url}", exit_on_error=False
+            )
+
+    def _on_poll(self, node: NodeState) -> None:
+        if self.discover:
+            scheme = urlsplit(node.url).scheme
+            for member in node.members:
+                if not member.host or member.port <= 0 or member.host in ("0.0.0.0", "::"):
+                    continue
+                url = member_url(member, scheme)
+                if url not in self.state.nodes:
+                    self._start_collector(self._add_node(NodeSpec(url)))
+        if self._seen_versions.get(node.url) != node.version:
+            self._seen_versions[node.url] = node.version
+            self.render_panels()
+
+    async def poll_all(self) -> None:
+        """One poll of every node now (tests, and the first frame)."""
+        await asyncio.gather(*(c.poll_once() for c in list(self.collectors.values())))
+        self.render_panels()
+
+    # -- rendering -------------------------------------------------------------------------------------
+    def tick(self) -> None:
+        self.logbook.poll()
+        self.render_panels()
+
+    def _update(self, widget_id: str, key: Any, make) -> None:
+        if not force_needed(self._rendered, widget_id, key):
+            return
+        self.query_one(f"#{widget_id}", Static).update(make())
+
+    def render_panels(self, force: bool = False) -> None:
+        if not self.is_mounted or not self.screen_stack:
+            return
+        try:
+            tabs = self.query_one(TabbedContent)
+        except Exception:
+            return
+        if force:
+            self._rendered.clear()
+        now = self.clock.time()
+        mono = self.clock.monotonic()
+        node = self.state.node()
+        versions = tuple(n.version for n in self.state.ordered())
+        nv = node.version if node else -1
+        self._update(
+            "cluster", (versions, self.state.selected, int(now) // 5), lambda: render_cluster(self.state, now)
+        )
+        active = tabs.active
+        if active == "scavenge":
+            self._update("scavenge-panel", (nv, self.state.selected), lambda: render_scavenge(node))
+        elif active == "chunks":
+            self._update("chunks-panel", (nv, self.state.selected), lambda: render_chunks(node))
+        elif active == "auto":
+            self._update(
+                "auto-panel",
+                (versions, self.state.selected, int(mono)),
+                lambda: render_auto_scavenge(self.state, mono),
+            )
+        elif active == "backup":
+            self._update("backup-panel", (nv, self.state.selected), lambda: render_backup(node))
+        elif active == "certs":
+            self._update(
+                "certs-panel",
+                (versions, self.logbook.version, int(now) // 60),
+                lambda: render_certificates(
+                    self.state, now, list(self.logbook.lines) if self.logbook.tails else None
+                ),
+            )
+        elif active == "logs":
+            self._update("logs-panel", (self.logbook.version, self.log_filter), lambda: self._render_logs())
+        elif active == "activity":
+            self._update("activity-panel", len(self.state.activity), lambda: render_activity(self.state))
+        if self._first_frame_at is None and all(n.reachable is not None for n in self.state.ordered()):
+            self._first_frame_at = self.clock.monotonic() - self._started_at
+        gates = tuple(self.why_not(a) for a in (*CHANGING_ACTIONS, "next_node", "filter_logs"))
+        if gates != self._gates:  # the footer only needs redrawing when a key's state changed
+            self._gates = gates
+            self.refresh_bindings()
+
+    def _render_logs(self):
+        lines = self.logbook.filtered(self.log_filter, limit=500)
+        renderable = render_logs(lines, self.log_filter.describe(), bool(self.logbook.tails))
+        self.call_after_refresh(self.query_one("#logs-scroll", VerticalScroll).scroll_end, animate=False)
+        return renderable
+
+    @property
+    def first_frame_seconds(self) -> float | None:
+        """Seconds from start until every node had answered (or failed) once and was drawn."""
+        return self._first_frame_at
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        self.render_panels()
+
+    # -- what can act now ------------------------------------------------------------------------------
+    def why_not(self, action: str) -> str | None:
+        """None when the action can act now, else the reason (shown in help and as a disabled key)."""
+        node = self.state.node()
+        if action in CHANGING_ACTIONS and self.state.readonly:
+            return "read-only mode"
+        if action in CHANGING_ACTIONS and (node is None or not node.reachable):
+            return "the selected node is not reachable"
+        assert node is not None or action not in CHANGING_ACTIONS
+        if action == "start_scavenge" and node and node.scavenge.current_id:
+            return "a scavenge is running on this node"
+        if action == "stop_scavenge" and node and not node.scavenge.current_id:
+            return "no scavenge is running on this node"
+        if action == "resign" and node and node.role != "Leader":
+            return "the selected node is not the leader"
+        if action in ("pause_resume_auto", "configure_auto") and node:
+            auto = node.auto_scavenge
+            if auto is None or not auto.available:
+                return "auto-scavenge is not available on this node"
+            if action == "pause_resume_auto" and auto.state in ("NotConfigured", "Pausing", ""):
+                return f"auto-scavenge is {auto.state or 'unknown'}"
+        if action == "next_node" and len(self.state.nodes) < 2:
+            return "only one node"
+        if action == "filter_logs" and not self.logbook.tails:
+            return "no log files are followed"
+        return None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if len(self.screen_stack) > 1 and action != "command_palette":
+            return False  # a dialog is open: its own keys apply
+        return None if self.why_not(action) else True
+
+    def help_rows(self) -> list[tuple[str, str, str]]:
+        rows = []
+        for binding in self.BINDINGS:
+            assert isinstance(binding, Binding)
+            action = binding.action.split("(")[0]
+            reason = self.why_not(action)
+            rows.append((binding.key_display or binding.key, binding.description, reason or "available"))
+        return rows
+
+    def palette_entries(self) -> list[tuple[str, Any, str]]:
+        entries: list[tuple[str, Any, str]] = []
+        for node in self.state.ordered():
+            entries.append(
+                (f"Jump to node {node.label}", lambda url=node.url: self.select_node(url), node.url)
+            )
+        for binding in self.BINDINGS:
+            assert isinstance(binding, Binding)
+            action = binding.action
+            if action in ("command_palette", "back") or action.startswith("show_tab") or self.why_not(action):
+                continue
+            entries.append(
+                (
+                    binding.description,
+                    lambda a=action: self.run_action(a),
+                    f"key {binding.key_display or binding.key}",
+                )
+            )
+        for tab in TABS:
+            entries.append((f"Show {tab}", lambda t=tab: self.action_show_tab(t), "panel"))
+        return entries
+
+    # -- actions ---------------------------------------------------------------------------------------
+    def select_node(self, url: str) -> None:
+        if url in self.state.nodes:
+            self.state.selected = url
+            self.render_panels(force=True)
+
+    def action_next_node(self) -> None:
+        urls = list(self.state.nodes)
+        if not urls:
+            return
+        index = urls.index(self.state.selected) if self.state.selected in urls else -1
+        self.select_node(urls[(index + 1) % len(urls)])
+        self.notify(f"Node: {self.state.node().label}", timeout=2)  # type: ignore[union-attr]
+
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+        self.render_panels()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.help_rows()))
+
+    def action_back(self) -> None:
+        if self.log_filter != LogFilter():
+            self.log_filter = LogFilter()
+            self.notify("Log filter cleared", timeout=2)
+            self.render_panels()
+        else:
+            self.action_show_tab("scavenge")
+
+    def action_filter_logs(self) -> None:
+        def validate(text: str) -> str | None:
+            try:
+                LogFilter.parse(text)
+            except ValueError as exc:
+                return str(exc)
+            return None
+
+        def done(value: str | None) -> None:
+            if value is not None:
+                self.log_filter = LogFilter.parse(value)
+                self.action_show_tab("logs")
+
+        self.push_screen(FilterDialog(self.log_filter.describe(), validate), done)
+
+    def action_start_scavenge(self) -> None:
+        node = self.state.node()
+        assert node is not None
+
+        def done(call: PlannedCall | None) -> None:
+            if call is not None:
+                self._last_form = ScavengeForm(
+                    dict(call.params)["threads"],
+                    dict(call.params)["threshold"],
+                    dict(call.params)["throttlePercent"],
+                    dict(call.params)["syncOnly"] == "true",
+                )
+                self.confirm([call])
+
+        self.push_screen(ScavengeDialog(node.url, node.label, self._last_form), done)
+
+    def action_stop_scavenge(self) -> None:
+        node = self.state.node()
+        assert node is not None
+        self.confirm(
+            [stop_scavenge(node.url, node.scavenge.current_id)],
+            note="The node answers once the scavenge has stopped; the next start resumes it.",
+        )
+
+    def action_resign(self) -> None:
+        node = self.state.node()
+        assert node is not None
+        self.confirm(
+            [resign_leader(node.url)], note="The leader steps down and the cluster elects a new one."
+        )
+
+    def action_reload(self) -> None:
+        node = self.state.node()
+        assert node is not None
+        self.confirm([reload_config(node.url)])
+
+    def action_reload_all(self) -> None:
+        calls = [reload_config(n.url) for n in self.state.ordered() if n.reachable]
+        self.confirm(calls, note="One node after the other; stops at the first failure.")
+
+    def action_pause_resume_auto(self) -> None:
+        node = self.state.node()
+        assert node is not None and node.auto_scavenge is not None
+        paused = node.auto_scavenge.state in ("Paused",)
+        self.confirm([resume_auto_scavenge(node.url) if paused else pause_auto_scavenge(node.url)])
+
+    def action_configure_auto(self) -> None:
+        node = self.state.node()
+        assert node is not None and node.auto_scavenge is not None
+
+        def done(schedule: str | None) -> None:
+            if schedule:
+                self.confirm([configure_auto_scavenge(node.url, schedule, self.clock.time())])
+
+        self.push_screen(CronDialog(node.auto_scavenge.schedule, self.clock.time), done)
+
+    def action_quit_dashboard(self) -> None:
+        if self.cluster_dir is None:
+            self.exit(None)
+            return
+
+        def done(choice: str | None) -> None:
+            if choice is not None:
+                self.exit(choice)
+
+        self.push_screen(QuitDialog(self.cluster_dir), done)
+
+    # -- sending ---------------------------------------------------------------------------------------
+    def confirm(self, calls: list[PlannedCall], note: str = "") -> None:
+        def done(send: bool | None) -> None:
+            if send:
+                self.run_worker(self.send_all(calls), group="calls", exit_on_error=False)
+
+        self.push_screen(ConfirmCall(calls, self.connection.user, note), done)
+
+    async def send_all(self, calls: list[PlannedCall]) -> None:
+        for call in calls:
+            ok = await self.send(call)
+            if not ok:
+                break
+
+    async def send(self, call: PlannedCall) -> bool:
+        assert self.client is not None
+        node = self.state.nodes.get(call.node_url)
+        label = node.label if node else call.node_url
+        try:
+            response = await self.client.request(
+                call.method,
+                call.url,
+                headers=dict(call.headers),
+                json=call.json_body,
+                timeout=max(self.connection.timeout, 120.0),
+            )
+        except httpx.HTTPError as exc:
+            self.state.activity.append(
+                Activity(self.clock.time(), label, call.request_line(), None, str(exc) or type(exc).__name__)
+            )
+            self.notify(f"{call.request_line()}\nno answer: {exc}", title=label, severity="error", timeout=8)
+            self.render_panels()
+            return False
+        body = response.text.strip()
+        self.state.activity.append(
+            Activity(self.clock.time(), label, call.request_line(), response.status_code, body)
+        )
+        severity = "information" if response.status_code < 300 else "error"
+        self.notify(
+            f"{call.request_line()}\n→ {response.status_code} {response.reason_phrase}\n{body[:300]}",
+            title=label,
+            severity=severity,
+            timeout=8,
+        )
+        collector = self.collectors.get(call.node_url)
+        if collector is not None:
+            collector.wake.set()
+        self.render_panels()
+        return response.status_code < 300
+
+
+def force_needed(cache: dict[str, Any], widget_id: str, key: Any) -> bool:
+    """True (and remembered) when a panel's inputs changed since it was last drawn."""
+    if cache.get(widget_id, object()) == key:
+        return False
+    cache[widget_id] = key
+    return True

@@ -1,0 +1,164 @@
+"""The calls the dashboard can make that change something, built and validated before they are sent.
+
+A :class:`PlannedCall` is what the confirmation dialog shows, byte for byte the request httpx sends.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+__all__ = [
+    "FormError",
+    "PlannedCall",
+    "ScavengeForm",
+    "configure_auto_scavenge",
+    "next_cron_runs",
+    "pause_auto_scavenge",
+    "reload_config",
+    "resign_leader",
+    "resume_auto_scavenge",
+    "stop_scavenge",
+]
+
+
+class FormError(ValueError):
+    """A dialog field is invalid; the message names the field and the rule (the spec's wording)."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(message)
+        self.field_name = field_name
+
+
+@dataclass(frozen=True)
+class PlannedCall:
+    node_url: str
+    method: str
+    path: str
+    params: tuple[tuple[str, str], ...] = ()
+    json_body: Any = None
+    headers: tuple[tuple[str, str], ...] = field(default=(("Accept", "application/json"),))
+    title: str = ""
+
+    @property
+    def url(self) -> str:
+        query = f"?{urlencode(self.params)}" if self.params else ""
+        return f"{self.node_url.rstrip('/')}{self.path}{query}"
+
+    def describe(self, user: str | None = None) -> str:
+        """The exact request: request line, headers (credentials masked), body."""
+        lines = [f"{self.method} {self.url}"]
+        if user:
+            lines.append(f"Authorization: Basic <{user}:•••••>")
+        lines.extend(f"{k}: {v}" for k, v in self.headers)
+        if self.json_body is not None:
+            lines.append("Content-Type: application/json")
+            lines.append("")
+            lines.append(json.dumps(self.json_body))
+        return "\n".join(lines)
+
+    def request_line(self) -> str:
+        return f"{self.method} {self.url}"
+
+
+def _integer(name: str, text: str, message: str) -> int:
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        raise FormError(name, message) from None
+
+
+@dataclass(frozen=True)
+class ScavengeForm:
+    """The start-scavenge dialog's fields, as typed."""
+
+    threads: str = "1"
+    threshold: str = "0"
+    throttle_percent: str = "100"
+    sync_only: bool = False
+
+    def validate(self) -> tuple[int, int, int, bool]:
+        """The spec's rules (Endpoints › Scavenge, Limits), with KurrentDB's messages."""
+        threads = _integer("threads", self.threads, "threads must be a 1 or above")
+        if threads < 1:
+            raise FormError("threads", "threads must be a 1 or above")
+        threshold = _integer("threshold", self.threshold, "threshold must be an integer")
+        if threshold < -1:
+            raise FormError(
+                "threshold",
+                "threshold must be -1 (all chunks), 0 (chunks with something to remove) or a minimum weight",
+            )
+        throttle = _integer(
+            "throttle_percent", self.throttle_percent, "throttlePercent must be between 1 and 100 inclusive"
+        )
+        if not 1 <= throttle <= 100:
+            raise FormError("throttle_percent", "throttlePercent must be between 1 and 100 inclusive")
+        if threads > 1 and throttle != 100:
+            raise FormError("throttle_percent", "throttlePercent must be 100 for a multi-threaded scavenge")
+        return threads, threshold, throttle, self.sync_only
+
+    def call(self, node_url: str) -> PlannedCall:
+        threads, threshold, throttle, sync_only = self.validate()
+        return PlannedCall(
+            node_url,
+            "POST",
+            "/admin/scavenge",
+            (
+                ("threads", str(threads)),
+                ("threshold", str(threshold)),
+                ("throttlePercent", str(throttle)),
+                ("syncOnly", "true" if sync_only else "false"),
+            ),
+            title="Start a scavenge",
+        )
+
+
+def stop_scavenge(node_url: str, scavenge_id: str) -> PlannedCall:
+    return PlannedCall(node_url, "DELETE", f"/admin/scavenge/{scavenge_id}", title="Stop the scavenge")
+
+
+def resign_leader(node_url: str) -> PlannedCall:
+    return PlannedCall(node_url, "POST", "/admin/node/resign", title="Resign the leader")
+
+
+def reload_config(node_url: str) -> PlannedCall:
+    return PlannedCall(node_url, "POST", "/admin/reloadconfig", title="Reload the configuration")
+
+
+def pause_auto_scavenge(node_url: str) -> PlannedCall:
+    return PlannedCall(node_url, "POST", "/auto-scavenge/pause", title="Pause auto-scavenge")
+
+
+def resume_auto_scavenge(node_url: str) -> PlannedCall:
+    return PlannedCall(node_url, "POST", "/auto-scavenge/resume", title="Resume auto-scavenge")
+
+
+def next_cron_runs(schedule: str, now: float, count: int = 3) -> list[datetime]:
+    """The next run times of a five-field CRON expression (UTC); FormError when it is not one."""
+    from croniter import croniter
+
+    schedule = schedule.strip()
+    if len(schedule.split()) != 5:
+        raise FormError(
+            "schedule", "Invalid CRON expression: use five fields (minute hour day month weekday)"
+        )
+    try:
+        it = croniter(schedule, datetime.fromtimestamp(now, UTC))
+        return [it.get_next(datetime) for _ in range(count)]
+    except (ValueError, KeyError) as exc:
+        raise FormError("schedule", f"Invalid CRON expression: {exc}") from None
+
+
+def configure_auto_scavenge(node_url: str, schedule: str, now: float) -> PlannedCall:
+    next_cron_runs(schedule, now)
+    return PlannedCall(
+        node_url,
+        "POST",
+        "/auto-scavenge/configure",
+        json_body={"schedule": schedule.strip()},
+        title="Configure the auto-scavenge schedule",
+    )

@@ -1,0 +1,64 @@
+"""Read a node's certificate from its TLS handshake: subject, issuer, expiry, and whether the chain
+validates against the CA the dashboard was given."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from urllib.parse import urlsplit
+
+from tui.state import CertificateState
+
+__all__ = ["read_certificate"]
+
+
+async def _peer_certificate(host: str, port: int, context: ssl.SSLContext, timeout: float) -> bytes:
+    _reader, writer = await asyncio.wait_for(
+        asyncio.open_connection(host, port, ssl=context, server_hostname=host), timeout
+    )
+    try:
+        ssl_object = writer.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object else None
+        if not der:
+            raise ssl.SSLError("the node sent no certificate")
+        return der
+    finally:
+        writer.close()
+        try:
+            await asyncio.wait_for(writer.wait_closed(), timeout)
+        except (OSError, TimeoutError, ssl.SSLError):
+            pass
+
+
+async def read_certificate(
+    url: str, ca_file: str | None, now: float, timeout: float = 3.0
+) -> CertificateState | None:
+    """None for plain-HTTP nodes. A failed validation is kept as ``error`` and the certificate is still
+    read (without verification) so the operator sees which one the node presents."""
+    from cryptography import x509
+
+    parts = urlsplit(url)
+    if parts.scheme != "https":
+        return None
+    host, port = parts.hostname or "localhost", parts.port or 443
+    error = None
+    verified = False
+    try:
+        strict = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
+        der = await _peer_certificate(host, port, strict, timeout)
+        verified = True
+    except ssl.SSLCertVerificationError as exc:
+        error = exc.verify_message or str(exc)
+        loose = ssl.create_default_context()
+        loose.check_hostname = False
+        loose.verify_mode = ssl.CERT_NONE
+        der = await _peer_certificate(host, port, loose, timeout)
+    cert = x509.load_der_x509_certificate(der)
+    return CertificateState(
+        subject=cert.subject.rfc4514_string(),
+        issuer=cert.issuer.rfc4514_string(),
+        not_after=cert.not_valid_after_utc.timestamp(),
+        verified=verified,
+        error=error,
+        read_at=now,
+    )

@@ -1,0 +1,504 @@
+"""Per-node collectors: poll a node's HTTP API into its :class:`NodeState`.
+
+One poll is in flight per node at any time: the next poll is scheduled when the previous one has
+finished (``interval`` later), every request has a timeout, and a node that does not answer is
+polled less and less often (doubling up to ``max_backoff``) until it answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httpx
+
+from evdb.clock import Clock
+from tui.certificates import read_certificate
+from tui.state import (
+    AutoScavengeState,
+    BackupState,
+    ChunkRow,
+    Member,
+    NodeState,
+    ProcessFigures,
+    ScavengeHistoryEntry,
+    ScavengeState,
+)
+
+__all__ = ["NodeCollector", "member_url", "normalise_url", "parse_timespan"]
+
+_JSON = {"Accept": "application/json"}
+_ATOM = {"Accept": "application/vnd.kurrent.atom+json"}
+_TIMESPAN = re.compile(r"^(?:(\d+)\.)?(\d+):(\d+):(\d+)(?:\.(\d+))?$")
+# KurrentDB's status gauge: kurrentdb_statuses{name="Scavenge",status="Accumulation Phase"} 1.7e9
+_STATUS = re.compile(r'^\w*statuses\{[^}]*name="Scavenge"[^}]*status="([^"]+)"[^}]*\}\s+([0-9.eE+-]+)', re.M)
+_METRIC_PHASES = {
+    "Accumulation Phase": "Accumulation",
+    "Calculation Phase": "Calculation",
+    "Chunk execution Phase": "Execution",
+    "Chunk merging Phase": "Execution",
+    "Index execution Phase": "Execution",
+    "Cleaning Phase": "Cleaning",
+}
+
+
+def normalise_url(url: str) -> str:
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    if not parts.hostname:
+        raise ValueError(f"not a node address: {url!r}")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme}://{host}:{port}"
+
+
+def member_url(member: Member, scheme: str) -> str:
+    host = f"[{member.host}]" if ":" in member.host else member.host
+    return f"{scheme}://{host}:{member.port}"
+
+
+def parse_timespan(text: str | None) -> float | None:
+    """.NET TimeSpan text (``[d.]hh:mm:ss[.fffffff]``) to seconds."""
+    if not text:
+        return None
+    m = _TIMESPAN.match(text.strip())
+    if not m:
+        return None
+    days, hours, minutes, seconds, fraction = m.groups()
+    total = int(days or 0) * 86400 + int(hours) * 3600 + int(minutes) * 60 + int(seconds)
+    return total + (float(f"0.{fraction}") if fraction else 0.0)
+
+
+class NodeCollector:
+    """Polls one node. ``poll_once`` is one full poll; ``run`` repeats it until cancelled."""
+
+    def __init__(
+        self,
+        state: NodeState,
+        client: httpx.AsyncClient,
+        clock: Clock,
+        *,
+        interval: float = 1.0,
+        timeout: float = 2.0,
+        max_backoff: float = 16.0,
+        ca_file: str | None = None,
+        certificate_every: float = 30.0,
+        on_members: Callable[[NodeState], None] | None = None,
+    ) -> None:
+        self.state = state
+        self.client = client
+        self.clock = clock
+        self.interval = interval
+        self.timeout = timeout
+        self.max_backoff = max_backoff
+        self.ca_file = ca_file
+        self.certificate_every = certificate_every
+        self.on_members = on_members
+        self._in_flight = False
+        self._history_ids: tuple[str, ...] = ()
+        self._history_detail: dict[str, ScavengeHistoryEntry] = {}
+        self._certificate_at: float | None = None
+        self._io_last: tuple[float, int, int] | None = None
+        self._process: Any = None
+        self.wake = asyncio.Event()
+
+    # -- scheduling ------------------------------------------------------------------------------------
+    def next_delay(self) -> float:
+        if self.state.failures == 0:
+            return self.interval
+        return min(self.max_backoff, self.interval * 2 ** min(self.state.failures, 10))
+
+    async def run(self) -> None:
+        while True:
+            await self.poll_once()
+            sleeper = asyncio.ensure_future(self.clock.sleep(self.next_delay()))
+            waker = asyncio.ensure_future(self.wake.wait())
+            try:
+                await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (sleeper, waker):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            self.wake.clear()
+
+    async def poll_once(self) -> None:
+        if self._in_flight:  # never two polls of one node at once
+            return
+        self._in_flight = True
+        try:
+            await self._poll()
+        finally:
+            self._in_flight = False
+
+    async def _get(self, path: str, headers: dict[str, str] | None = None, **params: Any) -> httpx.Response:
+        return await self.client.get(
+            f"{self.state.url}{path}", headers=headers or _JSON, params=params or None, timeout=self.timeout
+        )
+
+    async def _poll(self) -> None:
+        s = self.state
+        before = self._fingerprint()
+        s.polls += 1
+        try:
+            gossip = await self._get("/gossip")
+            gossip.raise_for_status()
+            body = gossip.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            s.reachable = False
+            s.failures += 1
+            s.error = _describe(exc)
+            s.role = "Unreachable"
+            s.process = self._process_figures()
+            if self._fingerprint() != before:
+                s.version += 1
+            return
+        s.reachable = True
+        s.failures = 0
+        s.error = ""
+        s.last_ok = self.clock.time()
+        self._read_gossip(body)
+        tasks = [self._read_scavenge()]
+        if s.polls == 1 or s.polls % 10 == 0 or not s.info:
+            tasks.append(self._read_info())
+        if s.auto_scavenge is None or s.auto_scavenge.available or s.polls % 30 == 0:
+            tasks.append(self._read_auto_scavenge())
+        if s.backup is None or s.backup.available or s.polls % 30 == 0:
+            tasks.append(self._read_backup())
+        now = self.clock.monotonic()
+        if self._certificate_at is None or now - self._certificate_at >= self.certificate_every:
+            self._certificate_at = now
+            tasks.append(self._read_certificate())
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for error in errors:
+            if isinstance(error, asyncio.CancelledError):
+                raise error
+        if errors:
+            s.error = _describe(errors[0])
+        s.process = self._process_figures()
+        if self.on_members is not None:
+            self.on_members(s)
+        if self._fingerprint() != before:
+            s.version += 1
+
+    def _fingerprint(self) -> tuple:
+        s = self.state
+        return (
+            s.reachable,
+            s.error,
+            tuple(s.members),
+            s.role,
+            repr(s.scavenge),
+            s.auto_scavenge,
+            s.backup,
+            s.certificate,
+            s.process,
+            repr(s.info),
+        )
+
+    # -- readers ---------------------------------------------------------------------------------------
+    def _read_gossip(self, body: dict[str, Any]) -> None:
+        s = self.state
+        members = [Member.from_gossip(m) for m in body.get("members", []) if isinstance(m, dict)]
+        s.members = members
+        own_host = urlsplit(s.url)
+        server = (str(body.get("serverIp", "")), int(body.get("serverPort") or 0))
+        role = ""
+        for m in members:
+            if (m.host, m.port) == server or (m.host == own_host.hostname and m.port == own_host.port):
+                role = m.state
+                break
+        if not role and members:
+            role = members[0].state
+        s.role = role or "Unknown"
+
+    async def _read_info(self) -> None:
+        response = await self._get("/info")
+        if response.status_code == 200:
+            self.state.info = response.json()
+            self.state.is_evdb = bool(self.state.info.get("features", {}).get("evdb"))
+
+    async def _read_scavenge(self) -> None:
+        s = self.state
+        sc = s.scavenge
+        response = await self._get("/admin/scavenge/current")
+        if response.status_code == 401:
+            raise PermissionError(
+                "401 from /admin/scavenge/current: give --user/--password of an admin or ops user"
+            )
+        response.raise_for_status()
+        current = _json_or_text(response).get("scavengeId", "") or ""
+        changed = current != sc.current_id
+        sc.current_id = current
+        if sc.progress_available is not False:
+            progress = await self._get("/admin/scavenge/progress")
+            if progress.status_code == 404:
+                sc.progress_available = False
+            elif progress.status_code == 200:
+                sc.progress_available = True
+                self._apply_progress(sc, progress.json())
+        if sc.progress_available is False:
+            await self._scavenge_from_streams(sc, current)
+        if changed or s.polls % 5 == 1 or not self._history_ids:
+            await self._read_history(sc)
+
+    def _apply_progress(self, sc: ScavengeState, body: dict[str, Any]) -> None:
+        running = bool(body.get("running"))
+        figures = body if running else (body.get("last") or {})
+        sc.running = running
+        if not figures:
+            sc.phase = ""
+            sc.shown_id = ""
+            sc.chunks = []
+            sc.weights = {}
+            sc.result = None
+            return
+        sc.shown_id = str(figures.get("scavengeId", ""))
+        sc.phase = str(figures.get("phase", ""))
+        sc.phase_elapsed = float(figures.get("phaseElapsedSeconds") or 0)
+        sc.elapsed = float(figures.get("elapsedSeconds") or 0)
+        sc.threads = figures.get("threads")
+        sc.threshold = figures.get("threshold")
+        sc.throttle_percent = figures.get("throttlePercent")
+        sc.chunks_total = int(figures.get("chunksTotal") or 0)
+        sc.chunks_done = int(figures.get("chunksDone") or 0)
+        sc.streams_total = int(figures.get("streamsTotal") or 0)
+        sc.streams_done = int(figures.get("streamsDone") or 0)
+        sc.current_chunk = figures.get("currentChunk")
+        sc.bytes_reclaimed = int(figures.get("bytesReclaimed") or 0)
+        sc.records_removed = int(figures.get("recordsRemoved") or 0)
+        sc.weights = {int(k): float(v) for k, v in (figures.get("chunkWeights") or {}).items()}
+        sc.chunks = [
+            ChunkRow(
+                start=int(c["chunkStartNumber"]),
+                end=int(c["chunkEndNumber"]),
+                weight=c.get("weight"),
+                executed=c.get("executed"),
+                merged=bool(c.get("merged")),
+                size_before=c.get("sizeBefore"),
+                size_after=c.get("sizeAfter"),
+                space_saved=(c["sizeBefore"] - c["sizeAfter"])
+                if c.get("sizeBefore") is not None and c.get("sizeAfter") is not None
+                else None,
+            )
+            for c in figures.get("chunks") or []
+        ]
+        sc.result = "InProgress" if running else figures.get("result")
+
+    async def _read_events(self, stream: str, start: int, count: int = 100) -> list[dict[str, Any]]:
+        """Events of a stream, oldest first (KurrentDB's AtomPub feed with ``embed=body``)."""
+        path = f"/streams/{quote(stream, safe='')}/{start}/forward/{count}"
+        response = await self._get(path, headers=_ATOM, embed="body")
+        if response.status_code in (404, 410):
+            return []
+        response.raise_for_status()
+        return list(reversed(response.json().get("entries", [])))
+
+    async def _scavenge_from_streams(self, sc: ScavengeState, current: str) -> None:
+        """Without evdb's progress endpoint: what ``$scavenges-<id>`` and ``/metrics`` tell."""
+        sc.running = bool(current)
+        if not current:
+            sc.phase = ""
+            return
+        if sc.shown_id != current:
+            sc.shown_id = current
+            sc.chunks = []
+            sc.bytes_reclaimed = 0
+        sc.result = "InProgress"
+        entries = await self._read_events(f"$scavenges-{current}", 0, 4096)
+        rows = []
+        saved = 0
+        for e in entries:
+            data = e.get("data") if isinstance(e.get("data"), dict) else {}
+            if e.get("eventType") == "$scavengeChunksCompleted":
+                rows.append(
+                    ChunkRow(
+                        start=int(data.get("chunkStartNumber", 0)),
+                        end=int(data.get("chunkEndNumber", 0)),
+                        executed=bool(data.get("wasScavenged")),
+                        space_saved=data.get("spaceSaved"),
+                    )
+                )
+                saved += int(data.get("spaceSaved") or 0)
+            elif e.get("eventType") == "$scavengeMergeCompleted" and data.get("wasMerged"):
+                rows.append(
+                    ChunkRow(
+                        start=int(data.get("chunkStartNumber", 0)),
+                        end=int(data.get("chunkEndNumber", 0)),
+                        executed=True,
+                        merged=True,
+                        space_saved=data.get("spaceSaved"),
+                    )
+                )
+                saved += int(data.get("spaceSaved") or 0)
+        sc.chunks = rows
+        sc.bytes_reclaimed = saved
+        sc.phase = await self._phase_from_metrics() or ("Execution" if rows else "")
+
+    async def _phase_from_metrics(self) -> str:
+        response = await self._get("/metrics", headers={"Accept": "text/plain"})
+        if response.status_code != 200:
+            return ""
+        latest = max(((float(v), name) for name, v in _STATUS.findall(response.text)), default=None)
+        return _METRIC_PHASES.get(latest[1], "") if latest else ""
+
+    async def _read_history(self, sc: ScavengeState) -> None:
+        response = await self._get("/streams/%24scavenges/head/backward/20", headers=_ATOM, embed="body")
+        if response.status_code in (401, 403, 404, 410):
+            sc.history = []
+            self._history_ids = ()
+            return
+        response.raise_for_status()
+        ids: list[str] = []
+        started: dict[str, str] = {}
+        finished: dict[str, dict[str, Any]] = {}
+        for e in response.json().get("entries", []):
+            data = e.get("data")
+            event_type = e.get("eventType")
+            if event_type == "$>" and isinstance(data, str):  # an unresolved link: "n@$scavenges-<id>"
+                scavenge_id = data.partition("@")[2].removeprefix("$scavenges-")
+            elif isinstance(data, dict):  # KurrentDB resolves links: the linked event itself
+                scavenge_id = str(data.get("scavengeId", ""))
+                if event_type == "$scavengeCompleted":
+                    finished[scavenge_id] = data
+                elif event_type == "$scavengeStarted":
+                    started[scavenge_id] = str(e.get("updated", ""))
+            else:
+                continue
+            if scavenge_id and scavenge_id not in ids:
+                ids.append(scavenge_id)
+        for scavenge_id in ids:
+            known = self._history_detail.get(scavenge_id)
+            if known is not None and known.result not in ("InProgress", "Unknown"):
+                continue
+            if scavenge_id in finished:
+                self._history_detail[scavenge_id] = _history_entry(
+                    scavenge_id, finished[scavenge_id], started.get(scavenge_id, "")
+                )
+                continue
+            self._history_detail[scavenge_id] = await self._history_from_stream(scavenge_id)
+        self._history_ids = tuple(ids)
+        sc.history = [self._history_detail[i] for i in ids]
+
+    async def _history_from_stream(self, scavenge_id: str) -> ScavengeHistoryEntry:
+        stream = quote(f"$scavenges-{scavenge_id}", safe="")
+        first = await self._get(f"/streams/{stream}/0/forward/1", headers=_ATOM, embed="body")
+        last = await self._get(f"/streams/{stream}/head/backward/1", headers=_ATOM, embed="body")
+        started = ""
+        if first.status_code == 200 and first.json().get("entries"):
+            started = str(first.json()["entries"][0].get("updated", ""))
+        if last.status_code == 200 and last.json().get("entries"):
+            entry = last.json()["entries"][0]
+            if entry.get("eventType") == "$scavengeCompleted" and isinstance(entry.get("data"), dict):
+                return _history_entry(scavenge_id, entry["data"], started)
+            running = scavenge_id == self.state.scavenge.current_id
+            return ScavengeHistoryEntry(scavenge_id, "InProgress" if running else "Unknown", started)
+        return ScavengeHistoryEntry(scavenge_id, "Unknown", started)
+
+    async def _read_auto_scavenge(self) -> None:
+        s = self.state
+        response = await self._get("/auto-scavenge/status")
+        if response.status_code in (404, 405):
+            s.auto_scavenge = AutoScavengeState(available=False)
+            return
+        if response.status_code != 200:
+            s.auto_scavenge = AutoScavengeState(available=True, state=f"HTTP {response.status_code}")
+            return
+        body = response.json()
+        s.auto_scavenge = AutoScavengeState(
+            available=True,
+            enabled=True,
+            state=str(body.get("state", "")),
+            schedule=body.get("schedule"),
+            time_until_next_cycle=parse_timespan(body.get("timeUntilNextCycle")),
+            read_at=self.clock.monotonic(),
+        )
+
+    async def _read_backup(self) -> None:
+        s = self.state
+        response = await self._get("/admin/backup/current")
+        if response.status_code in (404, 405):
+            s.backup = BackupState(available=False)
+        elif response.status_code == 200:
+            body = response.json() if response.content else {}
+            s.backup = BackupState(available=True, body=body if isinstance(body, dict) else {})
+        elif response.status_code == 204:
+            s.backup = BackupState(available=True)
+
+    async def _read_certificate(self) -> None:
+        try:
+            cert = await read_certificate(self.state.url, self.ca_file, self.clock.time(), self.timeout)
+        except (OSError, TimeoutError, ValueError) as exc:
+            self._certificate_at = None  # try again on the next poll
+            raise ConnectionError(f"TLS handshake: {exc}") from exc
+        self.state.certificate = cert
+
+    def _process_figures(self) -> ProcessFigures | None:
+        pid = self.state.pid
+        if not pid:
+            return None
+        import psutil
+
+        try:
+            if self._process is None or self._process.pid != pid:
+                self._process = psutil.Process(pid)
+                self._process.cpu_percent(None)
+            p = self._process
+            with p.oneshot():
+                cpu = p.cpu_percent(None)
+                rss = p.memory_info().rss
+                try:
+                    io = p.io_counters()
+                    read_bytes, write_bytes = io.read_bytes, io.write_bytes
+                except (AttributeError, psutil.AccessDenied):
+                    read_bytes = write_bytes = 0
+        except psutil.Error:
+            self._process = None
+            return None
+        now = self.clock.monotonic()
+        read_rate = write_rate = 0.0
+        if self._io_last is not None and now > self._io_last[0]:
+            span = now - self._io_last[0]
+            read_rate = max(0.0, (read_bytes - self._io_last[1]) / span)
+            write_rate = max(0.0, (write_bytes - self._io_last[2]) / span)
+        self._io_last = (now, read_bytes, write_bytes)
+        return ProcessFigures(pid, cpu, rss, read_rate, write_rate)
+
+
+def _history_entry(scavenge_id: str, data: dict[str, Any], started: str) -> ScavengeHistoryEntry:
+    return ScavengeHistoryEntry(
+        scavenge_id=scavenge_id,
+        result=str(data.get("result", "Unknown")),
+        started=started,
+        time_taken=str(data.get("timeTaken", "")),
+        space_saved=data.get("spaceSaved"),
+        error=data.get("error") or None,
+    )
+
+
+def _json_or_text(response: httpx.Response) -> dict[str, Any]:
+    """KurrentDB answers ``Key: value`` text when it ignores the Accept header."""
+    try:
+        body = response.json()
+        return body if isinstance(body, dict) else {}
+    except ValueError:
+        out: dict[str, Any] = {}
+        for line in response.text.splitlines():
+            key, _, value = line.partition(":")
+            if key:
+                out[key[0].lower() + key[1:].strip()] = value.strip()
+        return out
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"HTTP {exc.response.status_code} from {exc.request.url.path}"
+    if isinstance(exc, httpx.TimeoutException):
+        return "timed out"
+    if isinstance(exc, httpx.ConnectError):
+        return f"cannot connect ({exc})" if str(exc) else "cannot connect"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,0 +1,288 @@
+"""Modal dialogs: confirmation of a call (showing the exact request), the start-scavenge form, the
+auto-scavenge schedule form, the log filter, help and quit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Checkbox, Input, Label, Static
+
+from tui.calls import FormError, PlannedCall, ScavengeForm, next_cron_runs
+
+__all__ = [
+    "ConfirmCall",
+    "CronDialog",
+    "FilterDialog",
+    "HelpScreen",
+    "QuitDialog",
+    "ScavengeDialog",
+]
+
+_CSS = """
+ModalScreen { align: center middle; }
+ModalScreen > Vertical {
+    width: 90; height: auto; max-height: 90%; border: thick $accent; background: $surface; padding: 1 2;
+}
+ModalScreen .title { text-style: bold; margin-bottom: 1; }
+ModalScreen .request { background: $boost; padding: 0 1; margin-bottom: 1; }
+ModalScreen .error { color: $error; height: auto; }
+ModalScreen Horizontal { height: auto; align-horizontal: right; margin-top: 1; }
+ModalScreen Button { margin-left: 2; }
+ModalScreen Input { margin-bottom: 1; }
+"""
+
+
+class ConfirmCall(ModalScreen[bool]):
+    """Shows the exact HTTP request; focus starts on Cancel, so Enter alone sends nothing."""
+
+    DEFAULT_CSS = _CSS
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, calls: list[PlannedCall], user: str | None, note: str = "") -> None:
+        super().__init__()
+        self.calls = calls
+        self.user = user
+        self.note = note
+
+    def compose(self) -> ComposeResult:
+        title = self.calls[0].title if self.calls else "Send"
+        if len(self.calls) > 1:
+            title += f" on {len(self.calls)} nodes, in this order"
+        with Vertical():
+            yield Label(f"{title}?", classes="title")
+            if self.note:
+                yield Static(self.note)
+            text = "\n\n".join(call.describe(self.user) for call in self.calls)
+            yield Static(Text(text), classes="request", id="request")
+            with Horizontal():
+                yield Button("Cancel", id="cancel", variant="primary")
+                yield Button("Send", id="send", variant="error")
+
+    def on_mount(self) -> None:
+        self.query_one("#cancel", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "send")
+
+    def action_cancel(self) -> None:
+        self.dismiss(False)
+
+
+class ScavengeDialog(ModalScreen[PlannedCall | None]):
+    """threads, threshold, throttlePercent, syncOnly, validated as the spec says before anything is sent."""
+
+    DEFAULT_CSS = _CSS
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, node_url: str, node_label: str, previous: ScavengeForm | None = None) -> None:
+        super().__init__()
+        self.node_url = node_url
+        self.node_label = node_label
+        self.form = previous or ScavengeForm()
+
+    def compose(self) -> ComposeResult:
+        f = self.form
+        with Vertical():
+            yield Label(f"Start a scavenge on {self.node_label}", classes="title")
+            yield Label("threads (1 or more; above 4 the node uses 4)")
+            yield Input(f.threads, id="threads")
+            yield Label("threshold (-1 every chunk, 0 chunks with something to remove, N minimum weight)")
+            yield Input(f.threshold, id="threshold")
+            yield Label("throttlePercent (1–100; must be 100 with more than one thread)")
+            yield Input(f.throttle_percent, id="throttle_percent")
+            yield Checkbox(
+                "syncOnly (only scavenge to an existing, unreached scavenge point)",
+                f.sync_only,
+                id="sync_only",
+            )
+            yield Static("", classes="error", id="error")
+            with Horizontal():
+                yield Button("Cancel", id="cancel")
+                yield Button("Review request", id="review", variant="primary")
+
+    def on_mount(self) -> None:
+        self.query_one("#threads", Input).focus()
+
+    def current_form(self) -> ScavengeForm:
+        return ScavengeForm(
+            threads=self.query_one("#threads", Input).value,
+            threshold=self.query_one("#threshold", Input).value,
+            throttle_percent=self.query_one("#throttle_percent", Input).value,
+            sync_only=self.query_one("#sync_only", Checkbox).value,
+        )
+
+    def _submit(self) -> None:
+        form = self.current_form()
+        try:
+            call = form.call(self.node_url)
+        except FormError as exc:
+            self.query_one("#error", Static).update(f"✖ {exc}")
+            self.query_one(f"#{exc.field_name}", Input).focus()
+            return
+        self.dismiss(call)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self._submit()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "review":
+            self._submit()
+        else:
+            self.dismiss(None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class CronDialog(ModalScreen[str | None]):
+    """The auto-scavenge schedule: a five-field CRON expression, its next run times previewed."""
+
+    DEFAULT_CSS = _CSS
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, current: str | None, now: Callable[[], float]) -> None:
+        super().__init__()
+        self.current = current or ""
+        self.now = now
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label("Auto-scavenge schedule (CRON: minute hour day month weekday, UTC)", classes="title")
+            yield Input(self.current, placeholder="0 6 * * 6", id="schedule")
+            yield Static("", id="preview")
+            with Horizontal():
+                yield Button("Cancel", id="cancel")
+                yield Button("Review request", id="review", variant="primary")
+
+    def on_mount(self) -> None:
+        self.query_one("#schedule", Input).focus()
+        self._preview(self.current)
+
+    def _preview(self, text: str) -> bool:
+        preview = self.query_one("#preview", Static)
+        if not text.strip():
+            preview.update(Text("type a schedule", style="dim"))
+            return False
+        try:
+            runs = next_cron_runs(text, self.now())
+        except FormError as exc:
+            preview.update(Text(f"✖ {exc}", style="bold red"))
+            return False
+        preview.update("next runs: " + ", ".join(r.strftime("%a %Y-%m-%d %H:%M") for r in runs))
+        return True
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self._preview(event.value)
+
+    def _submit(self) -> None:
+        value = self.query_one("#schedule", Input).value
+        if self._preview(value):
+            self.dismiss(value.strip())
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self._submit()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "review":
+            self._submit()
+        else:
+            self.dismiss(None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class FilterDialog(ModalScreen[str | None]):
+    """The log filter: ``node:NAME level:Warning words``."""
+
+    DEFAULT_CSS = _CSS
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, current: str, validate: Callable[[str], str | None]) -> None:
+        super().__init__()
+        self.current = current
+        self.validate = validate
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label("Filter logs: node:NAME level:Warning and words (empty clears)", classes="title")
+            yield Input(self.current, id="filter")
+            yield Static("", classes="error", id="error")
+
+    def on_mount(self) -> None:
+        self.query_one("#filter", Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        problem = self.validate(event.value)
+        if problem:
+            self.query_one("#error", Static).update(f"✖ {problem}")
+            return
+        self.dismiss(event.value.strip())
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class HelpScreen(ModalScreen[None]):
+    """Every key, generated from the app's bindings, with whether it can act now and why not."""
+
+    DEFAULT_CSS = _CSS
+    BINDINGS = [Binding("escape,question_mark,q", "close", "Close")]
+
+    def __init__(self, rows: list[tuple[str, str, str]]) -> None:
+        super().__init__()
+        self.rows = rows
+
+    def compose(self) -> ComposeResult:
+        table = Table(box=None, header_style="bold", expand=True)
+        table.add_column("key")
+        table.add_column("action")
+        table.add_column("now")
+        for key, description, status in self.rows:
+            table.add_row(
+                Text(key, style="bold cyan"),
+                description,
+                Text(status, style="green" if status == "available" else "dim"),
+            )
+        with Vertical():
+            yield Label("Keys", classes="title")
+            yield Static(table, id="help-table")
+            yield Label("esc closes", classes="")
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class QuitDialog(ModalScreen[str | None]):
+    """Leaving a dashboard that launched the local cluster: stop it, or leave it running."""
+
+    DEFAULT_CSS = _CSS
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, data_dir: str) -> None:
+        super().__init__()
+        self.data_dir = data_dir
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label("Quit the dashboard", classes="title")
+            yield Static(f"The local cluster in {self.data_dir} is running. Stop it?")
+            with Horizontal():
+                yield Button("Cancel", id="cancel", variant="primary")
+                yield Button("Leave it running", id="leave")
+                yield Button("Stop the cluster", id="stop", variant="error")
+
+    def on_mount(self) -> None:
+        self.query_one("#cancel", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(None if event.button.id == "cancel" else event.button.id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
