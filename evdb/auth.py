@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from evdb.database import Database
 from evdb.errors import EvdbError, InvalidInput, StreamDeleted, StreamNotFound
-from evdb.streams import NO_STREAM, NewEvent
+from evdb.streams import NO_STREAM, NewEvent, is_metastream, original_stream_of
 
 __all__ = [
     "ADMINS",
@@ -33,6 +33,7 @@ __all__ = [
     "UserStore",
     "hash_password",
     "parse_basic_authorization",
+    "stream_access",
     "verify_password",
 ]
 
@@ -41,6 +42,8 @@ OPS = "$ops"
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}
 DEFAULT_USERS = (("admin", "KurrentDB Administrator", (ADMINS,)), ("ops", "KurrentDB Operations", (OPS,)))
 DEFAULT_PASSWORD = "changeit"
+#: (salt, hash) compared against when a login does not exist: a random password no one knows
+_DUMMY_CREDENTIALS = (base64.b64encode(os.urandom(16)).decode(), base64.b64encode(os.urandom(32)).decode())
 
 
 class UserNotFound(EvdbError):
@@ -189,11 +192,11 @@ class UserStore:
                 self._cache.move_to_end(key)
                 return principal
         record = self._record(login)
-        if (
-            record is None
-            or record.get("disabled")
-            or not verify_password(password, record["salt"], record["hash"])
-        ):
+        # the password is hashed whatever the record: an unknown or disabled login takes as long to
+        # refuse as a wrong password (no timing answer to "does this user exist?")
+        salt, expected = (record["salt"], record["hash"]) if record is not None else _DUMMY_CREDENTIALS
+        matches = verify_password(password, salt, expected)
+        if record is None or record.get("disabled") or not matches:
             return None
         principal = Principal(login, frozenset([login, *record.get("groups", [])]))
         with self._lock:
@@ -305,3 +308,45 @@ class UserStore:
             "$users", [NewEvent("$UserDeleted", json.dumps({"loginName": login}).encode(), is_json=True)]
         )
         self._forget(login)
+
+
+_ACL_KEYS = {"read": "$r", "write": "$w", "delete": "$d", "metaread": "$mr", "metawrite": "$mw"}
+
+
+def _acl_roles(value: object) -> set[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, list):
+        return {v for v in value if isinstance(v, str)}
+    return set()
+
+
+def stream_access(db: Database, principal: Principal, stream: str, action: str) -> str:
+    """Whether ``principal`` may ``action`` (read, write, delete, metaread, metawrite) ``stream``, for
+    the HTTP and the gRPC API alike: ``"allowed"``, ``"unauthenticated"`` or ``"denied"``.
+
+    ``$acl`` in the stream's metadata decides when it names the action; else system streams (and a
+    metastream's events) are for admins and user streams for any authenticated user. ``$all`` as a
+    role lets anyone in, even anonymous callers. Blocking: it reads the stream's metadata."""
+    if principal.is_admin:
+        return "allowed"
+    target = original_stream_of(stream) if is_metastream(stream) else stream
+    roles: set[str] | None = None
+    if target != "$all":
+        try:
+            metadata, _ = db.get_stream_metadata(target)
+            if metadata.acl is not None:
+                roles = _acl_roles(metadata.acl.get(_ACL_KEYS[action]))
+        except (StreamDeleted, InvalidInput):
+            roles = None
+    if roles is None:
+        system = target.startswith("$") or (is_metastream(stream) and action not in ("metaread", "metawrite"))
+        roles = {ADMINS} if system else None
+    if roles is None:  # the default user-stream rule
+        if principal.is_authenticated:
+            return "allowed"
+    elif "$all" in roles or principal.has_any(roles):
+        return "allowed"
+    return "denied" if principal.is_authenticated else "unauthenticated"

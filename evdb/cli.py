@@ -22,6 +22,8 @@ COMMAND_MODULES = (
     "evdb.licensing.cli",
     "evdb.backup.cli",
     "evdb.dashboard_cli",
+    "evdb.mirror.cli",
+    "evdb.scenario.cli",
 )
 
 

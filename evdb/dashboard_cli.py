@@ -42,6 +42,11 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--interval", type=float, default=1.0, help="seconds between polls of a node (default 1)"
     )
+    parser.add_argument(
+        "--record",
+        metavar="FILE",
+        help="write this session (keys, dialog inputs, pauses) as a scenario for evdb scenario run",
+    )
     parser.set_defaults(func=run)
 
 
@@ -89,7 +94,28 @@ def run(args: argparse.Namespace) -> int:
         cluster_dir=str(cluster.data_dir) if cluster else None,
         log_dirs=log_dirs,
     )
+    recorder = None
+    if args.record:
+        from evdb.scenario.recorder import Recorder
+
+        recorder = app.recorder = Recorder()
     choice = app.run()
+    if recorder is not None:
+        from evdb.scenario.recorder import cluster_settings
+
+        roles = [node.role for node in app.state.ordered() if node.role]
+        note = (
+            "Recorded from the local cluster."
+            if cluster
+            else f"Recorded attached to {', '.join(args.attach)}."
+        )
+        recorder.save(
+            args.record,
+            cluster_settings(cluster.info() if cluster else None, roles),
+            {"interval": args.interval, "readonly": args.readonly},
+            note,
+        )
+        print(f"Recorded {len(recorder.steps)} step(s) in {args.record}", file=sys.stderr)
     if cluster is not None:
         if choice == "stop":
             cluster.down(log=lambda text: print(text, file=sys.stderr))

@@ -30,6 +30,7 @@ from typing import Any
 
 from evdb.clock import TICKS_PER_SECOND, Clock, SystemClock
 from evdb.errors import (
+    CorruptedFile,
     DatabaseClosed,
     DatabaseLocked,
     EvdbError,
@@ -44,7 +45,7 @@ from evdb.index.existence import StreamExistenceFilter
 from evdb.index.hashing import stream_hash
 from evdb.index.table_index import TableIndex
 from evdb.storage import records as rec
-from evdb.storage.chunk import HEADER_SIZE
+from evdb.storage.chunk import HEADER_SIZE, Chunk
 from evdb.storage.log import TransactionLog
 from evdb.streams import (
     ANY,
@@ -189,6 +190,8 @@ class Database:
         self._states: OrderedDict[str, StreamState] = OrderedDict()
         # first event id of a recent append -> (stream, first event number, all its ids, last position)
         self._recent_appends: dict[bytes, tuple[str, int, tuple[bytes, ...], int]] = {}
+        #: the append being replicated: [stream, first number, event ids, last position] (followers)
+        self._replicated_batch: list | None = None
         self._names_since_flush = 0
         self._listeners: list[Callable[[int], None]] = []
         self._listeners_lock = threading.Lock()
@@ -281,8 +284,16 @@ class Database:
         self.logger.info("Indexing the log from position %d to %d", start, self._log.committed)
         entries: list[tuple[int, int, int]] = []
         count = 0
+        epoch = self._log.checkpoints.epoch
         for record in self._log.iter_forward(start):
             if not isinstance(record, rec.EventRecord):
+                if record.kind == rec.SystemRecordKind.EPOCH and record.log_position > epoch.value:
+                    # written (or installed from the leader's chunk file) just before a crash that
+                    # came before epoch.chk was moved to it
+                    epoch.write(record.log_position)
+                    number = int(json.loads(record.payload).get("epochNumber", 0))
+                    if number > self._log.checkpoints.proposal.value:
+                        self._log.checkpoints.proposal.write(number)
                 continue
             if self._existence is not None and record.log_position >= self._existence.checkpoint:
                 self._existence.add(record.stream)
@@ -430,12 +441,16 @@ class Database:
         """Run ``fn`` in the writer thread, in order with appends, and return its result."""
         return self._run_here_or_queue(_Call(fn=fn)).result()
 
-    def forget_stream_states(self) -> None:
-        """Drop the writer's cached stream states (after a scavenge rewrote the index under them)."""
+    def forget_stream_states(self, *, recent_appends: bool = True) -> None:
+        """Drop the writer's cached stream states (after a scavenge rewrote the index under them, or
+        when a follower takes office: replicated records do not update them). ``recent_appends=False``
+        keeps the event ids of recent appends, which a new leader needs to recognise a client's retry
+        of a write the old leader took."""
 
         def forget(ctx: _WriterContext) -> None:
             self._states.clear()
-            self._recent_appends.clear()
+            if recent_appends:
+                self._recent_appends.clear()
 
         self.call_in_writer(forget)
 
@@ -492,6 +507,7 @@ class Database:
                         (stream_hash(record.stream), record.event_number, record.log_position)
                     )
                     pending.names.add(record.stream)
+                    self._follow_replicated_append(record)
                 elif record.kind == rec.SystemRecordKind.EPOCH:
                     epoch_position = record.log_position
                     epoch_number = int(json.loads(record.payload).get("epochNumber", 0))
@@ -505,6 +521,25 @@ class Database:
 
         return self.call_in_writer(apply)
 
+    def _follow_replicated_append(self, record: rec.EventRecord) -> None:
+        """Rebuild the recent-append cache from replicated records (their TransactionBegin/End flags
+        mark each append), so that this node, once leader, answers a retried append idempotently."""
+        batch = self._replicated_batch
+        if record.flags & _BEGIN:
+            batch = self._replicated_batch = [record.stream, record.event_number, [record.event_id], 0]
+        elif batch is not None and batch[0] == record.stream:
+            batch[2].append(record.event_id)
+        elif batch is not None:  # the $$stream record that ends the recreation of a soft-deleted stream
+            self._remember_append(batch[2], batch[0], batch[1], batch[3])
+            self._replicated_batch = None
+            return
+        else:
+            return
+        batch[3] = record.log_position
+        if record.flags & _END:
+            self._remember_append(batch[2], batch[0], batch[1], batch[3])
+            self._replicated_batch = None
+
     def complete_replicated_chunk(self, chunk_end: int) -> None:
         """The leader completed the chunk ending at ``chunk_end``: complete ours at the same point."""
 
@@ -513,6 +548,90 @@ class Database:
                 ctx.complete_active_chunk()
 
         self.call_in_writer(complete)
+
+    def replication_chunk(self, position: int) -> Chunk | None:
+        """The completed chunk a follower whose log ends at ``position`` takes as a whole file, or None
+        when records are streamed to it (:meth:`read_raw`).
+
+        A whole file goes when the follower has none of the chunk (``position`` is its start: one
+        sequential copy instead of record by record), and whenever the chunk was scavenged or merged:
+        its removed records cannot be streamed, and the follower's partial copy of it is an older
+        version that the file replaces. A follower in the middle of a completed chunk that was not
+        scavenged gets the rest of it as records, so a short disconnect never costs a whole chunk.
+        """
+        chunk = self._log.chunk_for(position)
+        if chunk is None or not chunk.is_completed or position >= self._log.committed:
+            return None
+        if chunk.is_scavenged or position == chunk.start_position:
+            return chunk
+        return None
+
+    def install_replicated_chunk(
+        self,
+        source: str | bytes,
+        *,
+        start_number: int,
+        end_number: int,
+        checksum: bytes | None = None,
+    ) -> int:
+        """Install a completed chunk file sent whole by the leader; returns the new committed end.
+
+        ``source`` is the received file (written under a temporary ``*.tmp`` name in the database
+        folder and fsynced) or, for an in-memory database, its bytes. It is checked before anything
+        is changed: footer checksum (and ``checksum``, the leader's footer checksum, when given),
+        sizes, chunk size, the chunk numbers it was announced for, and every record (decodable, at a
+        position inside the chunk, the position map in step). A refused file is deleted and nothing
+        changes. Then :meth:`TransactionLog.install_chunk` renames it into place (replacing this
+        node's older versions and partial copy of those chunks), the records this node did not have
+        are indexed with their logical positions, and the writer and chaser checkpoints move to the
+        chunk's end (see docs/storage-format.md, "Chunk files sent by the leader").
+        """
+        where = source if isinstance(source, str) else f"chunk {start_number}-{end_number} from the leader"
+        try:
+            chunk = _verified_replicated_chunk(source, where, self.config, start_number, end_number, checksum)
+        except BaseException:
+            if isinstance(source, str):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(source)
+            raise
+
+        def install(ctx: _WriterContext) -> int:
+            log = self._log
+            self._commit_segment()
+            if log.end == chunk.start_position and log.active_chunk.end_position == log.end:
+                ctx.complete_active_chunk()  # a full active chunk just before the installed one
+            try:
+                before = log.install_chunk(chunk, source if isinstance(source, str) else None)
+            except ValueError as exc:
+                raise StorageError(f"Cannot install chunk file {chunk.file_name}: {exc}") from None
+            self._replicated_batch = None
+            pending = self._pending
+            epoch_position = epoch_number = None
+            for record in chunk.iter_records(chunk.physical_offset_at_or_after(before)):
+                if isinstance(record, rec.EventRecord):
+                    pending.entries.append(
+                        (stream_hash(record.stream), record.event_number, record.log_position)
+                    )
+                    pending.names.add(record.stream)
+                elif record.kind == rec.SystemRecordKind.EPOCH:
+                    epoch_position = record.log_position
+                    epoch_number = int(json.loads(record.payload).get("epochNumber", 0))
+            self._commit_segment()
+            if self._index.checkpoint < log.committed:
+                self._index.add([], log.committed)  # nothing of the chunk left to index
+            log.checkpoints.chaser.write(log.committed)
+            if epoch_position is not None and epoch_number is not None:
+                log.checkpoints.epoch.write(epoch_position)
+                if epoch_number > log.checkpoints.proposal.value:
+                    log.checkpoints.proposal.write(epoch_number)
+            return log.committed
+
+        try:
+            return self.call_in_writer(install)
+        finally:
+            if isinstance(source, str):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(source)  # still there only when the install failed before its rename
 
     def read_raw(self, position: int, max_bytes: int) -> tuple[int, bytes, int | None]:
         """Framed records of the committed log from ``position`` (a record boundary), for followers.
@@ -1198,6 +1317,44 @@ class Database:
         for record in self._log.iter_forward(position):
             if isinstance(record, rec.EventRecord):
                 yield record
+
+
+def _verified_replicated_chunk(
+    source: str | bytes,
+    where: str,
+    config: DatabaseConfig,
+    start_number: int,
+    end_number: int,
+    checksum: bytes | None,
+) -> Chunk:
+    """Open a chunk file received from the leader and check everything about it before it is used."""
+    chunk = Chunk.open(source, verify=True) if isinstance(source, str) else Chunk.from_bytes(source, where)
+    footer = chunk.footer
+    assert footer is not None  # Chunk.open/from_bytes refuse an incomplete chunk file
+    if checksum is not None and footer.checksum != checksum:
+        raise CorruptedFile(where, "chunk checksum differs from the one the leader announced")
+    if (chunk.start_number, chunk.end_number) != (start_number, end_number):
+        raise CorruptedFile(
+            where,
+            f"chunk covers {chunk.start_number}-{chunk.end_number}, announced as {start_number}-{end_number}",
+        )
+    if chunk.chunk_size != config.chunk_size:
+        raise CorruptedFile(
+            where, f"chunk size {chunk.chunk_size} differs from this node's ChunkSize {config.chunk_size}"
+        )
+    if not chunk.start_position <= footer.data_end_position <= chunk.end_position:
+        raise CorruptedFile(where, f"data end position {footer.data_end_position} is outside the chunk")
+    offset = 0
+    previous = -1
+    while offset < chunk.physical_end:
+        record, after = chunk.read_at(offset)
+        position = record.log_position
+        if not max(previous + 1, chunk.start_position) <= position < footer.data_end_position or (
+            chunk.physical_offset(position) != offset
+        ):
+            raise CorruptedFile(where, f"record at offset {offset} claims position {position}")
+        previous, offset = position, after
+    return chunk
 
 
 def _event_ids(events: Sequence[NewEvent]) -> list[bytes]:

@@ -19,6 +19,7 @@ Every error evdb raises on purpose derives from :class:`EvdbError`::
     │   ├── ScavengeAlreadyRunning
     │   └── ScavengeNotFound
     ├── DatabaseClosed                the database was closed while a call was under way
+    ├── BackupError                   (evdb.backup.errors) a refused or failed backup, verify or restore
     ├── LicenseError                  (evdb.licensing) missing, malformed, tampered, wrong issuer, expired, not entitled
     └── RedactionError                (evdb.redaction) RedactionRefused: a switch or lookup the node refused
 """

@@ -59,6 +59,8 @@ async def run_node(options) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, node.shutdown_requested.set)
+    # SIGHUP reloads the configuration file and the certificates (as POST /admin/reloadconfig does)
+    loop.add_signal_handler(signal.SIGHUP, node.request_reload, "SIGHUP")
     try:
         await node.run_until_shutdown()
     finally:

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
@@ -19,6 +20,7 @@ from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from evdb.clock import Clock, SystemClock
 from tui.calls import (
+    BackupForm,
     PlannedCall,
     ScavengeForm,
     configure_auto_scavenge,
@@ -29,7 +31,16 @@ from tui.calls import (
     stop_scavenge,
 )
 from tui.collector import NodeCollector, member_url, normalise_url
-from tui.dialogs import ConfirmCall, CronDialog, FilterDialog, HelpScreen, QuitDialog, ScavengeDialog
+from tui.dialogs import (
+    BackupDialog,
+    ConfirmCall,
+    CronDialog,
+    FilterDialog,
+    HelpScreen,
+    QuitDialog,
+    ScavengeDialog,
+)
+from tui.event_browser import EventBrowser, EventSource
 from tui.logtail import LogBook, LogFilter, LogTail
 from tui.panels import (
     render_activity,
@@ -55,6 +66,7 @@ CHANGING_ACTIONS = frozenset(
         "reload_all",
         "pause_resume_auto",
         "configure_auto",
+        "start_backup",
     }
 )
 TABS = ("scavenge", "chunks", "auto", "backup", "certs", "logs", "activity")
@@ -133,6 +145,8 @@ class DashboardApp(App[str | None]):
         Binding("R", "reload_all", "Rolling reload"),
         Binding("p", "pause_resume_auto", "Pause/resume auto"),
         Binding("c", "configure_auto", "Schedule auto"),
+        Binding("b", "start_backup", "Backup"),
+        Binding("e", "browse_events", "Events"),
         Binding("slash", "filter_logs", "Filter logs", key_display="/"),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("colon", "command_palette", "Commands", key_display=":"),
@@ -172,8 +186,11 @@ class DashboardApp(App[str | None]):
         self._gates: tuple = ()
         self._seen_versions: dict[str, int] = {}
         self._last_form: ScavengeForm | None = None
+        self._last_backup: dict[str, BackupForm] = {}  # per node: the dialog starts from the last one
         self._first_frame_at: float | None = None
         self._started_at = self.clock.monotonic()
+        #: ``evdb dashboard --record``: an ``evdb.scenario.Recorder`` that sees every key and click
+        self.recorder: Any = None
         for spec in self._specs:
             self._add_node(spec)
         for folder in self._extra_log_dirs:
@@ -209,6 +226,11 @@ class DashboardApp(App[str | None]):
             self._start_collector(node)
         self.render_panels(force=True)
         self.set_interval(self.interval, self.tick)
+
+    async def on_event(self, event: events.Event) -> None:
+        if self.recorder is not None and isinstance(event, events.InputEvent) and not event.is_forwarded:
+            self.recorder.observe(self, event)  # before dispatch: a dialog's inputs still hold their text
+        await super().on_event(event)
 
     async def on_unmount(self) -> None:
         if self.client is not None:
@@ -276,6 +298,7 @@ class DashboardApp(App[str | None]):
             return
         try:
             tabs = self.query_one(TabbedContent)
+            self.query_one("#cluster", Static)  # gone first while the app shuts down; a tick may still fire
         except Exception:
             return
         if force:
@@ -315,7 +338,9 @@ class DashboardApp(App[str | None]):
             self._update("activity-panel", len(self.state.activity), lambda: render_activity(self.state))
         if self._first_frame_at is None and all(n.reachable is not None for n in self.state.ordered()):
             self._first_frame_at = self.clock.monotonic() - self._started_at
-        gates = tuple(self.why_not(a) for a in (*CHANGING_ACTIONS, "next_node", "filter_logs"))
+        gates = tuple(
+            self.why_not(a) for a in (*CHANGING_ACTIONS, "next_node", "filter_logs", "browse_events")
+        )
         if gates != self._gates:  # the footer only needs redrawing when a key's state changed
             self._gates = gates
             self.refresh_bindings()
@@ -355,6 +380,13 @@ class DashboardApp(App[str | None]):
                 return "auto-scavenge is not available on this node"
             if action == "pause_resume_auto" and auto.state in ("NotConfigured", "Pausing", ""):
                 return f"auto-scavenge is {auto.state or 'unknown'}"
+        if action == "start_backup" and node:
+            if node.backup is not None and not node.backup.available:
+                return "backups are not available on this node"
+            if node.backup is not None and node.backup.body.get("state") == "running":
+                return "a backup is running on this node"
+        if action == "browse_events" and (node is None or not node.reachable):
+            return "the selected node is not reachable"
         if action == "next_node" and len(self.state.nodes) < 2:
             return "only one node"
         if action == "filter_logs" and not self.logbook.tails:
@@ -362,7 +394,7 @@ class DashboardApp(App[str | None]):
         return None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if len(self.screen_stack) > 1 and action != "command_palette":
+        if len(self.screen_stack) > 1 and action not in ("command_palette", "focus_next", "focus_previous"):
             return False  # a dialog is open: its own keys apply
         return None if self.why_not(action) else True
 
@@ -456,6 +488,35 @@ class DashboardApp(App[str | None]):
                 self.confirm([call])
 
         self.push_screen(ScavengeDialog(node.url, node.label, self._last_form), done)
+
+    def action_start_backup(self) -> None:
+        node = self.state.node()
+        assert node is not None
+        previous = self._last_backup.get(node.url) or BackupForm(self._default_backup_folder(node.label))
+
+        def done(call: PlannedCall | None) -> None:
+            if call is not None:
+                body = call.json_body
+                self._last_backup[node.url] = BackupForm(body["to"], True, body["stopScavenge"])
+                self.confirm(
+                    [call],
+                    note="The node copies its files in the spec's order; progress shows in the Backup tab.",
+                )
+
+        self.push_screen(BackupDialog(node.url, node.label, previous), done)
+
+    def _default_backup_folder(self, label: str) -> str:
+        """For a cluster this dashboard launched: a folder beside it; else the operator types one."""
+        if not self.cluster_dir:
+            return ""
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in label)
+        return os.path.join(os.path.abspath(self.cluster_dir), "backups", safe)
+
+    def action_browse_events(self) -> None:
+        node = self.state.node()
+        assert node is not None and self.client is not None
+        source = EventSource(self.client, node.url, timeout=max(self.connection.timeout, 10.0))
+        self.push_screen(EventBrowser(source, node.label))
 
     def action_stop_scavenge(self) -> None:
         node = self.state.node()
@@ -554,6 +615,7 @@ class DashboardApp(App[str | None]):
         )
         collector = self.collectors.get(call.node_url)
         if collector is not None:
+            collector.full_poll_next = True
             collector.wake.set()
         self.render_panels()
         return response.status_code < 300

@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 __all__ = [
+    "BackupForm",
     "FormError",
     "PlannedCall",
     "ScavengeForm",
@@ -114,6 +115,33 @@ class ScavengeForm:
                 ("syncOnly", "true" if sync_only else "false"),
             ),
             title="Start a scavenge",
+        )
+
+
+@dataclass(frozen=True)
+class BackupForm:
+    """The start-backup dialog's fields, as typed: a folder on the node's host."""
+
+    destination: str = ""
+    differential: bool = False
+    stop_scavenge: bool = False
+
+    def call(self, node_url: str) -> PlannedCall:
+        destination = self.destination.strip()
+        if not destination:
+            raise FormError("destination", "Name the backup folder (an absolute path on the node's host)")
+        if not destination.startswith("/"):
+            raise FormError("destination", f"The backup folder must be an absolute path, not {destination!r}")
+        return PlannedCall(
+            node_url,
+            "POST",
+            "/admin/backup",
+            json_body={
+                "to": destination,
+                "differential": self.differential,
+                "stopScavenge": self.stop_scavenge,
+            },
+            title="Start a backup",
         )
 
 

@@ -104,6 +104,8 @@ class NodeCollector:
         self._io_last: tuple[float, int, int] | None = None
         self._process: Any = None
         self.wake = asyncio.Event()
+        #: set by the app after it sent this node a call: the next poll reads everything at once
+        self.full_poll_next = False
 
     # -- scheduling ------------------------------------------------------------------------------------
     def next_delay(self) -> float:
@@ -143,6 +145,7 @@ class NodeCollector:
         s = self.state
         before = self._fingerprint()
         s.polls += 1
+        full, self.full_poll_next = self.full_poll_next, False
         try:
             gossip = await self._get("/gossip")
             gossip.raise_for_status()
@@ -166,7 +169,14 @@ class NodeCollector:
             tasks.append(self._read_info())
         if s.auto_scavenge is None or s.auto_scavenge.available or s.polls % 30 == 0:
             tasks.append(self._read_auto_scavenge())
-        if s.backup is None or s.backup.available or s.polls % 30 == 0:
+        # a backup is read every poll while one runs; else every 5th poll (30th where the node has none)
+        backup = s.backup
+        if (
+            backup is None
+            or full
+            or (backup.available and (backup.body.get("state") == "running" or s.polls % 5 == 0))
+            or s.polls % 30 == 0
+        ):
             tasks.append(self._read_backup())
         now = self.clock.monotonic()
         if self._certificate_at is None or now - self._certificate_at >= self.certificate_every:
@@ -225,6 +235,18 @@ class NodeCollector:
     async def _read_scavenge(self) -> None:
         s = self.state
         sc = s.scavenge
+        if sc.progress_available:  # evdb's progress names the running scavenge: one request suffices
+            progress = await self._get("/admin/scavenge/progress")
+            if progress.status_code == 200:
+                body = progress.json()
+                current = str(body.get("scavengeId") or "") if body.get("running") else ""
+                changed = current != sc.current_id
+                sc.current_id = current
+                self._apply_progress(sc, body)
+                if changed or s.polls % 5 == 1 or not self._history_ids:
+                    await self._read_history(sc)
+                return
+            sc.progress_available = None  # ask both again
         response = await self._get("/admin/scavenge/current")
         if response.status_code == 401:
             raise PermissionError(

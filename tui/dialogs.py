@@ -13,9 +13,10 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Static
 
-from tui.calls import FormError, PlannedCall, ScavengeForm, next_cron_runs
+from tui.calls import BackupForm, FormError, PlannedCall, ScavengeForm, next_cron_runs
 
 __all__ = [
+    "BackupDialog",
     "ConfirmCall",
     "CronDialog",
     "FilterDialog",
@@ -74,48 +75,26 @@ class ConfirmCall(ModalScreen[bool]):
         self.dismiss(False)
 
 
-class ScavengeDialog(ModalScreen[PlannedCall | None]):
-    """threads, threshold, throttlePercent, syncOnly, validated as the spec says before anything is sent."""
+class _CallForm(ModalScreen[PlannedCall | None]):
+    """A form that becomes a PlannedCall: Enter or "Review request" validates it (the error shows under
+    the fields and the faulty field takes focus), Cancel or Esc closes it without a call."""
 
     DEFAULT_CSS = _CSS
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, node_url: str, node_label: str, previous: ScavengeForm | None = None) -> None:
+    def __init__(self, node_url: str, node_label: str) -> None:
         super().__init__()
         self.node_url = node_url
         self.node_label = node_label
-        self.form = previous or ScavengeForm()
 
-    def compose(self) -> ComposeResult:
-        f = self.form
-        with Vertical():
-            yield Label(f"Start a scavenge on {self.node_label}", classes="title")
-            yield Label("threads (1 or more; above 4 the node uses 4)")
-            yield Input(f.threads, id="threads")
-            yield Label("threshold (-1 every chunk, 0 chunks with something to remove, N minimum weight)")
-            yield Input(f.threshold, id="threshold")
-            yield Label("throttlePercent (1–100; must be 100 with more than one thread)")
-            yield Input(f.throttle_percent, id="throttle_percent")
-            yield Checkbox(
-                "syncOnly (only scavenge to an existing, unreached scavenge point)",
-                f.sync_only,
-                id="sync_only",
-            )
-            yield Static("", classes="error", id="error")
-            with Horizontal():
-                yield Button("Cancel", id="cancel")
-                yield Button("Review request", id="review", variant="primary")
+    def current_form(self) -> BackupForm | ScavengeForm:
+        raise NotImplementedError
 
-    def on_mount(self) -> None:
-        self.query_one("#threads", Input).focus()
-
-    def current_form(self) -> ScavengeForm:
-        return ScavengeForm(
-            threads=self.query_one("#threads", Input).value,
-            threshold=self.query_one("#threshold", Input).value,
-            throttle_percent=self.query_one("#throttle_percent", Input).value,
-            sync_only=self.query_one("#sync_only", Checkbox).value,
-        )
+    def buttons(self) -> ComposeResult:
+        yield Static("", classes="error", id="error")
+        with Horizontal():
+            yield Button("Cancel", id="cancel")
+            yield Button("Review request", id="review", variant="primary")
 
     def _submit(self) -> None:
         form = self.current_form()
@@ -138,6 +117,78 @@ class ScavengeDialog(ModalScreen[PlannedCall | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+class BackupDialog(_CallForm):
+    """Where the node writes the backup, full or differential, and whether to stop a running scavenge."""
+
+    def __init__(self, node_url: str, node_label: str, previous: BackupForm | None = None) -> None:
+        super().__init__(node_url, node_label)
+        self.form = previous or BackupForm()
+
+    def compose(self) -> ComposeResult:
+        f = self.form
+        with Vertical():
+            yield Label(f"Back {self.node_label} up", classes="title")
+            yield Label("backup folder (absolute path on the node's host; created if missing)")
+            yield Input(f.destination, id="destination", placeholder="/var/backups/evdb/node1")
+            yield Checkbox(
+                "differential (copy only new or changed files into that backup)",
+                f.differential,
+                id="differential",
+            )
+            yield Checkbox(
+                "stop a running scavenge, and start it again after the backup",
+                f.stop_scavenge,
+                id="stop_scavenge",
+            )
+            yield from self.buttons()
+
+    def on_mount(self) -> None:
+        self.query_one("#destination", Input).focus()
+
+    def current_form(self) -> BackupForm:
+        return BackupForm(
+            self.query_one("#destination", Input).value,
+            self.query_one("#differential", Checkbox).value,
+            self.query_one("#stop_scavenge", Checkbox).value,
+        )
+
+
+class ScavengeDialog(_CallForm):
+    """threads, threshold, throttlePercent, syncOnly, validated as the spec says before anything is sent."""
+
+    def __init__(self, node_url: str, node_label: str, previous: ScavengeForm | None = None) -> None:
+        super().__init__(node_url, node_label)
+        self.form = previous or ScavengeForm()
+
+    def compose(self) -> ComposeResult:
+        f = self.form
+        with Vertical():
+            yield Label(f"Start a scavenge on {self.node_label}", classes="title")
+            yield Label("threads (1 or more; above 4 the node uses 4)")
+            yield Input(f.threads, id="threads")
+            yield Label("threshold (-1 every chunk, 0 chunks with something to remove, N minimum weight)")
+            yield Input(f.threshold, id="threshold")
+            yield Label("throttlePercent (1–100; must be 100 with more than one thread)")
+            yield Input(f.throttle_percent, id="throttle_percent")
+            yield Checkbox(
+                "syncOnly (only scavenge to an existing, unreached scavenge point)",
+                f.sync_only,
+                id="sync_only",
+            )
+            yield from self.buttons()
+
+    def on_mount(self) -> None:
+        self.query_one("#threads", Input).focus()
+
+    def current_form(self) -> ScavengeForm:
+        return ScavengeForm(
+            threads=self.query_one("#threads", Input).value,
+            threshold=self.query_one("#threshold", Input).value,
+            throttle_percent=self.query_one("#throttle_percent", Input).value,
+            sync_only=self.query_one("#sync_only", Checkbox).value,
+        )
 
 
 class CronDialog(ModalScreen[str | None]):

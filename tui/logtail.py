@@ -31,7 +31,9 @@ class LogTail:
 
     def _newest(self) -> Path | None:
         try:
-            files = sorted(self.folder.rglob("log-*.json"), key=lambda p: (p.name, str(p)))
+            # a restarted node logs into a new node-<id>/ folder under a same-day file name: the
+            # newest is the last written, not the one whose folder name sorts last
+            files = sorted(self.folder.rglob("log-*.json"), key=lambda p: (p.name, p.stat().st_mtime))
         except OSError:
             return None
         return files[-1] if files else None

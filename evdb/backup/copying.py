@@ -15,7 +15,15 @@ import sqlite3
 import uuid
 from collections.abc import Callable
 
-__all__ = ["TMP_SUFFIX", "copy_file", "copy_sqlite", "fsync_dir", "is_temp_name", "remove_files"]
+__all__ = [
+    "TMP_SUFFIX",
+    "copy_file",
+    "copy_files",
+    "copy_sqlite",
+    "fsync_dir",
+    "is_temp_name",
+    "remove_files",
+]
 
 #: Suffix of files being copied. ``.tmp`` because the node already removes ``*.tmp`` from its
 #: folders at start, so even a restore killed midway leaves nothing the node would take for data.
@@ -83,12 +91,8 @@ def _copy_range(src: int, dst: int, offset: int, length: int, progress: Progress
             progress(done)
 
 
-def copy_file(source: str, target: str, progress: ProgressCallback | None = None) -> int:
-    """Copy ``source`` to ``target`` (replacing it) through a temporary file; returns the size.
-
-    The target's folder is not fsynced here: callers fsync each folder once after a batch of files
-    and before they write anything that says the batch is complete.
-    """
+def _copy_to_temp(source: str, target: str, progress: ProgressCallback | None) -> tuple[str, int]:
+    """Copy ``source`` next to ``target`` under a temporary name (not yet fsynced); (temp path, size)."""
     directory = os.path.dirname(target) or "."
     tmp = os.path.join(directory, f".{os.path.basename(target)}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
     src = os.open(source, os.O_RDONLY)
@@ -99,17 +103,68 @@ def copy_file(source: str, target: str, progress: ProgressCallback | None = None
             for offset, length in _data_regions(src, size):
                 _copy_range(src, dst, offset, length, progress)
             os.ftruncate(dst, size)
-            os.fsync(dst)
         finally:
             os.close(dst)
-        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     finally:
         os.close(src)
+    return tmp, size
+
+
+def _sync_and_rename(tmp: str, target: str) -> None:
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, target)
+
+
+def copy_file(source: str, target: str, progress: ProgressCallback | None = None) -> int:
+    """Copy ``source`` to ``target`` (replacing it) through a temporary file; returns the size.
+
+    The target's folder is not fsynced here: callers fsync each folder once after a batch of files
+    and before they write anything that says the batch is complete.
+    """
+    tmp, size = _copy_to_temp(source, target, progress)
+    try:
+        _sync_and_rename(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return size
+
+
+def copy_files(
+    pairs: list[tuple[str, str]],
+    progress: ProgressCallback | None = None,
+    copied: Callable[[str, int], None] | None = None,
+) -> None:
+    """Copy several files, each through a temporary file: all are copied first, then each is fsynced
+    and renamed into place (``copied(target, size)`` after each rename). The kernel writes the first
+    files back while the later ones are copied, instead of the copy waiting on every file's fsync in
+    turn; a file still gets its final name only once its bytes are on disk. On an error every
+    temporary file is removed, and the files already renamed stay (each complete)."""
+    temps: list[tuple[str, str, int]] = []
+    try:
+        for source, target in pairs:
+            tmp, size = _copy_to_temp(source, target, progress)
+            temps.append((tmp, target, size))
+        while temps:
+            tmp, target, size = temps[0]
+            _sync_and_rename(tmp, target)
+            temps.pop(0)
+            if copied is not None:
+                copied(target, size)
+    except BaseException:
+        for tmp, _, _ in temps:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
 
 
 def copy_sqlite(source: str, target: str) -> int:

@@ -1,6 +1,8 @@
 """``evdb cluster up|status|down``: a local cluster of real node processes on loopback ports.
 
-The data folder holds everything: ``certs/`` (a CA and one certificate per node), ``nodeN/`` (the
+The data folder holds everything: ``certs/`` (a CA and one certificate per node, in generations
+``certs/gen-N/`` read through the symlinks ``certs/ca`` and ``certs/nodeN/{ca,node.crt,node.key}``
+that ``evdb certs rotate`` repoints), ``nodeN/`` (the
 node's ``node.yaml``, ``db/``, ``log/`` and ``stdout.log``) and ``cluster.json``, which names the
 nodes (http url, pid, folders), the CA file and the admin credentials. ``up`` on a folder whose
 cluster is running reuses it; on a stopped one it starts the same nodes again on the same ports.
@@ -127,16 +129,38 @@ class LocalCluster:
         self.wait_for_leader(timeout)
         return info
 
+    def create(
+        self,
+        *,
+        nodes: int = 3,
+        replicas: int = 0,
+        insecure: bool = False,
+        chunk_size: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Write the cluster's folders, certificates and node configurations without starting it (to
+        restore a backup into every node's folders first, say); ``up`` then starts it."""
+        if self.exists():
+            raise ClusterLaunchError(f"A cluster already exists in {self.data_dir}.")
+        self._create(nodes, replicas, insecure, chunk_size, extra or {})
+        return self.info()
+
     def _create(self, nodes: int, replicas: int, insecure: bool, chunk_size: str | None, extra: dict) -> None:
         if nodes < 1 or replicas < 0 or nodes + replicas > 9:
             raise ClusterLaunchError("A local cluster has 1 to 9 nodes and replicas in all.")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         ca_file = None
         if not insecure:
-            from evdb.tls.certs import create_ca, create_node_certificate
+            from evdb.tls.certs import create_ca, create_node_certificate, repoint_link
 
-            ca_cert, ca_key = create_ca(self.data_dir / "certs" / "ca", force=True)
-            ca_file = str(ca_cert)
+            # certificates live in generations (certs/gen-1/...); the nodes and cluster.json read them
+            # through symlinks (certs/ca, certs/nodeN/{ca,node.crt,node.key}) that `evdb certs rotate`
+            # repoints to the next generation
+            certs = self.data_dir / "certs"
+            generation = certs / "gen-1"
+            ca_cert, ca_key = create_ca(generation / "ca", force=True)
+            repoint_link(certs / "ca", os.path.relpath(generation / "ca", certs))
+            ca_file = str(certs / "ca" / "ca.crt")
         members = []
         for i in range(nodes + replicas):
             members.append({"http": _free_port(), "replication": _free_port(), "replica": i >= nodes})
@@ -170,12 +194,16 @@ class LocalCluster:
                 config["Insecure"] = True
             else:
                 cert, key = create_node_certificate(
-                    ca_cert, ca_key, self.data_dir / "certs" / name, ip_addresses=["127.0.0.1"], force=True
+                    ca_cert, ca_key, generation / name, ip_addresses=["127.0.0.1"], force=True
                 )
+                links = certs / name
+                links.mkdir(parents=True, exist_ok=True)
+                for link, target in (("ca", generation / "ca"), ("node.crt", cert), ("node.key", key)):
+                    repoint_link(links / link, os.path.relpath(target, links))
                 config.update(
-                    CertificateFile=str(cert),
-                    CertificatePrivateKeyFile=str(key),
-                    TrustedRootCertificatesPath=ca_file,
+                    CertificateFile=str(links / "node.crt"),
+                    CertificatePrivateKeyFile=str(links / "node.key"),
+                    TrustedRootCertificatesPath=str(links / "ca"),
                 )
             import yaml
 

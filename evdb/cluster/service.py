@@ -15,12 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import random
 import ssl
 import struct
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,15 +31,130 @@ from aiohttp import web
 
 from evdb.cluster.election import LogStanding, VoteRequest, grant_vote, majority
 from evdb.cluster.forwarding import RemoteWriter, decode_write, encode_error, encode_result
-from evdb.errors import EvdbError, InvalidOption, NotLeader
+from evdb.errors import CorruptedFile, EvdbError, InvalidOption, NotLeader
+from evdb.storage.chunk import FOOTER_SIZE, HEADER_SIZE, Chunk
+from evdb.streams import AppendResult
 
 if TYPE_CHECKING:
+    from evdb.database import Database
     from evdb.node import Node
 
-__all__ = ["ClusterService", "parse_gossip_seeds"]
+__all__ = [
+    "ChunkFileReceiver",
+    "ClusterService",
+    "chunk_file_header",
+    "chunk_file_pieces",
+    "parse_gossip_seeds",
+]
 
 _POSITION = struct.Struct("<q")
 _MAX_SEND = 1 << 20
+_CHUNK_PIECE = 1 << 20  # bytes of a chunk file per WebSocket message
+
+
+# -- whole chunk files (a follower behind by a completed chunk) --------------------------------------
+# The leader sends {"chunkFile": {...}} then the file's exact bytes in binary messages of
+# ``int64 offset in the file | bytes``; the follower writes them to a temporary file, and installs it
+# once all ``size`` bytes are there and verified (Database.install_replicated_chunk).
+
+
+def chunk_file_header(chunk: Chunk) -> dict:
+    """The JSON message announcing a completed chunk file to a follower."""
+    assert chunk.footer is not None
+    return {
+        "chunkFile": {
+            "fileName": chunk.file_name,
+            "startNumber": chunk.start_number,
+            "endNumber": chunk.end_number,
+            "size": chunk.file_size,
+            "checksum": chunk.footer.checksum.hex(),  # xxh3-128 of the file before its last 16 bytes
+            "endPosition": chunk.end_position,
+        }
+    }
+
+
+def chunk_file_pieces(chunk: Chunk, piece_size: int = _CHUNK_PIECE) -> Iterator[bytes]:
+    """The binary messages carrying a completed chunk file's exact bytes."""
+    size = chunk.file_size
+    view = memoryview(chunk.buffer)
+    for offset in range(0, size, piece_size):
+        yield _POSITION.pack(offset) + bytes(view[offset : min(offset + piece_size, size)])
+
+
+class ChunkFileReceiver:
+    """The follower's side of one chunk file transfer: the pieces go to a temporary file in the
+    database folder (or memory, for an in-memory database) until all have come."""
+
+    def __init__(self, db: Database, header: dict) -> None:
+        try:
+            info = header["chunkFile"]
+            self.file_name = str(info["fileName"])
+            self.start_number = int(info["startNumber"])
+            self.end_number = int(info["endNumber"])
+            self.size = int(info["size"])
+            self.checksum = bytes.fromhex(info["checksum"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"bad chunk file header from the leader: {header}") from exc
+        chunks = self.end_number - self.start_number + 1
+        # data plus a position map of 16 bytes per record (a record takes more than 16 bytes)
+        largest = HEADER_SIZE + 2 * chunks * db.config.chunk_size + FOOTER_SIZE
+        if self.start_number < 0 or chunks < 1 or not HEADER_SIZE + FOOTER_SIZE <= self.size <= largest:
+            raise ValueError(f"bad chunk file header from the leader: {header}")
+        self.db = db
+        self.received = 0
+        self.path: str | None = None
+        self._file = None
+        self._memory = bytearray()
+        if db.config.db_dir is not None:
+            self.path = os.path.join(db.config.db_dir, f"{uuid.uuid4().hex}.replica.tmp")
+            self._file = open(self.path, "xb")  # noqa: SIM115 - closed by install/abort
+
+    @property
+    def done(self) -> bool:
+        return self.received == self.size
+
+    def add(self, message: bytes) -> None:
+        (offset,) = _POSITION.unpack_from(message)
+        data = memoryview(message)[_POSITION.size :]
+        if offset != self.received or self.received + len(data) > self.size:
+            raise ValueError(
+                f"chunk file {self.file_name}: piece at offset {offset} with {len(data)} bytes does not "
+                f"follow the {self.received} of {self.size} bytes received"
+            )
+        if self._file is not None:
+            self._file.write(data)
+        else:
+            self._memory += data
+        self.received += len(data)
+
+    def install(self) -> int:
+        """Make the file durable, then verify and install it; returns the new committed end."""
+        if not self.done:
+            raise ValueError(f"chunk file {self.file_name}: {self.received} of {self.size} bytes received")
+        source: str | bytes
+        if self._file is not None:
+            file, self._file = self._file, None
+            try:
+                file.flush()
+                os.fsync(file.fileno())
+            finally:
+                file.close()
+            assert self.path is not None
+            source = self.path
+        else:
+            source = bytes(self._memory)
+        return self.db.install_replicated_chunk(
+            source, start_number=self.start_number, end_number=self.end_number, checksum=self.checksum
+        )
+
+    def abort(self) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            with contextlib.suppress(OSError):
+                file.close()
+        if self.path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
 
 
 def parse_gossip_seeds(text: str) -> list[tuple[str, int]]:
@@ -50,6 +167,22 @@ def parse_gossip_seeds(text: str) -> list[tuple[str, int]]:
             raise InvalidOption(f"GossipSeed: {item!r} is not host:port (for example 127.0.0.1:2113).")
         seeds.append((host, int(port)))
     return seeds
+
+
+def _tls_failure(exc: ssl.SSLError) -> str:
+    """Why a node-to-node TLS handshake failed, in words an operator can search for."""
+    detail = getattr(exc, "certificate_error", None) or exc  # aiohttp wraps the ssl error
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (
+            "certificate chain validation failed: the other node's certificate does not chain to a "
+            f"trusted root of this node ({detail})"
+        )
+    if "unknown ca" in str(detail).lower() or "certificate" in str(detail).lower():
+        return (
+            "certificate chain validation failed: the other node does not trust this node's "
+            f"certificate ({detail})"
+        )
+    return str(detail)
 
 
 @dataclass
@@ -114,6 +247,8 @@ class ClusterService:
         self._election_lock = asyncio.Lock()
         self.replication_host = o.replication_ip or node.host
         self.replication_port = o.replication_port
+        self.listener_tls: Any = None  # the node-to-node listener's swappable ssl context
+        self._receiver: ChunkFileReceiver | None = None  # a chunk file being received from the leader
 
     # -- facts -----------------------------------------------------------------------------------------
     @property
@@ -133,6 +268,8 @@ class ClusterService:
         return self.db.log.checkpoints.proposal.value
 
     def leader_peer(self) -> Peer | None:
+        if self.leader_id is None:  # no leader known (else a never-seen peer, with no info, would match)
+            return None
         for peer in self.peers.values():
             if peer.info.get("instanceId") == self.leader_id:
                 return peer
@@ -211,6 +348,8 @@ class ClusterService:
         self.db.add_commit_listener(self._on_commit)
         await self._start_listener()
         self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)
+        if self.cluster_size > 1:
+            self.db.replication_gate = self._gate_answers
         if self.cluster_size == 1 and not self.read_only:
             await self._become_leader(self.term + 1)
         self._tasks.append(asyncio.create_task(self._gossip_loop(), name=f"{self.node.name}-gossip"))
@@ -241,6 +380,8 @@ class ClusterService:
         """After the node reopened its database."""
         self.db.add_commit_listener(self._on_commit)
         self.db.remote_writer = RemoteWriter(self._loop, self._send_to_leader, self._wait_for_position)  # type: ignore[arg-type]
+        if self.cluster_size > 1:
+            self.db.replication_gate = self._gate_answers
 
     def _on_commit(self, committed: int) -> None:
         loop = self._loop
@@ -279,7 +420,13 @@ class ClusterService:
         app.router.add_get("/internal/replicate", self._replicate_handler)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
-        context = self.node.tls.server_context(require_client_cert=True) if self.node.tls else None
+        context = None
+        if self.node.tls is not None:
+            from evdb.tls.reload import SwappableServerContext
+
+            # a reload swaps the certificate and trusted roots for new connections (evdb/tls/reload.py)
+            self.listener_tls = SwappableServerContext(self.node.tls, require_client_cert=True)
+            context = self.listener_tls.context
         site = web.TCPSite(self._runner, self.replication_host, self.replication_port, ssl_context=context)
         await site.start()
         sock = site._server.sockets[0]  # type: ignore[union-attr]
@@ -360,7 +507,9 @@ class ClusterService:
         except ssl.SSLError as exc:
             if peer.alive(time.monotonic(), self.gossip_timeout) or peer.last_seen < 0:
                 self.logger.error(
-                    "Gossip with %s:%d failed: certificate validation error: %s", *peer.seed, exc
+                    "Gossip with %s:%d failed: certificate validation error: %s",
+                    *peer.seed,
+                    _tls_failure(exc),
                 )
             peer.last_seen = min(peer.last_seen, time.monotonic() - self.gossip_timeout - 1)
             return
@@ -399,6 +548,21 @@ class ClusterService:
                     "Another leader with a newer epoch exists (%s); stepping down", newer[0].seed
                 )
                 await self._step_down()
+            elif newer_term := [
+                p
+                for p in alive
+                if not p.info.get("isReadOnlyReplica")
+                and p.info.get("proposalNumber", -1) > self.standing().epoch_number
+            ]:
+                # a member voted or stood in a later term: it no longer takes this leader's log, and
+                # acknowledgements from the others alone must not decide (Raft's "higher term" rule)
+                self.logger.warning(
+                    "Member %s:%d is in term %d, newer than this leader's epoch %d; stepping down",
+                    *newer_term[0].seed,
+                    newer_term[0].info["proposalNumber"],
+                    self.standing().epoch_number,
+                )
+                await self._step_down()
             elif self.cluster_size > 1 and 1 + sum(
                 1 for p in alive if not p.info.get("isReadOnlyReplica")
             ) < majority(self.cluster_size):
@@ -407,6 +571,9 @@ class ClusterService:
             return
         if self.state == "ResigningLeader":
             return
+        # a leader elected before the term this node voted in is stale: following it could confirm
+        # writes the newer leader does not have (it steps down once it sees this node's term)
+        leaders = [p for p in leaders if p.info.get("epochNumber", -1) >= self.term or self.read_only]
         if leaders:
             leader = max(leaders, key=lambda p: p.info.get("epochNumber", -1))
             self._leader_seen = now
@@ -457,6 +624,15 @@ class ClusterService:
             session = await self._client()
             answers = await asyncio.gather(*(self._ask_vote(session, p, request) for p in voters))
             votes = 1 + sum(answers)
+            if self.term != term or self.voted_for != str(self.node.instance_id):
+                # while the votes came in, this node granted its own vote in a newer term: that
+                # candidate may win too, so this election must not count
+                self.logger.info(
+                    "Abandoned the election for term %d: this node voted in term %d meanwhile",
+                    term,
+                    self.term,
+                )
+                return
             if votes >= majority(self.cluster_size) and self.state not in ("Leader", "ResigningLeader"):
                 self.logger.info(
                     "Won the election for term %d with %d of %d votes", term, votes, self.cluster_size
@@ -507,12 +683,17 @@ class ClusterService:
         )
         if self.read_only:
             granted, reason = False, "read-only replicas do not vote"
+        elif self.state == "PreLeader":
+            # this node won an election and is writing its epoch: a vote now could let a second leader
+            # take office over a log this node is about to extend
+            granted, reason = False, "this node is taking office as leader"
         if granted:
             # a voter in a new term takes nothing more from an older leader (its acks could confirm writes
-            # the new leader does not have)
-            await self._stop_following()
+            # the new leader does not have): the term is recorded first, so the gossip loop cannot
+            # start following the old leader again while the replication session is being stopped
             self.db.log.checkpoints.proposal.write(vote.term)
             self.voted_for = vote.candidate_id
+            await self._stop_following()
             self._leader_seen = now  # give the candidate time to take office
         self.logger.info(
             "Vote for %s in term %d: %s",
@@ -524,13 +705,13 @@ class ClusterService:
 
     # -- leading ---------------------------------------------------------------------------------------
     async def _become_leader(self, term: int) -> None:
+        self.state = "PreLeader"  # before any await: votes asked from now on are refused (see _vote_handler)
         await self._stop_following()
-        self.state = "PreLeader"
         self.db.remote_writer = None
-        await asyncio.to_thread(self.db.forget_stream_states)
+        await asyncio.to_thread(self.db.forget_stream_states, recent_appends=False)
         await asyncio.to_thread(self.db.write_epoch, term, self.node.instance_id)
         if self.cluster_size > 1:
-            self.db.replication_gate = self._hold_answers
+            self.db.replication_gate = self._gate_answers
         self.leader_id = str(self.node.instance_id)
         self.state = "Leader"
         self.logger.info(
@@ -553,24 +734,43 @@ class ClusterService:
             self.logger.warning("Could not finish taking office (default users): %s", exc)
 
     async def _step_down(self, *, resigning: bool = False) -> None:
-        self.db.replication_gate = None
+        # the state first: from here on the gate refuses the writes still in the writer's pipeline,
+        # and _fail_gate refuses those it holds (see _gate_answers)
+        self.state = "Unknown"
         self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)  # type: ignore[arg-type]
+        if self.cluster_size == 1:
+            self.db.replication_gate = None
         self._fail_gate(NotLeader())
         self.leader_id = None
-        self.state = "Unknown"
         self._leader_seen = time.monotonic()
         if resigning:
             self._no_candidacy_until = time.monotonic() + max(3 * self.gossip_timeout, 5.0)
         self.logger.info("This node is no longer the leader")
 
-    def _hold_answers(self, position: int, answers: list) -> None:
-        """The database's replication gate (writer thread): answer once a majority has ``position``."""
+    def _gate_answers(self, position: int, answers: list) -> None:
+        """The database's replication gate (writer thread) on every node of a cluster.
+
+        While this node leads, answers wait until a majority has ``position``. Otherwise a client's
+        write that was already in the writer's pipeline when the node stepped down is refused with
+        NotLeader (answering it would acknowledge a write no majority holds); other results (records
+        replicated from the leader) are answered at once."""
         with self._gate_lock:
-            self._gate.append((position, answers))
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._release_gate)
+            leading = self.state in ("Leader", "ResigningLeader")
+            if leading:
+                self._gate.append((position, answers))
+        if leading:
+            loop = self._loop
+            if loop is not None and not loop.is_closed():
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self._release_gate)
+            return
+        for future, result in answers:
+            if future.done():
+                continue
+            if isinstance(result, AppendResult):
+                future.set_exception(NotLeader())
+            else:
+                future.set_result(result)
 
     def majority_position(self) -> int:
         positions = [self.db.committed_position]
@@ -629,11 +829,15 @@ class ClusterService:
         if not follower_epochs:
             return ("ok", 0) if follower_end == 0 else ("refuse", 0)
         by_key = {(e["epochId"], e["position"]): i for i, e in enumerate(ours)}
-        for epoch in follower_epochs:
+        for k, epoch in enumerate(follower_epochs):  # newest first
             index = by_key.get((epoch.get("epochId"), epoch.get("position")))
             if index is None:
                 continue
+            # the logs agree from this epoch until the next epoch of either: after ours, the follower
+            # lacks our records; after one of its own we never had, its records are not ours
             agreed_until = committed if index == 0 else ours[index - 1]["position"]
+            if k > 0:
+                agreed_until = min(agreed_until, int(follower_epochs[k - 1]["position"]))
             if follower_end > agreed_until:
                 return "truncate", agreed_until
             return "ok", follower_end
@@ -667,7 +871,7 @@ class ClusterService:
         self.logger.info("Follower %s subscribed from position %d", follower, position)
         link = self._followers[follower] = _FollowerLink(bool(hello.get("voting")), position)
         await ws.send_json({"ok": True, "from": position, "epoch": self.standing().epoch_number})
-        sender = asyncio.create_task(self._send_log(ws, position))
+        sender = asyncio.create_task(self._send_log(ws, position, follower))
         try:
             async for message in ws:
                 if message.type != aiohttp.WSMsgType.TEXT:
@@ -685,10 +889,15 @@ class ClusterService:
             self.logger.info("Follower %s disconnected", follower)
         return ws
 
-    async def _send_log(self, ws: web.WebSocketResponse, position: int) -> None:
+    async def _send_log(self, ws: web.WebSocketResponse, position: int, follower: str = "?") -> None:
         idle_sent = -1
         while not ws.closed and self.state in ("Leader", "ResigningLeader"):
             waiter = self._committed
+            chunk = self.db.replication_chunk(position)
+            if chunk is not None:
+                await self._send_chunk_file(ws, chunk, follower, position)
+                position = chunk.end_position
+                continue
             start, frames, completed = self.db.read_raw(position, _MAX_SEND)
             if completed is not None:
                 await ws.send_json({"complete": completed})
@@ -703,6 +912,24 @@ class ClusterService:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(waiter.wait(), 1.0)
         await ws.close()
+
+    async def _send_chunk_file(
+        self, ws: web.WebSocketResponse, chunk: Chunk, follower: str, position: int
+    ) -> None:
+        """A follower behind by a completed chunk gets the whole file (see Database.replication_chunk)."""
+        self.logger.info(
+            "Sending chunk file %s to follower %s (chunks %d-%d, %d bytes%s; the follower is at %d)",
+            chunk.file_name,
+            follower,
+            chunk.start_number,
+            chunk.end_number,
+            chunk.file_size,
+            ", scavenged" if chunk.is_scavenged else "",
+            position,
+        )
+        await ws.send_json(chunk_file_header(chunk))
+        for piece in chunk_file_pieces(chunk):
+            await ws.send_bytes(piece)
 
     async def _write_handler(self, request: web.Request) -> web.Response:
         if not self.is_leader:
@@ -742,7 +969,7 @@ class ClusterService:
         self.leader_id = None
         if not self.is_leader:
             self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)  # type: ignore[arg-type]
-            if self.state != "ResigningLeader":
+            if self.state not in ("ResigningLeader", "PreLeader"):
                 self.state = "PreReadOnlyReplica" if self.read_only else "Unknown"
 
     async def _send_to_leader(self, body: dict) -> dict:
@@ -769,7 +996,9 @@ class ClusterService:
             except asyncio.CancelledError:
                 raise
             except ssl.SSLError as exc:
-                self.logger.error("Replication from the leader failed: certificate validation error: %s", exc)
+                self.logger.error(
+                    "Replication from the leader failed: certificate validation error: %s", _tls_failure(exc)
+                )
             except (TimeoutError, aiohttp.ClientError, OSError, EvdbError, ValueError) as exc:
                 self.logger.warning("Replication from the leader stopped: %s", exc or type(exc).__name__)
             await asyncio.sleep(backoff)
@@ -797,37 +1026,97 @@ class ClusterService:
                 return
             if "ok" not in first:
                 raise EvdbError(f"the leader refused to replicate: {first}")
+            leader_epoch = int(first.get("epoch", -1))
             resets_at = time.monotonic() + self.reset_interval
-            async for message in ws:
-                if message.type == aiohttp.WSMsgType.BINARY:
-                    (position,) = _POSITION.unpack_from(message.data)
-                    committed = await asyncio.to_thread(
-                        self.db.apply_replicated, position, bytes(memoryview(message.data)[_POSITION.size :])
+            try:
+                await self._receive_log(ws, leader_epoch, resets_at)
+            finally:
+                receiver = self._receiver
+                self._receiver = None
+                if receiver is not None:
+                    await asyncio.to_thread(receiver.abort)
+
+    async def _receive_chunk_piece(self, ws: aiohttp.ClientWebSocketResponse, data: bytes) -> None:
+        receiver = self._receiver
+        assert receiver is not None
+        await asyncio.to_thread(receiver.add, data)
+        if not receiver.done:
+            return
+        self._receiver = None
+        try:
+            committed = await asyncio.to_thread(receiver.install)
+        except (EvdbError, ValueError, OSError) as exc:
+            reason = exc.reason if isinstance(exc, CorruptedFile) else str(exc)
+            self.logger.error(
+                "Refused chunk file %s (chunks %d-%d) from the leader: %s",
+                receiver.file_name,
+                receiver.start_number,
+                receiver.end_number,
+                reason,
+            )
+            await asyncio.to_thread(receiver.abort)
+            raise
+        self.logger.info(
+            "Installed chunk file %s (chunks %d-%d, %d bytes) from the leader; the log now ends at %d",
+            receiver.file_name,
+            receiver.start_number,
+            receiver.end_number,
+            receiver.size,
+            committed,
+        )
+        await ws.send_json({"ack": committed})
+
+    async def _receive_log(
+        self, ws: aiohttp.ClientWebSocketResponse, leader_epoch: int, resets_at: float
+    ) -> None:
+        async for message in ws:
+            if not self.read_only and self.term > leader_epoch:
+                self.logger.warning(
+                    "This node is in term %d, newer than the leader's epoch %d: "
+                    "no longer replicating from it",
+                    self.term,
+                    leader_epoch,
+                )
+                await ws.close()
+                return
+            if message.type == aiohttp.WSMsgType.BINARY and self._receiver is not None:
+                await self._receive_chunk_piece(ws, message.data)
+            elif message.type == aiohttp.WSMsgType.BINARY:
+                (position,) = _POSITION.unpack_from(message.data)
+                committed = await asyncio.to_thread(
+                    self.db.apply_replicated, position, bytes(memoryview(message.data)[_POSITION.size :])
+                )
+                await ws.send_json({"ack": committed})
+            elif message.type == aiohttp.WSMsgType.TEXT:
+                body = json.loads(message.data)
+                if self._receiver is not None:
+                    raise ValueError(
+                        f"the leader sent {message.data[:100]!r} in the middle of chunk file "
+                        f"{self._receiver.file_name}"
                     )
-                    await ws.send_json({"ack": committed})
-                elif message.type == aiohttp.WSMsgType.TEXT:
-                    body = json.loads(message.data)
-                    if "complete" in body:
-                        await asyncio.to_thread(self.db.complete_replicated_chunk, int(body["complete"]))
-                        await ws.send_json({"ack": self.db.committed_position})
-                    elif (
-                        "caughtUp" in body
-                        and self.db.committed_position >= int(body["caughtUp"])
-                        and self.state in ("CatchingUp", "PreReadOnlyReplica")
-                    ):
-                        self.state = "ReadOnlyReplica" if self.read_only else "Follower"
-                        self.logger.info(
-                            "Caught up with the leader at position %d: now %s", body["caughtUp"], self.state
-                        )
-                else:
-                    break
-                if time.monotonic() > resets_at:
-                    self.logger.info("Resetting the replication connection (ConnectionResetInterval)")
-                    await ws.close()
-                    if self._session is not None:
-                        await self._session.close()
-                        self._session = None
-                    return
+                if "chunkFile" in body:
+                    self._receiver = await asyncio.to_thread(ChunkFileReceiver, self.db, body)
+                elif "complete" in body:
+                    await asyncio.to_thread(self.db.complete_replicated_chunk, int(body["complete"]))
+                    await ws.send_json({"ack": self.db.committed_position})
+                elif (
+                    "caughtUp" in body
+                    and self.db.committed_position >= int(body["caughtUp"])
+                    and self.state in ("CatchingUp", "PreReadOnlyReplica")
+                ):
+                    self.state = "ReadOnlyReplica" if self.read_only else "Follower"
+                    self.logger.info(
+                        "Caught up with the leader at position %d: now %s", body["caughtUp"], self.state
+                    )
+            else:
+                break
+            if time.monotonic() > resets_at:
+                self.logger.info("Resetting the replication connection (ConnectionResetInterval)")
+                await ws.close()
+                if self._session is not None:
+                    await self._session.close()
+                    self._session = None
+                return
 
     def describe(self) -> dict[str, Any]:
         return {

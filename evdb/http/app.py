@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import importlib
 import time
 from typing import TYPE_CHECKING
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from evdb.auth import ANONYMOUS, parse_basic_authorization
+from evdb.autoscavenge.nodeauth import NODE_SCHEME, authenticate_node
 from evdb.errors import (
     AccessDenied,
     DatabaseClosed,
@@ -33,21 +35,34 @@ __all__ = ["ROUTE_MODULES", "build_app"]
 ROUTE_MODULES = (
     "evdb.http.info",
     "evdb.http.admin",
+    "evdb.http.reload",
     "evdb.http.cluster",
     "evdb.http.scavenge",
+    "evdb.http.autoscavenge",
+    "evdb.http.backup",
     "evdb.http.streams",
     "evdb.http.users",
     "evdb.http.openapi",
+    "evdb.webui.routes",
 )
 
 _UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Basic realm="evdb"'}
+#: paths served while the database is closed for a moment (truncate_and_reopen)
+_WITHOUT_DATABASE = frozenset({"/ping", "/info", "/metrics"})
 
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler):
     """Resolve ``Authorization: Basic``; wrong credentials are a 401 on every endpoint."""
     header = request.headers.get("Authorization")
-    if header:
+    if header and header.startswith(f"{NODE_SCHEME} "):
+        # the auto-scavenge leader driving this node's scavenge (evdb/autoscavenge/nodeauth.py)
+        node = request.app[NODE]
+        principal = await asyncio.to_thread(authenticate_node, node.db, header)
+        if principal is None:
+            raise unauthorized()
+        request[PRINCIPAL] = principal
+    elif header:
         parsed = parse_basic_authorization(header)
         if parsed is None:
             raise web.HTTPUnauthorized(headers=_UNAUTHORIZED_HEADERS, text="Malformed Authorization header.")
@@ -66,6 +81,15 @@ async def error_middleware(request: web.Request, handler):
     """Map evdb's errors to HTTP answers; never let an unexpected error escape as a bare 500."""
     node = request.app[NODE]
     started = time.perf_counter()
+    if node.db is None and request.path not in _WITHOUT_DATABASE:
+        # a follower cut its diverged log and is reopening the database: a moment's unavailability
+        response = web.Response(
+            status=503,
+            text="The node is reopening its database; try again in a moment.",
+            headers={"Retry-After": "1"},
+        )
+        node.metrics.observe_http(request, response.status, time.perf_counter() - started)
+        return response
     try:
         response = await handler(request)
     except web.HTTPException as exc:
@@ -99,6 +123,14 @@ async def error_middleware(request: web.Request, handler):
         response = web.Response(status=500, text=str(exc))
     except asyncio.CancelledError:
         raise
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            node.logger.exception("Unhandled error in %s %s", request.method, request.path)
+            response = web.Response(status=500, text="Internal server error; see the node's log.")
+        else:  # the database logged it and rolled the write back
+            response = web.Response(
+                status=507, text=f"The node's disk is full ({exc.strerror}): the write was not written."
+            )
     except Exception:
         node.logger.exception("Unhandled error in %s %s", request.method, request.path)
         response = web.Response(status=500, text="Internal server error; see the node's log.")
@@ -106,8 +138,46 @@ async def error_middleware(request: web.Request, handler):
     return response
 
 
+def _client_limit_middleware(limit: int):
+    """At most ``limit`` requests in progress per remote address (HttpMaxConcurrentRequestsPerClient);
+    the next gets 429 with an empty body, before authentication is looked at."""
+    in_progress: dict[str, int] = {}
+
+    @web.middleware
+    async def client_limit_middleware(request: web.Request, handler):
+        client = request.remote or ""
+        if in_progress.get(client, 0) >= limit:
+            node = request.app[NODE]
+            node.logger.warning(
+                "Refused a request from %s: %d requests of that client are in progress "
+                "(HttpMaxConcurrentRequestsPerClient)",
+                client,
+                limit,
+            )
+            return web.Response(status=429, headers={"Retry-After": "1"})
+        in_progress[client] = in_progress.get(client, 0) + 1
+        try:
+            return await handler(request)
+        finally:
+            left = in_progress[client] - 1
+            if left:
+                in_progress[client] = left
+            else:
+                del in_progress[client]
+
+    return client_limit_middleware
+
+
 def build_app(node: Node) -> web.Application:
-    app = web.Application(middlewares=[error_middleware, auth_middleware], client_max_size=64 * 1024 * 1024)
+    o = node.options
+    app = web.Application(
+        middlewares=[
+            _client_limit_middleware(o.http_max_concurrent_requests_per_client),
+            error_middleware,
+            auth_middleware,
+        ],
+        client_max_size=o.http_max_request_body_size,
+    )
     app[NODE] = node
     for name in ROUTE_MODULES:
         importlib.import_module(name).setup(app)

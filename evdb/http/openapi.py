@@ -321,8 +321,15 @@ EXTRA_PATHS: list[dict[str, Any]] = []
 SCAVENGE_ID_CONTENT = _SCAVENGE_ID
 
 
+#: Path objects a route module adds for one application only (a feature this node has enabled).
+APP_PATHS: web.AppKey[list[dict[str, Any]]] = web.AppKey("openapi_app_paths", list)
+
+
 async def openapi(request: web.Request) -> web.Response:
-    return json_response(build_document())
+    document = build_document()
+    for extra in request.app.get(APP_PATHS, []):
+        document["paths"].update(extra)
+    return json_response(document)
 
 
 def setup(app: web.Application) -> None:

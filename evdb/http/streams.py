@@ -19,12 +19,12 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from evdb.auth import ADMINS, Principal
+from evdb.auth import Principal, stream_access
 from evdb.clock import TICKS_PER_SECOND
 from evdb.errors import EventTooLarge, InvalidInput, StreamDeleted
 from evdb.http.common import bad_request, get_node, get_principal, json_response, unauthorized
 from evdb.storage.records import EventRecord
-from evdb.streams import ANY, NewEvent, StreamMetadata, is_metastream, original_stream_of
+from evdb.streams import ANY, NewEvent, StreamMetadata, is_metastream
 from evdb.subscriptions import CaughtUp, subscribe_to_all, subscribe_to_stream
 
 ATOM = "application/vnd.kurrent.atom+json"
@@ -45,47 +45,15 @@ def header(request: web.Request, name: str) -> str | None:
 
 
 # -- access control ----------------------------------------------------------------------------------
-def _acl_roles(value: Any) -> set[str] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return {value}
-    if isinstance(value, list):
-        return {v for v in value if isinstance(v, str)}
-    return set()
-
-
 def check_access(request: web.Request, stream: str, action: str) -> Principal:
-    """Stream ACLs: ``$acl`` in the stream's metadata, else the defaults (system streams: admins;
-    user streams: any authenticated user). ``$all`` as a role lets anyone in, even anonymous."""
+    """Stream ACLs (evdb.auth.stream_access): 401 for anonymous callers refused, 403 for others."""
     principal = get_principal(request)
-    if principal.is_admin:
-        return principal
-    node = get_node(request)
-    target = original_stream_of(stream) if is_metastream(stream) else stream
-    key = {"read": "$r", "write": "$w", "delete": "$d", "metaread": "$mr", "metawrite": "$mw"}[action]
-    roles: set[str] | None = None
-    if target != ALL:
-        try:
-            metadata, _ = node.db.get_stream_metadata(target)
-            if metadata.acl is not None:
-                roles = _acl_roles(metadata.acl.get(key))
-        except (StreamDeleted, InvalidInput):
-            roles = None
-    if roles is None:
-        roles = (
-            {ADMINS}
-            if target.startswith("$") or (is_metastream(stream) and action not in ("metaread", "metawrite"))
-            else None
-        )
-    if roles is None:  # default user-stream rule
-        if principal.is_authenticated:
-            return principal
-    elif "$all" in roles or principal.has_any(roles):
-        return principal
-    if not principal.is_authenticated:
+    verdict = stream_access(get_node(request).db, principal, stream, action)
+    if verdict == "unauthenticated":
         raise unauthorized()
-    raise web.HTTPForbidden(text="Access denied.", content_type="text/plain")
+    if verdict == "denied":
+        raise web.HTTPForbidden(text="Access denied.", content_type="text/plain")
+    return principal
 
 
 # -- shapes ------------------------------------------------------------------------------------------
@@ -133,6 +101,9 @@ def event_json(record: EventRecord, *, embed: str | None = None) -> dict[str, An
         out["data"] = _payload(record.data, record.is_json and not record.is_redacted)
         if record.metadata:
             out["metaData"] = _payload(record.metadata, record.is_json)
+    elif embed == "raw":  # evdb extension: the exact bytes, base64 (what `evdb mirror` copies)
+        out["dataBase64"] = base64.b64encode(record.data).decode()
+        out["metaDataBase64"] = base64.b64encode(record.metadata).decode()
     return out
 
 
@@ -330,6 +301,15 @@ def _to_bytes(value: Any) -> tuple[bytes, bool]:
     return json.dumps(value, separators=(",", ":")).encode(), True
 
 
+def _from_base64(value: Any, name: str) -> bytes:
+    if value is None:
+        return b""
+    try:
+        return base64.b64decode(value, validate=True)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"'{name}' must be base64 text.") from None
+
+
 async def parse_events(request: web.Request) -> list[NewEvent]:
     content_type = request.content_type
     body = await request.read()
@@ -348,8 +328,13 @@ async def parse_events(request: web.Request) -> list[NewEvent]:
                 or "eventId" not in item
             ):
                 raise InvalidInput("Each event needs an eventId and an eventType.")
-            data, data_json = _to_bytes(item.get("data"))
-            metadata, _ = _to_bytes(item.get("metadata"))
+            if "dataBase64" in item or "metadataBase64" in item:  # evdb extension: exact bytes
+                data = _from_base64(item.get("dataBase64"), "dataBase64")
+                metadata = _from_base64(item.get("metadataBase64"), "metadataBase64")
+                data_json = item.get("isJson") is True
+            else:
+                data, data_json = _to_bytes(item.get("data"))
+                metadata, _ = _to_bytes(item.get("metadata"))
             events.append(NewEvent(item["eventType"], data, metadata, _event_id(item["eventId"]), data_json))
         return events
     if content_type in ("application/json", "application/octet-stream", "text/plain"):

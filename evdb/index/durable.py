@@ -35,7 +35,8 @@ def write_durably(path: str, parts: Iterable[bytes | bytearray | memoryview]) ->
     """Write ``parts`` to ``path + ".tmp"``, fsync it, rename it over ``path``, fsync the folder."""
     tmp_path = path + TMP_SUFFIX
     try:
-        with open(tmp_path, "wb") as f:
+        # 0644 like the other data files, whatever the umask (never writable by other users)
+        with os.fdopen(os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), "wb") as f:
             for part in parts:
                 f.write(part)
             f.flush()

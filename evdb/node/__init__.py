@@ -32,6 +32,7 @@ from evdb.redaction import start_redaction_service
 from evdb.scavenge.service import ScavengeService
 from evdb.streams import NewEvent
 from evdb.subscriptions import CommitNotifier
+from evdb.tls.reload import ConfigReloader, ReloadRecord, SwappableServerContext
 
 __all__ = ["VERSION", "Node"]
 
@@ -55,9 +56,13 @@ class Node:
         self.cluster: ClusterService | None = None
         self.license: License | None = None
         self.redaction: Any = None  # the unix-socket redaction service (EnableUnixSocket)
+        self.auto_scavenge: Any = None  # evdb.autoscavenge.AutoScavengeService (mapped or not)
         self.statuses: dict[str, tuple[str, float]] = {}
         self.metrics = NodeMetrics(self)
         self.tls: Any = None
+        self.server_tls: Any = None  # the HTTP port's swappable ssl context (evdb/tls/reload.py)
+        self.reloader = ConfigReloader(self)  # POST /admin/reloadconfig and SIGHUP
+        self.grpc: Any = None  # the gRPC server sharing the HTTP port (evdb/grpc/dispatch.py)
         self._runner: web.AppRunner | None = None
         self._sites: list[web.BaseSite] = []
         self._tasks: list[asyncio.Task] = []
@@ -136,7 +141,12 @@ class Node:
             self.tls.issuer,
             self.tls.not_after,
         )
-        return self.tls.server_context()
+        self.reloader.certificate_loaded_at = self.clock.time()
+        from evdb.grpc.dispatch import ALPN
+
+        # new connections take the certificate in use at their handshake (reloads swap it)
+        self.server_tls = SwappableServerContext(self.tls, require_client_cert=False, alpn_protocols=ALPN)
+        return self.server_tls.context
 
     async def _open_database(self) -> None:
         """Open the database and the parts built on it (also after a truncation, see below)."""
@@ -214,10 +224,14 @@ class Node:
             "Opening the database %s", "in memory" if o.mem_db else f"in {o.db} (index {o.index})"
         )
         self.license = load_license(o, self.logger, self.clock.time())
+        from evdb.autoscavenge import create_auto_scavenge
+
+        self.auto_scavenge = create_auto_scavenge(self)  # may refuse to start (earlier plugin form)
         await self._open_database()
         sockets = self._bind_sockets()
         self.cluster = ClusterService(self)
         await self.cluster.start()
+        await self.auto_scavenge.start()
         self.redaction = await start_redaction_service(self)
         await self._start_http(ssl_context, sockets)
         self.metrics.node_up.set(1)
@@ -237,16 +251,18 @@ class Node:
         return sockets
 
     async def _start_http(self, ssl_context: ssl.SSLContext | None, sockets: list[socket.socket]) -> None:
+        from evdb.grpc.dispatch import DispatchSite, GrpcServer
         from evdb.http.app import build_app
 
         app = build_app(self)
+        self.grpc = GrpcServer(self)  # KurrentDB's gRPC API, on the same sockets (evdb/grpc/dispatch.py)
         # handler_cancellation: a client that goes away (an abandoned subscription) ends its handler
         self._runner = web.AppRunner(
             app, access_log=None, handle_signals=False, shutdown_timeout=2.0, handler_cancellation=True
         )
         await self._runner.setup()
         for sock in sockets:
-            site = web.SockSite(self._runner, sock, ssl_context=ssl_context)
+            site = DispatchSite(self._runner, sock, ssl_context=ssl_context, grpc=self.grpc)
             await site.start()
             self._sites.append(site)
 
@@ -264,11 +280,24 @@ class Node:
         if self.redaction is not None:
             await self.redaction.close()
             self.redaction = None
+        if self.auto_scavenge is not None:
+            await self.auto_scavenge.stop()
         if self.cluster is not None:
             await self.cluster.stop()
         await self._close_database()
         self.logger.info("Node stopped")
         close_node_logging(self.logger)
+
+    async def reload_configuration(self, trigger: str = "http") -> ReloadRecord:
+        """Reload the configuration file, the environment and the certificates, all or nothing
+        (``POST /admin/reloadconfig``, SIGHUP); see evdb/tls/reload.py."""
+        return await self.reloader.reload(trigger)
+
+    def request_reload(self, trigger: str = "SIGHUP") -> None:
+        """Start a reload from a signal handler (the outcome is logged)."""
+        task = asyncio.create_task(self.reload_configuration(trigger), name=f"{self.name}-reload")
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
 
     async def run_until_shutdown(self) -> None:
         await self.shutdown_requested.wait()
@@ -337,7 +366,8 @@ class Node:
 def _bind(host: str, port: int, family: int | None = None) -> socket.socket:
     if family is None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named: asyncio then sets TCP_NODELAY on accepted connections (no delayed-ACK stalls)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if family == socket.AF_INET6:
         sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)

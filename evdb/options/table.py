@@ -157,6 +157,35 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "Serve plain HTTP without TLS and without certificates (logged as a warning).",
         "Interface",
     ),
+    OptionSpec(
+        "HttpMaxRequestBodySize",
+        "size",
+        64 * MiB,
+        "Largest HTTP request body the node reads; a larger one is refused with 413.",
+        "Interface",
+        minimum=1 * KiB,
+        maximum=1 * GiB,
+        details=(
+            "A bound on the memory one request can make the node hold. Appends are also bounded by "
+            "`MaxAppendSize` (checked after the body is read)."
+        ),
+    ),
+    OptionSpec(
+        "HttpMaxConcurrentRequestsPerClient",
+        "int",
+        512,
+        "Requests one client address may have in progress at once; more are refused with 429.",
+        "Interface",
+        minimum=1,
+        maximum=1_000_000,
+        unit="requests",
+        details=(
+            "Counted per remote IP address over every connection of that address (HTTP/1.1 carries one "
+            "request at a time on a connection, so this also bounds its busy connections). A refused "
+            "request gets `429 Too Many Requests` with `Retry-After: 1` and an empty body, before "
+            "authentication. Long polls and subscriptions count while they wait."
+        ),
+    ),
     # -- Cluster -------------------------------------------------------------------------------------
     OptionSpec(
         "ClusterSize",
@@ -247,6 +276,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "Cluster",
         minimum=1,
         maximum=86_400,
+        reloadable=True,
     ),
     # -- Certificates --------------------------------------------------------------------------------
     OptionSpec(
@@ -363,6 +393,58 @@ OPTIONS: tuple[OptionSpec, ...] = (
             "`AutoScavengeEnabled` is accepted too). Not set means: follow the licence. Even when on, "
             "auto-scavenge does not run in developer mode or on an in-memory database, and does nothing "
             "until a schedule is configured."
+        ),
+    ),
+    OptionSpec(
+        "AutoScavengeNodeTimeoutSec",
+        "int",
+        300,
+        "How long auto-scavenge waits for a node that is down or not answering before cancelling its node scavenge.",
+        "AutoScavenge",
+        yaml_section="AutoScavenge",
+        minimum=1,
+        maximum=7 * 86400,
+        unit="seconds",
+        details=(
+            "A node that returns within this time has its scavenge restarted (it resumes where it stopped); "
+            "after it, the node scavenge is recorded as Cancelled and the cluster scavenge goes on with the "
+            "next node. See docs/operations/auto-scavenge.md."
+        ),
+    ),
+    OptionSpec(
+        "AutoScavengeAssessIntervalMs",
+        "int",
+        5000,
+        "How often the leader checks the auto-scavenge schedule and the running node scavenge.",
+        "AutoScavenge",
+        yaml_section="AutoScavenge",
+        minimum=50,
+        maximum=600_000,
+        unit="milliseconds",
+    ),
+    OptionSpec(
+        "AutoScavengeScheduleSeconds",
+        "bool",
+        False,
+        "Also accept six-field schedules whose first field is seconds (evdb extension, for demos and tests).",
+        "AutoScavenge",
+        yaml_section="AutoScavenge",
+        details=(
+            "KurrentDB takes five-field CRON expressions only; keep this off in production so schedules "
+            "stay portable."
+        ),
+    ),
+    OptionSpec(
+        "InstallationDirectory",
+        "path",
+        None,
+        "Folder holding config/ and plugins/ for the earlier auto-scavenge plugin form.",
+        "AutoScavenge",
+        default_note="the folder of the Config file, else the current directory",
+        details=(
+            "The earlier plugin form is used when a subdirectory of <InstallationDirectory>/plugins holds "
+            "the AutoScavenge plugin (a plugin.json naming AutoScavenge); it is enabled by a JSON file in "
+            "<InstallationDirectory>/config. See docs/operations/auto-scavenge.md."
         ),
     ),
     # -- Logging -------------------------------------------------------------------------------------

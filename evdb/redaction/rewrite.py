@@ -72,7 +72,7 @@ def write_redacted_copy(
                     redacted.append(event)
                 else:
                     already.append(event)
-            version = original.version + 1
+            version = original.file_version + 1  # above the name's version (see Chunk.file_version)
             header = original.header
             buf[:HEADER_SIZE] = ChunkHeader(
                 header.chunk_size,

@@ -139,10 +139,10 @@ def _check_new_file(path: str, name: str, current: Chunk) -> ChunkHeader:
                 "ChunkSizeMismatch",
                 f"{name} was made for chunk size {header.chunk_size}, the node uses {current.chunk_size}.",
             )
-        if header.version <= current.version:
+        if header.version <= current.file_version:
             raise _fail(
                 "NewChunkVersionTooLow",
-                f"{name} has version {header.version}; it must be above the target's {current.version}.",
+                f"{name} has version {header.version}; it must be above the target's {current.file_version}.",
             )
         f.seek(0)
         hasher = xxhash.xxh3_128()

@@ -205,6 +205,14 @@ class Chunk:
         return os.path.basename(self.path) if self.path else chunk_file_name(self.start_number, self.version)
 
     @property
+    def file_version(self) -> int:
+        """The version in the file name (which decides between versions at open). The same as the
+        header's, except for a chunk installed from the leader: it keeps the leader's exact bytes
+        (header included) under a version above every older one this node had."""
+        parsed = parse_chunk_file_name(os.path.basename(self.path)) if self.path else None
+        return parsed[1] if parsed is not None else self.header.version
+
+    @property
     def data_end_position(self) -> int:
         """Global logical position just after the last record this chunk holds or held."""
         if self.footer is not None:
@@ -290,6 +298,22 @@ class Chunk:
             except OSError:
                 pass
             raise
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str) -> Chunk:
+        """A completed chunk from the exact bytes of its file, in anonymous memory (an in-memory
+        database's copy of a chunk file sent by the leader); size and checksum are checked."""
+        if len(data) < HEADER_SIZE + FOOTER_SIZE:
+            raise CorruptedFile(where, f"{len(data)} bytes, too short for a chunk")
+        buf = mmap.mmap(-1, len(data))
+        buf[:] = data
+        header = ChunkHeader.decode(buf, where)
+        footer = _try_footer(buf, len(data), header, where)
+        if footer is None:
+            raise CorruptedFile(where, "chunk is not completed (no footer)")
+        if xxhash.xxh3_128(memoryview(buf)[: len(data) - _HASH_SIZE]).digest() != footer.checksum:
+            raise CorruptedFile(where, "chunk checksum mismatch")
+        return cls(path=None, header=header, footer=footer, buf=buf, physical_end=footer.physical_data_size)
 
     def recover_active(self, physical_end: int, *, verify: bool = True) -> None:
         """Set the valid length of an active chunk after a restart, and rebuild its running checksum.
@@ -386,6 +410,8 @@ class Chunk:
 
     def rollback(self, physical_end: int) -> None:
         """Forget data written after ``physical_end`` (it was never committed)."""
+        if self.footer is not None and physical_end == self.physical_end:
+            return  # nothing after the end of a completed chunk (its successor could not be created)
         if self.footer is not None or not 0 <= physical_end <= self.physical_end:
             raise ValueError("cannot roll back a completed chunk or past its end")
         self.zero_tail(physical_end, self.physical_end)
@@ -627,11 +653,15 @@ class ChunkBuilder:
         return removed
 
     def abort(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        if self.path:
-            _unlink_quietly(self.path)
+        file, self._file = self._file, None
+        try:
+            if file is not None:
+                file.close()  # flushes its buffer: fails when the disk is full, and the file is closed
+        except OSError:
+            pass  # the copy is being thrown away
+        finally:
+            if self.path:
+                _unlink_quietly(self.path)
 
 
 def _unlink_quietly(path: str) -> None:

@@ -8,6 +8,7 @@ chunk version in atomically, and truncating the tail at start.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -143,6 +144,12 @@ class TransactionLog:
         self._install(chunks)
         truncate = self.checkpoints.truncate.value
         if truncate >= 0:
+            end = self._chunks[-1].end_position if self._chunks else 0
+            if truncate > end:
+                raise CorruptedFile(
+                    self.checkpoints.truncate.path or "truncate.chk",
+                    f"truncate checkpoint {truncate} is beyond the log's chunks (they end at {end})",
+                )
             self._truncate(truncate)
         self._recover_writer(verify)
 
@@ -178,7 +185,12 @@ class TransactionLog:
             raise CorruptedFile(writer_path, f"writer checkpoint {w} is beyond the log")
         start = w - last.start_position
         if start > 0:
-            last.recover_active(start, verify=verify)
+            try:
+                last.recover_active(start, verify=verify)
+            except CorruptedFile as exc:  # the records, or the checkpoint that says where they end
+                raise CorruptedFile(
+                    exc.path, f"{exc.reason} (reading up to writer checkpoint {w} from {writer_path})"
+                ) from None
         end = last.scan_valid_end(start)
         if end != start:
             self.logger.info("Recovered %d bytes of appends written after the writer checkpoint", end - start)
@@ -194,6 +206,7 @@ class TransactionLog:
     def _truncate(self, position: int) -> None:
         """Cut the log at ``position`` (a record boundary): everything from there on is removed."""
         self.logger.warning("Truncating the log to position %d (truncate.chk)", position)
+        last_epoch = self._epoch_before(position)  # read before the cut removes the later epochs
         keep: list[Chunk] = []
         for chunk in self.distinct_chunks():
             if chunk.start_position >= position:
@@ -218,15 +231,47 @@ class TransactionLog:
         self.checkpoints.writer.write(position)
         if self.checkpoints.chaser.value > position:
             self.checkpoints.chaser.write(position)
-        if self.checkpoints.epoch.value >= position:
-            self.checkpoints.epoch.write(-1)
+        if self.checkpoints.epoch.value != last_epoch:
+            self.checkpoints.epoch.write(last_epoch)
         self.checkpoints.truncate.write(-1)
         self.truncated_to = position
+
+    def _epoch_before(self, position: int) -> int:
+        """Position of the newest epoch record before ``position``: from ``epoch.chk`` back through each
+        epoch's ``previousEpochPosition`` (-1 when there is none or the chain cannot be read). A node
+        that keeps its epochs after a cut can still show the cluster which history it shares."""
+        epoch = self.checkpoints.epoch.value
+        while epoch >= position:
+            chunk = self.chunk_for(epoch)
+            if chunk is None:
+                return -1
+            if chunk.is_completed:
+                offset, limit = chunk.physical_offset(epoch), chunk.physical_end
+            else:  # the active chunk's valid length is known only after _recover_writer
+                offset, limit = epoch - chunk.start_position, chunk.chunk_size
+            if offset is None:
+                return -1
+            try:
+                record, _ = chunk.read_at(offset, limit)
+                previous = json.loads(record.payload).get("previousEpochPosition", -1)
+            except (CorruptedFile, ValueError, AttributeError):
+                return -1
+            if (
+                not isinstance(record, rec.SystemRecord)
+                or record.kind != rec.SystemRecordKind.EPOCH
+                or not isinstance(previous, int)
+                or previous >= epoch
+            ):
+                return -1
+            epoch = previous
+        return epoch
 
     def _cut_completed_chunk(self, chunk: Chunk, position: int) -> Chunk:
         """Replace a completed chunk by one holding only its records before ``position``."""
         if not chunk.is_scavenged:
-            new = Chunk.create_active(self.directory, self.chunk_size, chunk.start_number, chunk.version + 1)
+            new = Chunk.create_active(
+                self.directory, self.chunk_size, chunk.start_number, chunk.file_version + 1
+            )
             length = position - chunk.start_position
             new.write(bytes(chunk.buffer[HEADER_SIZE : HEADER_SIZE + length]))
             new.flush()
@@ -237,7 +282,7 @@ class TransactionLog:
                 chunk_size=self.chunk_size,
                 start_number=chunk.start_number,
                 end_number=end_number,
-                version=chunk.version + 1,
+                version=chunk.file_version + 1,
                 data_end_position=position,
             )
             offset = 0
@@ -282,7 +327,10 @@ class TransactionLog:
 
     # -- writing (one writer thread) --------------------------------------------------------------------
     def space_left(self) -> int:
-        return self._chunks[-1].space_left()
+        chunk = self._chunks[-1]
+        # a completed last chunk: completing it worked but creating the next failed (disk full);
+        # no room, so the next write calls complete_active_chunk again, which creates the next one
+        return 0 if chunk.is_completed else chunk.space_left()
 
     def write(self, data: bytes) -> int:
         """Append framed records at :attr:`end`; they must fit in the active chunk."""
@@ -329,7 +377,7 @@ class TransactionLog:
         self, start_number: int, end_number: int, *, temp_suffix: str = ".scavenge.tmp"
     ) -> ChunkBuilder:
         covered = {id(c): c for c in self._chunks[start_number : end_number + 1]}
-        version = max(c.version for c in covered.values()) + 1
+        version = max(c.file_version for c in covered.values()) + 1
         last = self._chunks[end_number]
         return ChunkBuilder(
             self.directory,
@@ -381,6 +429,66 @@ class TransactionLog:
         if self.directory is not None:
             fsync_dir(self.directory)
         return old
+
+    def install_chunk(self, new: Chunk, temp_path: str | None = None) -> int:
+        """Put a completed chunk copied from the leader in place of this log's tail from its start.
+
+        The log must end inside the range ``new`` covers (a follower that is behind): its chunks from
+        ``new.start_number`` on (older versions, and the active chunk with the part of that range it
+        has) are replaced, the next chunk is started after ``new`` and the writer checkpoint moved to
+        it. ``temp_path`` is the verified, fsynced file; it is renamed to a chunk file name whose
+        version is above every file it replaces, which is the commit point: a crash before the rename
+        leaves the old log (and a ``*.tmp`` file deleted at the next open), after it the next open
+        keeps the new file and drops the ones it supersedes. Returns the log's end before the install
+        (the records from there on are new to this node).
+        """
+        start, end_number = new.start_number, new.end_number
+        if new.chunk_size != self.chunk_size or not new.is_completed:
+            raise ValueError("only a completed chunk of this log's chunk size can be installed")
+        with self.chunk_lock:
+            before = self.end
+            if before != self.committed:
+                raise ValueError("the log has uncommitted records")
+            if not new.start_position <= before < new.end_position:
+                raise ValueError(
+                    f"the log ends at {before}, outside chunks {start}-{end_number} "
+                    f"({new.start_position}-{new.end_position})"
+                )
+            with self._lock:
+                table = list(self._chunks)
+            replaced = []
+            for chunk in table[start:]:
+                if not replaced or replaced[-1] is not chunk:
+                    replaced.append(chunk)
+            straddling = replaced[0] if replaced and replaced[0].start_number < start else None
+            version = max([new.version] + [c.file_version + 1 for c in replaced if c.start_number == start])
+            if self.directory is not None and temp_path is not None:
+                final = os.path.join(self.directory, chunk_file_name(start, version))
+                os.rename(temp_path, final)  # the commit point
+                fsync_dir(self.directory)
+                new.path = final
+            head = table[:start]
+            if straddling is not None:
+                # a merged chunk of this node's own reaching into the new range: keep its first part
+                cut = self._cut_completed_chunk(straddling, new.start_position)
+                head = [c if c is not straddling else cut for c in head]
+            for chunk in replaced:
+                if chunk is straddling:
+                    continue
+                chunk.close()
+                if chunk.path and chunk.path != new.path:
+                    try:
+                        os.unlink(chunk.path)
+                    except FileNotFoundError:
+                        pass
+            active = Chunk.create_active(self.directory, self.chunk_size, end_number + 1)
+            if self.directory is not None:
+                fsync_dir(self.directory)
+            with self._lock:
+                self._chunks = head + [new] * (end_number - start + 1) + [active]
+            self.checkpoints.writer.write(active.start_position)
+            self.committed = active.start_position
+        return before
 
     # -- reading ---------------------------------------------------------------------------------------
     def _limit(self, chunk: Chunk) -> int:

@@ -16,7 +16,7 @@ from evdb.errors import EvdbError
 __all__ = ["register_cli"]
 
 #: The sub-commands, for ``evdb certs --help`` and the documentation test.
-COMMANDS = ("create-ca", "create-node", "inspect", "verify")
+COMMANDS = ("create-ca", "create-node", "inspect", "verify", "renew-ca", "renew-node", "rotate")
 
 
 def register_cli(subparsers: Any) -> None:
@@ -112,6 +112,62 @@ def register_cli(subparsers: Any) -> None:
     verify.add_argument("--certificate-reserved-node-common-name", default=None, metavar="CN")
     verify.add_argument("--json", action="store_true", help="print JSON")
     verify.set_defaults(func=_verify)
+
+    renew_ca = sub.add_parser(
+        "renew-ca",
+        help="create a new root CA made like an existing one (same validity)",
+        description="Step 1 of a rolling update: a new CA with a fresh key and the validity of --like. "
+        "Writes ca.crt and ca.key (mode 0600) in --out.",
+    )
+    renew_ca.add_argument("--like", required=True, metavar="FILE", help="the current CA certificate")
+    renew_ca.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    renew_ca.add_argument(
+        "--name", default=None, metavar="CN", help="common name (default 'evdb CA <serial>')"
+    )
+    renew_ca.add_argument("--force", action="store_true", help="replace existing files")
+    renew_ca.set_defaults(func=_renew_ca)
+
+    renew_node = sub.add_parser(
+        "renew-node",
+        help="create a node certificate with the names of an existing one, signed by a (new) CA",
+        description="Step 1 of a rolling update: a node certificate with the common name, IP addresses, "
+        "DNS names and validity of --like, signed by --ca-certificate/--ca-key. "
+        "Writes node.crt and node.key.",
+    )
+    renew_node.add_argument("--like", required=True, metavar="FILE", help="the node's current certificate")
+    renew_node.add_argument(
+        "--ca-certificate", required=True, metavar="FILE", help="the signing CA certificate"
+    )
+    renew_node.add_argument("--ca-key", required=True, metavar="FILE", help="the signing CA key")
+    renew_node.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    renew_node.add_argument(
+        "--common-name", default=None, metavar="CN", help="a new common name (default: the current one)"
+    )
+    renew_node.add_argument("--force", action="store_true", help="replace existing files")
+    renew_node.set_defaults(func=_renew_node)
+
+    rotate = sub.add_parser(
+        "rotate",
+        help="rolling certificate update of a local cluster (evdb cluster up): new CA, relink, reload",
+        description="Make a new CA and node certificates like the current ones (certs/gen-N), then node by "
+        "node (followers first) repoint the ca, node.crt and node.key links and POST /admin/reloadconfig, "
+        "and wait until every node talks to every other again. See docs/operations/certificates.md.",
+    )
+    rotate.add_argument("--cluster", required=True, metavar="DIR", help="the cluster's data folder")
+    rotate.add_argument(
+        "--common-name",
+        default=None,
+        metavar="CN",
+        help="give the new certificates this common name (CertificateReservedNodeCommonName follows)",
+    )
+    rotate.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="seconds to wait for the nodes (default 120)",
+    )
+    rotate.set_defaults(func=_rotate)
 
 
 def _option(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
@@ -218,6 +274,54 @@ def _verify(args: argparse.Namespace) -> int:
     else:
         print("OK: the node would load this certificate set.")
         _print_fields(tls.describe())
+    return 0
+
+
+def _renew_ca(args: argparse.Namespace) -> int:
+    from evdb.tls.loading import describe_certificate, read_certificates
+    from evdb.tls.rotate import renew_ca
+
+    try:
+        cert, key = renew_ca(args.like, args.out, common_name=args.name, force=args.force)
+        info = describe_certificate(read_certificates(cert)[0])
+    except EvdbError as exc:
+        return _fail(exc)
+    print(f"Wrote {cert} and {key}: {info.subject}, valid until {info.not_after:%Y-%m-%d}.")
+    return 0
+
+
+def _renew_node(args: argparse.Namespace) -> int:
+    from evdb.tls.loading import describe_certificate, read_certificates
+    from evdb.tls.rotate import renew_node
+
+    try:
+        cert, key = renew_node(
+            args.like,
+            args.ca_certificate,
+            args.ca_key,
+            args.out,
+            common_name=args.common_name,
+            force=args.force,
+        )
+        info = describe_certificate(read_certificates(cert)[0])
+    except EvdbError as exc:
+        return _fail(exc)
+    names = ", ".join([*info.san_ip_addresses, *info.san_dns_names])
+    print(f"Wrote {cert} and {key}: {info.subject} for {names}, valid until {info.not_after:%Y-%m-%d}.")
+    return 0
+
+
+def _rotate(args: argparse.Namespace) -> int:
+    from evdb.tls.rotate import rotate_cluster
+
+    try:
+        report = rotate_cluster(args.cluster, common_name=args.common_name, timeout=args.timeout)
+    except EvdbError as exc:
+        return _fail(exc)
+    print(
+        f"Done: every node uses {report.generation} "
+        f"(CA {report.ca_subject}, SHA-256 {report.ca_fingerprint_sha256})."
+    )
     return 0
 
 

@@ -166,6 +166,19 @@ class NodeTls:
             "trustedRoots": [c.subject.rfc4514_string() for c in self.trusted_roots],
         }
 
+    def trust_anchor(self) -> x509.Certificate | None:
+        """The trusted root the node certificate chains to (the CA in use), found as the loader found it."""
+        current = self.certificate
+        for _ in range(_MAX_CHAIN_LENGTH):
+            root = _find_issuer(current, self.trusted_roots)
+            if root is not None:
+                return root
+            issuer = _find_issuer(current, self.intermediates)
+            if issuer is None or issuer.subject == issuer.issuer:
+                return None
+            current = issuer
+        return None
+
     def server_context(self, *, require_client_cert: bool = False) -> ssl.SSLContext:
         """A TLS server context presenting the node certificate.
 

@@ -7,6 +7,7 @@ import signal
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import httpx
 import pytest
@@ -174,3 +175,55 @@ def test_a_node_with_a_certificate_from_another_ca_cannot_join(cluster, tmp_path
         assert len(members) == 4  # the stranger is not a member
     finally:
         os.kill(pid, signal.SIGKILL)
+
+
+def test_follower_scavenges_sync_to_the_leaders_point_or_ask_it_for_one(cluster):
+    """A follower's scavenge point comes from the leader (written there, replicated): syncOnly goes to an
+    existing point it has not reached and does nothing without one; without syncOnly the follower has
+    the leader write a new point (spec: Node scavenge moves)."""
+    leader = cluster.leader()
+    follower = next(n for n, s in cluster.states().items() if s == "Follower")
+
+    def points(name: str) -> list[int]:
+        with cluster.client(name) as c:
+            r = c.get(
+                "/streams/$scavengePoints/0/forward/100?embed=body", headers={"Accept": "application/json"}
+            )
+        return [] if r.status_code == 404 else sorted(e["eventNumber"] for e in r.json()["entries"])
+
+    def scavenge(name: str, **params) -> dict:
+        with cluster.client(name) as c:
+            r = c.post("/admin/scavenge", params=params, headers={"Accept": "application/json"})
+            assert r.status_code == 200, r.text
+            scavenge_id = r.json()["scavengeId"]
+
+            def finished():
+                last = c.get("/admin/scavenge/last", headers={"Accept": "application/json"}).json()
+                return (
+                    last
+                    if last["scavengeId"] == scavenge_id and last["scavengeResult"] != "InProgress"
+                    else None
+                )
+
+            return cluster.wait_until(finished, 60, f"the scavenge on {name} to finish")
+
+    for i in range(20):
+        assert cluster.append(leader, f"sync-only-{i % 2}").status_code == 201
+    with cluster.client(leader) as c:
+        assert c.delete("/streams/sync-only-0").status_code == 204
+    before = points(leader)
+    assert scavenge(leader)["scavengeResult"] == "Success"  # writes a new point
+    cluster.wait_in_step()
+    leader_points = points(leader)
+    assert len(leader_points) == len(before) + 1 and points(follower) == leader_points
+
+    assert scavenge(follower, syncOnly="true")["scavengeResult"] == "Success"  # to the leader's point
+    assert scavenge(follower, syncOnly="true")["scavengeResult"] == "Success"  # nothing left to reach
+    assert points(follower) == leader_points  # syncOnly never adds a point
+    log_dir = Path(cluster.node(follower)["log_dir"])
+    log = "".join(f.read_text() for f in sorted(log_dir.rglob("log-*.json")))  # <log>/<node name>/
+    assert "No existing scavenge point to sync with, nothing to do." in log
+
+    assert scavenge(follower)["scavengeResult"] == "Success"  # asks the leader for a new point
+    cluster.wait_in_step()
+    assert points(leader) == points(follower) == [*leader_points, leader_points[-1] + 1]

@@ -10,7 +10,7 @@ import pytest
 from evdb.cluster.election import LogStanding, VoteRequest, grant_vote, majority
 from evdb.cluster.service import parse_gossip_seeds
 from evdb.database import Database
-from evdb.errors import InvalidOption
+from evdb.errors import InvalidOption, WrongExpectedVersion
 from evdb.streams import NewEvent
 
 
@@ -166,6 +166,82 @@ def test_a_diverged_tail_is_cut_on_reopen(tmp_path):
     finally:
         old.close()
         new.close()
+
+
+def test_a_follower_epoch_the_leader_never_had_is_cut_even_when_its_log_is_shorter(tmp_path):
+    """A node briefly elected in epoch 2 wrote its epoch record and a little more; the cluster went on
+    from epoch 1 under another leader, which wrote further than that node's end before its epoch 3.
+    The node's records after its own epoch 2 are not the leader's even though its log is shorter."""
+    from evdb.cluster.service import ClusterService
+
+    leader = Database.open(str(tmp_path / "leader"), chunk_size=1 << 16)
+    brief = Database.open(str(tmp_path / "brief"), chunk_size=1 << 16)
+    try:
+        leader.write_epoch(1, uuid.uuid4())
+        leader.append("s", events(3))
+        common = copy_log(leader, brief, 0)
+        brief.write_epoch(2, uuid.uuid4())  # elected, then cut off
+        brief.append("brief", events(2))
+        leader.append("s", events(40))  # the epoch-1 leader went on: well past the brief node's end
+        leader.write_epoch(3, uuid.uuid4())
+        assert brief.committed_position < leader.epochs()[0]["position"]
+        verdict = ClusterService._common_point(
+            _Stub(leader),
+            [{"epochId": e["epochId"], "position": e["position"]} for e in brief.epochs()],
+            brief.committed_position,
+        )
+        assert verdict == ("truncate", common)
+    finally:
+        leader.close()
+        brief.close()
+
+
+@pytest.mark.parametrize("chunk_size", [4096, 1 << 18], ids=["epoch-in-a-completed-chunk", "active-chunk"])
+def test_a_cut_through_a_later_epoch_keeps_the_earlier_epochs(tmp_path, chunk_size):
+    """A node that led briefly (epoch 2) and is cut back to before that epoch still knows epoch 1, so
+    the leader can find their common history (with no epoch left it would be refused for good)."""
+    db = Database.open(str(tmp_path / "n"), chunk_size=chunk_size)
+    try:
+        db.write_epoch(1, uuid.uuid4())
+        db.append("s", events(30))  # several chunks
+        first = db.epochs()
+        cut = db.write_epoch(2, uuid.uuid4())
+        db.append("brief", events(3))
+        assert [e["epochNumber"] for e in db.epochs()] == [2, 1]
+        db.truncate_on_next_open(cut)
+    finally:
+        db.close()
+    db = Database.open(str(tmp_path / "n"), chunk_size=chunk_size)
+    try:
+        assert db.committed_position == cut
+        assert db.epochs() == first
+    finally:
+        db.close()
+
+
+def test_a_new_leader_recognises_retries_of_appends_it_received_by_replication(tmp_path):
+    """A client whose append reached the old leader (and a majority) but whose answer was lost retries
+    it, with any expected version, on the new leader: the same positions come back, nothing twice."""
+    leader = Database.open(str(tmp_path / "a"), chunk_size=4096)
+    follower = Database.open(str(tmp_path / "b"), chunk_size=4096)
+    try:
+        single, batch, recreated = events(1), events(3), events(2)
+        first = leader.append("s", single)
+        second = leader.append("s", batch)
+        leader.append("gone", events(1))
+        leader.delete_stream("gone", -2)
+        third = leader.append("gone", recreated)  # recreate: the same append rewrites $$gone
+        copy_log(leader, follower, 0, max_bytes=150)  # small messages: appends split between them
+        follower.forget_stream_states(recent_appends=False)  # what taking office does
+        for stream, evs, original in (("s", single, first), ("s", batch, second), ("gone", recreated, third)):
+            again = follower.append(stream, evs)  # ANY expected version
+            assert again.duplicate and again.position == original.position, (stream, again, original)
+        assert len(follower.read_stream_forward("s", 0, 100).events) == 4
+        with pytest.raises(WrongExpectedVersion):
+            follower.append("s", batch[:2])  # part of an append is not a retry
+    finally:
+        leader.close()
+        follower.close()
 
 
 class _Stub:

@@ -69,6 +69,19 @@ EXPECTED: tuple[Row, ...] = (
     Row("GET /metrics", NO_STREAM, OK, OK, OK, OK),
     Row("GET /openapi.json", NO_STREAM, OK, OK, OK, OK),
     Row("GET /stats", NO_STREAM, OK, OK, OK, OK),
+    # the Admin UI (evdb/webui): the page and its files hold no data; its parts follow the node's rules
+    Row("GET /web", NO_STREAM, ALLOWED, ALLOWED, ALLOWED, ALLOWED),
+    Row("GET /web/", NO_STREAM, OK, OK, OK, OK),
+    Row("GET /web/index.html", NO_STREAM, OK, OK, OK, OK),
+    Row("GET /web/static/*", NO_STREAM, OK, OK, OK, OK),
+    Row("GET /web/fragments/cluster", NO_STREAM, R401, OK, OK, OK),
+    Row("GET /web/fragments/admin*", NO_STREAM, R401, R403, OK, OK),
+    Row("GET /web/fragments/streams", NO_STREAM, R401, R403, R403, OK),
+    Row("GET /web/fragments/streams/*", USER_STREAM, R401, ALLOWED, ALLOWED, ALLOWED),
+    Row("GET /web/fragments/streams/*", SYSTEM_STREAM, R401, REFUSED, REFUSED, ALLOWED),
+    Row("GET /web/fragments/streams/*", ALL_STREAM, R401, REFUSED, REFUSED, ALLOWED),
+    # evdb's node-run backups write into folders on the node's host: admins only, 403 otherwise
+    Row("* /admin/backup*", NO_STREAM, R401, R403, R403, ALLOWED),
     # legacy admin endpoints: 401 (never 403) without the $ops/$admins role
     Row("* /admin/*", NO_STREAM, R401, R401, ALLOWED, ALLOWED),
     # auto-scavenge: reads need any user; commands need $ops/$admins, 403 when the role is missing

@@ -38,6 +38,10 @@ RULES: dict[tuple[str, str], set[str]] = {
     ("GET", "/admin/scavenge/last"): OPS_OR_ADMIN,
     ("GET", "/admin/scavenge/progress"): OPS_OR_ADMIN,
     ("DELETE", "/admin/scavenge/{scavengeId}"): OPS_OR_ADMIN,
+    ("POST", "/admin/reloadconfig"): OPS_OR_ADMIN,
+    ("GET", "/admin/certificates"): OPS_OR_ADMIN,
+    ("POST", "/admin/backup"): ADMIN_ONLY,
+    ("GET", "/admin/backup/current"): ADMIN_ONLY,
     ("GET", "/streams/{stream}"): AUTHENTICATED,
     ("POST", "/streams/{stream}"): AUTHENTICATED,
     ("DELETE", "/streams/{stream}"): AUTHENTICATED,
@@ -117,6 +121,8 @@ async def _check(clients: dict[str, httpx.AsyncClient], method: str, path: str) 
             assert r.status_code not in (401, 403), (method, path, caller, r.status_code, r.text)
         elif path.startswith("/users") and caller != ANONYMOUS:
             assert r.status_code in (401, 403), (method, path, caller, r.status_code)
+        elif path.startswith("/admin/backup") and caller != ANONYMOUS:
+            assert r.status_code == 403, (method, path, caller, r.status_code)
         else:
             assert r.status_code == 401, (method, path, caller, r.status_code, r.text)
 

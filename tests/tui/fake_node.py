@@ -102,6 +102,9 @@ class FakeNode:
                 return httpx.Response(404)
             if self.progress is not None:
                 return httpx.Response(200, json={"running": True, **self.progress})
+            if self.scavenge_id:  # just started: evdb's progress names it from the first moment
+                body = {"running": True, "scavengeId": self.scavenge_id, "phase": "Beginning"}
+                return httpx.Response(200, json=body)
             return httpx.Response(200, json={"running": False, "last": self.last})
         if path == "/admin/scavenge" and method == "POST":
             if self.scavenge_id:
@@ -141,6 +144,13 @@ class FakeNode:
                 self.auto_scavenge["schedule"] = json.loads(request.content)["schedule"]
                 self.auto_scavenge["state"] = "Waiting"
                 return httpx.Response(200, json={})
+        if path == "/admin/backup" and method == "POST" and self.backup is not None:
+            body = json.loads(request.content)
+            self.backup = {
+                "operation": "differential" if body["differential"] else "full",
+                "state": "running",
+            }
+            return httpx.Response(202, json={"backupId": "b-1", "backupLink": "/admin/backup/current"})
         if path == "/admin/backup/current":
             if self.backup is None:
                 return httpx.Response(404)

@@ -6,14 +6,22 @@ import json
 
 from rich.console import Console
 from textual.command import CommandPalette
-from textual.widgets import Button, Input, Static
+from textual.widgets import Button, Checkbox, Input, Static
 
 from evdb.clock import ManualClock
 from tests.tui.conftest import PROGRESS, make_app
 from tests.tui.fake_node import FakeNode
 from tui.app import CHANGING_ACTIONS, DashboardApp
 from tui.collector import NodeCollector
-from tui.dialogs import ConfirmCall, CronDialog, FilterDialog, HelpScreen, QuitDialog, ScavengeDialog
+from tui.dialogs import (
+    BackupDialog,
+    ConfirmCall,
+    CronDialog,
+    FilterDialog,
+    HelpScreen,
+    QuitDialog,
+    ScavengeDialog,
+)
 from tui.state import NodeState
 
 
@@ -354,8 +362,10 @@ async def test_filter_logs(leader, tmp_path):
         await pilot.press("slash")
         await pilot.pause()
         assert isinstance(app.screen, FilterDialog)
-        await pilot.press(*"level:bogus", "enter")
+        app.screen.query_one("#filter", Input).value = "level:bogus"
+        await pilot.press("enter")
         await pilot.pause()
+        assert isinstance(app.screen, FilterDialog)  # an invalid filter keeps the dialog open
         assert "unknown level" in str(app.screen.query_one("#error", Static).content)
         app.screen.query_one("#filter", Input).value = "level:warn cert"
         await pilot.press("enter")
@@ -443,3 +453,45 @@ async def test_collector_loop_keeps_one_poll_in_flight(leader):
             await asyncio.sleep(0.005)
         assert collector.state.polls == 2
         task.cancel()
+
+
+async def test_start_backup_validates_the_folder_then_confirms(leader):
+    leader.backup = {}
+    app = make_app(leader)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await ready(app, pilot)
+        assert app.check_action("start_backup", ()) is True
+        await pilot.press("b")
+        dialog = app.screen
+        assert isinstance(dialog, BackupDialog)
+        dialog.query_one("#destination", Input).value = "relative/folder"
+        await submit(app, pilot)
+        assert "must be an absolute path" in str(dialog.query_one("#error", Static).content)
+        dialog.query_one("#destination", Input).value = "/backups/n1"
+        await submit(app, pilot)
+        confirm = app.screen
+        assert isinstance(confirm, ConfirmCall)
+        shown = str(confirm.query_one("#request", Static).content)
+        assert "POST http://127.0.0.1:2113/admin/backup" in shown
+        assert '{"to": "/backups/n1", "differential": false, "stopScavenge": false}' in shown
+        await pilot.click("#send")
+        await app.workers.wait_for_complete()
+        await app.poll_all()
+        await pilot.pause()
+        assert leader.changes() == ["POST http://127.0.0.1:2113/admin/backup"]
+        assert app.state.activity[-1].status == 202
+        assert app.check_action("start_backup", ()) is None  # running now: shown disabled
+        # the next backup of this node starts from the same folder, as a differential one
+        leader.backup["state"] = "completed"
+        await app.poll_all()
+        await pilot.press("b")
+        assert app.screen.query_one("#destination", Input).value == "/backups/n1"
+        assert app.screen.query_one("#differential", Checkbox).value is True
+
+
+async def test_backup_key_is_disabled_where_the_node_has_no_backup_endpoints(leader):
+    app = make_app(leader)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await ready(app, pilot)
+        assert app.check_action("start_backup", ()) is None
+        assert ("b", "Backup", "backups are not available on this node") in app.help_rows()

@@ -1,0 +1,218 @@
+"""Gossip (cluster members, for ``+discover`` connection strings), PersistentSubscriptions ``List``
+(evdb has none) and Operations (scavenge, merge indexes, resign, priority, shutdown).
+
+Operations map onto the machinery the HTTP endpoints use: ``node.scavenge`` (as
+``evdb/http/scavenge.py``), ``node.cluster`` (as ``evdb/http/cluster.py``) and the node's shutdown
+event (as ``evdb/http/admin.py``); they need an admin or ops caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import TYPE_CHECKING
+
+from grpclib import GRPCError
+from grpclib.const import Cardinality, Handler, Status
+from grpclib.server import Stream
+from kurrentdbclient.protos.v1 import gossip_pb2, persistent_pb2, shared_pb2
+
+from evdb.errors import EvdbError, ScavengeAlreadyRunning, ScavengeNotFound
+from evdb.grpc import operations_pb2
+from evdb.grpc.common import call_context, check_leader, grpc_error, require_ops
+from evdb.scavenge.service import ScavengeRequest
+
+if TYPE_CHECKING:
+    from evdb.node import Node
+
+__all__ = ["GossipService", "OperationsService", "PersistentSubscriptionsService", "cluster_info"]
+
+MemberInfo = gossip_pb2.MemberInfo
+_STATES = MemberInfo.VNodeState
+_STATE_NAMES = frozenset(_STATES.keys())
+ScavengeResp = operations_pb2.ScavengeResp
+
+
+def cluster_info(node: Node) -> gossip_pb2.ClusterInfo:
+    """The node's view of the cluster (evdb's gossip members) in the gRPC gossip shape."""
+    if node.cluster is not None:
+        members = node.cluster.members()
+    else:
+        members = [
+            {
+                "instanceId": str(node.instance_id),
+                "state": "Leader",
+                "isAlive": True,
+                "httpEndPointIp": node.advertised_host,
+                "httpEndPointPort": node.port,
+            }
+        ]
+    info = gossip_pb2.ClusterInfo()
+    for member in members:
+        state = member.get("state", "Unknown")
+        try:
+            instance_id = str(uuid.UUID(str(member.get("instanceId"))))
+        except ValueError:
+            instance_id = str(uuid.UUID(int=0))
+        info.members.append(
+            MemberInfo(
+                instance_id=shared_pb2.UUID(string=instance_id),
+                time_stamp=int(float(member.get("timeStamp", 0)) * 10_000_000),
+                state=_STATES.Value(state) if state in _STATE_NAMES else _STATES.Unknown,
+                is_alive=bool(member.get("isAlive")),
+                http_end_point=gossip_pb2.EndPoint(
+                    address=str(member.get("httpEndPointIp", "")),
+                    port=int(member.get("httpEndPointPort", 0)),
+                ),
+            )
+        )
+    return info
+
+
+class GossipService:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def __mapping__(self) -> dict[str, Handler]:
+        return {
+            "/event_store.client.gossip.Gossip/Read": Handler(
+                self.read, Cardinality.UNARY_UNARY, shared_pb2.Empty, gossip_pb2.ClusterInfo
+            )
+        }
+
+    async def read(self, stream: Stream) -> None:
+        await call_context(self.node, stream)  # bad credentials are refused; anyone may ask
+        await stream.recv_message()
+        await stream.send_message(cluster_info(self.node))
+
+
+class PersistentSubscriptionsService:
+    """evdb has no persistent subscriptions: ``List`` answers NOT_FOUND, which clients read as none."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def __mapping__(self) -> dict[str, Handler]:
+        return {
+            "/event_store.client.persistent_subscriptions.PersistentSubscriptions/List": Handler(
+                self.list, Cardinality.UNARY_UNARY, persistent_pb2.ListReq, persistent_pb2.ListResp
+            )
+        }
+
+    async def list(self, stream: Stream) -> None:
+        ctx = await call_context(self.node, stream)
+        await stream.recv_message()
+        check_leader(self.node, ctx)
+        if not ctx.principal.is_authenticated:
+            raise GRPCError(Status.UNAUTHENTICATED, "Authentication is required.")
+        raise GRPCError(
+            Status.NOT_FOUND, "Subscription group not found: there are no persistent subscriptions."
+        )
+
+
+class OperationsService:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def __mapping__(self) -> dict[str, Handler]:
+        prefix = "/event_store.client.operations.Operations/"
+        empty = shared_pb2.Empty
+        unary = Cardinality.UNARY_UNARY
+        return {
+            prefix + "StartScavenge": Handler(
+                self.start_scavenge, unary, operations_pb2.StartScavengeReq, ScavengeResp
+            ),
+            prefix + "StopScavenge": Handler(
+                self.stop_scavenge, unary, operations_pb2.StopScavengeReq, ScavengeResp
+            ),
+            prefix + "Shutdown": Handler(self.shutdown, unary, empty, empty),
+            prefix + "MergeIndexes": Handler(self.merge_indexes, unary, empty, empty),
+            prefix + "ResignNode": Handler(self.resign_node, unary, empty, empty),
+            prefix + "SetNodePriority": Handler(
+                self.set_node_priority, unary, operations_pb2.SetNodePriorityReq, empty
+            ),
+            prefix + "RestartPersistentSubscriptions": Handler(
+                self.restart_persistent_subscriptions, unary, empty, empty
+            ),
+        }
+
+    async def _begin(self, stream: Stream):
+        ctx = await call_context(self.node, stream)
+        require_ops(ctx.principal)
+        request = await stream.recv_message()
+        return request
+
+    async def start_scavenge(self, stream: Stream) -> None:
+        node = self.node
+        request = await self._begin(stream)
+        options = request.options
+        node.logger.info(
+            "Request scavenging because StartScavenge gRPC request has been received (threads %d).",
+            options.thread_count,
+        )
+        if options.start_from_chunk:
+            node.logger.warning("startFromChunk is deprecated and ignored (it will be removed).")
+        scavenge_request = ScavengeRequest(threads=max(1, options.thread_count))
+        try:
+            scavenge_id = await asyncio.to_thread(node.scavenge.start, scavenge_request)
+            result = ScavengeResp.Started
+        except ScavengeAlreadyRunning:
+            scavenge_id = node.scavenge.current_id() or ""
+            result = ScavengeResp.InProgress
+        except EvdbError as exc:
+            raise grpc_error(node, exc) from None
+        await stream.send_message(ScavengeResp(scavenge_id=scavenge_id, scavenge_result=result))
+
+    async def stop_scavenge(self, stream: Stream) -> None:
+        node = self.node
+        request = await self._begin(stream)
+        scavenge_id = request.options.scavenge_id or "current"
+        node.logger.info(
+            "Stopping scavenge because StopScavenge gRPC request has been received for %s.", scavenge_id
+        )
+        try:
+            stopped = await node.scavenge.stop_async(scavenge_id)
+        except ScavengeNotFound:
+            raise GRPCError(Status.NOT_FOUND, "Scavenge Id does not exist") from None
+        await stream.send_message(ScavengeResp(scavenge_id=stopped, scavenge_result=ScavengeResp.Stopped))
+
+    async def shutdown(self, stream: Stream) -> None:
+        node = self.node
+        await self._begin(stream)
+        node.logger.info("Shutting down because Shutdown gRPC request has been received.")
+        await stream.send_message(shared_pb2.Empty())
+        asyncio.get_running_loop().call_soon(node.shutdown_requested.set)
+
+    async def merge_indexes(self, stream: Stream) -> None:
+        node = self.node
+        await self._begin(stream)
+        node.logger.info("Merging indexes because MergeIndexes gRPC request has been received.")
+        await asyncio.to_thread(node.db.index.merge_indexes)
+        await stream.send_message(shared_pb2.Empty())
+
+    async def resign_node(self, stream: Stream) -> None:
+        node = self.node
+        await self._begin(stream)
+        if node.cluster is None or not await node.cluster.resign():
+            state = node.cluster.state if node.cluster is not None else "Unknown"
+            node.logger.info("Resign request ignored: this node is not the leader (%s)", state)
+        await stream.send_message(shared_pb2.Empty())
+
+    async def set_node_priority(self, stream: Stream) -> None:
+        node = self.node
+        request = await self._begin(stream)
+        priority = request.priority
+        if not -1000 <= priority <= 1000:
+            raise GRPCError(Status.INVALID_ARGUMENT, "The priority must be between -1000 and 1000.")
+        if node.cluster is not None:
+            node.cluster.priority = priority
+        node.logger.info("Node priority set to %d", priority)
+        await stream.send_message(shared_pb2.Empty())
+
+    async def restart_persistent_subscriptions(self, stream: Stream) -> None:
+        node = self.node
+        await self._begin(stream)
+        node.logger.info(
+            "RestartPersistentSubscriptions gRPC request received: evdb has no persistent subscriptions."
+        )
+        await stream.send_message(shared_pb2.Empty())

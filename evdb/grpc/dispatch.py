@@ -1,0 +1,196 @@
+"""One port, two protocols: each accepted connection goes to gRPC (HTTP/2) or to the HTTP API.
+
+As KurrentDB does: with TLS the server offers ALPN ``h2`` and ``http/1.1`` and a connection that
+chose ``h2`` speaks gRPC; without TLS (or without ALPN) the first bytes decide: the HTTP/2 client
+preface ``PRI * HTTP/2.0`` means gRPC, anything else is HTTP/1.1 for aiohttp.
+
+``DispatchSite`` replaces aiohttp's ``SockSite`` for a bound socket; stopping the site (the runner's
+cleanup does) also ends the node's gRPC calls and connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from grpclib.server import Server
+
+if TYPE_CHECKING:
+    from evdb.node import Node
+
+__all__ = ["PREFACE", "DispatchSite", "GrpcServer"]
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+#: In the server's order of preference: a client offering both (a browser, curl) gets HTTP/1.1, which
+#: the HTTP API and the Admin UI speak; gRPC clients offer only h2 and get it.
+ALPN = ["http/1.1", "h2"]
+_log = logging.getLogger("evdb.grpc")
+
+
+class GrpcServer:
+    """The node's gRPC services (grpclib handlers) and the live gRPC connections."""
+
+    def __init__(self, node: Node) -> None:
+        from evdb.grpc.cluster import GossipService, OperationsService, PersistentSubscriptionsService
+        from evdb.grpc.streams import StreamsService
+
+        self.node = node
+        self._server = Server(
+            [
+                StreamsService(node),
+                GossipService(node),
+                PersistentSubscriptionsService(node),
+                OperationsService(node),
+            ]
+        )
+        self._transports: set[asyncio.BaseTransport] = set()
+        self._closed = False
+
+    def protocol(self, transport: asyncio.BaseTransport) -> asyncio.Protocol:
+        """A grpclib HTTP/2 protocol for a new connection (this server's handlers)."""
+        self._transports.add(transport)
+        return self._server._protocol_factory()
+
+    def forget(self, transport: asyncio.BaseTransport) -> None:
+        self._transports.discard(transport)
+
+    async def close(self) -> None:
+        """Cancel every running call (subscriptions included) and close the connections."""
+        if self._closed:
+            return
+        self._closed = True
+        handlers = list(self._server._handlers)
+        for handler in handlers:
+            handler.close()
+        for transport in list(self._transports):
+            transport.close()
+        self._transports.clear()
+        waits = [h.wait_closed() for h in handlers]
+        if waits:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), timeout=5)
+
+
+class _Dispatch(asyncio.Protocol):
+    """Decides what a connection speaks, then hands the transport (and what it read) over."""
+
+    def __init__(self, http: Callable[[], asyncio.Protocol], grpc: GrpcServer) -> None:
+        self._http = http
+        self._grpc = grpc
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._target: asyncio.Protocol | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            # asyncio and grpclib skip TCP_NODELAY on sockets made without proto=IPPROTO_TCP (the
+            # node's are); without it small HTTP/2 frames wait for delayed ACKs (~40 ms a call)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        ssl_object = transport.get_extra_info("ssl_object")
+        alpn = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
+        if alpn == "h2":
+            self._hand_over(grpc=True)
+        elif alpn == "http/1.1":
+            self._hand_over(grpc=False)
+
+    def data_received(self, data: bytes) -> None:
+        if self._target is not None:  # pragma: no cover - the transport calls the target directly
+            self._target.data_received(data)
+            return
+        self._buffer += data
+        n = min(len(self._buffer), len(PREFACE))
+        if self._buffer[:n] != PREFACE[:n]:
+            self._hand_over(grpc=False)
+        elif len(self._buffer) >= len(PREFACE):
+            self._hand_over(grpc=True)
+
+    def eof_received(self) -> bool | None:
+        if self._target is None:
+            self._hand_over(grpc=False)
+        assert self._target is not None
+        return self._target.eof_received()  # type: ignore[attr-defined]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._target is not None:  # pragma: no cover - the transport calls the target directly
+            self._target.connection_lost(exc)
+
+    def _hand_over(self, *, grpc: bool) -> None:
+        transport = self._transport
+        assert transport is not None
+        target = _TrackedGrpc(self._grpc, transport) if grpc else self._http()
+        self._target = target
+        transport.set_protocol(target)
+        target.connection_made(transport)
+        if self._buffer:
+            data, self._buffer = bytes(self._buffer), bytearray()
+            target.data_received(data)
+
+
+class _TrackedGrpc(asyncio.Protocol):
+    """grpclib's protocol, with the transport known to the server until the connection ends."""
+
+    def __init__(self, server: GrpcServer, transport: asyncio.BaseTransport) -> None:
+        self._server = server
+        self._transport = transport
+        self._inner = server.protocol(transport)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server.forget(self._transport)
+        self._inner.connection_lost(exc)
+
+
+class DispatchSite(web.SockSite):
+    """aiohttp's ``SockSite``, serving gRPC on the same socket (see the module docstring)."""
+
+    __slots__ = ("_grpc",)
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        sock: socket.socket,
+        *,
+        grpc: GrpcServer,
+        ssl_context: ssl.SSLContext | None = None,
+        backlog: int = 128,
+    ) -> None:
+        if ssl_context is not None:
+            ssl_context.set_alpn_protocols(ALPN)
+        super().__init__(runner, sock, ssl_context=ssl_context, backlog=backlog)
+        self._grpc = grpc
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with the runner
+        http = self._runner.server
+        assert http is not None
+        grpc = self._grpc
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: _Dispatch(http, grpc), sock=self._sock, ssl=self._ssl_context, backlog=self._backlog
+        )
+
+    async def stop(self) -> None:
+        await super().stop()
+        await self._grpc.close()

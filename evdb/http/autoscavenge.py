@@ -1,0 +1,313 @@
+"""Auto-scavenge endpoints, with KurrentDB's paths, bodies, status codes and roles.
+
+Mapped only when auto-scavenge is enabled on the node (else 404, as KurrentDB). Any node answers:
+a node that is not the leader forwards the request to the leader with the caller's credentials;
+with no leader known the answer is KurrentDB's 500 problem ``No leader node was found in the cluster``.
+
+- ``GET /auto-scavenge/enabled`` → 200 ``{"enabled": bool}`` (answered by the node itself)
+- ``GET /auto-scavenge/status`` → 200 ``{"state", "schedule", "timeUntilNextCycle"}``
+- ``POST /auto-scavenge/pause`` → 200 ``{}``; 202 empty while a node scavenge is being stopped
+- ``POST /auto-scavenge/resume`` → 200 ``{}``; 400 ``"Auto scavenge process is currently pausing"``
+- ``POST /auto-scavenge/configure`` ``{"schedule": "<cron>"}`` → 200 ``{}``; 400 JSON string
+- ``GET /auto-scavenge/progress`` (evdb) → the cycle node by node and the last problem seen
+
+Reads need an authenticated user, commands ``$ops`` or ``$admins`` (401 without credentials, 403
+without the role). With the earlier plugin form (plugin 0.0.1), ``/enabled`` is anonymous and every
+other endpoint needs ``$ops``/``$admins``, as that plugin had it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from evdb.autoscavenge.schedule import InvalidSchedule, parse_schedule
+from evdb.http.common import get_node, get_principal, json_response, require_authenticated, require_ops
+from evdb.http.openapi import APP_PATHS
+
+FORWARDED = "X-Evdb-Forwarded-By"
+NO_LEADER = "No leader node was found in the cluster"
+
+
+def _service(request: web.Request):
+    return get_node(request).auto_scavenge
+
+
+def problem(status: int, detail: str) -> web.Response:
+    """ASP.NET's problem details (``Results.Problem``), as KurrentDB answers."""
+    body = {
+        "type": "https://tools.ietf.org/html/rfc9110#section-15.6.1",
+        "title": "An error occurred while processing your request.",
+        "status": status,
+        "detail": detail,
+    }
+    return json_response(body, status, content_type="application/problem+json")
+
+
+def _json_string(text: str, status: int = 400) -> web.Response:
+    return json_response(text, status)
+
+
+def _require_read(request: web.Request) -> None:
+    if _service(request).enabling.plugin_form:
+        require_ops(request, legacy=False)
+    else:
+        require_authenticated(request)
+
+
+async def _on_leader(request: web.Request, local) -> web.Response:
+    """Run ``local()`` here when this node leads; else forward the request to the leader."""
+    service = _service(request)
+    node = get_node(request)
+    if not service.active:
+        return problem(503, "AutoScavenge is not enabled")
+    cluster = node.cluster
+    if cluster is not None and cluster.is_leader:
+        return await local()
+    leader = cluster.leader_http_endpoint() if cluster is not None else None
+    if leader is None or request.headers.get(FORWARDED):
+        return problem(500, NO_LEADER)
+    headers = {FORWARDED: service.cluster.self_endpoint, "Accept": request.headers.get("Accept", "*/*")}
+    for name in ("Authorization", "Content-Type"):
+        if name in request.headers:
+            headers[name] = request.headers[name]
+    body = await request.read()
+    try:
+        status, data, content_type = await service.forward(
+            leader, request.method, request.path, body, headers
+        )
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        node.logger.warning(
+            "Could not forward %s %s to the leader %s:%d: %s", request.method, request.path, *leader, exc
+        )
+        return problem(500, f"{NO_LEADER} (the leader at {leader[0]}:{leader[1]} did not answer: {exc})")
+    response = web.Response(status=status, body=data)
+    if content_type:
+        response.headers["Content-Type"] = content_type
+    return response
+
+
+async def enabled(request: web.Request) -> web.Response:
+    service = _service(request)
+    if not service.enabling.plugin_form:
+        require_authenticated(request)
+    return json_response({"enabled": bool(service.active)})
+
+
+async def status(request: web.Request) -> web.Response:
+    _require_read(request)
+
+    async def local() -> web.Response:
+        async with _service(request).leading() as machine:
+            return json_response(machine.status())
+
+    return await _on_leader(request, local)
+
+
+async def progress(request: web.Request) -> web.Response:
+    _require_read(request)
+
+    async def local() -> web.Response:
+        async with _service(request).leading() as machine:
+            return json_response(machine.progress())
+
+    return await _on_leader(request, local)
+
+
+async def pause(request: web.Request) -> web.Response:
+    require_ops(request, legacy=False)
+
+    async def local() -> web.Response:
+        get_node(request).logger.info("Auto-scavenge pause requested by %s", get_principal(request).name)
+        async with _service(request).leading() as machine:
+            code = await machine.pause()
+        if code == 202:
+            return web.Response(status=202)
+        return json_response({})
+
+    return await _on_leader(request, local)
+
+
+async def resume(request: web.Request) -> web.Response:
+    require_ops(request, legacy=False)
+
+    async def local() -> web.Response:
+        async with _service(request).leading() as machine:
+            reason = await machine.resume()
+        if reason is not None:
+            return _json_string(reason)
+        return json_response({})
+
+    return await _on_leader(request, local)
+
+
+def _is_json(content_type: str) -> bool:
+    return content_type == "application/json" or content_type.endswith("+json")
+
+
+async def _schedule_from(request: web.Request) -> Any:
+    """The ``schedule`` of a configure payload; raises a 400 answer for an invalid payload."""
+    raw = await request.read()
+    if not _is_json(request.content_type) or not raw.strip():
+        raise web.HTTPBadRequest(text=json.dumps("Invalid payload"), content_type="application/json")
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise web.HTTPBadRequest(
+            text=json.dumps("Invalid payload"), content_type="application/json"
+        ) from None
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(text=json.dumps("Invalid payload"), content_type="application/json")
+    found = [v for k, v in body.items() if str(k).lower() == "schedule"]
+    if not found:
+        raise web.HTTPBadRequest(text=json.dumps("Invalid payload"), content_type="application/json")
+    return found[0]
+
+
+async def configure(request: web.Request) -> web.Response:
+    require_ops(request, legacy=False)
+    service = _service(request)
+    value = await _schedule_from(request)
+    try:
+        schedule = parse_schedule(value, allow_seconds=service.allow_seconds)
+    except InvalidSchedule as exc:
+        return _json_string(str(exc))
+
+    async def local() -> web.Response:
+        async with service.leading() as machine:
+            await machine.configure(schedule)
+        return json_response({})
+
+    return await _on_leader(request, local)
+
+
+def setup(app: web.Application) -> None:
+    from evdb.http.common import NODE
+
+    service = app[NODE].auto_scavenge
+    if service is None or not service.enabling.mapped:
+        return  # not mapped: 404, as KurrentDB when the feature is off
+    r = app.router
+    r.add_get("/auto-scavenge/enabled", enabled)
+    r.add_get("/auto-scavenge/status", status)
+    r.add_get("/auto-scavenge/progress", progress)
+    r.add_post("/auto-scavenge/pause", pause)
+    r.add_post("/auto-scavenge/resume", resume)
+    r.add_post("/auto-scavenge/configure", configure)
+    app[APP_PATHS] = [*app.get(APP_PATHS, []), _openapi_paths()]
+
+
+# -- OpenAPI ------------------------------------------------------------------------------------------
+_UNAUTH = {"description": "Not authenticated, or wrong credentials"}
+_FORBIDDEN = {"description": "Authenticated without the $ops or $admins role"}
+_NO_LEADER = {
+    "description": "No leader (problem details)",
+    "content": {"application/problem+json": {"schema": {"type": "object"}}},
+}
+_DISABLED = {
+    "description": "AutoScavenge is not enabled (not licensed): problem details",
+    "content": {"application/problem+json": {"schema": {"type": "object"}}},
+}
+_EMPTY_OBJECT = {"application/json": {"schema": {"type": "object"}}}
+_JSON_STRING = {"application/json": {"schema": {"type": "string"}}}
+
+
+def _openapi_paths() -> dict[str, Any]:
+    status_schema = {
+        "type": "object",
+        "required": ["state", "schedule", "timeUntilNextCycle"],
+        "properties": {
+            "state": {
+                "type": "string",
+                "enum": ["NotConfigured", "Waiting", "InProgress", "Pausing", "Paused"],
+            },
+            "schedule": {"type": "string", "nullable": True},
+            "timeUntilNextCycle": {"type": "string", "nullable": True},
+        },
+    }
+    common = {"401": _UNAUTH, "500": _NO_LEADER, "503": _DISABLED}
+    return {
+        "/auto-scavenge/enabled": {
+            "get": {
+                "summary": "Whether auto-scavenge runs on this node",
+                "responses": {
+                    "200": {
+                        "description": "OK",
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["enabled"],
+                                    "properties": {"enabled": {"type": "boolean"}},
+                                }
+                            }
+                        },
+                    },
+                    "401": _UNAUTH,
+                },
+            }
+        },
+        "/auto-scavenge/status": {
+            "get": {
+                "summary": "The auto-scavenge state, schedule and time until the next cluster scavenge",
+                "responses": {
+                    "200": {"description": "OK", "content": {"application/json": {"schema": status_schema}}},
+                    **common,
+                },
+            }
+        },
+        "/auto-scavenge/progress": {
+            "get": {
+                "summary": "evdb: the running cluster scavenge node by node, and the last problem seen",
+                "responses": {"200": {"description": "OK", "content": _EMPTY_OBJECT}, **common},
+            }
+        },
+        "/auto-scavenge/pause": {
+            "post": {
+                "summary": "Pause auto-scavenge (stops the running node scavenge)",
+                "responses": {
+                    "200": {"description": "Paused", "content": _EMPTY_OBJECT},
+                    "202": {"description": "Pausing: the node scavenge is being stopped"},
+                    "403": _FORBIDDEN,
+                    **common,
+                },
+            }
+        },
+        "/auto-scavenge/resume": {
+            "post": {
+                "summary": "Resume auto-scavenge where it left off",
+                "responses": {
+                    "200": {"description": "Resumed", "content": _EMPTY_OBJECT},
+                    "400": {"description": "Still pausing", "content": _JSON_STRING},
+                    "403": _FORBIDDEN,
+                    **common,
+                },
+            }
+        },
+        "/auto-scavenge/configure": {
+            "post": {
+                "summary": "Set the auto-scavenge schedule (a five-field CRON expression, UTC)",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["schedule"],
+                                "properties": {"schedule": {"type": "string"}},
+                            }
+                        }
+                    },
+                },
+                "responses": {
+                    "200": {"description": "Configured", "content": _EMPTY_OBJECT},
+                    "400": {"description": "Invalid CRON expression or payload", "content": _JSON_STRING},
+                    "403": _FORBIDDEN,
+                    **common,
+                },
+            }
+        },
+    }

@@ -1,0 +1,88 @@
+"""``POST /admin/reloadconfig`` (KurrentDB's) and ``GET /admin/certificates`` (an evdb extension).
+
+Reload: ``$admins``/``$ops``; as a legacy admin endpoint a missing role is 401. Success is ``200`` with
+an empty body, as KurrentDB answers. KurrentDB only logs a failed reload; evdb also answers it: ``400``
+with the reason as a ``text/plain`` body, and the node keeps its current configuration
+(evdb/tls/reload.py).
+
+Certificates: the node certificate in use (subject, names, issuer, validity, fingerprints, files), the CA
+it chains to, the trusted roots, and the time and result of the last reload, for the dashboard.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from evdb.http.common import get_node, json_response, require_ops
+from evdb.http.openapi import EXTRA_PATHS
+
+__all__ = ["setup"]
+
+
+async def reload_config(request: web.Request) -> web.Response:
+    require_ops(request)
+    record = await get_node(request).reloader.reload("http")
+    if record.succeeded:
+        return web.Response(status=200)
+    return web.Response(status=400, text=record.error or "The configuration was not reloaded.")
+
+
+async def certificates(request: web.Request) -> web.Response:
+    require_ops(request)
+    return json_response(get_node(request).reloader.describe())
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_post("/admin/reloadconfig", reload_config)
+    app.router.add_get("/admin/certificates", certificates)
+
+
+_TEXT = {"text/plain": {"schema": {"type": "string"}}}
+_NULLABLE_OBJECT = {"type": "object", "nullable": True}
+
+EXTRA_PATHS.append(
+    {
+        "/admin/reloadconfig": {
+            "post": {
+                "summary": "Reload the configuration file, the environment and the certificates",
+                "responses": {
+                    "200": {"description": "Reloaded; the new configuration is in effect"},
+                    "400": {
+                        "description": "Not reloaded (the reason); the current configuration stays",
+                        "content": _TEXT,
+                    },
+                    "401": {"description": "Not authenticated, or not $admins/$ops"},
+                },
+            }
+        },
+        "/admin/certificates": {
+            "get": {
+                "summary": "The certificate state of this node (evdb extension)",
+                "responses": {
+                    "200": {
+                        "description": "Certificate in use, its CA, the trusted roots, the last reload",
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["secure", "certificate", "ca", "trustedRoots", "lastReload"],
+                                    "properties": {
+                                        "secure": {"type": "boolean"},
+                                        "certificate": _NULLABLE_OBJECT,
+                                        "ca": _NULLABLE_OBJECT,
+                                        "trustedRoots": {"type": "array", "items": {"type": "object"}},
+                                        "reservedNodeCommonName": {"type": "string"},
+                                        "connectionResetIntervalSeconds": {"type": "integer"},
+                                        "loadedAt": {"type": "string", "nullable": True},
+                                        "lastReload": _NULLABLE_OBJECT,
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    "401": {"description": "Not authenticated, or not $admins/$ops"},
+                },
+            }
+        },
+    }
+)

@@ -1,0 +1,796 @@
+"""``evdb mirror``: copy every event of a primary's ``$all`` to a secondary, in order, durably.
+
+The mirror subscribes to ``$all`` on the primary over evdb's HTTP API (the server-sent-event
+subscription ``/subscriptions/streams/$all?after=P&embed=raw``, which carries each event's exact
+data and metadata bytes) and appends each event to the same stream on the secondary with
+``Kurrent-ExpectedVersion`` = its event number - 1. That keeps stream names, event numbers, event
+ids, types, data, metadata and the order of ``$all``, and makes every append idempotent: the
+secondary answers a repeated event (same id at the same number) ``201`` without writing it twice,
+so a mirror restarted from an older checkpoint copies nothing twice.
+
+What is copied (see docs/operations/recovery.md):
+
+- events of user streams, in runs: consecutive events of one stream go in one append;
+- metadata events (``$$stream``), which carry ``$maxAge``/``$maxCount``/``$acl``/``$tb``: a soft
+  delete is a metadata event with ``$tb`` = max, so it is followed by copying that event;
+- tombstones (hard deletes) become ``DELETE /streams/{stream}`` with ``Kurrent-HardDelete: true``.
+
+What is skipped: every stream whose name (without the ``$$`` of a metastream) starts with ``$``:
+the primary's own system streams (``$users``, ``$user-*``, ``$epochs``, ``$stats-*``,
+``$scavenges*``, ``$scavengePoints``...). The secondary keeps its own.
+
+The checkpoint (the ``$all`` position of the last event handled) is saved atomically at least every
+second and every 1000 events while copying, and when the mirror stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import contextlib
+import json
+import logging
+import os
+import ssl
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from evdb.mirror.state import Checkpoint, CheckpointError, MirrorLock, MirrorPaths, utc_now, write_status
+from evdb.streams import MAX_EVENT_NUMBER, is_metastream, original_stream_of
+
+__all__ = [
+    "Action",
+    "Endpoint",
+    "Mirror",
+    "MirrorError",
+    "MirrorSettings",
+    "Reply",
+    "Side",
+    "is_primary_own_stream",
+    "plan_actions",
+]
+
+_log = logging.getLogger("evdb.mirror")
+
+EVENTS_JSON = "application/vnd.kurrent.events+json"
+
+
+class MirrorError(Exception):
+    """The mirror cannot go on (refused credentials, a secondary that diverged, ...): it stops."""
+
+
+class _Transient(Exception):
+    """A connection or server problem worth retrying (the mirror reconnects and resumes)."""
+
+
+def is_primary_own_stream(stream: str) -> bool:
+    """System streams (and their metastreams) belong to the primary and are not copied."""
+    original = original_stream_of(stream) if is_metastream(stream) else stream
+    return original.startswith("$")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One side: its base URL, its credentials and how to verify its certificate."""
+
+    url: str
+    user: str | None = "admin"
+    password: str | None = "changeit"
+    ca: str | None = None
+    verify_tls: bool = True
+
+    def side(self, *, read_timeout: float | None = 30.0) -> Side:
+        return Side(self, read_timeout)
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: Any
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode(errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class Side:
+    """An aiohttp session to one side (aiohttp: about twice the requests per second of httpx here)."""
+
+    def __init__(self, endpoint: Endpoint, read_timeout: float | None) -> None:
+        self.endpoint = endpoint
+        self.base = endpoint.url.rstrip("/")
+        tls: ssl.SSLContext | bool | None = None if endpoint.verify_tls else False
+        if endpoint.ca:
+            tls = ssl.create_default_context(cafile=endpoint.ca)
+        headers = {}
+        if endpoint.user is not None:
+            token = base64.b64encode(f"{endpoint.user}:{endpoint.password or ''}".encode()).decode()
+            headers["Authorization"] = f"Basic {token}"
+        self.session = aiohttp.ClientSession(
+            headers=headers,
+            connector=aiohttp.TCPConnector(ssl=tls, limit=4),
+            timeout=aiohttp.ClientTimeout(total=None, connect=10.0, sock_read=read_timeout),
+        )
+
+    async def __aenter__(self) -> Side:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.session.close()
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> Reply:
+        async with self.session.request(method, self.base + path, **kwargs) as response:
+            return Reply(response.status, response.headers, await response.read())
+
+    def stream(self, path: str, **kwargs: Any):
+        return self.session.get(self.base + path, **kwargs)
+
+
+_CONNECTION_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+
+
+@dataclass
+class MirrorSettings:
+    source: Endpoint
+    target: Endpoint
+    paths: MirrorPaths
+    start_from: int | None = None  # with no checkpoint yet: copy the events from this position on
+    metrics_port: int | None = None  # None: no endpoint; 0: a free port
+    metrics_host: str = "127.0.0.1"
+    status_line_seconds: float = 10.0  # 0: no status lines in the log
+    status_seconds: float = 1.0  # status file and primary head refresh
+    checkpoint_seconds: float = 1.0
+    checkpoint_events: int = 1000
+    batch_bytes: int = 1 << 20
+    batch_events: int = 2000
+    max_backoff: float = 5.0
+
+
+@dataclass
+class Action:
+    """One step of a batch: an append of a run of events, a tombstone, or nothing (skipped events).
+    ``last`` is the last event of the batch the step covers: once it is done, the mirror's position
+    moves to ``last["position"]``."""
+
+    kind: str  # "append" | "tombstone" | "skip"
+    last: dict[str, Any]
+    stream: str = ""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    skipped: int = 0  # events of the primary's system streams the step covers
+
+
+def _raw_size(event: dict[str, Any]) -> int:
+    return (len(event.get("dataBase64", "")) + len(event.get("metaDataBase64", ""))) * 3 // 4 + 64
+
+
+def plan_actions(items: Iterable[dict[str, Any]], batch_bytes: int = 1 << 20) -> list[Action]:
+    """Turn events of ``$all`` (in order) into steps, grouping consecutive events of one stream."""
+    actions: list[Action] = []
+    run: Action | None = None
+    run_bytes = 0
+    for event in items:
+        stream = event["streamId"]
+        if is_primary_own_stream(stream):
+            step = (
+                run if run is not None else (actions[-1] if actions and actions[-1].kind == "skip" else None)
+            )
+            if step is None:
+                step = Action("skip", event)
+                actions.append(step)
+            step.last = event  # the skipped event is done once the step is
+            step.skipped += 1
+            continue
+        size = _raw_size(event)
+        if event["eventNumber"] == MAX_EVENT_NUMBER:
+            run = None
+            actions.append(Action("tombstone", event, stream))
+            continue
+        if (
+            run is not None
+            and run.stream == stream
+            and run.events[-1]["eventNumber"] + 1 == event["eventNumber"]
+            and run_bytes + size <= batch_bytes
+        ):
+            run.events.append(event)
+            run.last = event
+            run_bytes += size
+            continue
+        run = Action("append", event, stream, [event])
+        run_bytes = size
+        actions.append(run)
+    return actions
+
+
+def _event_time(event: dict[str, Any]) -> float | None:
+    try:
+        return datetime.fromisoformat(event["updated"]).timestamp()
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+class Mirror:
+    """One mirror process: subscription, appends, checkpoint, status file, metrics endpoint."""
+
+    def __init__(self, settings: MirrorSettings, logger: logging.Logger | None = None) -> None:
+        self.settings = settings
+        self.logger = logger or _log
+        self.paths = settings.paths
+        self.lock = MirrorLock(self.paths.lock)
+        self.checkpoint: Checkpoint | None = None
+        self.position = -1
+        self.last_event_time: float | None = None
+        self.events_copied = 0
+        self.events_skipped = 0
+        self.tombstones = 0
+        self.metadata_events = 0
+        self.appends = 0
+        self.state = "starting"
+        self.caught_up = False
+        self.last_error: str | None = None
+        self.primary_head: int | None = None
+        self.primary_head_time: float | None = None
+        self.metrics_url: str | None = None
+        self._rate_samples: collections.deque[tuple[float, int]] = collections.deque(maxlen=64)
+        self._saved_position = -1
+        self._saved_at = time.monotonic()
+        self._saved_events = 0
+        self._start_events = 0
+        self._started = time.monotonic()
+
+    # -- status ----------------------------------------------------------------------------------------
+    @property
+    def lag_bytes(self) -> int | None:
+        if self.primary_head is None:
+            return None
+        return max(0, self.primary_head - self.position)
+
+    @property
+    def lag_seconds(self) -> float | None:
+        lag = self.lag_bytes
+        if lag is None:
+            return None
+        if lag == 0:
+            return 0.0
+        if self.primary_head_time is None:
+            return None
+        if self.last_event_time is None:
+            return None
+        return max(0.0, self.primary_head_time - self.last_event_time)
+
+    def events_per_second(self) -> float:
+        now = time.monotonic()
+        samples = [s for s in self._rate_samples if now - s[0] <= 10.0]
+        if not samples:
+            return 0.0
+        first_time, first_count = samples[0]
+        if now - first_time < 0.5:
+            return 0.0
+        return (self.events_copied - first_count) / (now - first_time)
+
+    def status(self) -> dict[str, Any]:
+        """The shape of the status file and of ``GET /status`` (docs/operations/recovery.md)."""
+        return {
+            "kind": "evdb-mirror",
+            "version": 1,
+            "state": self.state,
+            "pid": os.getpid(),
+            "from": self.settings.source.url,
+            "to": self.settings.target.url,
+            "position": self.position,
+            "checkpointPosition": self._saved_position,
+            "primaryHead": self.primary_head,
+            "lagBytes": self.lag_bytes,
+            "lagSeconds": None if self.lag_seconds is None else round(self.lag_seconds, 3),
+            "caughtUp": self.caught_up and self.lag_bytes == 0,
+            "eventsCopied": self.events_copied,
+            "eventsSkipped": self.events_skipped,
+            "metadataEvents": self.metadata_events,
+            "tombstones": self.tombstones,
+            "appends": self.appends,
+            "eventsPerSecond": round(self.events_per_second(), 1),
+            "uptimeSeconds": round(time.monotonic() - self._started, 1),
+            "lastError": self.last_error,
+            "metricsUrl": self.metrics_url,
+            "checkpoint": str(self.paths.checkpoint),
+            "updated": utc_now(),
+        }
+
+    def status_line(self) -> str:
+        lag_b, lag_s = self.lag_bytes, self.lag_seconds
+        lag = (
+            "unknown" if lag_b is None else f"{lag_b} bytes" + ("" if lag_s is None else f" / {lag_s:.2f} s")
+        )
+        return (
+            f"Mirror {self.state}: position {self.position}, primary head {self.primary_head}, lag {lag}, "
+            f"{self.events_copied} events copied ({self.events_per_second():.0f} events/s), "
+            f"{self.events_skipped} skipped, {self.tombstones} tombstones"
+        )
+
+    def _write_status(self) -> None:
+        try:
+            write_status(self.paths.status, self.status())
+        except OSError as exc:
+            self.logger.warning("Cannot write the mirror status file %s: %s", self.paths.status, exc)
+
+    # -- checkpoint ------------------------------------------------------------------------------------
+    async def _load_checkpoint(self) -> None:
+        source, target = self.settings.source.url, self.settings.target.url
+        checkpoint = Checkpoint.load(self.paths.checkpoint)
+        if checkpoint is None:
+            checkpoint = Checkpoint(source=source, target=target)
+            if self.settings.start_from is not None:
+                checkpoint.position = await self._event_before(self.settings.start_from)
+            checkpoint.save(self.paths.checkpoint)
+        if checkpoint.failover:
+            raise CheckpointError(
+                f"this mirror was failed over at {checkpoint.failover.get('at')} (position "
+                f"{checkpoint.failover.get('position')}): {target} is the primary now. "
+                "Start a new mirror with another checkpoint file to copy in any direction again."
+            )
+        if (checkpoint.source, checkpoint.target) != (source, target):
+            raise CheckpointError(
+                f"{self.paths.checkpoint} belongs to the mirror {checkpoint.source} -> {checkpoint.target}, "
+                f"not {source} -> {target}; give another --checkpoint file"
+            )
+        self.checkpoint = checkpoint
+        self.position = self._saved_position = checkpoint.position
+        self.events_copied = self._saved_events = self._start_events = checkpoint.events_copied
+
+    async def _event_before(self, position: int) -> int:
+        """The position of the primary's last event before ``position`` (-1: none), where a mirror
+        that must copy the events from ``position`` on starts (the subscription starts after it)."""
+        async with self.settings.source.side() as source:
+            try:
+                response = await source.request(
+                    "GET", f"/streams/$all/{position}/backward/1", headers={"Accept": "application/json"}
+                )
+            except _CONNECTION_ERRORS as exc:
+                raise MirrorError(f"Cannot read the primary to find position {position}: {exc}") from None
+        if response.status != 200:
+            raise MirrorError(
+                f"The primary refused to read $all before position {position}: {response.text[:200]}"
+            )
+        entries = response.json().get("entries") or []
+        return int(entries[0]["position"]) if entries else -1
+
+    def _save_checkpoint(self) -> None:
+        assert self.checkpoint is not None
+        self.checkpoint.position = self.position
+        self.checkpoint.events_copied = self.events_copied
+        self.checkpoint.save(self.paths.checkpoint)
+        self._saved_position = self.position
+        self._saved_events = self.events_copied
+        self._saved_at = time.monotonic()
+
+    def _maybe_save_checkpoint(self, idle: bool) -> None:
+        if self.position == self._saved_position:
+            return
+        s = self.settings
+        if (
+            idle
+            or self.events_copied - self._saved_events >= s.checkpoint_events
+            or time.monotonic() - self._saved_at >= s.checkpoint_seconds
+        ):
+            self._save_checkpoint()
+
+    # -- running ---------------------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        """Copy until ``stop`` is set (or a :class:`MirrorError`); always saves the checkpoint."""
+        self.lock.acquire()
+        runner = None
+        status_task = None
+        try:
+            await self._load_checkpoint()
+            if self.settings.metrics_port is not None:
+                runner = await self._start_metrics()
+            self.logger.info(
+                "Mirroring %s -> %s from position %d (checkpoint %s)",
+                self.settings.source.url,
+                self.settings.target.url,
+                self.position,
+                self.paths.checkpoint,
+            )
+            status_task = asyncio.create_task(self._status_loop(stop))
+            await self._copy_until(stop)
+            self.state = "stopped"
+        except MirrorError as exc:
+            self.state = "failed"
+            self.last_error = str(exc)
+            self.logger.error("The mirror stopped: %s", exc)
+            raise
+        finally:
+            if status_task is not None:
+                status_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await status_task
+            if self.checkpoint is not None:
+                self._save_checkpoint()
+                self._write_status()
+                self.logger.info(
+                    "Mirror stopped at position %d after copying %d events", self.position, self.events_copied
+                )
+            if runner is not None:
+                await runner.cleanup()
+            self.lock.release()
+
+    async def _copy_until(self, stop: asyncio.Event) -> None:
+        backoff = 0.2
+        async with (
+            self.settings.source.side(read_timeout=None) as source,
+            self.settings.target.side() as target,
+        ):
+            while not stop.is_set():
+                copied_before = self.events_copied + self.events_skipped
+                try:
+                    await self._session(source, target, stop)
+                    return
+                except _Transient as exc:
+                    self.last_error = str(exc)
+                    self.state = "reconnecting"
+                    self.caught_up = False
+                    if self.events_copied + self.events_skipped > copied_before:
+                        backoff = 0.2
+                    self.logger.warning("Mirror connection problem, retrying in %.1f s: %s", backoff, exc)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), timeout=backoff)
+                    backoff = min(self.settings.max_backoff, backoff * 2)
+
+    async def _session(self, source: Side, target: Side, stop: asyncio.Event) -> None:
+        queue: asyncio.Queue = asyncio.Queue(maxsize=4 * self.settings.batch_events)
+        reader = asyncio.create_task(self._read(source, queue))
+        stopping = asyncio.create_task(stop.wait())
+        self.state = "catching-up"
+        try:
+            while True:
+                getter = asyncio.create_task(queue.get())
+                done, _ = await asyncio.wait({getter, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    getter.cancel()
+                    return
+                items = [getter.result()]
+                while len(items) < self.settings.batch_events:
+                    try:
+                        items.append(queue.get_nowait())
+                    except asyncio.QueueEmpty:
+                        break
+                events = []
+                for item in items:
+                    if isinstance(item, BaseException):
+                        await self._apply(target, events, stop)
+                        raise item
+                    if isinstance(item, int):  # caught up at this committed position
+                        await self._apply(target, events, stop)
+                        events = []
+                        self.caught_up = True
+                        self.state = "live"
+                        self.logger.info("Mirror caught up with the primary (position %d)", self.position)
+                        continue
+                    events.append(item)
+                await self._apply(target, events, stop)
+                if stop.is_set():
+                    return
+                self._maybe_save_checkpoint(idle=queue.empty())
+        finally:
+            stopping.cancel()
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+
+    async def _read(self, source: Side, queue: asyncio.Queue) -> None:
+        """Parse the primary's server-sent events into the queue (an exception ends it)."""
+        try:
+            params = {"embed": "raw"}
+            if self.position >= 0:
+                params["after"] = str(self.position)
+            async with source.stream(
+                "/subscriptions/streams/$all", params=params, headers={"Accept": "text/event-stream"}
+            ) as response:
+                if response.status in (401, 403):
+                    raise MirrorError(
+                        f"The primary {self.settings.source.url} refused the credentials "
+                        f"({response.status}): reading $all needs an admin user"
+                    )
+                if response.status != 200:
+                    text = (await response.read()).decode(errors="replace")
+                    raise _Transient(
+                        f"The primary answered {response.status} to the $all subscription: {text[:200]}"
+                    )
+                kind: str | None = None
+                data: list[str] = []
+                async for raw in _lines(response.content):
+                    line = raw.decode().rstrip("\r")
+                    if line:
+                        if line.startswith("event:"):
+                            kind = line[6:].strip()
+                        elif line.startswith("data:"):
+                            data.append(line[5:].removeprefix(" "))
+                        continue
+                    if kind and data:
+                        body = json.loads("\n".join(data))
+                        if kind == "event":
+                            await queue.put(body)
+                        elif kind == "caught-up":
+                            await queue.put(int(body["position"]))
+                        elif kind == "error":
+                            raise _Transient(f"The primary ended the subscription: {body.get('error')}")
+                    kind, data = None, []
+            raise _Transient("The primary closed the $all subscription")
+        except (MirrorError, _Transient) as exc:
+            await queue.put(exc)
+        except _CONNECTION_ERRORS as exc:
+            await queue.put(_Transient(f"Reading from the primary failed: {type(exc).__name__}: {exc}"))
+        except ValueError as exc:
+            await queue.put(_Transient(f"The primary sent a message that is not JSON: {exc}"))
+
+    # -- applying events to the secondary --------------------------------------------------------------
+    async def _apply(self, target: Side, events: list[dict], stop: asyncio.Event) -> None:
+        """Apply the steps in order; once ``stop`` is set, none more (not even of a later call: the
+        position must never pass a step that was not done)."""
+        for action in plan_actions(events, self.settings.batch_bytes):
+            if stop.is_set():
+                return
+            if action.kind == "append":
+                await self._append(target, action.stream, action.events)
+                self.appends += 1
+                self.events_copied += len(action.events)
+                if is_metastream(action.stream):
+                    self.metadata_events += len(action.events)
+            elif action.kind == "tombstone":
+                await self._tombstone(target, action.stream)
+                self.tombstones += 1
+                self.events_copied += 1
+            self.events_skipped += action.skipped
+            self.position = action.last["position"]
+            self.last_event_time = _event_time(action.last) or self.last_event_time
+            self._rate_samples.append((time.monotonic(), self.events_copied))
+
+    async def _request(self, target: Side, method: str, url: str, **kwargs) -> Reply:
+        try:
+            response = await target.request(method, url, **kwargs)
+        except _CONNECTION_ERRORS as exc:
+            raise _Transient(f"Writing to the secondary failed: {type(exc).__name__}: {exc}") from None
+        if response.status >= 500 or response.status in (408, 429):
+            raise _Transient(f"The secondary answered {response.status}: {response.text[:200]}")
+        if response.status in (401, 403):
+            raise MirrorError(
+                f"The secondary {self.settings.target.url} refused the credentials ({response.status}): "
+                "the mirror needs a user that may write every stream and its metadata (an admin)"
+            )
+        return response
+
+    async def _append(self, target: Side, stream: str, events: list[dict]) -> None:
+        body = json.dumps(
+            [
+                {
+                    "eventId": e["eventId"],
+                    "eventType": e["eventType"],
+                    "dataBase64": e.get("dataBase64", ""),
+                    "metadataBase64": e.get("metaDataBase64", ""),
+                    "isJson": bool(e.get("isJson")),
+                }
+                for e in events
+            ]
+        )
+        first = events[0]["eventNumber"]
+        if first == 0 and self._replaying() and await self._soft_deleted(target, stream):
+            # Expected version -1 (no stream) succeeds on a soft-deleted stream, recreating it:
+            # a replayed first run would be written twice. The primary's event 0 comes before any
+            # soft delete of its stream in $all, so the secondary's soft delete was copied after it.
+            self.logger.debug(
+                "Stream %s is soft-deleted on the secondary: its first events were copied", stream
+            )
+            return
+        response = await self._request(
+            target,
+            "POST",
+            f"/streams/{quote(stream, safe='')}",
+            data=body,
+            headers={"Content-Type": EVENTS_JSON, "Kurrent-ExpectedVersion": str(first - 1)},
+        )
+        if response.status == 201:
+            return
+        current = response.headers.get("Kurrent-CurrentVersion")
+        if response.status == 400 and current is not None:
+            if len(events) > 1:  # some were copied before a restart: one by one, each idempotent
+                for event in events:
+                    await self._append(target, stream, [event])
+                return
+            await self._resolve_conflict(target, stream, events[0], int(current))
+            return
+        if response.status == 410:
+            # The mirror copies in $all order and a tombstone is a stream's last record: the
+            # secondary's tombstone was copied after these events (a restart from an older checkpoint).
+            self.logger.debug(
+                "Stream %s is tombstoned on the secondary: events %d..%d were copied before",
+                stream,
+                first,
+                events[-1]["eventNumber"],
+            )
+            return
+        raise MirrorError(
+            f"The secondary refused events {first}..{events[-1]['eventNumber']} of '{stream}' "
+            f"({response.status}): {response.text[:300]}"
+        )
+
+    def _replaying(self) -> bool:
+        """Whether the events now copied may have been copied by an earlier run: the checkpoint is
+        saved at least every ``checkpoint_events`` events, checked after each batch."""
+        s = self.settings
+        return self.events_copied - self._start_events < s.checkpoint_events + s.batch_events
+
+    async def _soft_deleted(self, target: Side, stream: str) -> bool:
+        if is_metastream(stream):
+            return False
+        response = await self._request(target, "GET", f"/streams/{quote(stream, safe='')}/metadata")
+        try:
+            return response.status == 200 and response.json().get("$tb") == MAX_EVENT_NUMBER
+        except (ValueError, AttributeError):
+            return False
+
+    async def _resolve_conflict(self, target: Side, stream: str, event: dict, current: int) -> None:
+        """A single event the secondary refused as a wrong expected version (and not as a repeat)."""
+        number = event["eventNumber"]
+        if is_metastream(stream) and current >= number:
+            # Appending to a soft-deleted stream makes the secondary write its own $$stream event
+            # (new $tb) with its own id, as the primary did: the same metadata, another event id.
+            # A higher version means this mirror already copied later metadata events after it.
+            if current > number:
+                return
+            original = original_stream_of(stream)
+            response = await self._request(target, "GET", f"/streams/{quote(original, safe='')}/metadata")
+            try:
+                theirs = response.json() if response.status == 200 else None
+                ours = json.loads(base64.b64decode(event.get("dataBase64", "")))
+            except ValueError:
+                theirs, ours = None, object()
+            if theirs == ours:
+                self.logger.debug("Metadata event %d of %s is already on the secondary", number, original)
+                return
+        raise MirrorError(
+            f"The secondary's stream '{stream}' is at version {current}, but the primary's event {number} "
+            f"({event['eventId']}) follows version {number - 1}. Either something other than this mirror "
+            "wrote to the secondary, or the primary's older events of this stream were scavenged before "
+            "the mirror copied them; see docs/operations/recovery.md (seeding a secondary from a backup)."
+        )
+
+    async def _tombstone(self, target: Side, stream: str) -> None:
+        response = await self._request(
+            target,
+            "DELETE",
+            f"/streams/{quote(stream, safe='')}",
+            headers={"Kurrent-HardDelete": "true", "Kurrent-ExpectedVersion": "-2"},
+        )
+        if response.status in (204, 410):  # 410: already tombstoned (copied before a restart)
+            return
+        raise MirrorError(
+            f"The secondary refused to tombstone '{stream}' ({response.status}): {response.text[:300]}"
+        )
+
+    # -- status loop and metrics endpoint --------------------------------------------------------------
+    async def _status_loop(self, stop: asyncio.Event) -> None:
+        s = self.settings
+        last_line = time.monotonic()
+        async with s.source.side(read_timeout=5.0) as source:
+            while True:
+                await self._poll_primary_head(source)
+                self._write_status()
+                if s.status_line_seconds and time.monotonic() - last_line >= s.status_line_seconds:
+                    last_line = time.monotonic()
+                    self.logger.info("%s", self.status_line())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=s.status_seconds)
+                if stop.is_set():
+                    return
+
+    async def _poll_primary_head(self, source: Side) -> None:
+        try:
+            response = await source.request(
+                "GET", "/streams/$all/head/backward/1", headers={"Accept": "application/json"}
+            )
+            if response.status != 200:
+                return
+            entries = response.json().get("entries") or []
+        except (*_CONNECTION_ERRORS, ValueError):
+            return
+        if entries:
+            self.primary_head = int(entries[0]["position"])
+            self.primary_head_time = _event_time(entries[0])
+        else:
+            self.primary_head = -1
+
+    async def _start_metrics(self):
+        from aiohttp import web
+        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        mirror = self
+
+        class Collector:
+            def collect(self):
+                st = mirror.status()
+                gauges = {
+                    "evdb_mirror_position": (
+                        "$all position (on the primary) of the last event handled",
+                        st["position"],
+                    ),
+                    "evdb_mirror_primary_head_position": (
+                        "position of the primary's newest event",
+                        st["primaryHead"],
+                    ),
+                    "evdb_mirror_lag_bytes": ("bytes of the primary's $all not handled yet", st["lagBytes"]),
+                    "evdb_mirror_lag_seconds": (
+                        "primary time between its newest event and the last one copied",
+                        st["lagSeconds"],
+                    ),
+                    "evdb_mirror_caught_up": (
+                        "1 when every event of the primary is copied",
+                        int(st["caughtUp"]),
+                    ),
+                    "evdb_mirror_events_per_second": (
+                        "copy rate over the last 10 seconds",
+                        st["eventsPerSecond"],
+                    ),
+                }
+                for name, (doc, value) in gauges.items():
+                    if value is not None:
+                        yield GaugeMetricFamily(name, doc, value=value)
+                counters = {
+                    "evdb_mirror_events_copied": ("events appended to the secondary", st["eventsCopied"]),
+                    "evdb_mirror_events_skipped": (
+                        "events of the primary's system streams, not copied",
+                        st["eventsSkipped"],
+                    ),
+                    "evdb_mirror_tombstones": ("tombstones copied", st["tombstones"]),
+                }
+                for name, (doc, value) in counters.items():
+                    yield CounterMetricFamily(name, doc, value=value)
+
+        registry = CollectorRegistry()
+        registry.register(Collector())
+
+        async def metrics(request: web.Request) -> web.Response:
+            return web.Response(body=generate_latest(registry), content_type="text/plain", charset="utf-8")
+
+        async def status(request: web.Request) -> web.Response:
+            return web.json_response(mirror.status())
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        app.router.add_get("/status", status)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.settings.metrics_host, self.settings.metrics_port)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        self.metrics_url = f"http://{host}:{port}"
+        self.logger.info(
+            "Mirror metrics at %s/metrics and status at %s/status", self.metrics_url, self.metrics_url
+        )
+        return runner
+
+
+async def _lines(content: aiohttp.StreamReader):
+    """Lines of a body of any length (``async for`` over aiohttp's reader refuses lines over 128 KiB,
+    and an event's data may be up to MaxAppendSize)."""
+    pending = bytearray()
+    async for chunk in content.iter_any():
+        pending += chunk  # in place: a long line costs no repeated copies
+        if b"\n" not in chunk:
+            continue
+        *lines, rest = pending.split(b"\n")
+        pending = bytearray(rest)
+        for line in lines:
+            yield bytes(line)
+    if pending:
+        yield bytes(pending)

@@ -1,0 +1,191 @@
+"""The endpoints on a real in-process node: roles and status codes, bodies, CRON validation, a cycle
+driven through the node's own scavenge endpoints, and the node token those calls carry."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+
+import httpx
+
+from evdb.autoscavenge.state import CONFIGURATION_STREAM, EVENTS_STREAM
+from evdb.node import Node
+from evdb.scavenge.events import SCAVENGES_STREAM
+from tests.autoscavenge.conftest import ADMIN, OPS, log_messages, options_for
+
+COMMANDS = ("/auto-scavenge/pause", "/auto-scavenge/resume", "/auto-scavenge/configure")
+READS = ("/auto-scavenge/enabled", "/auto-scavenge/status", "/auto-scavenge/progress")
+
+
+async def test_roles_and_status_codes(clients):
+    for path in READS:
+        r = await clients["anonymous"].get(path)
+        assert r.status_code == 401, path
+        assert r.headers["WWW-Authenticate"].startswith("Basic ")
+        for who in ("user", "ops", "admin"):
+            assert (await clients[who].get(path)).status_code == 200, (who, path)
+    for path in COMMANDS:
+        body = {"schedule": "0 6 * * 6"} if path.endswith("configure") else None
+        assert (await clients["anonymous"].post(path, json=body)).status_code == 401, path
+        forbidden = await clients["user"].post(path, json=body)
+        assert forbidden.status_code == 403, path
+        for who in ("ops", "admin"):
+            assert (await clients[who].post(path, json=body)).status_code == 200, (who, path)
+    wrong = httpx.AsyncClient(base_url=str(clients["admin"].base_url), auth=("admin", "nope"))
+    async with wrong:
+        assert (await wrong.get("/auto-scavenge/status")).status_code == 401
+
+
+async def test_bodies_have_kurrentdbs_shapes(clients, licensed_node):
+    admin = clients["admin"]
+    enabled = await admin.get("/auto-scavenge/enabled")
+    assert enabled.json() == {"enabled": True}
+    assert enabled.headers["Content-Type"].startswith("application/json")
+    status = await admin.get("/auto-scavenge/status")
+    assert status.json() == {"state": "NotConfigured", "schedule": None, "timeUntilNextCycle": None}
+    r = await admin.post("/auto-scavenge/configure", json={"schedule": "0 6 * * 6"})
+    assert (r.status_code, r.json()) == (200, {})
+    status = (await admin.get("/auto-scavenge/status")).json()
+    # the ManualClock starts on 2023-11-14 22:13:20 UTC, a Tuesday
+    assert status == {"state": "Waiting", "schedule": "0 6 * * 6", "timeUntilNextCycle": "3.07:46:40"}
+    r = await admin.post("/auto-scavenge/pause")
+    assert (r.status_code, r.json()) == (200, {})
+    assert (await admin.get("/auto-scavenge/status")).json()["state"] == "Paused"
+    r = await admin.post("/auto-scavenge/resume")
+    assert (r.status_code, r.json()) == (200, {})
+    assert (await admin.get("/auto-scavenge/status")).json()["state"] == "Waiting"
+    # the configuration is an event of $auto-scavenge-configuration, the pause/resume of $auto-scavenges
+    db = licensed_node.db
+    (config,) = db.read_stream_forward(CONFIGURATION_STREAM).events
+    assert config.event_type == "$configuration-updated"
+    assert json.loads(config.data) == {"schedule": "0 6 * * 6", "updatedAt": "2023-11-14T22:13:20Z"}
+    assert [e.event_type for e in db.read_stream_forward(EVENTS_STREAM).events] == ["$paused", "$resumed"]
+    spec = (await admin.get("/openapi.json")).json()
+    assert {"/auto-scavenge/status", "/auto-scavenge/configure"} <= set(spec["paths"])
+
+
+BAD_CONFIGURE = [
+    (b'{"schedule": "61 * * * *"}', "application/json", "Invalid CRON expression"),
+    (b'{"schedule": "* * * *"}', "application/json", "Invalid CRON expression"),
+    (b'{"schedule": "0 0 * * * *"}', "application/json", "Invalid CRON expression"),  # seconds: option off
+    (b'{"schedule": "@daily"}', "application/json", "Invalid CRON expression"),
+    (b'{"schedule": "0 0 L * *"}', "application/json", "Invalid CRON expression"),
+    (b'{"schedule": "H * * * *"}', "application/json", "Invalid CRON expression"),
+    (b'{"schedule": ""}', "application/json", "Invalid CRON expression"),
+    (b'{"schedule": 5}', "application/json", "CRON expression can only be a string"),
+    (b'{"schedule": null}', "application/json", "CRON expression can only be a string"),
+    (b'{"cron": "* * * * *"}', "application/json", "Invalid payload"),
+    (b'["* * * * *"]', "application/json", "Invalid payload"),
+    (b"{not json", "application/json", "Invalid payload"),
+    (b"", "application/json", "Invalid payload"),
+    (b'{"schedule": "* * * * *"}', "text/plain", "Invalid payload"),
+]
+
+
+async def test_configure_refuses_bad_schedules_and_payloads(clients):
+    for body, content_type, answer in BAD_CONFIGURE:
+        r = await clients["ops"].post(
+            "/auto-scavenge/configure", content=body, headers={"Content-Type": content_type}
+        )
+        assert r.status_code == 400, body
+        assert r.headers["Content-Type"].startswith("application/json")
+        assert r.json() == answer, body
+    status = (await clients["ops"].get("/auto-scavenge/status")).json()
+    assert status["state"] == "NotConfigured"
+
+
+async def test_schedules_with_names_steps_and_ranges_are_accepted(clients):
+    for schedule in ("0 6 * * SAT", "*/15 1-5 * JAN-MAR MON,WED", "0 0 1 */2 *"):
+        r = await clients["ops"].post("/auto-scavenge/configure", json={"Schedule": schedule})
+        assert r.status_code == 200, (schedule, r.text)
+    assert (await clients["ops"].get("/auto-scavenge/status")).json()["schedule"] == "0 0 1 */2 *"
+
+
+async def _wait_for(condition, what: str, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = await condition()
+        if value:
+            return value
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_a_cycle_on_a_single_node_runs_its_scavenge_through_http(
+    licensed_node, clients, clock, tmp_path
+):
+    admin = clients["admin"]
+    assert (await admin.post("/auto-scavenge/configure", json={"schedule": "* * * * *"})).status_code == 200
+    service = licensed_node.auto_scavenge
+    await service.tick()
+    assert (await admin.get("/auto-scavenge/status")).json()["state"] == "Waiting"
+    clock.advance(60)
+
+    async def finished():
+        await service.tick()
+        progress = (await admin.get("/auto-scavenge/progress")).json()
+        return progress["lastCompletedAt"] is not None and progress
+
+    await _wait_for(finished, "the cluster scavenge to complete")
+    status = (await admin.get("/auto-scavenge/status")).json()
+    assert status["state"] == "Waiting" and status["timeUntilNextCycle"] == "00:00:40"
+    events = licensed_node.db.read_stream_forward(EVENTS_STREAM).events
+    assert [e.event_type for e in events] == [
+        "$cluster-scavenge-started",
+        "$node-designated",
+        "$node-scavenge-started",
+        "$node-scavenge-completed",
+        "$cluster-scavenge-completed",
+    ]
+    started = json.loads(events[2].data)
+    assert json.loads(events[3].data)["result"] == "Success"
+    # the node's own scavenge ran, with its usual streams
+    links = licensed_node.db.read_stream_forward(SCAVENGES_STREAM).events
+    assert any(started["scavengeId"] in link.data.decode() for link in links)
+    messages = log_messages(tmp_path, "auto")
+    assert any("Request scavenging because /admin/scavenge request has been received." in m for m in messages)
+    assert any(m.startswith("Cluster scavenge") and "completed" in m for m in messages)
+
+
+async def test_the_node_token_is_checked(licensed_node, clients):
+    async with httpx.AsyncClient(base_url=licensed_node.http_url) as c:
+        r = await c.get("/admin/scavenge/last", headers={"Authorization": "EvdbNode not-the-token"})
+        assert r.status_code == 401
+    await licensed_node.auto_scavenge.tick()  # the leader writes the token
+    token = (await licensed_node.auto_scavenge._authorization()).split(" ", 1)[1]
+    async with httpx.AsyncClient(base_url=licensed_node.http_url) as c:
+        r = await c.get("/admin/scavenge/last", headers={"Authorization": f"EvdbNode {token}"})
+        assert r.status_code == 200
+    # only admins can read it
+    r = await clients["ops"].get("/streams/$auto-scavenge-node-token")
+    assert r.status_code in (401, 403)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def test_with_no_leader_the_answer_is_kurrentdbs_500_problem(tmp_path, clock):
+    async with Node(options_for(tmp_path, license_at=clock.time()), clock=clock, name="first"):
+        pass  # a single node: it leads and creates the default users
+    seeds = f"127.0.0.1:{_free_port()},127.0.0.1:{_free_port()}"
+    options = options_for(tmp_path, "--cluster-size", "3", "--gossip-seed", seeds, license_at=clock.time())
+    async with Node(options, clock=clock, name="alone") as node:
+        assert not node.cluster.is_leader
+        async with httpx.AsyncClient(base_url=node.http_url, auth=ADMIN, timeout=30) as c:
+            assert (await c.get("/auto-scavenge/enabled")).json() == {"enabled": True}
+            for method, path in [("GET", "/auto-scavenge/status"), ("POST", "/auto-scavenge/pause")]:
+                r = await c.request(method, path)
+                assert r.status_code == 500, (path, r.text)
+                assert r.headers["Content-Type"].startswith("application/problem+json")
+                assert r.json()["detail"] == "No leader node was found in the cluster"
+                assert r.json()["status"] == 500
+            # validation and roles are checked before forwarding
+            bad = await c.post("/auto-scavenge/configure", json={"schedule": "nope"})
+            assert (bad.status_code, bad.json()) == (400, "Invalid CRON expression")
+        async with httpx.AsyncClient(base_url=node.http_url, auth=OPS, timeout=30) as c:
+            assert (await c.post("/auto-scavenge/resume")).status_code == 500

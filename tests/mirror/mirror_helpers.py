@@ -1,0 +1,184 @@
+"""Helpers: real node processes (``evdb node --insecure --mem-db``, free ports) and ``evdb mirror`` processes."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ADMIN = ("admin", "changeit")
+READY = "Node is ready: "
+
+
+def wait_until(probe: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = probe()
+            if last:
+                return last
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            last = exc
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
+        time.sleep(interval)
+
+
+class Process:
+    """A child process whose output lines are collected by a thread (and kept in a file)."""
+
+    def __init__(self, args: list[str], log_path: Path) -> None:
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self._log = open(log_path, "a")  # noqa: SIM115 - closed in wait/stop
+        self.proc = subprocess.Popen(
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        self._thread = threading.Thread(target=self._pump, daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._log.write(line)
+            self._log.flush()
+            self.lines.put(line)
+
+    def wait_for_line(self, prefix_in_line: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.1)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            if prefix_in_line in line:
+                return line
+        raise AssertionError(f"no line with {prefix_in_line!r} in {timeout} s; output:\n{self.output()}")
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def terminate(self, timeout: float = 15) -> int:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(
+                f"process {self.proc.pid} did not stop on SIGTERM:\n{self.output()}"
+            ) from None
+
+    def close(self) -> None:
+        self.kill()
+        self._thread.join(5)
+        self._log.close()
+
+
+class NodeProcess(Process):
+    def __init__(self, folder: Path, name: str) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        super().__init__(
+            [
+                sys.executable,
+                "-m",
+                "evdb.cli",
+                "node",
+                "--insecure",
+                "--mem-db",
+                "--http-port",
+                "0",
+                "--stats-period-sec",
+                "0",
+                "--log",
+                str(folder / "log"),
+            ],
+            folder / f"{name}.out",
+        )
+        line = self.wait_for_line(READY, 30)
+        self.url = line.split(READY, 1)[1].strip()
+        self.client = httpx.Client(base_url=self.url, auth=ADMIN, timeout=30)
+
+    def append(self, stream: str, events: list[dict], expected: int | None = None) -> httpx.Response:
+        headers = {"Content-Type": "application/vnd.kurrent.events+json"}
+        if expected is not None:
+            headers["Kurrent-ExpectedVersion"] = str(expected)
+        r = self.client.post(f"/streams/{stream}", json=events, headers=headers)
+        assert r.status_code == 201, (r.status_code, r.text)
+        return r
+
+    def read_all(self, embed: str = "raw") -> list[dict]:
+        """Every event of $all, oldest first."""
+        out: list[dict] = []
+        position = 0
+        while True:
+            r = self.client.get(f"/streams/%24all/{position}/forward/4096", params={"embed": embed})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            entries = list(reversed(body["entries"]))
+            out.extend(entries)
+            previous = next(link["uri"] for link in body["links"] if link["relation"] == "previous")
+            following = int(previous.rsplit("/", 3)[-3][:16], 16)
+            if not entries or following <= position:
+                return out
+            position = following
+
+    def close(self) -> None:
+        self.client.close()
+        super().close()
+
+
+def new_events(n: int, event_type: str = "Happened", **data: Any) -> list[dict]:
+    return [
+        {
+            "eventId": str(uuid.uuid4()),
+            "eventType": event_type,
+            "data": {"i": i, **data},
+            "metadata": {"m": i},
+        }
+        for i in range(n)
+    ]
+
+
+class MirrorProcess(Process):
+    def __init__(self, source: str, target: str, checkpoint: Path, *extra: str) -> None:
+        super().__init__(
+            [
+                sys.executable,
+                "-m",
+                "evdb.cli",
+                "mirror",
+                "--from",
+                source,
+                "--to",
+                target,
+                "--checkpoint",
+                str(checkpoint),
+                *extra,
+            ],
+            checkpoint.with_name("mirror.out"),
+        )

@@ -1,0 +1,402 @@
+"""The crash matrix's node process: it writes, scavenges, merges, redacts, backs up or restores, and
+is killed with SIGKILL at a chosen point (or at a random moment by the parent).
+
+Usage::
+
+    python crash_driver.py WORK_DIR MODE SEED [--kill-at POINT] [--kill-nth N] [--kill-delay SECONDS]
+
+MODE is ``append``, ``index``, ``scavenge``, ``redact``, ``backup`` or ``restore``. Everything the
+parent needs to judge the outcome goes to ``WORK_DIR/side.jsonl``, one JSON object a line, written
+and fsynced before the driver goes on: ``send`` (a batch about to be appended), ``ack`` (its
+acknowledgement), ``removed`` (ids that must never be read again), ``point`` (a kill point reached)
+and ``killing`` (the point at which the driver kills itself). So the side file always holds at
+least what the process acknowledged.
+
+A kill point is a named moment in the code (a scavenge stage starting, a chunk renamed into place
+but the old one not yet deleted, an index table written but indexmap not yet replaced, ...). With
+``--kill-at`` the driver sends itself SIGKILL the ``--kill-nth`` time it reaches that point, at once
+(delay 0: inside the window) or a random part of ``--kill-delay`` seconds later (somewhere in the
+work that follows). SIGKILL cannot be caught: this is the same death as ``kill -9`` from outside.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import uuid
+
+from evdb.database import Database
+from evdb.streams import NewEvent
+
+CHUNK_SIZE = 64 * 1024
+MEMTABLE = 24
+MODES = ("append", "index", "scavenge", "redact", "backup", "restore")
+
+
+def db_options() -> dict:
+    return {"chunk_size": CHUNK_SIZE, "existence_filter_capacity": 10_000, "max_memtable_entries": MEMTABLE}
+
+
+def paths(work: str) -> dict[str, str]:
+    return {
+        "db": os.path.join(work, "db"),
+        "index": os.path.join(work, "db", "index"),
+        "side": os.path.join(work, "side.jsonl"),
+        "backup": os.path.join(work, "backup"),
+        "restored": os.path.join(work, "restored"),
+        "setup": os.path.join(work, "setup.done"),
+    }
+
+
+class Side:
+    """The side file: one fsynced JSON line per fact (thread-safe)."""
+
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._lock = threading.Lock()
+
+    def write(self, **fact) -> None:
+        line = (json.dumps(fact, separators=(",", ":")) + "\n").encode()
+        with self._lock:
+            os.write(self._fd, line)
+            os.fsync(self._fd)
+
+
+class Killer:
+    """Counts the points reached; kills this process at the chosen one."""
+
+    def __init__(self, side: Side, at: str | None, nth: int, delay: float, rng: random.Random) -> None:
+        self.side = side
+        self.at = at
+        self.nth = nth
+        self.delay = delay
+        self.rng = rng
+        self.hits = 0
+        #: what the process is doing (names the chunk-switch points: executing, merging, redaction)
+        self.stage = "none"
+        self._lock = threading.Lock()
+
+    def point(self, name: str) -> None:
+        if self.at is None or not _matches(self.at, name):
+            return
+        with self._lock:  # counted per pattern: "backup-*" counts every backup point
+            self.hits += 1
+            count = self.hits
+        if count != self.nth:
+            return
+        if self.delay <= 0:
+            self.side.write(killing=name, delay=0)
+            os.kill(os.getpid(), signal.SIGKILL)
+        wait = self.rng.uniform(0, self.delay)
+        self.side.write(killing=name, delay=round(wait, 4))
+
+        def later() -> None:
+            time.sleep(wait)  # the random moment after the point: this is the kill timing itself
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        threading.Thread(target=later, daemon=True).start()
+
+
+def _matches(pattern: str, name: str) -> bool:
+    return name == pattern or (pattern.endswith("*") and name.startswith(pattern[:-1]))
+
+
+# -- instrumentation: kill points in the real code paths ---------------------------------------------
+_context = threading.local()
+
+
+def instrument(db: Database, killer: Killer) -> None:
+    """Wrap the log's chunk switch and completion, and the index's dump, merge and indexmap writes."""
+    from evdb.index import table_index as ti
+
+    log = db.log
+    rename = log._rename_into_place
+    complete = log.complete_active_chunk
+
+    def rename_into_place(chunk):
+        where = killer.stage
+        killer.point(f"switch-before-rename@{where}")
+        result = rename(chunk)
+        killer.point(f"switch-renamed@{where}")  # new chunk durable, old files not yet deleted
+        return result
+
+    def complete_active_chunk():
+        killer.point("chunk-complete-before")
+        complete()
+        killer.point("chunk-complete-after")
+
+    log._rename_into_place = rename_into_place
+    log.complete_active_chunk = complete_active_chunk
+
+    index = db.index
+    dump, merge_level, write_indexmap = index._dump, index._merge_level, index._write_indexmap
+
+    def tagged(fn, tag):
+        def run(*a, **kw):
+            _context.index = tag
+            try:
+                return fn(*a, **kw)
+            finally:
+                _context.index = None
+
+        return run
+
+    def indexmap(*a, **kw):
+        tag = getattr(_context, "index", None) or "scavenge"
+        killer.point(f"index-{tag}-table-written")  # new PTable durable, indexmap still the old one
+        write_indexmap(*a, **kw)
+        killer.point(f"index-{tag}-indexmap-written")  # old tables not yet deleted
+
+    index._dump = tagged(dump, "dump")
+    index._merge_level = tagged(merge_level, "merge")
+    index._write_indexmap = indexmap
+    assert ti.TableIndex._write_indexmap is not indexmap
+
+
+# -- the writer ------------------------------------------------------------------------------------------
+class Writer:
+    """Appends batches forever on its own thread, recording each in the side file."""
+
+    def __init__(self, db: Database, side: Side, killer: Killer, seed: int, prefix: str = "live") -> None:
+        self.db, self.side, self.killer = db, side, killer
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.prefix = prefix
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True, name="crash-writer")
+
+    def batch(self, n: int) -> None:
+        rng = self.rng
+        stream = f"{self.prefix}-{rng.randrange(5)}"
+        ids = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(rng.randrange(1, 5))]
+        events = [NewEvent("E", rng.randbytes(rng.randrange(10, 700)), event_id=uuid.UUID(i)) for i in ids]
+        name = f"{self.seed}-{n}"
+        self.side.write(send=name, stream=stream, ids=ids)
+        result = self.db.append(stream, events)
+        self.side.write(ack=name, first=result.first_event_number)
+        self.killer.point("ack")
+
+    def run(self) -> None:
+        n = 0
+        while not self.stopped.is_set():
+            self.batch(n)
+            n += 1
+
+
+# -- modes -----------------------------------------------------------------------------------------------
+def setup_doomed(db: Database, side: Side, rng: random.Random) -> None:
+    """Streams whose events must never be read again: hard-deleted, soft-deleted and truncated by
+    $maxCount; the chunk holding them is completed so a scavenge can remove them for good."""
+    nonce = rng.getrandbits(32)  # a setup cut short by a kill is done again under new names
+    hard = []
+    for k in range(3):
+        for kind in ("hard", "soft", "trunc"):
+            stream = f"doomed-{kind}-{k}-{nonce}"
+            ids = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(12)]
+            events = [NewEvent("D", rng.randbytes(400), event_id=uuid.UUID(i)) for i in ids]
+            db.append(stream, events)
+            if kind == "hard":
+                db.delete_stream(stream, hard=True)
+                hard += ids
+                side.write(doomed=stream, kind=kind, removed=ids, kept=[])
+            elif kind == "soft":
+                db.delete_stream(stream)
+                side.write(doomed=stream, kind=kind, removed=ids, kept=[])
+            else:
+                db.set_stream_metadata(stream, {"$maxCount": 3})
+                side.write(doomed=stream, kind=kind, removed=ids[:-3], kept=ids[-3:])
+    db.call_in_writer(lambda ctx: ctx.complete_active_chunk())
+    side.write(setup="done", hard=hard)
+
+
+def scavenge_service(db: Database, index_dir: str, logger: logging.Logger):
+    from evdb.scavenge.service import ScavengeService
+
+    return ScavengeService(
+        db, state_path=ScavengeService.state_path_for(index_dir), logger=logger, merging=True
+    )
+
+
+def run_scavenge(db: Database, p: dict, side: Side, killer: Killer, seed: int) -> None:
+    from evdb.scavenge.service import ScavengeRequest
+
+    rng = random.Random(f"{seed}-maintenance")  # not the writer's sequence: no shared event ids
+    if not os.path.exists(p["setup"]):
+        setup_doomed(db, side, rng)
+        with open(p["setup"], "w") as f:
+            f.write("done")
+            f.flush()
+            os.fsync(f.fileno())
+    writer = Writer(db, side, killer, seed)
+    writer.thread.start()
+    service = scavenge_service(db, p["index"], logging.getLogger("crash.scavenge"))
+    service.mark_interrupted()
+
+    def stage(name: str) -> None:
+        killer.stage = name
+        killer.point(f"stage:{name}")
+
+    service.stage_hook = stage
+    for _ in range(50):  # scavenge again and again until killed
+        # keep some chunks worth scavenging: more doomed events each round
+        extra = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(6)]
+        stream = f"doomed-round-{rng.getrandbits(32)}"
+        db.append(stream, [NewEvent("D", rng.randbytes(300), event_id=uuid.UUID(i)) for i in extra])
+        db.delete_stream(stream, hard=True)
+        side.write(doomed=stream, kind="hard", removed=extra, kept=[])
+        service.start(ScavengeRequest(threads=rng.choice((1, 2))))
+        service.wait(60)
+        killer.point("scavenge-done")
+
+
+def run_redact(db: Database, p: dict, side: Side, killer: Killer, seed: int) -> None:
+    """Redact events of completed chunks through the node's own switch (the redaction service's path)."""
+    from evdb.redaction.rewrite import TEMP_SUFFIX, EventToRedact, write_redacted_copy
+    from evdb.redaction.switch import event_positions, switch_chunk
+
+    rng = random.Random(f"{seed}-maintenance")  # not the writer's sequence: no shared event ids
+    writer = Writer(db, side, killer, seed)
+    writer.thread.start()
+    killer.stage = "redaction"
+    for _ in range(200):
+        stream = f"secret-{rng.getrandbits(32)}"
+        ids = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(3)]
+        db.append(stream, [NewEvent("S", b"secret" + rng.randbytes(200), event_id=uuid.UUID(i)) for i in ids])
+        db.call_in_writer(lambda ctx: ctx.complete_active_chunk())
+        number = rng.randrange(3)
+        side.write(redact=stream, number=number, id=ids[number])
+        (where,) = event_positions(db, stream, number)
+        chunk_file = where["chunkFile"]
+        temp = os.path.join(p["db"], f"{chunk_file}.{uuid.uuid4().hex[:8]}{TEMP_SUFFIX}")
+        with db.log.chunk_lock:
+            killer.point("redact-locked")
+            write_redacted_copy(
+                os.path.join(p["db"], chunk_file),
+                temp,
+                [EventToRedact(stream, number, where["logPosition"], where["chunkEventOffset"])],
+                step=lambda name: killer.point(f"redact-{name}"),
+            )
+            switch_chunk(db.log, chunk_file, os.path.basename(temp))
+            killer.point("redact-switched")
+        side.write(redacted=stream, number=number)
+
+
+def patch_copies(killer: Killer, prefix: str, modules) -> None:
+    """Kill points in the backup's file copies: ``<prefix>-copy`` as a file starts to be copied,
+    ``<prefix>-rename`` as a copied, fsynced temporary file is renamed to its final name."""
+    from evdb.backup import copying
+
+    for attr, name in (("copy_file", "copy"), ("_copy_to_temp", "copy"), ("_sync_and_rename", "rename")):
+        original = getattr(copying, attr, None)
+        if original is None:
+            continue
+
+        def run(*a, _fn=original, _name=f"{prefix}-{name}", **kw):
+            killer.point(_name)
+            return _fn(*a, **kw)
+
+        for module in modules:
+            if getattr(module, attr, None) is original:
+                setattr(module, attr, run)
+
+
+def run_backup(db: Database, p: dict, side: Side, killer: Killer, seed: int) -> None:
+    from evdb.backup import run_backup as backup
+    from evdb.backup.progress import Progress
+
+    class Points(Progress):
+        def begin_step(self, part, number, name, files=0, size=0):
+            killer.point(f"backup-{part}-{number}")
+            return super().begin_step(part, number, name, files, size)
+
+    from evdb.backup import copying, procedures
+
+    # file copies: each through a temporary file, renamed into place once fsynced
+    patch_copies(killer, "backup", (copying, procedures))
+    writer = Writer(db, side, killer, seed)
+    writer.thread.start()
+    for round_ in range(50):
+        differential = os.path.exists(os.path.join(p["backup"], "BACKUP-COMPLETE"))
+        backup(
+            p["db"],
+            p["index"],
+            p["backup"],
+            differential=differential and round_ % 2 == 1,
+            progress=Points("backup", logging.getLogger("crash.backup")),
+        )
+        killer.point("backup-done")
+
+
+def run_restore(p: dict, killer: Killer) -> None:
+    from evdb.backup.progress import Progress
+    from evdb.backup.restore import restore_backup
+
+    class Points(Progress):
+        def begin_step(self, part, number, name, files=0, size=0):
+            killer.point(f"restore-{part}-{number}")
+            return super().begin_step(part, number, name, files, size)
+
+    import evdb.backup.restore as restore_module
+    from evdb.backup import copying
+
+    patch_copies(killer, "restore", (copying, restore_module))
+    restore_backup(
+        p["backup"],
+        p["restored"],
+        overwrite=True,
+        progress=Points("restore", logging.getLogger("crash.restore")),
+    )
+    killer.point("restore-done")
+    # the restore finished before its kill point came: die the same way, after it
+    killer.side.write(killing="after-restore", delay=0)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("work")
+    parser.add_argument("mode", choices=MODES)
+    parser.add_argument("seed", type=int)
+    parser.add_argument("--kill-at", default=None)
+    parser.add_argument("--kill-nth", type=int, default=1)
+    parser.add_argument("--kill-delay", type=float, default=0.0)
+    args = parser.parse_args()
+    p = paths(args.work)
+    os.makedirs(args.work, exist_ok=True)
+    side = Side(p["side"])
+    rng = random.Random(args.seed * 7919)
+    killer = Killer(side, args.kill_at, args.kill_nth, args.kill_delay, rng)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    if args.mode == "restore":
+        run_restore(p, killer)
+        return
+    db = Database.open(p["db"], **db_options())
+    instrument(db, killer)
+    side.write(started=args.mode, seed=args.seed)
+    if args.mode in ("append", "index"):
+        writer = Writer(db, side, killer, args.seed)
+        if args.mode == "index":
+            # a second writer on other streams: more memtable dumps and level merges per second
+            other = Writer(db, side, killer, args.seed + 10_000_000, prefix="idx")
+            other.thread.start()
+        writer.run()
+    elif args.mode == "scavenge":
+        run_scavenge(db, p, side, killer, args.seed)
+    elif args.mode == "redact":
+        run_redact(db, p, side, killer, args.seed)
+    elif args.mode == "backup":
+        run_backup(db, p, side, killer, args.seed)
+    # a run that reached the end without being killed: the parent counts this as "not killed"
+    side.write(finished=args.mode)
+    os._exit(3)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Helpers of the Admin UI tests: Chromium's path and flags, node options, event writers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from evdb.options import load_options
+from evdb.streams import NewEvent
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ADMIN = ("admin", "changeit")
+OPS = ("ops", "changeit")
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "screenshots"
+
+
+def node_options(root: Path, *extra: str):
+    return load_options(
+        [
+            "--db", str(root / "db"), "--log", str(root / "log"), "--insecure", "--http-port", "0",
+            "--chunk-size", "65536", "--max-mem-table-size", "256", "--stats-period-sec", "0",
+            *extra,
+        ],
+        {},
+    )  # fmt: skip
+
+
+async def write_orders(db, streams: int, events: int, pad: int = 1500) -> None:
+    """``streams`` streams of ``events`` JSON events each (with metadata), in one thread."""
+
+    def write() -> None:
+        for s in range(streams):
+            stream = f"order-{s}"
+            batch = [
+                NewEvent(
+                    "OrderPlaced",
+                    json.dumps({"order": s, "line": i, "pad": "x" * pad}).encode(),
+                    metadata=json.dumps({"source": "webui-test", "line": i}).encode(),
+                    is_json=True,
+                )
+                for i in range(events)
+            ]
+            db.append(stream, batch)
+
+    await asyncio.to_thread(write)
+
+
+async def delete_streams(db, names: list[str]) -> None:
+    def delete() -> None:
+        for name in names:
+            db.delete_stream(name)
+
+    await asyncio.to_thread(delete)
+
+
+async def log_in(page, base_url: str, user: str = "admin", password: str = "changeit") -> None:
+    await page.goto(f"{base_url}/web/")
+    await page.fill("#login-user", user)
+    await page.fill("#login-password", password)
+    await page.click("#login-submit")

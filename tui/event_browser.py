@@ -1,0 +1,291 @@
+"""The dashboard's event browser: pick a stream, page through its events newest first.
+
+Reads go through the node's HTTP API (``GET /streams/{stream}/{from}/backward/{count}?embed=body``),
+so the node's access rules apply and its errors are shown as it sent them. An event whose record
+flag ``IsRedacted`` is set (evdb's ``isRedacted``) is labelled "redacted" and its data is never
+shown: it is only 0xFF bytes of the original size.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Label, OptionList, Static
+
+__all__ = ["PAGE", "EventBrowser", "EventPage", "EventRow", "EventSource", "payload_text"]
+
+PAGE = 20
+_JSON = {"Accept": "application/json"}
+_MAX_SHOWN = 2000
+
+
+def payload_text(value: Any) -> str:
+    """Event data or metadata from an atom entry (JSON already parsed by the node, or text)."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str):
+        return value if len(value) <= _MAX_SHOWN else value[:_MAX_SHOWN] + f" … ({len(value)} characters)"
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + " …"
+
+
+@dataclass(frozen=True)
+class EventRow:
+    number: int
+    event_type: str
+    position: int | None  # evdb gives each event's log position; KurrentDB's feed does not
+    timestamp: str
+    is_redacted: bool
+    data: str  # "[redacted: N bytes]" for a redacted event, never its 0xFF bytes
+    metadata: str
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> EventRow:
+        redacted = entry.get("isRedacted") is True
+        if redacted:
+            data = f"[redacted: {_redacted_size(entry.get('data'))}]"
+        else:
+            data = payload_text(entry.get("data"))
+        position = entry.get("position")
+        return cls(
+            number=int(entry.get("eventNumber", -1)),
+            event_type=str(entry.get("eventType", "")),
+            position=position if isinstance(position, int) else None,
+            timestamp=str(entry.get("updated", "")),
+            is_redacted=redacted,
+            data=data,
+            metadata=payload_text(entry.get("metaData")),
+        )
+
+
+def _redacted_size(data: Any) -> str:
+    """The node sends a redacted event's 0xFF bytes as base64 (they are not text): their count."""
+    if isinstance(data, str):
+        try:
+            return f"{len(base64.b64decode(data, validate=True))} bytes"
+        except ValueError:
+            pass
+    return "data hidden"
+
+
+@dataclass(frozen=True)
+class EventPage:
+    stream: str
+    events: list[EventRow] = field(default_factory=list)
+    start: int | None = None  # the event number the page was read back from (None: the newest)
+    newer_from: int | None = None
+    older_from: int | None = None
+    error: str | None = None  # the node's answer when it refused or failed, as it sent it
+
+
+class EventSource:
+    """Stream reads of one node, over any httpx client (a MockTransport in tests, a real node too)."""
+
+    def __init__(self, client: httpx.AsyncClient, node_url: str, *, timeout: float = 10.0) -> None:
+        self.client = client
+        self.node_url = node_url.rstrip("/")
+        self.timeout = timeout
+
+    async def _get(self, path: str) -> tuple[httpx.Response | None, str | None]:
+        url = f"{self.node_url}{path}"
+        try:
+            response = await self.client.get(url, headers=_JSON, timeout=self.timeout)
+        except httpx.HTTPError as exc:
+            return None, f"GET {path} → no answer: {exc or type(exc).__name__}"
+        if response.status_code != 200:
+            body = response.text.strip()
+            return None, f"GET {path} → {response.status_code} {response.reason_phrase}" + (
+                f": {body}" if body else ""
+            )
+        return response, None
+
+    async def streams(self, scan: int = 500) -> tuple[list[str], str | None]:
+        """Streams by their newest event, from the newest ``scan`` events of ``$all``."""
+        response, error = await self._get(f"/streams/%24all/head/backward/{scan}")
+        if response is None:
+            return [], error
+        names: list[str] = []
+        for entry in response.json().get("entries", []):
+            name = entry.get("streamId") or str(entry.get("title", "")).partition("@")[2]
+            if name and name not in names:
+                names.append(name)
+        return names, None
+
+    async def page(self, stream: str, start: int | None = None, count: int = PAGE) -> EventPage:
+        where = "head" if start is None else str(start)
+        response, error = await self._get(
+            f"/streams/{quote(stream, safe='')}/{where}/backward/{count}?embed=body"
+        )
+        if response is None:
+            return EventPage(stream, start=start, error=error)
+        body = response.json()
+        events = [EventRow.from_entry(e) for e in body.get("entries", [])]
+        older = events[-1].number - 1 if events and events[-1].number > 0 else None
+        newer = None
+        if events and not body.get("headOfStream", False):
+            newer = events[0].number + count
+        return EventPage(stream, events, start, newer, older)
+
+
+class EventBrowser(Screen[None]):
+    """Pick a stream (typed, or from the list read from ``$all``), then page through its events."""
+
+    DEFAULT_CSS = """
+    EventBrowser #title { text-style: bold; padding: 0 1; }
+    EventBrowser #pick { width: 36; padding: 0 1; }
+    EventBrowser #stream-list { height: 1fr; }
+    EventBrowser #events-side { width: 1fr; }
+    EventBrowser #events { height: 1fr; }
+    EventBrowser #detail { height: auto; max-height: 12; border: round $accent; padding: 0 1; }
+    EventBrowser #status { padding: 0 1; height: auto; }
+    EventBrowser #status.error { color: $error; }
+    """
+    BINDINGS = [
+        Binding("right_square_bracket", "older", "Older page", key_display="]"),
+        Binding("left_square_bracket", "newer", "Newer page", key_display="["),
+        Binding("home", "newest", "Newest"),
+        Binding("f5", "reload_streams", "Reload streams"),
+        Binding("escape", "back", "Back"),
+    ]
+
+    def __init__(self, source: EventSource, node_label: str) -> None:
+        super().__init__()
+        self.source = source
+        self.node_label = node_label
+        self.page: EventPage | None = None
+        self.stream_names: list[str] = []
+
+    def compose(self) -> ComposeResult:
+        yield Label(f"Events on {self.node_label}", id="title")
+        with Horizontal():
+            with Vertical(id="pick"):
+                yield Input(placeholder="stream name, Enter opens", id="stream-name")
+                yield OptionList(id="stream-list")
+            with Vertical(id="events-side"):
+                yield Static("Pick a stream.", id="status")
+                yield DataTable(id="events", cursor_type="row", zebra_stripes=True)
+                yield Static(id="detail")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        table = self.query_one("#events", DataTable)
+        table.add_columns("#", "Type", "Position", "Timestamp", "Data")
+        self.query_one("#stream-name", Input).focus()
+        await self.load_streams()
+
+    # -- loading ---------------------------------------------------------------------------------------
+    async def load_streams(self) -> None:
+        names, error = await self.source.streams()
+        self.stream_names = names
+        options = self.query_one("#stream-list", OptionList)
+        options.clear_options()
+        options.add_options(names)
+        if error:
+            self._status(f"Stream list: {error}", error=True)
+
+    async def open_stream(self, stream: str, start: int | None = None) -> None:
+        page = await self.source.page(stream, start)
+        self.page = page
+        table = self.query_one("#events", DataTable)
+        table.clear()
+        self.query_one("#detail", Static).update("")
+        if page.error:
+            self._status(page.error, error=True)
+        else:
+            first = f"{page.events[0].number}–{page.events[-1].number}" if page.events else "no events"
+            self._status(f"{stream}: events {first}, newest first ([ newer, ] older)")
+            for event in page.events:
+                table.add_row(*self._cells(event), key=str(event.number))
+            if page.events:
+                self._show_detail(page.events[0])
+                table.focus()  # so that [ and ] page rather than type into the stream name
+        self.refresh_bindings()
+
+    @staticmethod
+    def _cells(event: EventRow) -> tuple[Any, ...]:
+        type_cell = Text(event.event_type)
+        if event.is_redacted:
+            type_cell.append(" ")
+            type_cell.append(" redacted ", style="bold white on magenta")
+        data = event.data.replace("\n", " ")
+        data_cell = Text(data[:80], style="italic magenta" if event.is_redacted else "")
+        position = "" if event.position is None else str(event.position)
+        return str(event.number), type_cell, position, event.timestamp, data_cell
+
+    def _show_detail(self, event: EventRow) -> None:
+        text = Text()
+        text.append(f"#{event.number} {event.event_type}", style="bold")
+        if event.is_redacted:
+            text.append("  redacted", style="bold magenta")
+        text.append(
+            f"\nposition {event.position if event.position is not None else '?'} · {event.timestamp}\n"
+        )
+        text.append("data: ", style="bold")
+        text.append(event.data or "(empty)", style="italic magenta" if event.is_redacted else "")
+        text.append("\nmetadata: ", style="bold")
+        text.append(event.metadata or "(none)")
+        self.query_one("#detail", Static).update(text)
+
+    def _status(self, message: str, *, error: bool = False) -> None:
+        status = self.query_one("#status", Static)
+        status.update(message)
+        status.set_class(error, "error")
+
+    # -- events ----------------------------------------------------------------------------------------
+    async def on_input_submitted(self, event: Input.Submitted) -> None:
+        name = event.value.strip()
+        if name:
+            await self.open_stream(name)
+
+    async def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        name = str(event.option.prompt)
+        self.query_one("#stream-name", Input).value = name
+        await self.open_stream(name)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if self.page is None or event.row_key.value is None:
+            return
+        number = int(event.row_key.value)
+        for row in self.page.events:
+            if row.number == number:
+                self._show_detail(row)
+                return
+
+    # -- keys ------------------------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        page = self.page
+        if action == "older":
+            return bool(page and page.older_from is not None)
+        if action == "newer":
+            return bool(page and page.newer_from is not None)
+        if action == "newest":
+            return bool(page and page.start is not None)
+        return True
+
+    async def action_older(self) -> None:
+        if self.page and self.page.older_from is not None:
+            await self.open_stream(self.page.stream, self.page.older_from)
+
+    async def action_newer(self) -> None:
+        if self.page and self.page.newer_from is not None:
+            await self.open_stream(self.page.stream, self.page.newer_from)
+
+    async def action_newest(self) -> None:
+        if self.page:
+            await self.open_stream(self.page.stream)
+
+    async def action_reload_streams(self) -> None:
+        await self.load_streams()
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
