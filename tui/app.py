@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +18,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from evdb.clock import Clock, SystemClock
+from evdb.tls.trust import FollowedTrust
 from tui.calls import (
     BackupForm,
     PlannedCall,
@@ -94,12 +94,15 @@ class Connection:
     timeout: float = 2.0
     extra: dict[str, Any] = field(default_factory=dict)
 
+    trust: FollowedTrust | None = field(default=None, init=False, repr=False)
+
     def client(self) -> httpx.AsyncClient:
         verify: Any = True
         if self.insecure_skip_verify:
             verify = False
         elif self.ca_file:
-            verify = ssl.create_default_context(cafile=self.ca_file)
+            self.trust = FollowedTrust(self.ca_file)
+            verify = self.trust.context
         auth = (self.user, self.password or "") if self.user else None
         return httpx.AsyncClient(
             auth=auth, verify=verify, transport=self.transport, timeout=self.timeout, **self.extra
@@ -285,6 +288,8 @@ class DashboardApp(App[str | None]):
 
     # -- rendering -------------------------------------------------------------------------------------
     def tick(self) -> None:
+        if self.connection.trust is not None:
+            self.connection.trust.refresh()  # a rolling certificate update: trust the new CA as well
         self.logbook.poll()
         self.render_panels()
 
@@ -539,8 +544,11 @@ class DashboardApp(App[str | None]):
         self.confirm([reload_config(node.url)])
 
     def action_reload_all(self) -> None:
-        calls = [reload_config(n.url) for n in self.state.ordered() if n.reachable]
-        self.confirm(calls, note="One node after the other; stops at the first failure.")
+        # the leader last: during a rolling certificate update the majority that still trusts each
+        # other keeps the leader as long as possible (docs/operations/certificates.md)
+        nodes = sorted((n for n in self.state.ordered() if n.reachable), key=lambda n: n.role == "Leader")
+        calls = [reload_config(n.url) for n in nodes]
+        self.confirm(calls, note="One node after the other, the leader last; stops at the first failure.")
 
     def action_pause_resume_auto(self) -> None:
         node = self.state.node()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
-import ssl
 import sys
 import time
 from dataclasses import dataclass
@@ -17,6 +17,7 @@ import httpx
 
 from evdb.cluster.launcher import LocalCluster
 from evdb.scenario.schema import EVDB_PROGRAMS
+from evdb.tls.trust import FollowedTrust
 
 __all__ = ["ScenarioCluster", "ScenarioNode", "StepFailed", "program", "substitution_values"]
 
@@ -52,7 +53,9 @@ class ScenarioCluster:
         self.clusters: list[LocalCluster] = [self.main]
         self.nodes: dict[str, ScenarioNode] = {}
         self.clients: dict[Path, httpx.AsyncClient] = {}
+        self.trust: dict[Path, FollowedTrust] = {}
         self.killed: ScenarioNode | None = None
+        self.names: dict[str, ScenarioNode] = {}  # given by name_node steps
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def up(self) -> dict[str, Any]:
@@ -73,13 +76,19 @@ class ScenarioCluster:
         """An admin client that trusts the cluster's own CA (a restored node has another one)."""
         if cluster.data_dir not in self.clients:
             info = cluster.info()
-            verify: Any = ssl.create_default_context(cafile=info["ca"]) if info.get("ca") else False
+            verify: Any = False
+            if info.get("ca"):
+                self.trust[cluster.data_dir] = FollowedTrust(info["ca"])
+                verify = self.trust[cluster.data_dir].context
             self.clients[cluster.data_dir] = httpx.AsyncClient(
                 auth=(info["user"], info["password"]),
                 verify=verify,
                 timeout=10.0,
                 headers={"Accept": "application/json"},
             )
+        trust = self.trust.get(cluster.data_dir)
+        if trust is not None:
+            trust.refresh()  # a rolling certificate update repoints certs/ca: trust the old and the new CA
         return self.clients[cluster.data_dir]
 
     def _register(self, cluster: LocalCluster, info: dict[str, Any], rename: str | None = None) -> None:
@@ -108,20 +117,29 @@ class ScenarioCluster:
         """A node by name, or by role (``leader``, ``follower``, ``replica``) as the nodes report it now."""
         if name in self.nodes:
             return self.nodes[name]
+        if name in self.names:
+            return self.names[name]
         if name == "killed":
             if self.killed is None:
                 raise StepFailed("no node was killed before this step")
             return self.killed
         roles = {"leader": "Leader", "follower": "Follower", "replica": "ReadOnlyReplica"}
-        if name not in roles:
+        match = re.fullmatch(r"(leader|follower|replica)([1-9]?)", name)
+        if match is None:
             raise StepFailed(f"there is no node {name!r} (nodes: {', '.join(self.nodes)})")
+        role, nth = roles[match.group(1)], int(match.group(2) or 1)
         main_nodes = [n for n in self.nodes.values() if n.cluster is self.main]
         states = await asyncio.gather(*(self.gossip_state(n) for n in main_nodes))
-        for node, state in zip(main_nodes, states, strict=True):
-            if state == roles[name]:
-                return node
+        found = [node for node, state in zip(main_nodes, states, strict=True) if state == role]
+        if len(found) >= nth:
+            return found[nth - 1]
         seen = ", ".join(f"{n.name}: {s or 'no answer'}" for n, s in zip(main_nodes, states, strict=True))
-        raise StepFailed(f"no node is {roles[name]} now ({seen})")
+        raise StepFailed(f"there is no {'' if nth == 1 else f'{nth}th '}{role} now ({seen})")
+
+    def name_node(self, name: str, node: ScenarioNode) -> None:
+        if name in self.nodes or name in ("leader", "follower", "replica", "killed"):
+            raise StepFailed(f"{name!r} already names a node or a role; choose another name")
+        self.names[name] = node
 
     # -- calls -----------------------------------------------------------------------------------------
     async def request(
@@ -223,7 +241,7 @@ def program(name: str) -> list[str]:
 
 def substitution_values(cluster: ScenarioCluster) -> dict[str, str]:
     values = {"workdir": str(cluster.workdir), "cluster_dir": str(cluster.main.data_dir)}
-    for name, node in cluster.nodes.items():
+    for name, node in (*cluster.nodes.items(), *cluster.names.items()):
         values[f"{name}.url"] = node.url
         values[f"{name}.db"] = node.db
         values[f"{name}.log"] = node.log_dir

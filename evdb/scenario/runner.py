@@ -264,6 +264,10 @@ class StepDriver:
         node = await self.cluster.resolve(args["node"])
         await asyncio.to_thread(self.cluster.kill, node)
 
+    async def step_name_node(self, args: dict) -> None:
+        node = await self.cluster.resolve(args["node"])
+        self.cluster.name_node(args["as"], node)
+
     async def step_restart(self, args: dict) -> None:
         node = await self.cluster.resolve(args["node"])
         await self.cluster.restart(node, args["timeout"])

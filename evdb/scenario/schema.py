@@ -50,9 +50,9 @@ class StepKind:
 
 
 NODE_DOC = (
-    "which node: a node's name (node1, replica1, a restored node's name), `leader`, `follower` "
-    "(the first follower), `replica` (the first read-only replica) or `killed` (the node the last `kill` "
-    "step killed)"
+    "which node: a node's name (node1, replica1, a restored node's name, a `name_node` name), `leader`, "
+    "`follower` (the first follower; `follower2` the second, ...), `replica` (the first read-only "
+    "replica; `replica2`, ...) or `killed` (the node the last `kill` step killed)"
 )
 #: Programs a ``run`` step may start: evdb's own commands, run with the interpreter that runs the scenario.
 EVDB_PROGRAMS = {"evdb": ("evdb.cli", "main"), "evdb-redact": ("evdb.redaction.tool", "main")}
@@ -223,6 +223,16 @@ STEP_KINDS: dict[str, StepKind] = {
             "kill a node's process with SIGKILL (kill -9)",
             (Field("node", "str", NODE_DOC, True),),
             shorthand="node",
+        ),
+        StepKind(
+            "name_node",
+            "client",
+            "give the node a role points to now a name that later steps use, so it stays the same node "
+            "when roles move (e.g. the leader before a rolling update)",
+            (
+                Field("node", "str", NODE_DOC, True),
+                Field("as", "str", "the new name (letters, digits, '-'; not a node's own name)", True),
+            ),
         ),
         StepKind(
             "restart",

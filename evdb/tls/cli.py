@@ -167,6 +167,12 @@ def register_cli(subparsers: Any) -> None:
         metavar="S",
         help="seconds to wait for the nodes (default 120)",
     )
+    rotate.add_argument(
+        "--prepare",
+        action="store_true",
+        help="only write the new certificates and repoint every node's links (and certs/ca); reload "
+        "no node: reload each yourself, followers first (dashboard l key, POST /admin/reloadconfig, SIGHUP)",
+    )
     rotate.set_defaults(func=_rotate)
 
 
@@ -315,9 +321,17 @@ def _rotate(args: argparse.Namespace) -> int:
     from evdb.tls.rotate import rotate_cluster
 
     try:
-        report = rotate_cluster(args.cluster, common_name=args.common_name, timeout=args.timeout)
+        report = rotate_cluster(
+            args.cluster, common_name=args.common_name, timeout=args.timeout, prepare_only=args.prepare
+        )
     except EvdbError as exc:
         return _fail(exc)
+    if args.prepare:
+        print(
+            f"Prepared: every node's links point to {report.generation} (CA {report.ca_subject}); "
+            f"reload {', '.join(report.order)} in that order."
+        )
+        return 0
     print(
         f"Done: every node uses {report.generation} "
         f"(CA {report.ca_subject}, SHA-256 {report.ca_fingerprint_sha256})."

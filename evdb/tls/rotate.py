@@ -12,6 +12,10 @@ While some nodes have the new CA and others the old one they cannot talk (certif
 their logs); the followers are updated first and the leader last, so a majority keeps working as long
 as possible. If a node refuses its new certificates, its links are pointed back to what it still serves
 and the rotation stops, naming the node and the reason.
+
+With ``prepare_only`` the rotation stops after the links: every node's links (and ``certs/ca``) point
+to the new generation but no node is reloaded; the operator reloads each one (the dashboard's ``l``
+key, ``POST /admin/reloadconfig`` or SIGHUP) and watches the cluster while doing it.
 """
 
 from __future__ import annotations
@@ -115,9 +119,9 @@ class RotationReport:
     generation: Path
     ca_subject: str
     ca_fingerprint_sha256: str
-    order: list[str]
-    reloaded_at: dict[str, float]  # node name -> monotonic seconds
-    talking_again_after: float  # seconds from the last reload until every node talks to every other
+    order: list[str]  # the reload order (followers first); with prepare_only the order to follow
+    reloaded_at: dict[str, float]  # node name -> monotonic seconds; empty with prepare_only
+    talking_again_after: float | None  # seconds from the last reload until every node talks to every other
 
 
 def rotate_cluster(
@@ -125,6 +129,7 @@ def rotate_cluster(
     *,
     common_name: str | None = None,
     timeout: float = 120.0,
+    prepare_only: bool = False,
     after_reload: Callable[[str, int], None] | None = None,
     log: Callable[[str], None] = print,
 ) -> RotationReport:
@@ -132,7 +137,8 @@ def rotate_cluster(
 
     ``common_name`` gives the new certificates another common name; the nodes' YAML files then get the
     matching CertificateReservedNodeCommonName, applied in the same reload. ``after_reload(name, i)`` is
-    called after the i-th node (0-based) took its new certificate.
+    called after the i-th node (0-based) took its new certificate. ``prepare_only`` repoints every
+    node's links and ``certs/ca`` and reloads no node.
     """
     from evdb.cluster.launcher import ClusterLaunchError, LocalCluster
 
@@ -175,6 +181,26 @@ def rotate_cluster(
     auth = (info["user"], info["password"])
     # 2-4. node by node: repoint the links, reload, check what a new connection is shown
     order = _followers_first(nodes, trust, auth)
+    if prepare_only:
+        for node in order:
+            cert, key = new_files[node.name]
+            _repoint(node, {node.ca: generation / "ca", node.certificate: cert, node.key: key})
+            if common_name is not None:
+                _set_reserved_common_name(node.config_path, common_name)
+        repoint_link(certs / "ca", os.path.relpath(generation / "ca", certs))
+        log(
+            f"The links of every node and certs/ca point to {generation.name}; no node was reloaded. "
+            f"Reload each node in this order (followers first, the leader last) within its "
+            f"ConnectionResetInterval: {', '.join(n.name for n in order)}"
+        )
+        return RotationReport(
+            generation=generation,
+            ca_subject=ca_info.subject,
+            ca_fingerprint_sha256=ca_info.fingerprint_sha256,
+            order=[n.name for n in order],
+            reloaded_at={},
+            talking_again_after=None,
+        )
     reloaded_at: dict[str, float] = {}
     for i, node in enumerate(order):
         cert, key = new_files[node.name]

@@ -27,11 +27,15 @@ def test_write_through_any_node_and_read_from_every_node(cluster):
     cluster.wait_in_step()
     for node in cluster.nodes():
         assert sorted(cluster.read_ids(node["name"], "everywhere")) == sorted(ids), node["name"]
-    with cluster.client(leader) as c:
-        gossip = c.get("/gossip").json()["members"]
-    states = sorted(m["state"] for m in gossip)
-    assert states == ["Follower", "Follower", "Leader", "ReadOnlyReplica"]
-    assert all(m["isAlive"] for m in gossip)
+
+    def settled():  # a follower that was catching up is a Follower in the leader's view a gossip later
+        with cluster.client(leader) as c:
+            members = c.get("/gossip").json()["members"]
+        states = sorted(m["state"] for m in members)
+        expected = ["Follower", "Follower", "Leader", "ReadOnlyReplica"]
+        return members if states == expected and all(m["isAlive"] for m in members) else None
+
+    gossip = cluster.wait_until(settled, 15, "the leader's gossip: two followers and the replica, alive")
     assert len({m["epochNumber"] for m in gossip}) == 1
 
 

@@ -42,6 +42,16 @@ RULES: dict[tuple[str, str], set[str]] = {
     ("GET", "/admin/certificates"): OPS_OR_ADMIN,
     ("POST", "/admin/backup"): ADMIN_ONLY,
     ("GET", "/admin/backup/current"): ADMIN_ONLY,
+    # the web Admin UI: the page itself holds no data; its fragments are the data
+    ("GET", "/web"): OPEN,
+    ("GET", "/web/"): OPEN,
+    ("GET", "/web/index.html"): OPEN,
+    ("GET", "/web/static/{name}"): OPEN,
+    ("GET", "/web/fragments/cluster"): AUTHENTICATED,
+    ("GET", "/web/fragments/admin"): OPS_OR_ADMIN,
+    ("GET", "/web/fragments/admin/current"): OPS_OR_ADMIN,
+    ("GET", "/web/fragments/streams"): ADMIN_ONLY,  # it reads $all
+    ("GET", "/web/fragments/streams/{stream}"): AUTHENTICATED,
     ("GET", "/streams/{stream}"): AUTHENTICATED,
     ("POST", "/streams/{stream}"): AUTHENTICATED,
     ("DELETE", "/streams/{stream}"): AUTHENTICATED,
@@ -121,7 +131,7 @@ async def _check(clients: dict[str, httpx.AsyncClient], method: str, path: str) 
             assert r.status_code not in (401, 403), (method, path, caller, r.status_code, r.text)
         elif path.startswith("/users") and caller != ANONYMOUS:
             assert r.status_code in (401, 403), (method, path, caller, r.status_code)
-        elif path.startswith("/admin/backup") and caller != ANONYMOUS:
+        elif path.startswith(("/admin/backup", "/web/")) and caller != ANONYMOUS:
             assert r.status_code == 403, (method, path, caller, r.status_code)
         else:
             assert r.status_code == 401, (method, path, caller, r.status_code, r.text)

@@ -124,6 +124,11 @@ async def test_concurrent_requests_per_client_are_bounded_with_429(tmp_path):
         ]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 20
+        while len(node.notifier._waiters) < 2:  # both polls are in the node, waiting for an event
+            assert loop.time() < deadline and not any(p.done() for p in polls), [
+                p.result().status_code for p in polls if p.done()
+            ]
+            await asyncio.sleep(0.01)
         refused = None
         while loop.time() < deadline:
             r = await c.get("/streams/poll", headers={"Accept": "application/json"})

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import tempfile
 from pathlib import Path
 
 from evdb.options import load_options
@@ -22,7 +24,13 @@ CHROMIUM_ARGS = [
 ]
 ADMIN = ("admin", "changeit")
 OPS = ("ops", "changeit")
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "screenshots"
+#: the committed screenshots (README) are rewritten only on request: EVDB_UPDATE_SCREENSHOTS=1
+SCREENSHOTS = (
+    Path(__file__).resolve().parents[2] / "screenshots"
+    if os.environ.get("EVDB_UPDATE_SCREENSHOTS") == "1"
+    else Path(tempfile.gettempdir()) / "evdb-webui-screenshots"
+)
+SCREENSHOTS.mkdir(exist_ok=True)
 
 
 def node_options(root: Path, *extra: str):
