@@ -14,6 +14,7 @@ import os
 import sqlite3
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 __all__ = [
     "TMP_SUFFIX",
@@ -114,12 +115,16 @@ def _copy_to_temp(source: str, target: str, progress: ProgressCallback | None) -
     return tmp, size
 
 
-def _sync_and_rename(tmp: str, target: str) -> None:
-    fd = os.open(tmp, os.O_RDONLY)
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _sync_and_rename(tmp: str, target: str) -> None:
+    _fsync_file(tmp)
     os.replace(tmp, target)
 
 
@@ -144,27 +149,33 @@ def copy_files(
     progress: ProgressCallback | None = None,
     copied: Callable[[str, int], None] | None = None,
 ) -> None:
-    """Copy several files, each through a temporary file: all are copied first, then each is fsynced
-    and renamed into place (``copied(target, size)`` after each rename). The kernel writes the first
-    files back while the later ones are copied, instead of the copy waiting on every file's fsync in
-    turn; a file still gets its final name only once its bytes are on disk. On an error every
-    temporary file is removed, and the files already renamed stay (each complete)."""
-    temps: list[tuple[str, str, int]] = []
-    try:
-        for source, target in pairs:
-            tmp, size = _copy_to_temp(source, target, progress)
-            temps.append((tmp, target, size))
-        while temps:
-            tmp, target, size = temps[0]
-            _sync_and_rename(tmp, target)
-            temps.pop(0)
-            if copied is not None:
-                copied(target, size)
-    except BaseException:
-        for tmp, _, _ in temps:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        raise
+    """Copy several files, each through a temporary file that is fsynced, then renamed into place
+    (``copied(target, size)`` after each rename, in order). Each file's fsync runs on a second thread
+    while the next file is copied, so the disk writes one file back while the kernel copies the next
+    instead of the copy waiting on every fsync in turn; a file still gets its final name only once
+    its bytes are on disk. On an error every temporary file is removed, and the files already
+    renamed stay (each complete)."""
+    temps: list[tuple[str, str, int, Future[None]]] = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="backup-fsync") as syncing:
+        try:
+            for source, target in pairs:
+                tmp, size = _copy_to_temp(source, target, progress)
+                temps.append((tmp, target, size, syncing.submit(_fsync_file, tmp)))
+            while temps:
+                tmp, target, size, synced = temps[0]
+                synced.result()
+                os.replace(tmp, target)
+                temps.pop(0)
+                if copied is not None:
+                    copied(target, size)
+        except BaseException:
+            for tmp, _, _, synced in temps:
+                synced.cancel()
+                with contextlib.suppress(BaseException):
+                    synced.result()
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            raise
 
 
 def copy_sqlite(source: str, target: str) -> int:
