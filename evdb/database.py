@@ -821,7 +821,7 @@ class Database:
         pending, self._pending = self._pending, _Pending()
         for fut, _ in pending.answers:
             if not fut.done():
-                fut.set_exception(EvdbError(f"The write failed: {exc}"))
+                fut.set_exception(_group_failure(exc))
         self._states.clear()
         self._recent_appends.clear()
         try:
@@ -1381,3 +1381,11 @@ def _remove_existence_filter(index_dir: str) -> None:
     for name in ("streamExistenceFilter.dat", "streamExistenceFilter.chk"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(index_dir, "stream-existence", name))
+
+
+def _group_failure(exc: BaseException) -> BaseException:
+    """What each append of a failed group is told: the same kind of error as the write that failed (a
+    full disk stays a full disk, so HTTP answers 507 to every one of them), each its own instance."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return OSError(exc.errno, exc.strerror or str(exc), exc.filename)
+    return EvdbError(f"The write failed: {exc}")

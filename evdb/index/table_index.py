@@ -15,6 +15,7 @@ stays mapped for readers that still hold it. ``_maintenance`` serializes the str
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -40,6 +41,8 @@ MERGE_FANOUT = 4
 
 _SCAVENGE_SLICE = 1 << 22  # entries judged by one call of a scavenge's keep function
 _log = logging.getLogger("evdb.index")
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+_DISK_FULL_RETRY_SECONDS = 1.0  # a table write that found the disk full is tried again this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,7 @@ class TableIndex:
         self._stopping = False
         self._closed = False
         self._failure: BaseException | None = None
+        self._held_back: OSError | None = None  # the disk is full: tables wait, entries stay in memory
         self._worker = threading.Thread(target=self._run, name="evdb-index", daemon=True)
 
     # -- opening and closing ---------------------------------------------------------------------------
@@ -223,12 +227,14 @@ class TableIndex:
 
     def _freeze(self) -> None:
         with self._state:
-            while self._view.frozen is not None and self._failure is None:
+            while self._view.frozen is not None and self._failure is None and self._held_back is None:
                 self._state.wait()
         self._check_usable()
         with self._write_lock, self._state:
             view = self._view
             if len(view.live) < self.max_memtable_entries:  # a scavenge shrank it meanwhile
+                return
+            if view.frozen is not None:  # held back by a full disk: the live memtable grows meanwhile
                 return
             self._view = replace(view, live=MemTable(), frozen=view.live)
             self._state.notify_all()
@@ -294,16 +300,46 @@ class TableIndex:
             try:
                 with self._maintenance:
                     self._catch_up()
+            except OSError as exc:
+                if exc.errno not in _DISK_FULL:
+                    self._stop_after(exc)
+                    return
+                if not self._hold_back(exc):
+                    return
+                continue
             except BaseException as exc:
-                _log.exception("Index background work failed; the index takes no more entries")
-                with self._state:
-                    self._failure = exc
-                    self._busy = False
-                    self._state.notify_all()
+                self._stop_after(exc)
                 return
             with self._state:
+                if self._held_back is not None:
+                    _log.info("The index writes its tables again (the disk has space); nothing was lost")
+                    self._held_back = None
                 self._busy = False
                 self._state.notify_all()
+
+    def _stop_after(self, exc: BaseException) -> None:
+        _log.error("Index background work failed; the index takes no more entries", exc_info=exc)
+        with self._state:
+            self._failure = exc
+            self._busy = False
+            self._state.notify_all()
+
+    def _hold_back(self, exc: OSError) -> bool:
+        """The disk is full: keep the entries in memory and try again in a while; False when closing."""
+        if self._held_back is None:
+            _log.error(
+                "The index could not write a table: %s. Its entries stay in memory (and in the log); "
+                "writing is tried again every %.0f s",
+                exc.strerror or exc,
+                _DISK_FULL_RETRY_SECONDS,
+            )
+        with self._state:
+            self._held_back = exc
+            self._busy = False
+            self._state.notify_all()
+            if not self._stopping:
+                self._state.wait(_DISK_FULL_RETRY_SECONDS)
+            return not self._stopping
 
     def _work_due(self) -> bool:
         return self._view.frozen is not None or self._merge_due
@@ -323,7 +359,11 @@ class TableIndex:
         hashes, numbers, positions = sort_entries(*memtable.arrays())
         table = _write(self.directory, 0, [(hashes, numbers, positions)], len(hashes))
         levels = _with_table(self._view.levels, 0, table)
-        self._write_indexmap(levels, memtable.last_position)
+        try:
+            self._write_indexmap(levels, memtable.last_position)
+        except BaseException:
+            table.delete()  # the indexmap does not name it: the memtable is dumped again later
+            raise
         with self._state:
             self._view = replace(self._view, frozen=None, levels=levels)
             self._checkpoint = memtable.last_position
@@ -379,10 +419,19 @@ class TableIndex:
     def wait_idle(self) -> None:
         """Wait until no dump or merge is pending or running (for tests and a clean shutdown)."""
         with self._state:
-            while (self._work_due() or self._busy) and self._failure is None and self._worker.is_alive():
+            while (
+                (self._work_due() or self._busy)
+                and self._failure is None
+                and self._held_back is None
+                and self._worker.is_alive()
+            ):
                 self._state.wait()
         if self._failure is not None:
             raise StorageError(f"the index stopped after a failure: {self._failure!r}") from self._failure
+        if self._held_back is not None:
+            raise StorageError(
+                f"the index cannot write its tables now: {self._held_back}"
+            ) from self._held_back
 
     # -- maintenance -----------------------------------------------------------------------------------
     def merge_indexes(self) -> None:

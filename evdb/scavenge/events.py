@@ -1,12 +1,17 @@
 """The scavenge's own streams: ``$scavenges-{id}`` for each run, with its start and completion
-linked into ``$scavenges`` (event types and fields as KurrentDB writes them)."""
+linked into ``$scavenges`` (event types and fields as KurrentDB writes them).
+
+The history is written best effort, as KurrentDB's scavenge log is: an event that cannot be written
+(on a cluster member while no leader is known, say) is logged and the scavenge carries on."""
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from evdb.database import Database
+from evdb.errors import EvdbError
 from evdb.scavenge.run import timespan
 from evdb.streams import NewEvent
 
@@ -20,27 +25,52 @@ def scavenge_stream(scavenge_id: str) -> str:
 
 
 class ScavengeEvents:
-    def __init__(self, db: Database, scavenge_id: str, node_endpoint: str, history_max_age_days: int) -> None:
+    def __init__(
+        self,
+        db: Database,
+        scavenge_id: str,
+        node_endpoint: str,
+        history_max_age_days: int,
+        logger: logging.Logger | None = None,
+    ) -> None:
         self.db = db
+        self.logger = logger or logging.getLogger(__name__)
         self.scavenge_id = scavenge_id
         self.node_endpoint = node_endpoint
         self.stream = scavenge_stream(scavenge_id)
         self._metadata = {"$maxAge": history_max_age_days * 86400, "$acl": {"$r": "$ops"}}
 
-    def _append(self, event_type: str, data: dict[str, Any]) -> int:
+    def _not_written(self, what: str, stream: str, exc: EvdbError) -> None:
+        self.logger.warning("SCAVENGING: could not write %s to %s: %s", what, stream, exc)
+
+    def _append(self, event_type: str, data: dict[str, Any]) -> int | None:
         body = {"scavengeId": self.scavenge_id, "nodeEndpoint": self.node_endpoint, **data}
-        result = self.db.append(self.stream, [NewEvent(event_type, json.dumps(body).encode(), is_json=True)])
+        try:
+            result = self.db.append(
+                self.stream, [NewEvent(event_type, json.dumps(body).encode(), is_json=True)]
+            )
+        except EvdbError as exc:
+            self._not_written(event_type, self.stream, exc)
+            return None
         return result.next_expected_version
 
-    def _link(self, number: int) -> None:
+    def _link(self, number: int | None) -> None:
+        if number is None:
+            return
         link = NewEvent("$>", f"{number}@{self.stream}".encode())
-        self.db.append(SCAVENGES_STREAM, [link])
+        try:
+            self.db.append(SCAVENGES_STREAM, [link])
+        except EvdbError as exc:
+            self._not_written("the link", SCAVENGES_STREAM, exc)
 
     def started(self) -> None:
         for stream in (SCAVENGES_STREAM, self.stream):
-            metadata, _version = self.db.get_stream_metadata(stream)
-            if metadata.raw != self._metadata:
-                self.db.set_stream_metadata(stream, self._metadata)
+            try:
+                metadata, _version = self.db.get_stream_metadata(stream)
+                if metadata.raw != self._metadata:
+                    self.db.set_stream_metadata(stream, self._metadata)
+            except EvdbError as exc:
+                self._not_written("the metadata", stream, exc)
         self._link(self._append("$scavengeStarted", {}))
 
     def chunks_completed(

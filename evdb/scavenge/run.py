@@ -59,8 +59,14 @@ class Progress:
     hash_collisions: int = 0
     result: str | None = None
     error: str | None = None
+    finished: float | None = None  # wall-clock time of the result: a finished run's elapsed stops there
+
+    def finish(self, result: str, now: float, error: str | None = None) -> None:
+        self.result, self.error, self.finished = result, error, now
 
     def to_json(self, now: float) -> dict[str, Any]:
+        if self.finished is not None:
+            now = self.finished
         return {
             "scavengeId": self.scavenge_id,
             "phase": self.phase,

@@ -144,21 +144,21 @@ class Scavenger:
     def run(self) -> ScavengeResult:
         started = time.perf_counter()
         events = ScavengeEvents(
-            self.db, self.scavenge_id, self.node_endpoint, self.options.history_max_age_days
+            self.db, self.scavenge_id, self.node_endpoint, self.options.history_max_age_days, self.logger
         )
         self.set_status("Beginning")
         try:
             point = self._begin()
         except Exception as exc:
             self.logger.exception("SCAVENGING: Scavenge failed while beginning")
-            self.progress.error = str(exc)
             self.result = ScavengeResult.ERRORED
+            self.progress.finish(str(self.result), self.wall_clock(), str(exc))
             self.set_status("Idle")
             return self.result
         if point is None:
             self.nothing_to_do = True
             self.result = ScavengeResult.SUCCESS
-            self.progress.result = str(self.result)
+            self.progress.finish(str(self.result), self.wall_clock())
             self.set_status("Idle")
             return self.result
         self.state.update_checkpoint(running=self.scavenge_id)
@@ -216,8 +216,7 @@ class Scavenger:
             events.completed(str(result), error, took, saved, max_chunk)
         except Exception:
             self.logger.exception("SCAVENGING: could not write the $scavengeCompleted event")
-        self.progress.result = str(result)
-        self.progress.error = error
+        self.progress.finish(str(result), self.wall_clock(), error)
         self.result = result
         self.set_status("Idle")
         return result

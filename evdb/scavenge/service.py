@@ -106,7 +106,9 @@ class ScavengeService:
         self.logger.warning(
             "SCAVENGING: Scavenge %s was interrupted (the node stopped while it ran).", running
         )
-        events = ScavengeEvents(self.db, running, self.node_endpoint, self.defaults.history_max_age_days)
+        events = ScavengeEvents(
+            self.db, running, self.node_endpoint, self.defaults.history_max_age_days, self.logger
+        )
         events.completed(
             str(ScavengeResult.INTERRUPTED), "The node stopped while the scavenge ran.", 0.0, 0, -1
         )

@@ -16,6 +16,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from evdb.errors import CorruptedFile
+
 __all__ = ["HashUsers", "ScavengeState", "StreamRow", "to_signed", "to_unsigned"]
 
 _SCHEMA = """
@@ -72,12 +74,20 @@ class ScavengeState:
         self._conn = sqlite3.connect(path or ":memory:", check_same_thread=False, isolation_level=None)
         self._lock = threading.RLock()
         c = self._conn
-        c.execute(f"PRAGMA page_size = {int(page_size_kib) * 1024}")
-        c.execute(f"PRAGMA cache_size = -{max(1, int(cache_size_bytes) // 1024)}")
-        if path is not None:
-            c.execute("PRAGMA journal_mode = WAL")
-            c.execute("PRAGMA synchronous = NORMAL")
-        c.executescript(_SCHEMA)
+        try:
+            c.execute(f"PRAGMA page_size = {int(page_size_kib) * 1024}")
+            c.execute(f"PRAGMA cache_size = -{max(1, int(cache_size_bytes) // 1024)}")
+            if path is not None:
+                c.execute("PRAGMA journal_mode = WAL")
+                c.execute("PRAGMA synchronous = NORMAL")
+            c.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            c.close()
+            raise CorruptedFile(
+                path or ":memory:",
+                f"the scavenge database cannot be read ({exc}); move it aside to start the scavenge "
+                "state afresh (the next scavenge then accumulates every chunk again)",
+            ) from exc
 
     def close(self) -> None:
         with self._lock:

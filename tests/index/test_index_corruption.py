@@ -129,12 +129,15 @@ def test_a_crash_before_indexmap_names_a_new_table(tmp_path, monkeypatch):
 
     index = TableIndex.open(str(tmp_path), max_memtable_entries=10)
     monkeypatch.setattr(IndexMap, "write", crash)
+    real_delete = PTable.delete
+    monkeypatch.setattr(PTable, "delete", lambda self: None)  # a crash does not clean up after itself
     for i in range(20, 30):
         index.add([(i % 3, i // 3, i)], i + 1)
     with pytest.raises(StorageError, match="power cut"):
         index.wait_idle()
     index.close()
     monkeypatch.setattr(IndexMap, "write", real_write)
+    monkeypatch.setattr(PTable, "delete", real_delete)
     stray = {n for n in os.listdir(tmp_path) if len(n) == 36} - {t.name for t in tables}
     assert len(stray) == 1
     reopened = TableIndex.open(str(tmp_path), max_memtable_entries=10)
@@ -184,3 +187,17 @@ def test_background_work_fails_loudly_not_silently(tmp_path, monkeypatch):
     reopened.wait_idle()
     assert [(t.level, len(t)) for t in reopened.tables()] == [(1, 4)]
     reopened.close()
+
+
+def test_a_failed_indexmap_write_removes_the_table_it_would_have_named(tmp_path, monkeypatch):
+    """Without a crash, the table the indexmap could not name is deleted at once (not left for the next
+    start): a dump retried on a full disk does not pile up unnamed tables."""
+    tables = built(tmp_path, count=20)
+    index = TableIndex.open(str(tmp_path), max_memtable_entries=10)
+    monkeypatch.setattr(IndexMap, "write", lambda self, directory: (_ for _ in ()).throw(OSError("io")))
+    for i in range(20, 30):
+        index.add([(i % 3, i // 3, i)], i + 1)
+    with pytest.raises(StorageError, match="io"):
+        index.wait_idle()
+    index.close()
+    assert {n for n in os.listdir(tmp_path) if len(n) == 36} == {t.name for t in tables}

@@ -121,3 +121,12 @@ async def test_threshold(unmerged_client, threshold, executed):
     left = await survivors(client)
     assert ("b", 0) not in left and ("b", 2) in left
     assert (("a", 0) in left) == (threshold == 2)  # the light chunk stays untouched above its weight
+
+
+async def test_a_finished_runs_elapsed_time_stops_at_its_end(client, clock):
+    await append(client, "s", 2)
+    first = await scavenge(client)
+    clock.advance(300)
+    again = (await client.get("/admin/scavenge/progress")).json()["last"]
+    assert again["result"] == "Success"
+    assert again["elapsedSeconds"] == first["elapsedSeconds"] < 300

@@ -237,17 +237,7 @@ def _scavenge_state(db_dir: str, damaged: str) -> str:
         return "named at scavenge"
 
 
-UNNAMED_SQLITE = pytest.mark.xfail(
-    strict=True,
-    reason="evdb/scavenge/state.py:72-79 opens scavenging.db without catching sqlite3.DatabaseError: a "
-    "damaged header gives 'file is not a database' without the file's name (node start fails unnamed)",
-)
-PARAMS = [
-    pytest.param(
-        k, w, id=f"{k}-{w}", marks=[UNNAMED_SQLITE] if k == "scavenging.db" and w != "middle" else []
-    )
-    for k, w in CASES
-]
+PARAMS = [pytest.param(k, w, id=f"{k}-{w}") for k, w in CASES]
 
 
 @pytest.mark.parametrize(("kind", "where"), PARAMS)
