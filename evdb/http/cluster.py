@@ -12,6 +12,7 @@ from aiohttp import web
 
 from evdb.errors import InvalidInput, NotLeader
 from evdb.http.common import get_node, require_ops
+from evdb.http.openapi import EXTRA_PATHS
 
 _REQUIRE_LEADER_HEADERS = ("Kurrent-RequireLeader", "ES-RequireLeader", "ES-RequireMaster")
 _WRITE_METHODS = ("POST", "PUT", "DELETE")
@@ -20,7 +21,9 @@ _WRITE_METHODS = ("POST", "PUT", "DELETE")
 async def resign(request: web.Request) -> web.Response:
     require_ops(request)
     node = get_node(request)
-    if not await node.cluster.resign():
+    if node.cluster is None:
+        node.logger.info("Resign request ignored: a single node (ClusterSize 1) stays the leader")
+    elif not await node.cluster.resign():
         node.logger.info("Resign request ignored: this node is not the leader (%s)", node.cluster.state)
     return web.Response(status=200)
 
@@ -34,6 +37,9 @@ async def set_priority(request: web.Request) -> web.Response:
         raise InvalidInput("The priority must be an integer.") from None
     if not -1000 <= priority <= 1000:
         raise InvalidInput("The priority must be between -1000 and 1000.")
+    if node.cluster is None:
+        node.logger.info("Node priority %d noted; a single node (ClusterSize 1) holds no elections", priority)
+        return web.Response(status=200)
     node.cluster.priority = priority
     node.logger.info("Node priority set to %d", priority)
     return web.Response(status=200)
@@ -63,3 +69,33 @@ def setup(app: web.Application) -> None:
     app.router.add_post("/admin/node/resign", resign)
     app.router.add_post("/admin/node/priority/{priority}", set_priority)
     app.middlewares.append(require_leader_middleware)
+
+
+_EMPTY_200 = {"description": "Done (an empty body); ignored, and logged, on a node that is not the leader"}
+_UNAUTHORISED = {"description": "Not authenticated, or without the $ops or $admins role"}
+EXTRA_PATHS.append(
+    {
+        "/admin/node/resign": {
+            "post": {
+                "summary": "The leader steps down; another member is elected and it becomes a follower",
+                "responses": {"200": _EMPTY_200, "401": _UNAUTHORISED},
+            }
+        },
+        "/admin/node/priority/{priority}": {
+            "post": {
+                "summary": "Set this node's priority in elections (-1000 to 1000)",
+                "parameters": [
+                    {"name": "priority", "in": "path", "required": True, "schema": {"type": "integer"}}
+                ],
+                "responses": {
+                    "200": {"description": "Set (an empty body)"},
+                    "400": {
+                        "description": "Not an integer, or out of range",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
+                    "401": _UNAUTHORISED,
+                },
+            }
+        },
+    }
+)

@@ -325,10 +325,31 @@ SCAVENGE_ID_CONTENT = _SCAVENGE_ID
 APP_PATHS: web.AppKey[list[dict[str, Any]]] = web.AppKey("openapi_app_paths", list)
 
 
+#: answers any operation may get, whatever it does (documented on every one)
+_ANY_OPERATION = {
+    "429": {
+        "description": "Too many requests of this client in progress (HttpMaxConcurrentRequestsPerClient)"
+    },
+    "503": {"description": "The node is not ready: starting, or its database is being reopened"},
+}
+_DISK_FULL = {"description": "The node's disk is full: nothing was written", "content": _TEXT}
+
+
+def _with_common_answers(paths: dict[str, Any]) -> None:
+    for path, operations in paths.items():
+        for method, operation in operations.items():
+            responses = operation.setdefault("responses", {})
+            for code, answer in _ANY_OPERATION.items():
+                responses.setdefault(code, answer)
+            if method in ("post", "put", "delete") and path.startswith("/streams/"):
+                responses.setdefault("507", _DISK_FULL)
+
+
 async def openapi(request: web.Request) -> web.Response:
     document = build_document()
     for extra in request.app.get(APP_PATHS, []):
         document["paths"].update(extra)
+    _with_common_answers(document["paths"])
     return json_response(document)
 
 

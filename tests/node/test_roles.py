@@ -39,6 +39,8 @@ RULES: dict[tuple[str, str], set[str]] = {
     ("GET", "/admin/scavenge/progress"): OPS_OR_ADMIN,
     ("DELETE", "/admin/scavenge/{scavengeId}"): OPS_OR_ADMIN,
     ("POST", "/admin/reloadconfig"): OPS_OR_ADMIN,
+    ("POST", "/admin/node/resign"): OPS_OR_ADMIN,
+    ("POST", "/admin/node/priority/{priority}"): OPS_OR_ADMIN,
     ("GET", "/admin/certificates"): OPS_OR_ADMIN,
     ("POST", "/admin/backup"): ADMIN_ONLY,
     ("GET", "/admin/backup/current"): ADMIN_ONLY,
@@ -76,6 +78,7 @@ SAMPLES = {
     "scavengeId": "x",
     "login": "nobody-here",
     "command": "enable",
+    "priority": "5",
 }
 EVENTS = [{"eventId": "fbf4a1a1-b4a3-4dfe-a01f-ec52c34e16e4", "eventType": "E", "data": {}}]
 
