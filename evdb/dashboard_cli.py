@@ -38,6 +38,17 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--logs", nargs="+", metavar="DIR", default=[], help="folders of log-*.json files to follow"
     )
+    parser.add_argument(
+        "--mirror",
+        action="append",
+        default=[],
+        metavar="URL_OR_STATUS_FILE",
+        help=(
+            "show an evdb mirror under the cluster members: the URL of its --metrics-port (its /status) "
+            "or its status file (<checkpoint>.status.json; a checkpoint file or the mirror's folder also "
+            "do); repeat for several"
+        ),
+    )
     parser.add_argument("--data", help="folder of the local cluster (default: the user's data folder)")
     parser.add_argument(
         "--interval", type=float, default=1.0, help="seconds between polls of a node (default 1)"
@@ -93,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         interval=args.interval,
         cluster_dir=str(cluster.data_dir) if cluster else None,
         log_dirs=log_dirs,
+        mirrors=args.mirror,
     )
     recorder = None
     if args.record:

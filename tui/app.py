@@ -30,7 +30,7 @@ from tui.calls import (
     resume_auto_scavenge,
     stop_scavenge,
 )
-from tui.collector import NodeCollector, member_url, normalise_url
+from tui.collector import MirrorCollector, NodeCollector, member_url, normalise_url
 from tui.dialogs import (
     BackupDialog,
     ConfirmCall,
@@ -135,7 +135,7 @@ class DashboardApp(App[str | None]):
     TITLE = "evdb dashboard"
     COMMANDS = {DashboardCommands}
     CSS = """
-    #cluster { height: auto; max-height: 12; border: round $accent; padding: 0 1; }
+    #cluster { height: auto; max-height: 16; border: round $accent; padding: 0 1; }
     TabbedContent { height: 1fr; }
     TabPane { padding: 0 1; }
     """
@@ -170,6 +170,7 @@ class DashboardApp(App[str | None]):
         cluster_dir: str | None = None,
         log_dirs: Iterable[str] = (),
         start_collectors: bool = True,
+        mirrors: Iterable[str] = (),
     ) -> None:
         super().__init__()
         self.connection = connection or Connection()
@@ -182,6 +183,9 @@ class DashboardApp(App[str | None]):
         self.logbook = LogBook()
         self.log_filter = LogFilter()
         self.collectors: dict[str, NodeCollector] = {}
+        #: ``--mirror``: evdb mirror processes shown under the cluster members (URL or status file)
+        self.mirror_sources = list(dict.fromkeys(mirrors))
+        self.mirror_collectors: list[MirrorCollector] = []
         self.client: httpx.AsyncClient | None = None
         self._specs = list(nodes)
         self._extra_log_dirs = list(log_dirs)
@@ -227,6 +231,8 @@ class DashboardApp(App[str | None]):
         self.sub_title = "read-only" if self.state.readonly else ""
         for node in self.state.ordered():
             self._start_collector(node)
+        for source in self.mirror_sources:
+            self._start_mirror_collector(source)
         self.render_panels(force=True)
         self.set_interval(self.interval, self.tick)
 
@@ -268,6 +274,21 @@ class DashboardApp(App[str | None]):
                 collector.run(), group="collectors", name=f"collect {node.url}", exit_on_error=False
             )
 
+    def _start_mirror_collector(self, source: str) -> None:
+        assert self.client is not None
+        collector = MirrorCollector(
+            source,
+            self.state,
+            self.client,
+            self.clock,
+            interval=self.interval,
+            timeout=self.connection.timeout,
+            on_change=self.render_panels,
+        )
+        self.mirror_collectors.append(collector)
+        if self.start_collectors:
+            self.run_worker(collector.run(), group="collectors", name=f"mirror {source}", exit_on_error=False)
+
     def _on_poll(self, node: NodeState) -> None:
         if self.discover:
             scheme = urlsplit(node.url).scheme
@@ -283,7 +304,10 @@ class DashboardApp(App[str | None]):
 
     async def poll_all(self) -> None:
         """One poll of every node now (tests, and the first frame)."""
-        await asyncio.gather(*(c.poll_once() for c in list(self.collectors.values())))
+        await asyncio.gather(
+            *(c.poll_once() for c in list(self.collectors.values())),
+            *(m.poll_once() for m in self.mirror_collectors),
+        )
         self.render_panels()
 
     # -- rendering -------------------------------------------------------------------------------------
@@ -314,7 +338,9 @@ class DashboardApp(App[str | None]):
         versions = tuple(n.version for n in self.state.ordered())
         nv = node.version if node else -1
         self._update(
-            "cluster", (versions, self.state.selected, int(now) // 5), lambda: render_cluster(self.state, now)
+            "cluster",
+            (versions, self.state.mirrors_version, self.state.selected, int(now) // 5),
+            lambda: render_cluster(self.state, now),
         )
         active = tabs.active
         if active == "scavenge":

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -19,20 +22,36 @@ import httpx
 from evdb.clock import Clock
 from tui.certificates import read_certificate
 from tui.state import (
+    AutoScavengeCycle,
     AutoScavengeState,
     BackupState,
     ChunkRow,
+    DashboardState,
     Member,
+    MirrorState,
+    NodeCertificates,
     NodeState,
     ProcessFigures,
     ScavengeHistoryEntry,
     ScavengeState,
 )
 
-__all__ = ["NodeCollector", "member_url", "normalise_url", "parse_timespan"]
+__all__ = [
+    "MirrorCollector",
+    "NodeCollector",
+    "cycle_from_progress",
+    "member_url",
+    "mirror_state",
+    "node_certificates",
+    "normalise_url",
+    "parse_iso",
+    "parse_timespan",
+]
 
 _JSON = {"Accept": "application/json"}
 _ATOM = {"Accept": "application/vnd.kurrent.atom+json"}
+#: auto-scavenge states in which a cluster scavenge can be under way (its progress is read then)
+_CYCLE_STATES = ("InProgress", "Pausing", "Paused")
 _TIMESPAN = re.compile(r"^(?:(\d+)\.)?(\d+):(\d+):(\d+)(?:\.(\d+))?$")
 # KurrentDB's status gauge: kurrentdb_statuses{name="Scavenge",status="Accumulation Phase"} 1.7e9
 _STATUS = re.compile(r'^\w*statuses\{[^}]*name="Scavenge"[^}]*status="([^"]+)"[^}]*\}\s+([0-9.eE+-]+)', re.M)
@@ -101,6 +120,8 @@ class NodeCollector:
         self._history_ids: tuple[str, ...] = ()
         self._history_detail: dict[str, ScavengeHistoryEntry] = {}
         self._certificate_at: float | None = None
+        self._certificates_at: float | None = None
+        self._cycle_available: bool | None = None
         self._io_last: tuple[float, int, int] | None = None
         self._process: Any = None
         self.wake = asyncio.Event()
@@ -178,10 +199,15 @@ class NodeCollector:
             or s.polls % 30 == 0
         ):
             tasks.append(self._read_backup())
+        # certificates at a slow pace (a TLS handshake; evdb's /admin/certificates beside it), and at once
+        # after the dashboard sent this node a call (a reload shows its result on the next poll)
         now = self.clock.monotonic()
-        if self._certificate_at is None or now - self._certificate_at >= self.certificate_every:
+        if full or self._certificate_at is None or now - self._certificate_at >= self.certificate_every:
             self._certificate_at = now
             tasks.append(self._read_certificate())
+        if full or self._certificates_at is None or now - self._certificates_at >= self.certificate_every:
+            self._certificates_at = now
+            tasks.append(self._read_node_certificates())
         results = await asyncio.gather(*tasks, return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         for error in errors:
@@ -206,6 +232,7 @@ class NodeCollector:
             s.auto_scavenge,
             s.backup,
             s.certificate,
+            s.certificates,
             s.process,
             repr(s.info),
         )
@@ -431,13 +458,30 @@ class NodeCollector:
             s.auto_scavenge = AutoScavengeState(available=True, state=f"HTTP {response.status_code}")
             return
         body = response.json()
+        state = str(body.get("state", ""))
+        cycle: AutoScavengeCycle | None = None
+        cycle_error: str | None = None
+        # the cycle node by node: only while one can be under way, and only where the node has it
+        # (asked again every 30th poll after a 404, in case the node was upgraded)
+        if state in _CYCLE_STATES and (self._cycle_available is not False or s.polls % 30 == 0):
+            progress = await self._get("/auto-scavenge/progress")
+            if progress.status_code in (404, 405):
+                self._cycle_available = False
+            elif progress.status_code == 200:
+                self._cycle_available = True
+                cycle = cycle_from_progress(progress.json())
+            else:
+                cycle_error = f"HTTP {progress.status_code} from /auto-scavenge/progress"
         s.auto_scavenge = AutoScavengeState(
             available=True,
             enabled=True,
-            state=str(body.get("state", "")),
+            state=state,
             schedule=body.get("schedule"),
             time_until_next_cycle=parse_timespan(body.get("timeUntilNextCycle")),
             read_at=self.clock.monotonic(),
+            cycle=cycle,
+            cycle_available=self._cycle_available,
+            cycle_error=cycle_error,
         )
 
     async def _read_backup(self) -> None:
@@ -458,6 +502,15 @@ class NodeCollector:
             self._certificate_at = None  # try again on the next poll
             raise ConnectionError(f"TLS handshake: {exc}") from exc
         self.state.certificate = cert
+
+    async def _read_node_certificates(self) -> None:
+        """evdb's ``/admin/certificates``: the CA in use and the last reload (KurrentDB: 404)."""
+        try:
+            response = await self._get("/admin/certificates")
+        except httpx.HTTPError:
+            self._certificates_at = None  # try again on the next poll
+            raise
+        self.state.certificates = node_certificates(response)
 
     def _process_figures(self) -> ProcessFigures | None:
         pid = self.state.pid
@@ -489,6 +542,198 @@ class NodeCollector:
             write_rate = max(0.0, (write_bytes - self._io_last[2]) / span)
         self._io_last = (now, read_bytes, write_bytes)
         return ProcessFigures(pid, cpu, rss, read_rate, write_rate)
+
+
+class MirrorCollector:
+    """Reads one ``evdb mirror``'s status: ``GET <url>/status`` (``--metrics-port``) or its status file
+    (``<checkpoint>.status.json``; a checkpoint file names its status file beside it).
+
+    Like the node collectors: one read in flight, the next scheduled when it finished."""
+
+    def __init__(
+        self,
+        source: str,
+        state: DashboardState,
+        client: httpx.AsyncClient,
+        clock: Clock,
+        *,
+        interval: float = 1.0,
+        timeout: float = 2.0,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.source = source
+        self.state = state
+        self.client = client
+        self.clock = clock
+        self.interval = interval
+        self.timeout = timeout
+        self.on_change = on_change
+        self._in_flight = False
+
+    @property
+    def is_url(self) -> bool:
+        return self.source.startswith(("http://", "https://"))
+
+    def status_url(self) -> str:
+        url = self.source.rstrip("/")
+        return url if url.endswith("/status") else f"{url}/status"
+
+    def status_path(self) -> Path:
+        path = Path(self.source).expanduser()
+        if path.is_dir():  # the mirror's folder: its default checkpoint's status file
+            return path / "checkpoint.status.json"
+        if path.name.endswith(".status.json"):
+            return path
+        stem = path.stem if path.suffix == ".json" else path.name  # a checkpoint file: its status file
+        return path.with_name(stem + ".status.json")
+
+    async def run(self) -> None:
+        while True:
+            await self.poll_once()
+            await self.clock.sleep(self.interval)
+
+    async def poll_once(self) -> None:
+        if self._in_flight:
+            return
+        self._in_flight = True
+        try:
+            new = await self._read()
+        finally:
+            self._in_flight = False
+        if self.state.mirrors.get(self.source) != new:
+            self.state.mirrors[self.source] = new
+            self.state.mirrors_version += 1
+            if self.on_change is not None:
+                self.on_change()
+
+    async def _read(self) -> MirrorState:
+        if self.is_url:
+            try:
+                # no credentials: the mirror's status endpoint has none, and the nodes' are not its business
+                response = await self.client.get(
+                    self.status_url(), headers=_JSON, timeout=self.timeout, auth=None
+                )
+            except httpx.HTTPError as exc:
+                return MirrorState(self.source, error=_describe(exc))
+            if response.status_code != 200:
+                return MirrorState(self.source, error=f"HTTP {response.status_code} from {self.status_url()}")
+            try:
+                body = response.json()
+            except ValueError:
+                return MirrorState(self.source, error=f"{self.status_url()} did not answer JSON")
+        else:
+            path = self.status_path()
+            try:
+                body = json.loads(path.read_text())
+            except FileNotFoundError:
+                return MirrorState(self.source, error=f"no status file {path} (is the mirror started?)")
+            except (OSError, ValueError) as exc:
+                return MirrorState(self.source, error=f"cannot read {path}: {exc}")
+        return mirror_state(self.source, body)
+
+
+def mirror_state(source: str, body: Any) -> MirrorState:
+    """The fields of an ``evdb mirror`` status (Mirror.status() in evdb/mirror/mirror.py)."""
+    if not isinstance(body, dict) or body.get("kind", "evdb-mirror") != "evdb-mirror":
+        return MirrorState(source, error="not an evdb mirror status")
+    return MirrorState(
+        source,
+        state=str(body.get("state") or ""),
+        from_url=str(body.get("from") or ""),
+        to_url=str(body.get("to") or ""),
+        position=_int_or_none(body.get("position")),
+        primary_head=_int_or_none(body.get("primaryHead")),
+        lag_bytes=_int_or_none(body.get("lagBytes")),
+        lag_seconds=_float_or_none(body.get("lagSeconds")),
+        caught_up=bool(body.get("caughtUp")),
+        events_copied=_int_or_none(body.get("eventsCopied")) or 0,
+        events_per_second=_float_or_none(body.get("eventsPerSecond")),
+        last_error=str(body["lastError"]) if body.get("lastError") else None,
+        updated=parse_iso(body.get("updated")),
+    )
+
+
+def node_certificates(response: httpx.Response) -> NodeCertificates:
+    """evdb's ``GET /admin/certificates`` answer (evdb/tls/reload.py ``ConfigReloader.describe``)."""
+    if response.status_code in (404, 405):
+        return NodeCertificates(available=False)
+    if response.status_code in (401, 403):
+        return NodeCertificates(
+            available=True,
+            error=f"HTTP {response.status_code}: reading it needs an admin or ops user (--user/--password)",
+        )
+    if response.status_code != 200:
+        return NodeCertificates(available=True, error=f"HTTP {response.status_code} from /admin/certificates")
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        return NodeCertificates(available=True, error="/admin/certificates did not answer a JSON object")
+    cert = body.get("certificate") if isinstance(body.get("certificate"), dict) else {}
+    ca = body.get("ca") if isinstance(body.get("ca"), dict) else {}
+    last = body.get("lastReload") if isinstance(body.get("lastReload"), dict) else {}
+    return NodeCertificates(
+        available=True,
+        secure=bool(body.get("secure")),
+        subject=str(cert.get("subject") or ""),
+        dns_names=tuple(str(n) for n in cert.get("dnsNames") or ()),
+        ip_addresses=tuple(str(n) for n in cert.get("ipAddresses") or ()),
+        ca_subject=str(ca["subject"]) if ca.get("subject") else None,
+        ca_fingerprint=str(ca["fingerprintSha256"]) if ca.get("fingerprintSha256") else None,
+        loaded_at=parse_iso(body.get("loadedAt")),
+        reload_at=parse_iso(last.get("time")),
+        reload_trigger=str(last.get("trigger") or ""),
+        reload_result=str(last.get("result") or ""),
+        reload_error=str(last["error"]) if last.get("error") else None,
+        certificate_changed=bool(last.get("certificateChanged")),
+    )
+
+
+def cycle_from_progress(body: Any) -> AutoScavengeCycle | None:
+    """evdb's ``GET /auto-scavenge/progress`` (``AutoScavengeState.describe`` in evdb/autoscavenge/state.py)."""
+    if not isinstance(body, dict):
+        return None
+    done = body.get("done") if isinstance(body.get("done"), dict) else {}
+    return AutoScavengeCycle(
+        cycle_id=str(body["clusterScavengeId"]) if body.get("clusterScavengeId") else None,
+        status=str(body.get("status") or ""),
+        members=tuple(str(m) for m in body.get("members") or ()),
+        done=tuple((str(k), str(v)) for k, v in done.items()),
+        designated=str(body["designatedNode"]) if body.get("designatedNode") else None,
+        node_scavenge_id=str(body["nodeScavengeId"]) if body.get("nodeScavengeId") else None,
+        paused=bool(body.get("paused")),
+        pause_requested=bool(body.get("pauseRequested")),
+        started_at=parse_iso(body.get("startedAt")),
+        last_problem=str(body["lastProblem"]) if body.get("lastProblem") else None,
+    )
+
+
+def parse_iso(text: Any) -> float | None:
+    """ISO 8601 time (``Z`` or an offset; naive is UTC) to epoch seconds."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _float_or_none(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _history_entry(scavenge_id: str, data: dict[str, Any], started: str) -> ScavengeHistoryEntry:

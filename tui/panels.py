@@ -13,6 +13,7 @@ from rich.text import Text
 
 from tui.state import (
     SCAVENGE_PHASES,
+    AutoScavengeState,
     DashboardState,
     LogLine,
     NodeState,
@@ -27,6 +28,7 @@ __all__ = [
     "render_chunks",
     "render_cluster",
     "render_logs",
+    "render_mirrors",
     "render_scavenge",
 ]
 
@@ -78,6 +80,18 @@ def duration(seconds: float | None) -> str:
     if days:
         return f"{days}d {hours:02}:{minutes:02}:{secs:02}"
     return f"{hours:02}:{minutes:02}:{secs:02}" if hours else f"{minutes:02}:{secs:02}"
+
+
+def ago(seconds: float) -> str:
+    """A rough age: ``45s``, ``5m 10s``, ``3h 20m``, ``2d 4h``."""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h {seconds % 3600 // 60:02}m"
+    return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
 
 
 def bar(fraction: float, width: int = 20, style: str = "green") -> Text:
@@ -144,7 +158,75 @@ def render_cluster(state: DashboardState, now: float) -> RenderableType:
             size(p.rss_bytes) if p else "–",
             f"{size(p.read_bytes_per_s)}/s {size(p.write_bytes_per_s)}/s" if p else "–",
         )
+    if not state.mirrors:
+        return table
+    return Group(table, render_mirrors(state, now))
+
+
+#: a mirror rewrites its status every second; older than this while it should be running: stale
+MIRROR_STALE_SECONDS = 10.0
+_MIRROR_STYLE = {
+    "live": "green",
+    "catching-up": "cyan",
+    "starting": "cyan",
+    "reconnecting": "yellow",
+    "stopped": "yellow",
+    "failed": "bold red",
+    "failed-over": "magenta",
+}
+
+
+def render_mirrors(state: DashboardState, now: float) -> RenderableType:
+    """``evdb mirror`` processes given with ``--mirror``: state, direction, lag, pace, last error."""
+    table = Table(expand=True, box=None, header_style="bold", pad_edge=False)
+    for column in ("", "mirror", "state", "from → to", "lag", "events/s", "copied"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("note", ratio=1)
+    for source, m in state.mirrors.items():
+        name = _mirror_name(source)
+        if m.error:
+            table.add_row(
+                "⇉", name, Text("unknown", style="yellow"), "", "", "", "", Text(m.error, style="red")
+            )
+            continue
+        if m.lag_bytes is None:
+            lag = Text("unknown", style="dim")
+        else:
+            lag = Text(size(m.lag_bytes), style="green" if m.caught_up else "yellow")
+            if m.lag_seconds is not None:
+                lag.append(f" / {m.lag_seconds:.2f} s")
+        age = None if m.updated is None else now - m.updated
+        note = Text()
+        if age is not None and age > MIRROR_STALE_SECONDS:
+            if m.state in ("stopped", "failed", "failed-over"):
+                note.append(f"{m.state} {ago(age)} ago", style="dim")
+            else:
+                note.append(f"STALE: not updated for {ago(age)}; is the mirror running?", style="bold yellow")
+        if m.last_error:
+            if note:
+                note.append("  ")
+            note.append(f"last error: {m.last_error}", style="red")
+        table.add_row(
+            "⇉",
+            name,
+            Text(m.state or "–", style=_MIRROR_STYLE.get(m.state, "")),
+            f"{_host_port(m.from_url)} → {_host_port(m.to_url)}",
+            lag,
+            "–" if m.events_per_second is None else f"{m.events_per_second:g}",
+            str(m.events_copied),
+            note,
+        )
     return table
+
+
+def _mirror_name(source: str) -> str:
+    if "://" in source:
+        return source.split("://", 1)[1].rstrip("/").removesuffix("/status")
+    return source.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _host_port(url: str) -> str:
+    return url.split("://", 1)[-1].rstrip("/") if url else "?"
 
 
 def _own_member(node: NodeState):
@@ -331,19 +413,108 @@ def render_auto_scavenge(state: DashboardState, monotonic_now: float) -> Rendera
     if auto.time_until_next_cycle is not None:
         left = auto.time_until_next_cycle - (monotonic_now - auto.read_at)
         grid.add_row("next cycle in", duration(max(0.0, left)))
-    nodes = Table(title="This cycle, node by node", title_justify="left", box=None, header_style="bold")
-    nodes.add_column("node")
-    nodes.add_column("role")
-    nodes.add_column("scavenge")
-    for n in state.ordered():
-        if n.scavenge.running:
-            status = Text("running", style="cyan")
-        elif auto.state == "InProgress" and n.scavenge.result == "Success":
-            status = Text("done", style="green")
+    parts: list[RenderableType] = [grid, Text("")]
+    parts.extend(_cycle_parts(state, auto))
+    return Group(*parts)
+
+
+_CYCLE_STYLE = {
+    "done": "green",
+    "running": "bold cyan",
+    "starting": "cyan",
+    "stopping": "yellow",
+    "paused": "yellow",
+    "waiting": "dim",
+}
+
+
+def _cycle_parts(state: DashboardState, auto: AutoScavengeState) -> list[RenderableType]:
+    """The cluster scavenge node by node, from the leader's ``/auto-scavenge/progress``."""
+    if auto.state in ("Waiting", "NotConfigured"):
+        return [Text("No cluster scavenge is in progress.", style="dim")]
+    if auto.state not in ("InProgress", "Pausing", "Paused"):
+        return []  # the status itself did not answer: its state row says how
+    if auto.cycle_error:
+        return [Text(f"Cycle progress: {auto.cycle_error}", style="yellow")]
+    cycle = auto.cycle
+    if cycle is None:
+        if auto.cycle_available is False:
+            running = [n.label for n in state.ordered() if n.scavenge.running]
+            return [
+                Text(
+                    f"Cycle progress node by node: {NOT_AVAILABLE} (no /auto-scavenge/progress).", style="dim"
+                ),
+                Text(f"Scavenging now: {', '.join(running) if running else 'no node'}.", style="dim"),
+            ]
+        return [Text("Cycle progress: reading…", style="dim")]
+    if cycle.cycle_id is None:
+        return [Text("No cluster scavenge is in progress (paused between cycles).", style="dim")]
+    nodes = cycle.nodes()
+    finished = sum(1 for n in nodes if n.status == "done")
+    started = (
+        datetime.fromtimestamp(cycle.started_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        if cycle.started_at is not None
+        else "–"
+    )
+    head = Text.assemble(
+        ("Cluster scavenge ", "bold"),
+        (cycle.cycle_id, "bold"),
+        f"  started {started}  {finished} of {len(nodes)} nodes done",
+        ("  (paused)" if cycle.paused else "", "yellow"),
+    )
+    labels = endpoint_labels(state)
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("#", "node", "role", "scavenge", "detail"):
+        table.add_column(column, no_wrap=True)
+    for i, n in enumerate(nodes, 1):
+        label, role = labels.get(n.endpoint, (n.endpoint, ""))
+        if label != n.endpoint:
+            label = f"{label} ({n.endpoint})"
+        if n.status == "done":
+            detail = Text(n.result or "Unknown", style=_RESULT_STYLE.get(n.result or "Unknown", "yellow"))
+        elif n.status in ("running", "stopping"):
+            detail = Text(f"node scavenge {cycle.node_scavenge_id}", style="dim")
+        elif n.status == "paused":
+            detail = Text("resumes here", style="dim")
         else:
-            status = Text("waiting", style="dim")
-        nodes.add_row(n.label, n.role, status)
-    return Group(grid, Text(""), nodes)
+            detail = Text("")
+        table.add_row(
+            str(i),
+            label,
+            Text(role or "–", style=_ROLE_STYLE.get(role, "")),
+            Text(n.status, style=_CYCLE_STYLE.get(n.status, "")),
+            detail,
+        )
+    parts: list[RenderableType] = [head, table]
+    if cycle.last_problem:
+        parts.append(Text(f"last problem: {cycle.last_problem}", style="yellow"))
+    return parts
+
+
+def endpoint_labels(state: DashboardState) -> dict[str, tuple[str, str]]:
+    """``host:port`` (gossip's httpEndPoint; IPv6 in brackets) → (the label the cluster panel shows, the
+    role). A member the dashboard does not poll keeps its address as label and its role from gossip."""
+    labels: dict[str, str] = {}
+    roles: dict[str, str] = {}
+    nodes = state.ordered()
+    for node in nodes:
+        labels[node.url.split("://", 1)[-1]] = node.label
+    for node in nodes:  # attached by another name (localhost): gossip's own entry names the address
+        own = _own_member(node)
+        if own is not None:
+            labels.setdefault(_bracketed(own.host, own.port), node.label)
+    for node in sorted(nodes, key=lambda n: n.role == "Leader"):  # the leader's view last: it wins
+        for m in node.members:
+            roles[_bracketed(m.host, m.port)] = m.state
+    for key, label in labels.items():  # a polled node's own word about its role
+        node = next((n for n in nodes if n.label == label), None)
+        if node is not None and node.reachable and node.role:
+            roles[key] = node.role
+    return {key: (labels.get(key, key), roles.get(key, "")) for key in {*labels, *roles}}
+
+
+def _bracketed(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 # -- backup -------------------------------------------------------------------------------------------
@@ -406,7 +577,20 @@ def render_certificates(
             expires = Text(f"{when} ({'expired' if left < 0 else 'in ' + duration(left)})", style=style)
         chain = Text("valid", style="green") if c.verified else Text(f"INVALID: {c.error}", style="bold red")
         table.add_row(node.label, c.subject, c.issuer, expires, chain)
-    parts: list[RenderableType] = [table]
+    parts: list[RenderableType] = [table, Text(""), _reload_table(state, now)]
+    fingerprints = {
+        n.certificates.ca_fingerprint
+        for n in state.ordered()
+        if n.certificates is not None and n.certificates.ca_fingerprint
+    }
+    if len(fingerprints) > 1:
+        parts.append(
+            Text(
+                f"The nodes chain to {len(fingerprints)} different CAs: a rolling certificate update is "
+                "under way, or a node was missed.",
+                style="bold yellow",
+            )
+        )
     if log_lines is not None:
         reloads = [line for line in log_lines if "reload" in line.message.lower()][-5:]
         errors = [line for line in log_lines if line.is_certificate_error][-10:]
@@ -415,6 +599,71 @@ def render_certificates(
         parts.append(Text("\nCertificate errors", style="bold"))
         parts.extend([_log_text(line) for line in errors] or [Text("none seen", style="dim")])
     return Group(*parts)
+
+
+def _reload_table(state: DashboardState, now: float) -> Table:
+    """evdb's ``/admin/certificates``: the CA each node chains to and its last configuration reload."""
+    table = Table(
+        title="CA in use and last reload (/admin/certificates)",
+        title_justify="left",
+        expand=True,
+        box=None,
+        header_style="bold",
+    )
+    table.add_column("node", no_wrap=True)
+    table.add_column("CA", no_wrap=True)
+    table.add_column("CA sha256", no_wrap=True)
+    table.add_column("last reload", no_wrap=True)
+    table.add_column("result")
+    for node in state.ordered():
+        info = node.certificates
+        if info is None:
+            table.add_row(node.label, Text("reading…", style="dim"), "", "", "")
+            continue
+        if not info.available:
+            table.add_row(node.label, Text(NOT_AVAILABLE, style="dim"), "", "", "")
+            continue
+        if info.error:
+            table.add_row(node.label, Text(info.error, style="yellow"), "", "", "")
+            continue
+        if info.secure:
+            ca: Text | str = info.ca_subject or Text(
+                "no trusted root found for the certificate", style="yellow"
+            )
+        else:
+            ca = Text("insecure node: no certificate", style="dim")
+        fingerprint = _short_fingerprint(info.ca_fingerprint) if info.ca_fingerprint else "–"
+        if info.reload_at is None:
+            loaded = (
+                f" (certificate loaded {_when(info.loaded_at, now)})" if info.loaded_at is not None else ""
+            )
+            table.add_row(node.label, ca, fingerprint, Text("none since the start" + loaded, style="dim"), "")
+            continue
+        trigger = info.reload_trigger  # "/admin/reloadconfig" or "SIGHUP"
+        if trigger in ("http", "/admin/reloadconfig"):
+            trigger = "POST /admin/reloadconfig"
+        when = f"{_when(info.reload_at, now)} via {trigger or '?'}"
+        if info.reload_result == "Success":
+            result = Text("Success", style="green")
+            if info.certificate_changed:
+                result.append(", new certificate", style="green")
+        else:
+            result = Text(info.reload_result or "Unknown", style="bold red")
+            if info.reload_error:
+                result.append(f": {info.reload_error}", style="red")
+        table.add_row(node.label, ca, fingerprint, when, result)
+    return table
+
+
+def _when(epoch: float, now: float) -> str:
+    stamp = datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return f"{stamp} ({ago(now - epoch)} ago)"
+
+
+def _short_fingerprint(hex_digest: str) -> str:
+    """The first 8 bytes, as ``openssl x509 -fingerprint -sha256`` prints them."""
+    pairs = [hex_digest[i : i + 2].upper() for i in range(0, min(len(hex_digest), 16), 2)]
+    return ":".join(pairs) + ("…" if len(hex_digest) > 16 else "")
 
 
 # -- logs and activity --------------------------------------------------------------------------------

@@ -12,13 +12,17 @@ from typing import Any
 __all__ = [
     "SCAVENGE_PHASES",
     "Activity",
+    "AutoScavengeCycle",
     "AutoScavengeState",
     "BackupState",
     "CertificateState",
     "ChunkRow",
+    "CycleNode",
     "DashboardState",
     "LogLine",
     "Member",
+    "MirrorState",
+    "NodeCertificates",
     "NodeState",
     "ProcessFigures",
     "ScavengeHistoryEntry",
@@ -144,6 +148,48 @@ class ScavengeState:
 
 
 @dataclass(frozen=True)
+class CycleNode:
+    """One member of a cluster scavenge, as the leader's ``/auto-scavenge/progress`` tells it."""
+
+    endpoint: str  # host:port, as gossip's httpEndPoint (``[::1]:2113`` for IPv6)
+    status: str  # done, running, starting, stopping, paused, waiting
+    result: str | None = None  # of a done node: Success, Stopped, Errored, Cancelled, …
+
+
+@dataclass(frozen=True)
+class AutoScavengeCycle:
+    """The cluster scavenge in progress (evdb's ``GET /auto-scavenge/progress``)."""
+
+    cycle_id: str | None = None  # None: no cycle runs (paused while idle)
+    status: str = ""  # the leader's internal status, e.g. MonitoringNodeScavenge
+    members: tuple[str, ...] = ()  # every node of the cycle (sorted by address, as the leader keeps them)
+    done: tuple[tuple[str, str], ...] = ()  # (endpoint, result), in the order they finished
+    designated: str | None = None  # the node being scavenged now
+    node_scavenge_id: str | None = None  # its scavenge, once started
+    paused: bool = False
+    pause_requested: bool = False
+    started_at: float | None = None  # epoch seconds
+    last_problem: str | None = None
+
+    def nodes(self) -> list[CycleNode]:
+        """Node by node: the done ones in the order they finished, the running one, then the waiting."""
+        done = dict(self.done)
+        out = [CycleNode(endpoint, "done", result) for endpoint, result in self.done]
+        if self.designated is not None and self.designated not in done:
+            if self.pause_requested:
+                status = "stopping"
+            elif self.paused:
+                status = "paused"
+            elif self.node_scavenge_id is None:
+                status = "starting"
+            else:
+                status = "running"
+            out.append(CycleNode(self.designated, status))
+        out.extend(CycleNode(m, "waiting") for m in self.members if m not in done and m != self.designated)
+        return out
+
+
+@dataclass(frozen=True)
 class AutoScavengeState:
     available: bool  # False: the endpoints are not there (404) on this node
     enabled: bool | None = None
@@ -151,6 +197,11 @@ class AutoScavengeState:
     schedule: str | None = None
     time_until_next_cycle: float | None = None  # seconds, at ``read_at``
     read_at: float = 0.0  # clock.monotonic() of the read, for the live countdown
+    #: the cycle node by node; read only while a cycle can be under way (InProgress, Pausing, Paused)
+    cycle: AutoScavengeCycle | None = None
+    #: evdb's ``/auto-scavenge/progress``: None not asked, False not on this node (404)
+    cycle_available: bool | None = None
+    cycle_error: str | None = None  # the progress endpoint answered something else (401, 500, …)
 
 
 @dataclass(frozen=True)
@@ -167,6 +218,46 @@ class CertificateState:
     verified: bool = False
     error: str | None = None  # the chain validation error, if any
     read_at: float = 0.0  # clock.time()
+
+
+@dataclass(frozen=True)
+class NodeCertificates:
+    """evdb's ``GET /admin/certificates``: the CA in use and the last configuration reload."""
+
+    available: bool  # False: no such endpoint (404: KurrentDB, or an older evdb)
+    error: str | None = None  # e.g. 401 without an admin or ops user
+    secure: bool = False
+    subject: str = ""
+    dns_names: tuple[str, ...] = ()
+    ip_addresses: tuple[str, ...] = ()
+    ca_subject: str | None = None
+    ca_fingerprint: str | None = None  # SHA-256, hex
+    loaded_at: float | None = None  # epoch seconds: when the certificate in use was loaded
+    reload_at: float | None = None  # epoch seconds of the last reload; None: none since the start
+    reload_trigger: str = ""  # "/admin/reloadconfig" or "SIGHUP"
+    reload_result: str = ""  # Success or Failed
+    reload_error: str | None = None
+    certificate_changed: bool = False
+
+
+@dataclass(frozen=True)
+class MirrorState:
+    """One ``evdb mirror``, from its ``GET /status`` or its ``<checkpoint>.status.json``."""
+
+    source: str  # what the operator gave: a URL or a file
+    error: str | None = None  # could not read it (no answer, no file yet, not JSON)
+    state: str = ""  # starting, catching-up, live, reconnecting, stopped, failed, failed-over
+    from_url: str = ""
+    to_url: str = ""
+    position: int | None = None
+    primary_head: int | None = None
+    lag_bytes: int | None = None
+    lag_seconds: float | None = None
+    caught_up: bool = False
+    events_copied: int = 0
+    events_per_second: float | None = None
+    last_error: str | None = None
+    updated: float | None = None  # epoch seconds the mirror wrote this status
 
 
 @dataclass(frozen=True)
@@ -197,6 +288,7 @@ class NodeState:
     auto_scavenge: AutoScavengeState | None = None
     backup: BackupState | None = None
     certificate: CertificateState | None = None
+    certificates: NodeCertificates | None = None  # evdb's /admin/certificates
     process: ProcessFigures | None = None
     pid: int | None = None  # set for launched nodes
     log_dir: str | None = None
@@ -238,6 +330,8 @@ class DashboardState:
     selected: str = ""
     activity: list[Activity] = field(default_factory=list)
     readonly: bool = False
+    mirrors: dict[str, MirrorState] = field(default_factory=dict)  # by source, in the order given
+    mirrors_version: int = 0  # bumped whenever a mirror's status changed
 
     def node(self, url: str | None = None) -> NodeState | None:
         return self.nodes.get(url or self.selected)

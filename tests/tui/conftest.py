@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.tui.fake_node import FakeCluster, FakeNode
+from tests.tui.fake_node import FakeCluster, FakeMirror, FakeNode
 from tui.app import Connection, DashboardApp, NodeSpec
 
 PROGRESS = {
@@ -44,8 +44,8 @@ PROGRESS = {
 }
 
 
-def make_app(*nodes: FakeNode, **kwargs) -> DashboardApp:
-    cluster = FakeCluster(*nodes)
+def make_app(*nodes: FakeNode, fake_mirrors: tuple[FakeMirror, ...] = (), **kwargs) -> DashboardApp:
+    cluster = FakeCluster(*nodes, mirrors=fake_mirrors)
     kwargs.setdefault("start_collectors", False)
     return DashboardApp(
         [NodeSpec(nodes[0].url)],

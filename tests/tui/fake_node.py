@@ -24,6 +24,10 @@ class FakeNode:
     last: dict[str, Any] | None = None
     streams: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     auto_scavenge: dict[str, Any] | None = None
+    #: evdb's GET /auto-scavenge/progress (None with auto_scavenge set: a node without it, 404)
+    auto_scavenge_progress: dict[str, Any] | None = None
+    #: evdb's GET /admin/certificates (None: 404, as KurrentDB)
+    certificates: dict[str, Any] | None = None
     backup: dict[str, Any] | None = None
     requests: list[httpx.Request] = field(default_factory=list)
     answers: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
@@ -134,6 +138,10 @@ class FakeNode:
                 return httpx.Response(404)
             if path == "/auto-scavenge/status":
                 return httpx.Response(200, json=self.auto_scavenge)
+            if path == "/auto-scavenge/progress":
+                if self.auto_scavenge_progress is None:
+                    return httpx.Response(404)
+                return httpx.Response(200, json=self.auto_scavenge_progress)
             if path == "/auto-scavenge/pause":
                 self.auto_scavenge["state"] = "Paused"
                 return httpx.Response(200, json={})
@@ -155,16 +163,73 @@ class FakeNode:
             if self.backup is None:
                 return httpx.Response(404)
             return httpx.Response(200, json=self.backup)
+        if path == "/admin/certificates" and self.certificates is not None:
+            return httpx.Response(200, json=self.certificates)
         if path in ("/admin/node/resign", "/admin/reloadconfig") and method == "POST":
             return httpx.Response(200)
         return httpx.Response(404, text="Not found")
 
 
-class FakeCluster:
-    """Several fake nodes behind one transport, routed by host:port."""
+@dataclass
+class FakeMirror:
+    """An ``evdb mirror`` started with ``--metrics-port``: ``GET /status`` answers ``status``."""
 
-    def __init__(self, *nodes: FakeNode) -> None:
-        self.nodes = {f"{n.host}:{n.port}": n for n in nodes}
+    host: str = "127.0.0.1"
+    port: int = 9500
+    status: dict[str, Any] | None = None  # None: 404
+    up: bool = True
+    requests: list[httpx.Request] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        if not self.up:
+            raise httpx.ConnectError("connection refused", request=request)
+        if request.url.path == "/status" and self.status is not None:
+            return httpx.Response(200, json=self.status)
+        return httpx.Response(404, text="Not found")
+
+
+def mirror_status(**changes: Any) -> dict[str, Any]:
+    """A status as ``Mirror.status()`` writes it (evdb/mirror/mirror.py), live and caught up."""
+    status: dict[str, Any] = {
+        "kind": "evdb-mirror",
+        "version": 1,
+        "state": "live",
+        "pid": 4242,
+        "from": "http://127.0.0.1:2113",
+        "to": "http://127.0.0.1:3113",
+        "position": 81920,
+        "checkpointPosition": 81920,
+        "primaryHead": 81920,
+        "lagBytes": 0,
+        "lagSeconds": 0.0,
+        "caughtUp": True,
+        "eventsCopied": 1200,
+        "eventsSkipped": 30,
+        "metadataEvents": 2,
+        "tombstones": 1,
+        "appends": 90,
+        "eventsPerSecond": 250.0,
+        "uptimeSeconds": 60.0,
+        "lastError": None,
+        "metricsUrl": "http://127.0.0.1:9500",
+        "checkpoint": "/tmp/mirror.json",
+        "updated": "2024-05-01T12:00:00Z",
+    }
+    status.update(changes)
+    return status
+
+
+class FakeCluster:
+    """Several fake nodes (and mirrors) behind one transport, routed by host:port."""
+
+    def __init__(self, *nodes: FakeNode, mirrors: tuple[FakeMirror, ...] = ()) -> None:
+        self.nodes: dict[str, FakeNode | FakeMirror] = {f"{n.host}:{n.port}": n for n in nodes}
+        self.nodes.update({f"{m.host}:{m.port}": m for m in mirrors})
         for n in nodes:
             n.peers = [m.member() for m in nodes if m is not n]
 

@@ -6,6 +6,8 @@ import asyncio
 import time
 
 import httpx
+from rich.console import Console
+from textual.widgets import Static
 
 from evdb.node import Node
 from tests.node.conftest import ADMIN, node_options
@@ -54,3 +56,30 @@ async def test_start_scavenge_from_the_keyboard_and_see_it_complete(tmp_path, cl
             await pilot.press("6")
             await pilot.pause()
             assert any("Scavenge" in line.message for line in app.logbook.lines)
+
+
+async def test_reload_from_the_keyboard_shows_in_the_certificates_panel(tmp_path, clock):
+    """evdb's /admin/certificates as the real node answers it: the last reload appears after `l`."""
+    async with Node(node_options(tmp_path), clock=clock, name="dash") as node:
+        app = DashboardApp(
+            [NodeSpec(node.http_url, "dash")], connection=Connection(*ADMIN), start_collectors=False
+        )
+        async with app.run_test(size=(160, 45)) as pilot:
+            await app.poll_all()
+            info = app.state.node().certificates
+            assert info is not None and info.available and info.error is None
+            assert info.secure is False and info.reload_at is None
+            await pilot.press("l")
+            await pilot.pause()
+            await pilot.click("#send")
+            await app.workers.wait_for_complete()
+            assert app.state.activity[-1].status == 200
+            await app.poll_all()  # the poll after a call reads the certificates again
+            info = app.state.node().certificates
+            assert info.reload_result == "Success" and info.reload_trigger == "/admin/reloadconfig"
+            assert info.reload_at is not None
+            await pilot.press("5")
+            await pilot.pause()
+            console = Console(width=200, record=True, color_system=None)
+            console.print(app.query_one("#certs-panel", Static).content)
+            assert "via POST /admin/reloadconfig" in console.export_text()
