@@ -1,20 +1,33 @@
 """Cluster fault soak with scavenges: the cluster issue's fault schedule (kill -9 and restart, pause,
 resign) on a real 3-node cluster plus a read-only replica, with scavenges started on random nodes
-while the faults run, and a client appending all along.
+and auto-scavenge cycles running while the faults run, and a client appending all along.
 
     .venv/bin/python bench/soak_cluster.py --seconds 120 [--seed N] [--keep DIR]
+        [--schedule "*/20 * * * * *"] [--no-auto-scavenge]
 
 Besides the appends, some streams are written and hard-deleted before the schedule so every
-scavenge has work. Afterwards: every node holds the same events in the same order, no acknowledged
-event is missing, the deleted streams stay deleted (410) on every node, and every scavenge ended
-Success, Stopped or Interrupted (a kill) — never Errored. Prints the faults, the scavenges and their
-results. Exit code 1 when a check fails. (tests/cluster/test_fault_schedule.py is the CI version
-without scavenges.)
+scavenge has work. Auto-scavenge runs on a fast six-field schedule (AutoScavengeScheduleSeconds,
+AutoScavengeAssessIntervalMs 500): each cycle scavenges the replica and followers one at a time, then
+the leader resigns and is scavenged; the faults hit it like everything else. When the faults stop the
+schedule is moved a year away and the cycle under way (if any) is let finish.
+
+Afterwards: every node holds the same events in the same order, no acknowledged event is missing,
+the deleted streams stay deleted (410) on every node, every scavenge started by hand ended Success,
+Stopped or Interrupted (a kill) — never Errored (one that ran while its node knew no leader has no
+history, which is written best effort: its node's log must say so); the auto-scavenge cycles that
+started all completed, no node scavenge of theirs ended Errored, and no two of their node scavenges
+overlapped in time (the start and completion events in each node's ``$scavenges-{id}`` stream). Prints the faults, the
+scavenges, the cycles and their results. Exit code 1 when a check fails.
+(tests/cluster/test_fault_schedule.py is the CI version without scavenges; tests/autoscavenge/
+test_cluster.py checks single cycles without faults.)
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import itertools
+import json
 import os
 import random
 import signal
@@ -79,6 +92,26 @@ class Soak:
                 if len(entries) < 500:
                     return ids
 
+    def entries(self, name: str, stream: str) -> list[dict]:
+        """A stream's events (data decoded), oldest first; [] when it does not exist."""
+        out: list[dict] = []
+        with self.client(name) as c:
+            while True:
+                r = c.get(
+                    f"/streams/{stream}/{len(out)}/forward/500?embed=body",
+                    headers={"Accept": "application/json"},
+                )
+                if r.status_code in (404, 410):
+                    return out
+                r.raise_for_status()
+                page = sorted(r.json()["entries"], key=lambda e: e["eventNumber"])
+                for e in page:
+                    data = e.get("data")
+                    e["data"] = json.loads(data) if isinstance(data, str) and data else data
+                out += page
+                if len(page) < 500:
+                    return out
+
     def wait_in_step(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -89,10 +122,88 @@ class Soak:
         raise AssertionError(f"the nodes did not reach the same position: {self.local.status()}")
 
 
-def run(root: str, seconds: float, seed: int) -> dict:
+#: auto-scavenge on a fast schedule (docs/operations/auto-scavenge.md); the node timeout bounds a cycle
+#: whose node stays away, well above the faults' 1-4 s
+AUTO_SCAVENGE = {
+    "AutoScavengeScheduleSeconds": True,
+    "AutoScavengeAssessIntervalMs": 500,
+    "AutoScavengeNodeTimeoutSec": 30,
+}
+FAR_AWAY = "0 0 1 1 *"  # once a year: no new cycle while the checks run
+
+
+def _when(entry: dict) -> float:
+    return datetime.datetime.fromisoformat(entry["updated"].replace("Z", "+00:00")).timestamp()
+
+
+def auto_scavenge_report(soak: Soak, reader: str) -> dict:
+    """The cycles in ``$auto-scavenges`` and, for each node scavenge they started, its run from the
+    node's ``$scavenges-{id}`` stream: node, started, completed, result (a start or completion the node
+    could not write, in an election say, is taken from the leader's ``$node-scavenge-*`` events)."""
+    cycles: dict[str, dict] = {}
+    seen: dict[str, list] = {}  # scavenge id -> [leader saw it start, leader saw it end, its result]
+    current = None
+    for e in soak.entries(reader, "$auto-scavenges"):
+        d = e["data"] if isinstance(e["data"], dict) else {}
+        kind = e["eventType"]
+        if kind == "$cluster-scavenge-started":
+            current = d["clusterScavengeId"]
+            cycles[current] = {"started": _when(e), "completed": None, "nodes": [], "results": []}
+        elif current is None:
+            continue
+        elif kind == "$node-scavenge-started":
+            cycles[current]["nodes"].append(d["scavengeId"])
+            seen[d["scavengeId"]] = [_when(e), None, None]
+        elif kind == "$node-scavenge-completed":
+            cycles[current]["results"].append(d.get("result"))
+            if cycles[current]["nodes"]:  # it completes the node scavenge started last
+                seen[cycles[current]["nodes"][-1]][1:] = [_when(e), d.get("result")]
+        elif kind == "$cluster-scavenge-completed" and d.get("clusterScavengeId") == current:
+            cycles[current]["completed"] = _when(e)
+    runs = []
+    for cycle_id, cycle in cycles.items():
+        for scavenge_id in cycle["nodes"]:
+            started = completed = None
+            node, result = "?", None
+            for e in soak.entries(reader, f"$scavenges-{scavenge_id}"):
+                d = e["data"] if isinstance(e["data"], dict) else {}
+                if e["eventType"] == "$scavengeStarted":
+                    started, node = _when(e), d.get("nodeEndpoint", "?")
+                elif e["eventType"] == "$scavengeCompleted":
+                    completed, result = _when(e), d.get("result")
+            # the node's history is written best effort: without it, the times the leader recorded
+            started = started if started is not None else seen[scavenge_id][0]
+            completed = completed if completed is not None else seen[scavenge_id][1]
+            result = result if result is not None else f"{seen[scavenge_id][2]} (leader's record)"
+            runs.append({"cycle": cycle_id, "scavenge": scavenge_id, "node": node, "started": started,
+                         "completed": completed, "result": result})  # fmt: skip
+    return {"cycles": cycles, "runs": runs}
+
+
+def history_not_written(root: Path, node: str, scavenge_id: str) -> bool:
+    """The scavenge history is written best effort (evdb/scavenge/events.py, as KurrentDB's): a node
+    that ran a scavenge while no leader was known logs that its completion could not be written."""
+    line = f"could not write $scavengeCompleted to $scavenges-{scavenge_id}"
+    return any(line in f.read_text(errors="replace") for f in (root / node / "log").rglob("*.json"))
+
+
+def overlaps(runs: list[dict]) -> list[str]:
+    """Pairs of node scavenges whose [start, completion] intervals overlap (a run never completed
+    counts as running until now)."""
+    timed = sorted((r for r in runs if r["started"] is not None), key=lambda r: r["started"])
+    out = []
+    for a, b in itertools.combinations(timed, 2):
+        a_end = a["completed"] if a["completed"] is not None else time.time()
+        if b["started"] < a_end:
+            out.append(f"{a['node']} {a['scavenge']} and {b['node']} {b['scavenge']}")
+    return out
+
+
+def run(root: str, seconds: float, seed: int, schedule: str | None = "*/20 * * * * *") -> dict:
     rng = random.Random(seed)
     local = LocalCluster(Path(root))
-    local.up(nodes=3, replicas=1, chunk_size="256KiB", timeout=90, log=lambda *_: None)
+    extra = AUTO_SCAVENGE if schedule else {}
+    local.up(nodes=3, replicas=1, chunk_size="256KiB", extra=extra, timeout=90, log=lambda *_: None)
     soak = Soak(local)
     names = [n["name"] for n in soak.nodes()]
     voters = [n for n in names if not n.startswith("replica")]
@@ -110,6 +221,10 @@ def run(root: str, seconds: float, seed: int) -> dict:
                     c.delete(f"/streams/doomed-{i}", headers={"Kurrent-HardDelete": "true"}).status_code
                     == 204
                 )
+        if schedule:
+            with soak.client(leader) as c:
+                r = c.post("/auto-scavenge/configure", json={"schedule": schedule})
+            assert (r.status_code, r.json()) == (200, {}), r.text
 
         def append_forever() -> None:
             i = 0
@@ -168,6 +283,34 @@ def run(root: str, seconds: float, seed: int) -> dict:
         finally:
             stop.set()
             thread.join()
+        leader = soak.leader(90)
+        auto_problems: list[str] = []
+        if schedule:
+            # no new cycle from now on; the one under way (if any) finishes
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    with soak.client(soak.leader(90)) as c:
+                        r = c.post("/auto-scavenge/configure", json={"schedule": FAR_AWAY})
+                    if r.status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "auto-scavenge could not be reconfigured"
+                time.sleep(0.5)
+            deadline = time.monotonic() + 180
+            while True:
+                try:
+                    with soak.client(soak.leader(90)) as c:
+                        state = c.get("/auto-scavenge/status").json()["state"]
+                except (httpx.HTTPError, ValueError, KeyError):
+                    state = "unknown"
+                if state in ("Waiting", "NotConfigured", "Paused"):
+                    break
+                if time.monotonic() > deadline:
+                    auto_problems.append(f"the last auto-scavenge cycle did not finish in 180 s ({state})")
+                    break
+                time.sleep(0.5)
         soak.leader(90)
         soak.wait_in_step(90)
         # every scavenge has ended: Success, Stopped, or Interrupted by a kill
@@ -189,6 +332,8 @@ def run(root: str, seconds: float, seed: int) -> dict:
                 entries = r.json().get("entries", []) if r.status_code == 200 else []
                 data = entries[0].get("data") if entries else None
                 result = data.get("result") if isinstance(data, dict) else None
+                if result is None and history_not_written(Path(root), node, scavenge_id):
+                    result = "not in the history (no leader at its end; the node logged it)"
                 results[scavenge_id] = (node, result or f"no completion event ({r.status_code})")
         problems = []
         held = {name: soak.read_ids(name, "soak") for name in names}
@@ -205,13 +350,35 @@ def run(root: str, seconds: float, seed: int) -> dict:
             for i in range(6):
                 if soak.read_ids(name, f"doomed-{i}") is not None:
                     problems.append(f"{name}: doomed-{i} is readable again")
-        bad = {k: v for k, v in results.items() if v[1] not in ("Success", "Stopped", "Interrupted")}
+        fine = ("Success", "Stopped", "Interrupted")
+        bad = {k: v for k, v in results.items() if not v[1].startswith(fine)}
         if bad:
             problems.append(f"scavenges that did not end well: {bad}")
+        auto: dict = {"cycles": {}, "runs": []}
+        if schedule:
+            auto = auto_scavenge_report(soak, soak.leader(90))
+            problems += auto_problems
+            unfinished = [i for i, c in auto["cycles"].items() if c["completed"] is None]
+            if unfinished:
+                problems.append(f"auto-scavenge cycles that never completed: {unfinished}")
+            if not auto["cycles"]:
+                problems.append("no auto-scavenge cycle started")
+            errored = [r for r in auto["runs"] if r["result"] == "Errored"]
+            errored += [
+                {"cycle": i, "result": "Errored"}
+                for i, c in auto["cycles"].items()
+                if "Errored" in c["results"]
+            ]
+            if errored:
+                problems.append(f"auto-scavenge node scavenges that ended Errored: {errored}")
+            overlapping = overlaps(auto["runs"])
+            if overlapping:
+                problems.append(f"auto-scavenge node scavenges that overlapped: {overlapping}")
         return {
             "faults": faults,
             "acknowledged": len(acknowledged),
             "scavenges": {k: v for k, v in results.items()},
+            "auto": auto,
             "problems": problems,
         }
     finally:
@@ -223,14 +390,25 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--keep", default=None)
+    parser.add_argument("--schedule", default="*/20 * * * * *", help="auto-scavenge CRON (six fields)")
+    parser.add_argument("--no-auto-scavenge", action="store_true")
     args = parser.parse_args()
     root = args.keep or tempfile.mkdtemp(prefix="evdb-soak-cluster-")
     print(f"seed {args.seed}, folder {root}", flush=True)
-    result = run(root, args.seconds, args.seed)
+    result = run(root, args.seconds, args.seed, None if args.no_auto_scavenge else args.schedule)
     print(f"{len(result['faults'])} faults: {', '.join(result['faults'])}")
     print(f"{result['acknowledged']} acknowledged appends")
     for scavenge_id, (node, outcome) in result["scavenges"].items():
         print(f"scavenge {scavenge_id} on {node}: {outcome}")
+    cycles, runs = result["auto"]["cycles"], result["auto"]["runs"]
+    done = [c for c in cycles.values() if c["completed"] is not None]
+    print(f"auto-scavenge: {len(cycles)} cycles started, {len(done)} completed, {len(runs)} node scavenges")
+    for cycle_id, cycle in cycles.items():
+        took = f"{cycle['completed'] - cycle['started']:.1f} s" if cycle["completed"] else "not completed"
+        print(f"  cycle {cycle_id}: {took}, node results {cycle['results']}")
+    for r in sorted(runs, key=lambda r: r["started"] or 0):
+        span = f"{r['completed'] - r['started']:.2f} s" if r["started"] and r["completed"] else "-"
+        print(f"    {r['node']} {r['scavenge']}: {r['result']} ({span})")
     for problem in result["problems"]:
         print(f"PROBLEM: {problem}")
     return 1 if result["problems"] else 0

@@ -3,6 +3,10 @@
 The endpoints come from the node's own OpenAPI document, so an endpoint added later is walked
 automatically; it only needs a row in ``EXPECTED`` (the test fails, naming it, when none matches).
 Path parameters are filled with samples; stream endpoints are walked once per kind of stream.
+
+The node is licensed, so auto-scavenge is mapped and its endpoints are in the document (an unlicensed
+node answers 404 there, as KurrentDB). A refusal (401/403) carries no data: an empty body, or a short
+text reason ("Access denied.") with nothing of the resource in it.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
+from evdb.licensing.issuers import issue_demo_license
 from evdb.node import Node
+from tests.node.conftest import node_options
 
 # -- callers -----------------------------------------------------------------------------------------
 ANON, WRONG, UNKNOWN, USER, OPS, ADMIN_ = (
@@ -82,6 +88,9 @@ EXPECTED: tuple[Row, ...] = (
     Row("GET /web/fragments/streams/*", ALL_STREAM, R401, REFUSED, REFUSED, ALLOWED),
     # evdb's node-run backups write into folders on the node's host: admins only, 403 otherwise
     Row("* /admin/backup*", NO_STREAM, R401, R403, R403, ALLOWED),
+    # certificate reload (KurrentDB's) and the certificate state (evdb's): $ops/$admins, legacy 401
+    Row("POST /admin/reloadconfig", NO_STREAM, R401, R401, ALLOWED, ALLOWED),
+    Row("GET /admin/certificates", NO_STREAM, R401, R401, OK, OK),
     # legacy admin endpoints: 401 (never 403) without the $ops/$admins role
     Row("* /admin/*", NO_STREAM, R401, R401, ALLOWED, ALLOWED),
     # auto-scavenge: reads need any user; commands need $ops/$admins, 403 when the role is missing
@@ -99,8 +108,9 @@ EXPECTED: tuple[Row, ...] = (
     Row("* /users/*", NO_STREAM, R401, REFUSED, REFUSED, ALLOWED),
 )
 
-#: endpoints that must never be let through in a test (they would stop the node): refusals only
-REFUSALS_ONLY = {"POST /admin/shutdown"}
+#: endpoints that must never be let through in a test (they would stop the node, or leave it without a
+#: leader for the calls after them): refusals only
+REFUSALS_ONLY = {"POST /admin/shutdown", "POST /admin/node/resign"}
 
 STREAM_SAMPLES = {USER_STREAM: "auth-matrix", SYSTEM_STREAM: "$auth-matrix", ALL_STREAM: "$all"}
 SAMPLES = {  # path parameters other than {stream}
@@ -112,6 +122,26 @@ SAMPLES = {  # path parameters other than {stream}
     "command": "enable",
 }
 EVENTS = [{"eventId": str(uuid.uuid4()), "eventType": "MatrixEvent", "data": {"n": 1}}]
+SEED_MARKER = "matrix-seed-7f3a"  # in every seeded event: a refusal's body must never hold it
+
+#: endpoints that landed after the matrix was first written; the walk must reach each of them
+NEWER_ENDPOINTS = {
+    "GET /auto-scavenge/enabled",
+    "GET /auto-scavenge/status",
+    "GET /auto-scavenge/progress",
+    "POST /auto-scavenge/pause",
+    "POST /auto-scavenge/resume",
+    "POST /auto-scavenge/configure",
+    "POST /admin/backup",
+    "GET /admin/backup/current",
+    "POST /admin/reloadconfig",
+    "GET /admin/certificates",
+    "GET /web/",
+    "GET /web/fragments/cluster",
+    "GET /web/fragments/admin",
+    "GET /web/fragments/streams",
+    "GET /web/fragments/streams/{stream}",
+}
 
 
 @dataclass(frozen=True)
@@ -210,10 +240,42 @@ def check(expected: str, response: httpx.Response) -> str | None:
         R403: status == 403,
         REFUSED: status in (401, 403),
     }[expected]
-    return None if fits else f"expected {expected}, got {status} {response.text[:120]!r}"
+    if not fits:
+        return f"expected {expected}, got {status} {response.text[:120]!r}"
+    return refusal_body_problem(response)
+
+
+def refusal_body_problem(response: httpx.Response) -> str | None:
+    """None unless a refusal (401/403) carries data: only an empty body or a short reason may come."""
+    if response.status_code not in (401, 403):
+        return None
+    body = response.content
+    if not body:
+        return None
+    text = body.decode("utf-8", "replace")
+    if (
+        len(body) > 100
+        or SEED_MARKER in text
+        or text.lstrip()[:1] in ("{", "[", "<")
+        or not response.headers.get("Content-Type", "").startswith("text/plain")
+    ):
+        return f"a {response.status_code} refusal carries data: {response.headers.get('Content-Type')} {text[:120]!r}"
+    return None
 
 
 # -- fixtures ----------------------------------------------------------------------------------------
+@pytest.fixture
+async def node(tmp_path, clock):
+    """A licensed node (auto-scavenge mapped), otherwise the node of tests/node/conftest.py."""
+    options = node_options(
+        tmp_path,
+        "--license-key", issue_demo_license(clock.time()),
+        "--installation-directory", str(tmp_path / "install"),
+    )  # fmt: skip
+    async with Node(options, clock=clock, name="matrix") as n:
+        yield n
+
+
 @pytest.fixture
 async def clients(node: Node, client: httpx.AsyncClient):
     created = await client.post(
@@ -224,7 +286,9 @@ async def clients(node: Node, client: httpx.AsyncClient):
     for stream in (STREAM_SAMPLES[USER_STREAM], STREAM_SAMPLES[SYSTEM_STREAM]):  # something to read
         seeded = await client.post(
             f"/streams/{stream}",
-            content=json.dumps([{"eventId": str(uuid.uuid4()), "eventType": "Seed", "data": {}}]),
+            content=json.dumps(
+                [{"eventId": str(uuid.uuid4()), "eventType": "Seed", "data": {"marker": SEED_MARKER}}]
+            ),
             headers={"Content-Type": "application/vnd.kurrent.events+json"},
         )
         assert seeded.status_code == 201, seeded.text
@@ -255,6 +319,13 @@ async def test_every_served_endpoint_has_an_expected_rule(client):
     assert not missing, f"add a row to EXPECTED for: {missing}"
 
 
+async def test_the_walk_reaches_the_newer_endpoints(clients):
+    """Auto-scavenge, backup over HTTP, reload and certificates, the Admin UI: each is in the document
+    (so every test here walks it) and has a rule of its own kind."""
+    endpoints = {c.endpoint for c in await _calls(clients[ADMIN_])}
+    assert endpoints >= NEWER_ENDPOINTS, f"not walked: {sorted(NEWER_ENDPOINTS - endpoints)}"
+
+
 async def test_bad_credentials_are_401_with_a_basic_challenge_on_every_endpoint(clients):
     calls = await _calls(clients[ADMIN_])
     problems = []
@@ -264,6 +335,8 @@ async def test_bad_credentials_are_401_with_a_basic_challenge_on_every_endpoint(
             challenge = response.headers.get("WWW-Authenticate", "")
             if response.status_code != 401 or not challenge.startswith("Basic "):
                 problems.append(f"{caller}: {call} -> {response.status_code}, WWW-Authenticate={challenge!r}")
+            elif response.content:
+                problems.append(f"{caller}: {call} -> 401 with a body {response.text[:120]!r}")
     assert not problems, "\n".join(problems)
 
 

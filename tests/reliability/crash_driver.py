@@ -5,7 +5,8 @@ Usage::
 
     python crash_driver.py WORK_DIR MODE SEED [--kill-at POINT] [--kill-nth N] [--kill-delay SECONDS]
 
-MODE is ``append``, ``index``, ``scavenge``, ``redact``, ``backup`` or ``restore``. Everything the
+MODE is ``append``, ``index``, ``scavenge``, ``redact``, ``backup``, ``restore`` or ``reload``
+(a real TLS node reloading its certificates again and again while a writer appends). Everything the
 parent needs to judge the outcome goes to ``WORK_DIR/side.jsonl``, one JSON object a line, written
 and fsynced before the driver goes on: ``send`` (a batch about to be appended), ``ack`` (its
 acknowledgement), ``removed`` (ids that must never be read again), ``point`` (a kill point reached)
@@ -27,6 +28,7 @@ import logging
 import os
 import random
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -37,7 +39,7 @@ from evdb.streams import NewEvent
 
 CHUNK_SIZE = 64 * 1024
 MEMTABLE = 24
-MODES = ("append", "index", "scavenge", "redact", "backup", "restore")
+MODES = ("append", "index", "scavenge", "redact", "backup", "restore", "reload")
 
 
 def db_options() -> dict:
@@ -52,6 +54,9 @@ def paths(work: str) -> dict[str, str]:
         "backup": os.path.join(work, "backup"),
         "restored": os.path.join(work, "restored"),
         "setup": os.path.join(work, "setup.done"),
+        "log": os.path.join(work, "log"),
+        "certs": os.path.join(work, "certs"),
+        "current": os.path.join(work, "certs", "current"),  # -> gen-N: one atomic switch of all files
     }
 
 
@@ -359,6 +364,151 @@ def run_restore(p: dict, killer: Killer) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+# -- certificate reload ----------------------------------------------------------------------------------
+def make_generation(p: dict, n: int) -> str:
+    """``certs/gen-N/``: a new CA (its certificate alone in ``ca/``, the trusted roots) and a node
+    certificate it signed; returns the node certificate's SHA-256 fingerprint (hex)."""
+    from evdb.tls.certs import create_ca, create_node_certificate
+
+    base = os.path.join(p["certs"], f"gen-{n}")
+    if os.path.isdir(base):  # made by a run cut short before it was linked: made again
+        import shutil
+
+        shutil.rmtree(base)
+    ca_cert, ca_key = create_ca(os.path.join(base, "ca-private"), common_name=f"crash CA gen {n}")
+    os.makedirs(os.path.join(base, "ca"))
+    with open(ca_cert, "rb") as src, open(os.path.join(base, "ca", "ca.crt"), "wb") as dst:
+        dst.write(src.read())
+    cert, _ = create_node_certificate(ca_cert, ca_key, base)
+    return certificate_fingerprint(cert)
+
+
+def certificate_fingerprint(cert_path) -> str:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+
+    with open(cert_path, "rb") as f:
+        return x509.load_pem_x509_certificates(f.read())[0].fingerprint(hashes.SHA256()).hex()
+
+
+def linked_generation(p: dict) -> int:
+    """The generation ``certs/current`` points to (the files a starting node reads)."""
+    return int(os.readlink(p["current"]).rsplit("-", 1)[1])
+
+
+def node_options(p: dict):
+    """A TLS node reading its certificate, key and trusted roots through ``certs/current``."""
+    from evdb.options import load_options
+
+    current = p["current"]
+    return load_options(
+        [
+            "--db", p["db"], "--log", p["log"], "--http-port", "0", "--replication-port", "0",
+            "--chunk-size", str(CHUNK_SIZE), "--max-mem-table-size", str(MEMTABLE), "--stats-period-sec", "0",
+            "--certificate-file", os.path.join(current, "node.crt"),
+            "--certificate-private-key-file", os.path.join(current, "node.key"),
+            "--trusted-root-certificates-path", os.path.join(current, "ca"),
+        ],
+        {},
+    )  # fmt: skip
+
+
+def presented_fingerprint(port: int, ca_file: str) -> str:
+    """A fresh handshake with the node, verified against ``ca_file``: the certificate it presents."""
+    import hashlib
+    import socket
+
+    context = ssl.create_default_context(cafile=ca_file)
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return hashlib.sha256(der).hexdigest()
+
+
+def instrument_reload(reloader, killer: Killer) -> None:
+    """Kill points around the reload's two steps (evdb/tls/reload.py): the new files read (certificate,
+    key, trusted roots checked), the whole plan built (ssl contexts too) but nothing switched yet, and
+    everything switched."""
+    import evdb.tls.reload as reload_module
+
+    load = reload_module.load_node_tls
+
+    def load_node_tls(*a, **kw):
+        tls = load(*a, **kw)
+        killer.point("reload-files-read")
+        return tls
+
+    reload_module.load_node_tls = load_node_tls
+    prepare, apply = reloader._prepare, reloader._apply
+
+    def _prepare():
+        plan = prepare()
+        killer.point("reload-prepared")
+        return plan
+
+    def _apply(plan, label):
+        record = apply(plan, label)
+        killer.point("reload-switched")
+        return record
+
+    reloader._prepare = _prepare
+    reloader._apply = _apply
+
+
+def run_reload(p: dict, side: Side, killer: Killer, seed: int) -> None:
+    """A real TLS node; a writer appends through it while the certificate files are switched to a new
+    generation (new CA, new node certificate: one atomic symlink switch) and the node reloads."""
+    import asyncio
+
+    from evdb.node import Node
+    from evdb.tls.certs import repoint_link
+
+    os.makedirs(p["certs"], exist_ok=True)
+    if not os.path.islink(p["current"]):
+        side.write(cert=1, fingerprint=make_generation(p, 1))
+        repoint_link(p["current"], "gen-1")
+        side.write(linked=1)
+
+    async def run() -> None:
+        async with Node(node_options(p), name="crash-reload") as node:
+            generation = linked_generation(p)
+            ca = os.path.join(p["certs"], f"gen-{generation}", "ca", "ca.crt")
+            served = await asyncio.to_thread(presented_fingerprint, node.port, ca)
+            side.write(served=generation, fingerprint=served, at="start")
+            instrument_reload(node.reloader, killer)
+            writer = Writer(node.db, side, killer, seed)
+            writer.thread.start()
+            for _ in range(50):
+                n = (
+                    max(int(name.split("-")[1]) for name in os.listdir(p["certs"]) if name.startswith("gen-"))
+                    + 1
+                )
+                fingerprint = await asyncio.to_thread(make_generation, p, n)
+                side.write(cert=n, fingerprint=fingerprint)
+                repoint_link(p["current"], f"gen-{n}")  # the files on disk: all new, in one step
+                side.write(linked=n)
+                killer.point("reload-linked")
+                record = await node.reloader.reload("SIGHUP")
+                if not record.succeeded:
+                    side.write(problem=f"reload of gen-{n} failed: {record.error}")
+                    continue
+                side.write(reloaded=n)
+                ca = os.path.join(p["certs"], f"gen-{n}", "ca", "ca.crt")
+                try:
+                    served = await asyncio.to_thread(presented_fingerprint, node.port, ca)
+                except ssl.SSLError as exc:
+                    served = f"no certificate of gen-{n} ({exc})"
+                side.write(served=n, fingerprint=served, at="reload")
+                if served != fingerprint:
+                    side.write(problem=f"after the reload of gen-{n} the node presents {served}")
+                killer.point("reload-done")
+
+    asyncio.run(run())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("work")
@@ -377,6 +527,11 @@ def main() -> None:
     if args.mode == "restore":
         run_restore(p, killer)
         return
+    if args.mode == "reload":
+        side.write(started=args.mode, seed=args.seed)
+        run_reload(p, side, killer, args.seed)
+        side.write(finished=args.mode)
+        os._exit(3)
     db = Database.open(p["db"], **db_options())
     instrument(db, killer)
     side.write(started=args.mode, seed=args.seed)

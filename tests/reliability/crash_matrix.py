@@ -15,7 +15,11 @@ After every kill the folder is opened again and checked:
 - a redaction is whole: a redacted event reads fully redacted, an event under redaction reads old
   or redacted, never a mix;
 - a backup or restore killed halfway is never taken for a finished one; run again it completes and
-  verifies, and the restored database holds every acknowledged event.
+  verifies, and the restored database holds every acknowledged event;
+- a certificate reload killed halfway (new files read, plan built, switched): the node restarts and a
+  fresh handshake, verified against the CA of the generation on disk, shows that generation's
+  certificate (the old one or the new one, never a mix); every reload that ran to its end had switched
+  the served certificate; no acknowledged event is lost.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from crash_driver import db_options, paths
+from crash_driver import db_options, linked_generation, node_options, paths, presented_fingerprint
 
 from evdb.backup import run_backup, verify_backup
 from evdb.backup.layout import COMPLETE_MARKER
@@ -87,6 +91,14 @@ POINTS: dict[str, list[tuple[str, int, float]]] = {
         ("ack", 30, 0.02),
     ],
     "restore": [("restore-restore-*", 3, 0.0), ("restore-copy", 6, 0.0)],
+    "reload": [
+        ("reload-linked", 3, 0.0),  # new files on disk (one symlink switch), no reload yet
+        ("reload-files-read", 3, 0.0),  # certificate, key and roots read and checked; not switched
+        ("reload-prepared", 3, 0.0),  # the whole plan built (ssl contexts too); not switched
+        ("reload-switched", 3, 0.0),  # switched: new connections get the new certificate
+        ("reload-switched", 2, 0.03),  # ... and a moment later
+        ("ack", 40, 0.02),  # mid-append while reloads go on
+    ],
 }
 RUN_TIMEOUT = 12.0  # a run whose point never comes is killed from outside at this age
 
@@ -109,6 +121,11 @@ class Facts:
     redacting: dict[str, tuple[str, int]] = field(default_factory=dict)  # id -> (stream, number)
     redacted: set[tuple[str, int]] = field(default_factory=set)
     killing: list[str] = field(default_factory=list)
+    certs: dict[int, str] = field(default_factory=dict)  # generation -> node certificate fingerprint
+    linked: list[int] = field(default_factory=list)
+    reloaded: list[int] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    last_run_reloads: int = 0  # reloads that ran to their end in the last run
 
     @classmethod
     def read(cls, path: str) -> Facts:
@@ -134,6 +151,17 @@ class Facts:
                     f.redacted.add((line["redacted"], line["number"]))
                 elif "killing" in line:
                     f.killing.append(line["killing"])
+                elif "cert" in line:
+                    f.certs[line["cert"]] = line["fingerprint"]
+                elif "linked" in line:
+                    f.linked.append(line["linked"])
+                elif "reloaded" in line:
+                    f.reloaded.append(line["reloaded"])
+                    f.last_run_reloads += 1
+                elif "started" in line:
+                    f.last_run_reloads = 0
+                elif "problem" in line:
+                    f.problems.append(line["problem"])
         return f
 
 
@@ -252,7 +280,43 @@ def resume_scavenge(db: Database, index_dir: str) -> dict:
         logger.removeHandler(capture)
 
 
+def check_reload(work: str) -> dict:
+    """Restart the TLS node on the folder: it serves the certificate on disk, old or new, whole."""
+    import asyncio
+
+    from evdb.node import Node
+
+    p = paths(work)
+    facts = Facts.read(p["side"])
+    _require(not facts.problems, f"the driver saw: {facts.problems}")
+    on_disk = linked_generation(p)
+    # the link is switched before `linked` is written: a kill in between leaves the newest generation
+    newest = max(facts.certs)
+    _require(
+        on_disk in (facts.linked[-1], newest), f"certs/current -> gen-{on_disk}, linked {facts.linked[-3:]}"
+    )
+    ca = os.path.join(p["certs"], f"gen-{on_disk}", "ca", "ca.crt")
+
+    async def restart() -> tuple[str, dict]:
+        async with Node(node_options(p), name="crash-check") as node:
+            served = await asyncio.to_thread(presented_fingerprint, node.port, ca)
+            return served, check_database(node.db, facts, "reload after kill")
+
+    try:
+        served, out = asyncio.run(restart())
+    except Exception as exc:  # the node did not start, or its certificate does not verify
+        raise CheckFailed(f"the node did not come back with gen-{on_disk}'s certificate: {exc!r}") from exc
+    _require(
+        served == facts.certs[on_disk],
+        f"the restarted node presents {served}, not gen-{on_disk}'s {facts.certs[on_disk]}",
+    )
+    verify_files(p["db"], p["index"])
+    return {**out, "reloads": facts.last_run_reloads, "restarts_with_tls": 1}
+
+
 def check_folder(work: str, mode: str) -> dict:
+    if mode == "reload":
+        return check_reload(work)
     p = paths(work)
     facts = Facts.read(p["side"])
     verify_files(p["db"], p["index"])

@@ -29,3 +29,4 @@ def test_kill_9_matrix_loses_nothing_and_resumes(tmp_path):
     aimed = [k for k in summary.kills if k.point != "outside"]
     assert len(aimed) >= 0.8 * len(summary.kills), summary.table()
     assert summary.figures["acked"] > 0 and summary.figures["removed"] > 0
+    assert summary.figures["restarts_with_tls"] >= 2  # the certificate reload mode's checks ran
