@@ -555,8 +555,12 @@ def render_certificates(
     state: DashboardState, now: float, log_lines: list[LogLine] | None = None
 ) -> RenderableType:
     table = Table(expand=True, box=None, header_style="bold")
-    for column in ("node", "subject", "issuer", "expires", "chain"):
-        table.add_column(column, no_wrap=True)
+    # the node, its expiry and the verdict never shrink; long names give way (ellipsis) first
+    table.add_column("node", no_wrap=True, min_width=_label_width(state))
+    table.add_column("subject", no_wrap=True, overflow="ellipsis", ratio=1)
+    table.add_column("issuer", no_wrap=True, overflow="ellipsis", ratio=2)
+    table.add_column("expires", no_wrap=True, min_width=30)
+    table.add_column("chain", no_wrap=True, min_width=5)
     for node in state.ordered():
         c = node.certificate
         if c is None:
@@ -610,11 +614,11 @@ def _reload_table(state: DashboardState, now: float) -> Table:
         box=None,
         header_style="bold",
     )
-    table.add_column("node", no_wrap=True)
-    table.add_column("CA", no_wrap=True)
-    table.add_column("CA sha256", no_wrap=True)
-    table.add_column("last reload", no_wrap=True)
-    table.add_column("result")
+    table.add_column("node", no_wrap=True, min_width=_label_width(state))
+    table.add_column("CA", no_wrap=True, overflow="ellipsis", ratio=1)
+    table.add_column("CA sha256", no_wrap=True, min_width=23)
+    table.add_column("last reload", no_wrap=True, min_width=24, overflow="ellipsis", ratio=2)
+    table.add_column("result", min_width=7, ratio=1)
     for node in state.ordered():
         info = node.certificates
         if info is None:
@@ -653,6 +657,10 @@ def _reload_table(state: DashboardState, now: float) -> Table:
                 result.append(f": {info.reload_error}", style="red")
         table.add_row(node.label, ca, fingerprint, when, result)
     return table
+
+
+def _label_width(state: DashboardState) -> int:
+    return max((len(n.label) for n in state.ordered()), default=4)
 
 
 def _when(epoch: float, now: float) -> str:
