@@ -79,6 +79,8 @@ _COMMITTED = int(rec.RecordFlags.IS_COMMITTED)
 _JSON = int(rec.RecordFlags.IS_JSON)
 _BEGIN = int(rec.RecordFlags.TRANSACTION_BEGIN)
 _END = int(rec.RecordFlags.TRANSACTION_END)
+#: appends whose ids a database re-reads from the end of its log when it opens (idempotency after a crash)
+_REBUILT_APPENDS = 10_000
 _FRAME_FIXED = rec.FRAME_OVERHEAD + rec.EVENT_HEADER.size
 
 
@@ -269,6 +271,7 @@ class Database:
                     os.path.join(index_dir, "stream-existence"), capacity=cfg.existence_filter_capacity
                 )
         self._reindex()
+        self._remember_recent_appends()
         self._writer = threading.Thread(target=self._writer_loop, name="evdb-writer", daemon=True)
         self._writer.start()
 
@@ -310,6 +313,27 @@ class Database:
         if self._existence is not None:
             self._existence.flush(self._log.committed)
         self.logger.info("Indexed %d events", count)
+
+    def _remember_recent_appends(self) -> None:
+        """Rebuild the recent-append cache from the newest appends in the log (at most
+        ``_REBUILT_APPENDS``), as a follower rebuilds it from replicated records. Without it a node
+        restarted after a crash, elected leader with an append its clients never saw acknowledged,
+        would write that append a second time when the client retries it with any-version."""
+        wanted = min(self.config.idempotency_cache_capacity, _REBUILT_APPENDS)
+        start = None
+        appends = 0
+        for record in self._log.iter_backward(self._log.committed):
+            if isinstance(record, rec.EventRecord):
+                start = record.log_position
+                appends += bool(record.flags & _BEGIN)
+                if appends >= wanted:
+                    break
+        if start is None:
+            return
+        for record in self._log.iter_forward(start):
+            if isinstance(record, rec.EventRecord):
+                self._follow_replicated_append(record)
+        self._replicated_batch = None
 
     def close(self) -> None:
         """Finish queued writes, stop the writer, and leave every file consistent."""

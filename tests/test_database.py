@@ -75,6 +75,24 @@ def test_idempotent_append(db):
         db.append("s", [events[0], ev(9)], NO_STREAM)
 
 
+def test_an_any_version_append_retried_after_a_restart_is_recognised(tmp_path):
+    """The recent-append cache is rebuilt from the end of the log when the database opens: a client
+    that retries an append across a crash of the node (or a leader change to a restarted node) gets
+    the original result, not the events a second time."""
+    events = [ev(i) for i in range(3)]
+    with Database.open(str(tmp_path / "db")) as db:
+        db.append("other", [ev(9)])
+        first = db.append("s", events, ANY)
+        db.append("later", [ev(8)])
+    with Database.open(str(tmp_path / "db")) as db:
+        again = db.append("s", events, ANY)
+        assert again.duplicate and again.position == first.position
+        assert again.next_expected_version == 2
+        assert db.read_stream_forward("s").last_event_number == 2
+        with pytest.raises(WrongExpectedVersion):  # part of it only: a conflict, as before the restart
+            db.append("s", [events[0], ev(7)], ANY)
+
+
 def test_stream_not_found_and_all_contains_everything(db):
     with pytest.raises(StreamNotFound):
         db.read_stream_forward("nope")

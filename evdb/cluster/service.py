@@ -157,6 +157,21 @@ class ChunkFileReceiver:
                 os.unlink(self.path)
 
 
+def _never_committed(follower_epochs: list[dict], leader_epoch: int) -> bool:
+    """True when a follower's whole log is made of epochs this leader never had, every one older than
+    the leader's: the follower's first epoch (no earlier one) starts at position 0 and its numbers are
+    below the leader's. A leader holds every committed record of earlier epochs, so none of those
+    records was committed (two nodes elected in the same instant at the cluster's start, say) and the
+    follower starts again from the beginning. A log with a newer epoch, or records before its first
+    epoch, is not this cluster's history: it is refused, never cut."""
+    oldest = follower_epochs[-1]
+    return (
+        oldest.get("previousEpochPosition") == -1
+        and int(oldest.get("position", -1)) == 0
+        and all(int(e.get("epochNumber", leader_epoch)) < leader_epoch for e in follower_epochs)
+    )
+
+
 def parse_gossip_seeds(text: str) -> list[tuple[str, int]]:
     """``host:port,host:port`` (IPv6 as ``[::1]:2113``) → a list of endpoints; clear errors otherwise."""
     seeds = []
@@ -233,6 +248,8 @@ class ClusterService:
         self.election_count = 0
         self.last_election_seconds: float | None = None
         self._leader_seen = time.monotonic()
+        # the randomised wait before standing, drawn once per round (each time _leader_seen moves)
+        self._election_wait = (self._leader_seen - 1.0, 0.0)
         self._no_candidacy_until = 0.0
         self._followers: dict[str, _FollowerLink] = {}
         self._gate: list[tuple[int, list]] = []
@@ -590,9 +607,21 @@ class ClusterService:
             self._leader_seen = now
         if self.read_only or now < self._no_candidacy_until:
             return
-        delay = self.election_timeout * (1 + random.random())
-        if now - self._leader_seen >= max(self.gossip_timeout, delay) or self.cluster_size == 1:
+        if now - self._leader_seen >= self._wait_before_standing() or self.cluster_size == 1:
             await self._run_election()
+
+    def _wait_before_standing(self) -> float:
+        """Seconds without a leader before this node stands: the gossip timeout (or the election timeout,
+        if longer) plus a random part of up to one election timeout, drawn once per round. Candidates
+        that stand in the same instant split the votes and lose; drawn afresh on every gossip tick the
+        wait collapsed to its minimum, the same on every node, and two nodes could split the votes
+        round after round for good."""
+        since, wait = self._election_wait
+        if since != self._leader_seen:
+            base = max(self.gossip_timeout, self.election_timeout)
+            wait = base + random.random() * self.election_timeout
+            self._election_wait = (self._leader_seen, wait)
+        return wait
 
     # -- elections -------------------------------------------------------------------------------------
     async def _run_election(self) -> None:
@@ -841,6 +870,8 @@ class ClusterService:
             if follower_end > agreed_until:
                 return "truncate", agreed_until
             return "ok", follower_end
+        if ours and _never_committed(follower_epochs, int(ours[0]["epochNumber"])):
+            return "truncate", 0
         return "refuse", 0
 
     async def _replicate_handler(self, request: web.Request) -> web.StreamResponse:
@@ -1014,7 +1045,12 @@ class ClusterService:
                     "voting": not self.read_only,
                     "writer": self.db.committed_position,
                     "epochs": [
-                        {"epochId": e["epochId"], "position": e["position"], "epochNumber": e["epochNumber"]}
+                        {
+                            "epochId": e["epochId"],
+                            "position": e["position"],
+                            "epochNumber": e["epochNumber"],
+                            "previousEpochPosition": e.get("previousEpochPosition", -1),
+                        }
                         for e in self.db.epochs(64)
                     ],
                 }

@@ -7,8 +7,10 @@ from __future__ import annotations
 import time
 
 from evdb.index.hashing import stream_hash
-from evdb.scavenge.run import RunContext
+from evdb.scavenge.run import RunContext, ScavengeStopped
 from evdb.scavenge.state import HashUsers, StreamRow
+from evdb.scavenge.workers import Summary
+from evdb.storage.chunk import HEADER_SIZE
 from evdb.storage.records import EventRecord
 from evdb.streams import StreamMetadata, is_metastream, original_stream_of
 
@@ -24,6 +26,7 @@ def accumulate(ctx: RunContext) -> None:
     last_chunk = max(first_chunk, (point.position - 1) // chunk_size) if point.position > 0 else first_chunk
     ctx.progress.chunks_total = max(0, last_chunk - first_chunk + 1) if position < point.position else 0
     ctx.progress.chunks_done = 0
+    summaries: dict[int, Summary] = {}  # of the logical chunks of the chunk file being read
     while position < point.position:
         ctx.check_stop()
         started = time.perf_counter()
@@ -31,28 +34,24 @@ def accumulate(ctx: RunContext) -> None:
         chunk_end = min((chunk_number + 1) * chunk_size, point.position)
         ctx.progress.current_chunk = f"chunk {chunk_number}"
         rows: dict[str, StreamRow] = {}
-        lo = hi = None
+        physical = log.chunk_for(position)
+        completed = physical is not None and physical.is_completed
+        if completed and chunk_number not in summaries:
+            # a merged chunk file covers several logical chunks: read it once for all of them
+            numbers = list(range(chunk_number, min(physical.end_number, last_chunk) + 1))
+            ranges = [
+                (max(position, n * chunk_size), min((n + 1) * chunk_size, point.position)) for n in numbers
+            ]
+            try:
+                summaries = dict(zip(numbers, ctx.workers.summarise(physical, ranges), strict=True))
+            except InterruptedError:
+                raise ScavengeStopped() from None
         with state.transaction():
-            while position < chunk_end:
-                time.sleep(0)  # let other threads (appends) have the GIL between batches
-                records, after = log.read_forward_batch(position, 256)
-                if not records:
-                    position = chunk_end
-                    break
-                for record in records:
-                    if record.log_position >= chunk_end:
-                        break
-                    if type(record) is not EventRecord:
-                        continue
-                    users.observe(stream_hash(record.stream), record.stream)
-                    ts = record.timestamp
-                    lo = ts if lo is None or ts < lo else lo
-                    hi = ts if hi is None or ts > hi else hi
-                    if record.is_tombstone:
-                        _row(state, rows, record.stream).tombstoned = True
-                    elif is_metastream(record.stream) and record.event_type == "$metadata":
-                        _accumulate_metadata(state, rows, record)
-                position = min(after, chunk_end)
+            if completed:
+                lo, hi = _accumulate_summary(state, rows, users, physical, summaries.pop(chunk_number))
+                position = chunk_end
+            else:
+                position, lo, hi = _accumulate_records(ctx, state, rows, users, position, chunk_end)
             for row in rows.values():
                 state.save_row(row)
             if lo is not None:
@@ -72,6 +71,47 @@ def accumulate(ctx: RunContext) -> None:
             ctx.hash_users_cache_capacity,
             users.collisions,
         )
+
+
+def _accumulate_summary(state, rows, users, chunk, summary: Summary):
+    """One logical chunk from its summary: each stream once; tombstones; metadata records."""
+    for name in summary.names:
+        users.observe(stream_hash(name), name)
+    for tombstone, name, offset in summary.special:
+        if tombstone:
+            _row(state, rows, name).tombstoned = True
+            continue
+        record, _ = chunk.read_at(offset - HEADER_SIZE)
+        if record.event_type == "$metadata":
+            _accumulate_metadata(state, rows, record)
+    return summary.lo, summary.hi
+
+
+def _accumulate_records(ctx, state, rows, users, position: int, chunk_end: int):
+    """One logical chunk (or the part of the active chunk before the point), record by record."""
+    log = ctx.db.log
+    lo = hi = None
+    while position < chunk_end:
+        time.sleep(0)  # let other threads (appends) have the GIL between batches
+        records, after = log.read_forward_batch(position, 256)
+        if not records:
+            position = chunk_end
+            break
+        for record in records:
+            if record.log_position >= chunk_end:
+                break
+            if type(record) is not EventRecord:
+                continue
+            users.observe(stream_hash(record.stream), record.stream)
+            ts = record.timestamp
+            lo = ts if lo is None or ts < lo else lo
+            hi = ts if hi is None or ts > hi else hi
+            if record.is_tombstone:
+                _row(state, rows, record.stream).tombstoned = True
+            elif is_metastream(record.stream) and record.event_type == "$metadata":
+                _accumulate_metadata(state, rows, record)
+        position = min(after, chunk_end)
+    return position, lo, hi
 
 
 def _row(state, rows: dict[str, StreamRow], stream: str) -> StreamRow:

@@ -8,6 +8,7 @@ import concurrent.futures
 import os
 import time
 
+from evdb.scavenge.chunkscan import DecisionTable
 from evdb.scavenge.decisions import Decider
 from evdb.scavenge.run import ChunkReport, RunContext, ScavengeStopped, timespan
 from evdb.storage.chunk import Chunk
@@ -32,13 +33,16 @@ def execute_chunks(ctx: RunContext, decider: Decider) -> None:
     ]
     ctx.progress.chunks_total = len(chunks) + ctx.progress.chunks_done
     threshold = point.threshold
+    decisions = DecisionTable.from_decider(decider)
     with concurrent.futures.ThreadPoolExecutor(
         max_workers=ctx.threads, thread_name_prefix="evdb-scavenge"
     ) as pool:
         for i in range(0, len(chunks), ctx.threads):
             ctx.check_stop()
             batch = chunks[i : i + ctx.threads]
-            futures = [pool.submit(_execute_one, ctx, decider, chunk, weights, threshold) for chunk in batch]
+            futures = [
+                pool.submit(_execute_one, ctx, decisions, chunk, weights, threshold) for chunk in batch
+            ]
             failures = []
             for future in futures:
                 try:
@@ -51,7 +55,7 @@ def execute_chunks(ctx: RunContext, decider: Decider) -> None:
 
 
 def _execute_one(
-    ctx: RunContext, decider: Decider, chunk: Chunk, weights: dict[int, float], threshold: int
+    ctx: RunContext, decisions: DecisionTable, chunk: Chunk, weights: dict[int, float], threshold: int
 ) -> None:
     started = time.perf_counter()
     weight = sum(weights.get(n, 0.0) for n in range(chunk.start_number, chunk.end_number + 1))
@@ -83,14 +87,9 @@ def _execute_one(
     log = ctx.db.log
     builder = log.new_chunk_builder(chunk.start_number, chunk.end_number)
     try:
-        removed = builder.copy_from(chunk, decider.discard_record, ctx.stop.is_set)
-        new = builder.finish()
+        new, removed = ctx.workers.copy([chunk], builder, decisions)  # aborts the builder when it fails
     except InterruptedError:
-        builder.abort()
         raise ScavengeStopped() from None
-    except BaseException:
-        builder.abort()
-        raise
     with log.chunk_lock:
         if log.chunk_by_number(chunk.start_number) is not chunk:
             # switched meanwhile (a redaction): nothing removed here this time

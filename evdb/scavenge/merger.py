@@ -4,6 +4,7 @@ small files. Greedy, in passes, until a pass merges nothing. Off with DisableSca
 
 from __future__ import annotations
 
+import os
 import time
 
 from evdb.scavenge.run import ChunkReport, RunContext, ScavengeStopped
@@ -50,19 +51,14 @@ def _merge(ctx: RunContext, group: list[Chunk]) -> None:
     first, last = group[0], group[-1]
     builder = log.new_chunk_builder(first.start_number, last.end_number, temp_suffix=".merge.scavenge.tmp")
     try:
-        for chunk in group:
-            builder.copy_from(chunk, should_stop=ctx.stop.is_set)
-        new = builder.finish()
+        new, _ = ctx.workers.copy(group, builder, None)  # aborts the builder when it fails
     except InterruptedError:
-        builder.abort()
         raise ScavengeStopped() from None
-    except BaseException:
-        builder.abort()
-        raise
     before = sum(c.file_size for c in group)
     with log.chunk_lock:
         if any(log.chunk_by_number(c.start_number) is not c for c in group):
-            builder.abort()
+            if new.path:
+                os.unlink(new.path)
             return
         log.switch_chunk(new)
     elapsed = time.perf_counter() - started

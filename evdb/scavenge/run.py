@@ -137,6 +137,7 @@ class RunContext:
     unsafe_ignore_hard_delete: bool = False
     hash_users_cache_capacity: int = 100_000
     emit: Any = None  # ScavengeEvents
+    workers: Any = None  # ChunkWorkers: where per-chunk work runs
     clock_time: Any = time.time
 
     def check_stop(self) -> None:

@@ -20,6 +20,7 @@ from evdb.scavenge.merger import merge_chunks
 from evdb.scavenge.point import ScavengePoint, latest_point, write_point
 from evdb.scavenge.run import Progress, RunContext, ScavengeStopped, Throttle, timespan
 from evdb.scavenge.state import ScavengeState
+from evdb.scavenge.workers import ChunkWorkers
 
 __all__ = ["STAGES", "ScavengeOptions", "ScavengeResult", "Scavenger"]
 
@@ -183,6 +184,7 @@ class Scavenger:
             clock_time=self.wall_clock,
         )
         error: str | None = None
+        ctx.workers = ChunkWorkers(self.options.threads, self.stop_event, self.logger)
         try:
             self._run_stages(ctx)
             result = ScavengeResult.SUCCESS
@@ -192,6 +194,8 @@ class Scavenger:
             self.logger.exception("SCAVENGING: Scavenge failed")
             error = str(exc)
             result = ScavengeResult.ERRORED
+        finally:
+            ctx.workers.close()
         took = time.perf_counter() - started
         saved = self.progress.bytes_reclaimed
         max_chunk = max((c.end_number for c in self.progress.chunks if c.executed), default=-1)

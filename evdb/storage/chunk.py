@@ -459,6 +459,11 @@ class Chunk:
         self._posmap_positions = raw[:count]
         self._posmap_offsets = raw[count:]
 
+    def posmap_offsets(self) -> np.ndarray | None:
+        """The physical offsets of a scavenged or merged chunk's records (its position map, which
+        lists every record it holds); None for a chunk without one."""
+        return self._posmap_offsets
+
     def physical_offset(self, position: int) -> int | None:
         """Physical offset of the record at logical ``position``; None when no record starts there."""
         if self._posmap_positions is None:
@@ -563,21 +568,24 @@ class ChunkBuilder:
         self.header = ChunkHeader(chunk_size, start_number, end_number, True, uuid.uuid4().bytes, version)
         self.data_end_position = data_end_position
         self.directory = directory
+        self.temp_suffix = temp_suffix
         self.path = os.path.join(directory, uuid.uuid4().hex + temp_suffix) if directory is not None else None
         self._positions: list[int] = []
         self._offsets: list[int] = []
+        self._position_parts: list[np.ndarray] = []  # blocks added by add_records, in order
+        self._offset_parts: list[np.ndarray] = []
         self._size = 0
         self._hasher = xxhash.xxh3_128()
         self._parts: list[bytes] = []
         self._file = open(self.path, "xb") if self.path else None  # noqa: SIM115 - closed in finish/abort
         self._emit(self.header.encode())
 
-    def _emit(self, data: bytes) -> None:
+    def _emit(self, data) -> None:
         self._hasher.update(data)
         if self._file is not None:
             self._file.write(data)
         else:
-            self._parts.append(data)
+            self._parts.append(bytes(data))
 
     @property
     def physical_size(self) -> int:
@@ -589,11 +597,58 @@ class ChunkBuilder:
         self._emit(frame)
         self._size += len(frame)
 
+    def _flush_listed(self) -> None:
+        if self._positions:
+            self._position_parts.append(np.array(self._positions, dtype="<i8"))
+            self._offset_parts.append(np.array(self._offsets, dtype="<i8"))
+            self._positions, self._offsets = [], []
+
+    def add_records(
+        self,
+        buf,
+        offsets: np.ndarray,
+        sizes: np.ndarray,
+        positions: np.ndarray,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """Add the framed records at ``offsets`` (absolute offsets into ``buf``, in log order) with
+        their ``sizes`` and logical ``positions``. Runs of neighbouring records are copied as one
+        slice each, in pieces of at most 8 MiB (``should_stop`` is checked between pieces)."""
+        count = len(offsets)
+        if not count:
+            return
+        self._flush_listed()
+        offsets = np.asarray(offsets, dtype=np.int64)
+        sizes = np.asarray(sizes, dtype=np.int64)
+        new_offsets = np.empty(count, dtype="<i8")
+        new_offsets[0] = 0
+        np.cumsum(sizes[:-1], out=new_offsets[1:])
+        new_offsets += self._size
+        self._position_parts.append(np.asarray(positions, dtype="<i8").copy())
+        self._offset_parts.append(new_offsets)
+        ends = offsets + sizes
+        breaks = np.nonzero(offsets[1:] != ends[:-1])[0] + 1
+        run_starts = np.concatenate(([0], breaks)).tolist()
+        run_ends = np.concatenate((breaks, [count])).tolist()
+        view = memoryview(buf)
+        piece = 8 << 20
+        for a, b in zip(run_starts, run_ends, strict=True):
+            start, stop = int(offsets[a]), int(ends[b - 1])
+            while start < stop:
+                if should_stop():
+                    raise InterruptedError("copy stopped")
+                end = min(stop, start + piece)
+                self._emit(view[start:end])
+                self._size += end - start
+                start = end
+        view.release()
+
     def finish(self) -> Chunk:
-        count = len(self._positions)
-        posmap = (
-            np.array(self._positions, dtype="<i8").tobytes() + np.array(self._offsets, dtype="<i8").tobytes()
-        )
+        self._flush_listed()
+        positions = np.concatenate(self._position_parts) if self._position_parts else np.zeros(0, "<i8")
+        offsets = np.concatenate(self._offset_parts) if self._offset_parts else np.zeros(0, "<i8")
+        count = len(positions)
+        posmap = positions.astype("<i8").tobytes() + offsets.astype("<i8").tobytes()
         self._emit(posmap)
         footer = ChunkFooter(self._size, self.data_end_position, count)
         tail = footer.encode_without_checksum()

@@ -249,3 +249,60 @@ class _Stub:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+
+
+def _hello_epochs(db: Database) -> list[dict]:
+    return [
+        {k: e[k] for k in ("epochId", "position", "epochNumber", "previousEpochPosition")}
+        for e in db.epochs()
+    ]
+
+
+def test_two_leaders_elected_at_the_start_the_older_epochs_node_starts_again_from_zero(tmp_path):
+    """Two nodes elected in the same instant of a new cluster each wrote an epoch at position 0; the
+    one with the newer epoch leads. The other's log holds nothing committed: it is cut to 0 and copied,
+    not refused for good (it used to stay CatchingUp forever)."""
+    from evdb.cluster.service import ClusterService
+
+    leader = Database.open(str(tmp_path / "leader"), chunk_size=1 << 16)
+    brief = Database.open(str(tmp_path / "brief"), chunk_size=1 << 16)
+    stranger = Database.open(str(tmp_path / "stranger"), chunk_size=1 << 16)
+    try:
+        brief.write_epoch(1, uuid.uuid4())
+        brief.append("$users", events(2))
+        leader.write_epoch(2, uuid.uuid4())
+        leader.append("$users", events(2))
+        verdict = ClusterService._common_point(_Stub(leader), _hello_epochs(brief), brief.committed_position)
+        assert verdict == ("truncate", 0)
+        # a log with an epoch newer than the leader's is not this cluster's history: never cut
+        stranger.write_epoch(7, uuid.uuid4())
+        stranger.append("orders", events(3))
+        verdict = ClusterService._common_point(
+            _Stub(leader), _hello_epochs(stranger), stranger.committed_position
+        )
+        assert verdict == ("refuse", 0)
+    finally:
+        leader.close()
+        brief.close()
+        stranger.close()
+
+
+def test_the_wait_before_standing_is_drawn_once_per_round_and_spread():
+    """Two nodes that lost an election together must not stand again in the same instant: each draws
+    its wait once per round (not on every gossip tick, which collapsed it to the same minimum on every
+    node and split the votes round after round)."""
+    from types import SimpleNamespace
+
+    from evdb.cluster.service import ClusterService
+
+    node = SimpleNamespace(
+        _leader_seen=100.0, _election_wait=(99.0, 0.0), gossip_timeout=2.0, election_timeout=1.0
+    )
+    first = ClusterService._wait_before_standing(node)
+    assert all(ClusterService._wait_before_standing(node) == first for _ in range(20))  # same round
+    waits = []
+    for round_start in range(200):
+        node._leader_seen = 200.0 + round_start
+        waits.append(ClusterService._wait_before_standing(node))
+    assert all(2.0 <= w < 3.0 for w in waits)
+    assert len({round(w, 3) for w in waits}) > 150 and max(waits) - min(waits) > 0.8

@@ -1,0 +1,286 @@
+"""Whole-chunk record tables for the scavenge phases, computed with numpy instead of decoding every
+record in Python.
+
+A :class:`RecordTable` holds, for every record of a chunk, the fields a phase needs (frame offset,
+size, type, flags, log position, event number, timestamp) and splits the records into *runs* of
+consecutive events of one stream (an append writes its events together), so stream names are
+decoded once per run. Frames are checked as the decoder checks them (lengths, trailers, positions);
+a completed chunk's xxh3 checksum (which covers every frame) replaces the per-record CRCs.
+
+The functions here take a :class:`~evdb.storage.chunk.Chunk` and plain values only, and yield the
+GIL (``time.sleep(0)``) every few thousand records, so appends go on while a scavenge runs.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import xxhash
+
+from evdb.errors import CorruptedFile
+from evdb.storage import records as rec
+from evdb.storage.chunk import HEADER_SIZE, Chunk
+
+__all__ = ["DecisionTable", "RecordTable", "discard_mask", "record_table"]
+
+_HS = HEADER_SIZE
+_STREAM_AT = 4 + rec.EVENT_HEADER.size  # stream name bytes, from the frame start
+_YIELD_EVERY = 4096  # records between GIL yields in the Python loops
+_BLOCK = 65536  # records per numpy block (keeps each GIL-holding stretch short)
+_unpack_len = struct.Struct("<I").unpack_from
+
+
+class _Words:
+    """Little-endian 64-bit reads at any byte offsets of a buffer, vectorised: two aligned words
+    per value, shifted together."""
+
+    def __init__(self, buf) -> None:
+        # every read is of a frame's bytes, and a chunk's buffer goes on at least 16 bytes after its
+        # last frame (the footer, or the rest of an active chunk), so no word is read past the end
+        self.words = np.frombuffer(buf, dtype="<u8", count=len(buf) // 8)
+        self.last = len(self.words) - 1
+
+    def u64(self, offsets: np.ndarray) -> np.ndarray:
+        index = offsets >> 3
+        shift = ((offsets & 7) << 3).astype(np.uint64)
+        lo = self.words[index] >> shift
+        hi = self.words[np.minimum(index + 1, self.last)] << (np.uint64(64) - shift)
+        return np.where(shift == 0, lo, lo | hi)
+
+    def u64s(self, offsets: np.ndarray, count: int) -> np.ndarray:
+        """The ``count`` words at ``offsets``, ``offsets + 8``, ...: an array of shape (n, count),
+        gathered in one pass (the words of one record share cache lines)."""
+        index = (offsets >> 3)[:, None] + np.arange(count + 1)
+        np.minimum(index, self.last, out=index)
+        words = self.words[index]
+        shift = ((offsets & 7) << 3).astype(np.uint64)[:, None]
+        lo = words[:, :count] >> shift
+        hi = words[:, 1:] << (np.uint64(64) - shift)
+        return np.where(shift == 0, lo, lo | hi)
+
+    def get(self, offsets: np.ndarray, width: int, dtype) -> np.ndarray:
+        value = self.u64(offsets)
+        if width < 8:
+            value &= np.uint64((1 << (8 * width)) - 1)
+        return value.astype(dtype)
+
+
+@dataclass
+class RecordTable:
+    """The records of one chunk, as arrays (one entry per record, in log order)."""
+
+    offsets: np.ndarray  # int64: frame start, absolute in the chunk's buffer (header included)
+    sizes: np.ndarray  # int64: frame size (the record's logical size)
+    types: np.ndarray  # uint8: rec.RecordType
+    flags: np.ndarray  # int64 (events; 0 for system records)
+    positions: np.ndarray  # int64: log position
+    numbers: np.ndarray  # int64: event number (events)
+    timestamps: np.ndarray  # int64: ticks (events)
+    run_of: np.ndarray  # int64: index into run_names for events, -1 for system records
+    run_names: list[str]  # stream name of each run
+    run_starts: np.ndarray  # int64: index of each run's first record
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+def _record_offsets(chunk: Chunk, should_stop: Callable[[], bool]) -> np.ndarray:
+    """Absolute frame offsets of every record in the chunk's valid data."""
+    end = _HS + chunk.physical_end
+    posmap = chunk.posmap_offsets()
+    if posmap is not None:
+        return posmap.astype(np.int64) + _HS
+    if chunk.is_scavenged:
+        return np.zeros(0, dtype=np.int64)
+    buf = chunk.buffer
+    out: list[int] = []
+    append = out.append
+    unpack = _unpack_len
+    off = _HS
+    count = 0
+    while off < end:
+        append(off)
+        off += unpack(buf, off)[0] + rec.FRAME_OVERHEAD
+        count += 1
+        if count == _YIELD_EVERY:
+            count = 0
+            if should_stop():
+                raise InterruptedError("scan stopped")
+            time.sleep(0)
+    if off != end:
+        raise CorruptedFile(chunk.path or chunk.file_name, f"bad record length before offset {end - _HS}")
+    return np.array(out, dtype=np.int64)
+
+
+def verify_checksum(chunk: Chunk) -> None:
+    """A completed chunk: its xxh3 checksum (covers every frame). Active: every frame's CRC."""
+    where = chunk.path or chunk.file_name
+    if chunk.footer is not None:
+        size = chunk.file_size
+        if xxhash.xxh3_128(memoryview(chunk.buffer)[: size - 16]).digest() != chunk.footer.checksum:
+            raise CorruptedFile(where, "chunk checksum mismatch")
+        return
+    offset = 0
+    while offset < chunk.physical_end:
+        _, offset = chunk.read_at(offset)
+
+
+def record_table(
+    chunk: Chunk,
+    should_stop: Callable[[], bool] = lambda: False,
+    *,
+    verify: bool = True,
+    streams: bool = True,
+) -> RecordTable:
+    """Every record of a completed ``chunk``; without ``streams`` the runs are not worked out (a
+    merge copies every record and needs no names)."""
+    where = chunk.path or chunk.file_name
+    if verify:
+        verify_checksum(chunk)
+    offsets = _record_offsets(chunk, should_stop)
+    buf = chunk.buffer
+    words = _Words(buf)
+    end = _HS + chunk.physical_end
+    # the first 56 bytes of each frame: length (u32), type (u8), version (u8), flags (u16), position,
+    # event number, timestamp, event id (16 bytes), stream and event type lengths (u16 each), ...
+    head = words.u64s(offsets, 7)
+    first = head[:, 0]
+    n = (first & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    sizes = n + rec.FRAME_OVERHEAD
+    bad = (n == 0) | (offsets + sizes > end)
+    if len(offsets):
+        contiguous = np.empty(len(offsets), dtype=bool)
+        contiguous[0] = offsets[0] == _HS
+        contiguous[1:] = offsets[1:] == offsets[:-1] + sizes[:-1]
+        bad |= ~contiguous
+        if int(offsets[-1] + sizes[-1]) != end:
+            bad[-1] = True
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise CorruptedFile(where, f"bad record length {int(n[i])} at offset {int(offsets[i]) - _HS}")
+    trailer = words.get(offsets + 8 + n, 4, np.int64)
+    types = ((first >> np.uint64(32)) & np.uint64(0xFF)).astype(np.uint8)
+    positions = np.ascontiguousarray(head[:, 1]).view(np.int64)
+    bad = (trailer != n) | ((types != rec.RecordType.EVENT) & (types != rec.RecordType.SYSTEM))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise CorruptedFile(where, f"record checksum mismatch at offset {int(offsets[i]) - _HS}")
+    if not chunk.is_scavenged:
+        wrong = positions != chunk.start_position + offsets - _HS
+        if wrong.any():
+            i = int(np.argmax(wrong))
+            raise CorruptedFile(
+                where, f"record at offset {int(offsets[i]) - _HS} claims position {int(positions[i])}"
+            )
+    is_event = types == rec.RecordType.EVENT
+    flags = np.where(is_event, (first >> np.uint64(48)).astype(np.int64), 0)
+    numbers = np.ascontiguousarray(head[:, 2]).view(np.int64)
+    timestamps = np.ascontiguousarray(head[:, 3]).view(np.int64)
+    lengths = head[:, 6]
+    del head
+    if streams:
+        run_of, run_names, run_starts = _runs(buf, words, offsets, lengths, is_event, should_stop, where)
+    else:
+        run_of, run_names, run_starts = np.full(len(offsets), -1, dtype=np.int64), [], np.zeros(0, np.int64)
+    return RecordTable(
+        offsets, sizes, types, flags, positions, numbers, timestamps, run_of, run_names, run_starts
+    )
+
+
+def _runs(buf, words, offsets, lengths, is_event, should_stop, where):
+    """Split the events into runs of one stream; decode each run's stream name once."""
+    count = len(offsets)
+    if not count:
+        return np.zeros(0, dtype=np.int64), [], np.zeros(0, dtype=np.int64)
+    starts = offsets + _STREAM_AT
+    ls = np.where(is_event, (lengths & np.uint64(0xFFFF)).astype(np.int64), 0)
+    # two 16-byte windows, at the start and at the end of the name, cover names of up to 32 bytes;
+    # a window may reach into neighbouring bytes (that only splits runs, never joins two streams)
+    tail = starts + ls - 16
+    head, end = words.u64s(starts, 2), words.u64s(tail, 2)
+    keys = [head[:, 0], head[:, 1], end[:, 0], end[:, 1]]
+    same = is_event.copy()
+    same[0] = False
+    same[1:] &= is_event[:-1] & (ls[1:] == ls[:-1])
+    for key in keys:
+        same[1:] &= key[1:] == key[:-1]
+    # long names: compare the whole name with the previous record's
+    for i in np.nonzero(same & (ls > 32))[0].tolist():
+        a, b, size = int(starts[i]), int(starts[i - 1]), int(ls[i])
+        if buf[a : a + size] != buf[b : b + size]:
+            same[i] = False
+    new_run = is_event & ~same
+    run_starts = np.nonzero(new_run)[0]
+    run_of = np.cumsum(new_run) - 1
+    run_of = np.where(is_event, run_of, -1)
+    names: list[str] = []
+    for k, i in enumerate(run_starts.tolist()):
+        a = int(starts[i])
+        try:
+            names.append(buf[a : a + int(ls[i])].decode())
+        except UnicodeDecodeError as exc:
+            raise CorruptedFile(
+                where, f"undecodable record at offset {int(offsets[i]) - _HS}: {exc}"
+            ) from None
+        if k % _YIELD_EVERY == _YIELD_EVERY - 1:
+            if should_stop():
+                raise InterruptedError("scan stopped")
+            time.sleep(0)
+    return run_of.astype(np.int64), names, run_starts.astype(np.int64)
+
+
+@dataclass
+class DecisionTable:
+    """Per stream, what chunk execution needs to judge its records (from the Decider's rows)."""
+
+    rows: dict[str, tuple[int, int, int | None]]  # stream -> (discard point, last number or -1, cutoff)
+    limit: int  # the scavenge point's position: records at or after it stay
+    unsafe: bool  # UnsafeIgnoreHardDelete: tombstones go too
+
+    @classmethod
+    def from_decider(cls, decider) -> DecisionTable:
+        rows = {}
+        for name, row in decider.rows.items():
+            cutoff = decider._cutoffs.get(name)
+            if row.discard_point <= 0 and cutoff is None and not decider.unsafe:
+                continue  # nothing of this stream can go
+            last = row.last_number if row.last_number is not None else -1
+            rows[name] = (row.discard_point, last, cutoff)
+        return cls(rows, decider.point.position, decider.unsafe)
+
+
+def discard_mask(table: RecordTable, decisions: DecisionTable) -> np.ndarray:
+    """Which records chunk execution removes; the same answers as ``Decider.discard_record``."""
+    count = len(table)
+    discard = np.zeros(count, dtype=bool)
+    if not count or not table.run_names:
+        return discard
+    runs = len(table.run_names)
+    has_row = np.zeros(runs, dtype=bool)
+    point = np.zeros(runs, dtype=np.int64)
+    last = np.full(runs, -1, dtype=np.int64)
+    has_cutoff = np.zeros(runs, dtype=bool)
+    cutoff = np.zeros(runs, dtype=np.int64)
+    rows = decisions.rows
+    for k, name in enumerate(table.run_names):
+        row = rows.get(name)
+        if row is None:
+            continue
+        has_row[k] = True
+        point[k], last[k] = row[0], row[1]
+        if row[2] is not None:
+            has_cutoff[k] = True
+            cutoff[k] = row[2]
+    event = table.run_of >= 0
+    run = np.where(event, table.run_of, 0)
+    candidate = event & has_row[run] & (table.positions < decisions.limit)
+    numbers = table.numbers
+    tombstone = numbers == rec.MAX_EVENT_NUMBER
+    expired = has_cutoff[run] & (numbers != last[run]) & (table.timestamps < cutoff[run])
+    judged = (numbers < point[run]) | expired
+    discard = candidate & np.where(tombstone, decisions.unsafe, judged)
+    return discard
