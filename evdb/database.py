@@ -322,12 +322,15 @@ class Database:
         wanted = min(self.config.idempotency_cache_capacity, _REBUILT_APPENDS)
         start = None
         appends = 0
-        for record in self._log.iter_backward(self._log.committed):
-            if isinstance(record, rec.EventRecord):
-                start = record.log_position
-                appends += bool(record.flags & _BEGIN)
-                if appends >= wanted:
-                    break
+        try:
+            for record in self._log.iter_backward(self._log.committed):
+                if isinstance(record, rec.EventRecord):
+                    start = record.log_position
+                    appends += bool(record.flags & _BEGIN)
+                    if appends >= wanted:
+                        break
+        except StorageError as exc:  # a damaged record (SkipDbVerify): reads name it; opening goes on
+            self.logger.warning("The recent appends are remembered only after a damaged record: %s", exc)
         if start is None:
             return
         for record in self._log.iter_forward(start):

@@ -615,10 +615,10 @@ def _reload_table(state: DashboardState, now: float) -> Table:
         header_style="bold",
     )
     table.add_column("node", no_wrap=True, min_width=_label_width(state))
-    table.add_column("CA", no_wrap=True, overflow="ellipsis", ratio=1)
-    table.add_column("CA sha256", no_wrap=True, min_width=23)
-    table.add_column("last reload", no_wrap=True, min_width=24, overflow="ellipsis", ratio=2)
-    table.add_column("result", min_width=7, ratio=1)
+    table.add_column("CA", no_wrap=True)
+    table.add_column("CA sha256", no_wrap=True)
+    table.add_column("last reload", no_wrap=True)
+    table.add_column("result")
     for node in state.ordered():
         info = node.certificates
         if info is None:
