@@ -606,56 +606,57 @@ def render_certificates(
 
 
 def _reload_table(state: DashboardState, now: float) -> Table:
-    """evdb's ``/admin/certificates``: the CA each node chains to and its last configuration reload."""
-    table = Table(
-        title="CA in use and last reload (/admin/certificates)",
-        title_justify="left",
-        expand=True,
-        box=None,
-        header_style="bold",
-    )
-    table.add_column("node", no_wrap=True, min_width=_label_width(state))
-    table.add_column("CA", no_wrap=True)
-    table.add_column("CA sha256", no_wrap=True)
-    table.add_column("last reload", no_wrap=True)
-    table.add_column("result")
+    """evdb's ``/admin/certificates``: the CA each node chains to and its last configuration reload,
+    two lines per node (the result and its error wrap at any terminal width instead of being cut)."""
+    table = Table.grid(padding=(0, 2))
+    table.title = "CA in use and last reload (/admin/certificates)"
+    table.title_justify = "left"
+    table.title_style = "bold"
+    table.add_column(no_wrap=True, min_width=_label_width(state))
+    table.add_column(ratio=1)
     for node in state.ordered():
         info = node.certificates
         if info is None:
-            table.add_row(node.label, Text("reading…", style="dim"), "", "", "")
+            table.add_row(node.label, Text("reading…", style="dim"))
             continue
         if not info.available:
-            table.add_row(node.label, Text(NOT_AVAILABLE, style="dim"), "", "", "")
+            table.add_row(node.label, Text(NOT_AVAILABLE, style="dim"))
             continue
         if info.error:
-            table.add_row(node.label, Text(info.error, style="yellow"), "", "", "")
+            table.add_row(node.label, Text(info.error, style="yellow"))
             continue
+        details = Text()
         if info.secure:
-            ca: Text | str = info.ca_subject or Text(
-                "no trusted root found for the certificate", style="yellow"
-            )
+            details.append("CA ")
+            if info.ca_subject:
+                details.append(info.ca_subject)
+            else:
+                details.append("no trusted root found for the certificate", style="yellow")
+            if info.ca_fingerprint:
+                details.append(f"  sha256 {_short_fingerprint(info.ca_fingerprint)}", style="dim")
         else:
-            ca = Text("insecure node: no certificate", style="dim")
-        fingerprint = _short_fingerprint(info.ca_fingerprint) if info.ca_fingerprint else "–"
+            details.append("insecure node: no certificate", style="dim")
+        details.append("\nlast reload ")
         if info.reload_at is None:
             loaded = (
                 f" (certificate loaded {_when(info.loaded_at, now)})" if info.loaded_at is not None else ""
             )
-            table.add_row(node.label, ca, fingerprint, Text("none since the start" + loaded, style="dim"), "")
+            details.append("none since the start" + loaded, style="dim")
+            table.add_row(node.label, details)
             continue
         trigger = info.reload_trigger  # "/admin/reloadconfig" or "SIGHUP"
         if trigger in ("http", "/admin/reloadconfig"):
             trigger = "POST /admin/reloadconfig"
-        when = f"{_when(info.reload_at, now)} via {trigger or '?'}"
+        details.append(f"{_when(info.reload_at, now)} via {trigger or '?'}: ")
         if info.reload_result == "Success":
-            result = Text("Success", style="green")
+            details.append("Success", style="green")
             if info.certificate_changed:
-                result.append(", new certificate", style="green")
+                details.append(", new certificate", style="green")
         else:
-            result = Text(info.reload_result or "Unknown", style="bold red")
+            details.append(info.reload_result or "Unknown", style="bold red")
             if info.reload_error:
-                result.append(f": {info.reload_error}", style="red")
-        table.add_row(node.label, ca, fingerprint, when, result)
+                details.append(f": {info.reload_error}", style="red")
+        table.add_row(node.label, details)
     return table
 
 
