@@ -112,7 +112,8 @@ async def test_stop_a_scavenge_mid_way(node, page):
     await page.click("#stop-scavenge")
     await confirm_dialog(page)
     await page.click("#confirm-send")
-    await page.wait_for_selector("#message.ok")
+    # the start's message is still shown (also .ok) until the stop's answer replaces it
+    await page.wait_for_selector(f"#message.ok:has-text('Stopped scavenge {scavenge_id}')")
     assert await page.inner_text("#message") == f"Stopped scavenge {scavenge_id}."
     await page.wait_for_selector("#current-scavenge[data-last-result=Stopped]")
     assert node.scavenge.current_id() is None
