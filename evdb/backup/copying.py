@@ -16,6 +16,8 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from evdb.index.durable import fsync_dir, fsync_file
+
 __all__ = [
     "TMP_SUFFIX",
     "copy_file",
@@ -36,14 +38,6 @@ ProgressCallback = Callable[[int], None]
 
 def is_temp_name(name: str) -> bool:
     return name.endswith(TMP_SUFFIX)
-
-
-def fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _data_regions(fd: int, size: int) -> list[tuple[int, int]]:
@@ -115,16 +109,8 @@ def _copy_to_temp(source: str, target: str, progress: ProgressCallback | None) -
     return tmp, size
 
 
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _sync_and_rename(tmp: str, target: str) -> None:
-    _fsync_file(tmp)
+    fsync_file(tmp)
     os.replace(tmp, target)
 
 
@@ -160,7 +146,7 @@ def copy_files(
         try:
             for source, target in pairs:
                 tmp, size = _copy_to_temp(source, target, progress)
-                temps.append((tmp, target, size, syncing.submit(_fsync_file, tmp)))
+                temps.append((tmp, target, size, syncing.submit(fsync_file, tmp)))
             while temps:
                 tmp, target, size, synced = temps[0]
                 synced.result()
@@ -194,11 +180,7 @@ def copy_sqlite(source: str, target: str) -> int:
                 dst.close()
         finally:
             src.close()
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_file(tmp)
         os.replace(tmp, target)
     except BaseException:
         for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):

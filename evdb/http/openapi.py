@@ -332,7 +332,7 @@ _ANY_OPERATION = {
     },
     "503": {"description": "The node is not ready: starting, or its database is being reopened"},
 }
-_DISK_FULL = {"description": "The node's disk is full: nothing was written", "content": _TEXT}
+_DISK_FULL = _r("The node's disk is full: nothing was written", _TEXT)
 
 
 def _with_common_answers(paths: dict[str, Any]) -> None:

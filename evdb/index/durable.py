@@ -25,6 +25,15 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
+def fsync_file(path: str) -> None:
+    """Make a file's bytes durable (a file written and closed elsewhere)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def replace_durably(tmp_path: str, path: str) -> None:
     """Rename a complete, fsynced temporary file over ``path``, then fsync the folder."""
     os.replace(tmp_path, path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from evdb.errors import EvdbError
@@ -192,7 +193,6 @@ def _fail(error: Exception) -> int:
 
 def _create_ca(args: argparse.Namespace) -> int:
     from evdb.tls.certs import CA_DAYS, create_ca
-    from evdb.tls.loading import describe_certificate, read_certificates
 
     try:
         cert, key = create_ca(
@@ -203,16 +203,13 @@ def _create_ca(args: argparse.Namespace) -> int:
             issuer_key=args.ca_key,
             force=args.force,
         )
-        info = describe_certificate(read_certificates(cert)[0])
+        return _wrote(cert, key, with_names=False)
     except EvdbError as exc:
         return _fail(exc)
-    print(f"Wrote {cert} and {key}: {info.subject}, valid until {info.not_after:%Y-%m-%d}.")
-    return 0
 
 
 def _create_node(args: argparse.Namespace) -> int:
     from evdb.tls.certs import NODE_DAYS, create_node_certificate
-    from evdb.tls.loading import describe_certificate, read_certificates
 
     ips, dns = _split(args.ip_addresses), _split(args.dns_names)
     if args.ip_addresses is None and args.dns_names is None:
@@ -228,12 +225,9 @@ def _create_node(args: argparse.Namespace) -> int:
             days=args.days or NODE_DAYS,
             force=args.force,
         )
-        info = describe_certificate(read_certificates(cert)[0])
+        return _wrote(cert, key, with_names=True)
     except EvdbError as exc:
         return _fail(exc)
-    names = ", ".join([*info.san_ip_addresses, *info.san_dns_names])
-    print(f"Wrote {cert} and {key}: {info.subject} for {names}, valid until {info.not_after:%Y-%m-%d}.")
-    return 0
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -284,20 +278,16 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _renew_ca(args: argparse.Namespace) -> int:
-    from evdb.tls.loading import describe_certificate, read_certificates
     from evdb.tls.rotate import renew_ca
 
     try:
         cert, key = renew_ca(args.like, args.out, common_name=args.name, force=args.force)
-        info = describe_certificate(read_certificates(cert)[0])
+        return _wrote(cert, key, with_names=False)
     except EvdbError as exc:
         return _fail(exc)
-    print(f"Wrote {cert} and {key}: {info.subject}, valid until {info.not_after:%Y-%m-%d}.")
-    return 0
 
 
 def _renew_node(args: argparse.Namespace) -> int:
-    from evdb.tls.loading import describe_certificate, read_certificates
     from evdb.tls.rotate import renew_node
 
     try:
@@ -309,12 +299,9 @@ def _renew_node(args: argparse.Namespace) -> int:
             common_name=args.common_name,
             force=args.force,
         )
-        info = describe_certificate(read_certificates(cert)[0])
+        return _wrote(cert, key, with_names=True)
     except EvdbError as exc:
         return _fail(exc)
-    names = ", ".join([*info.san_ip_addresses, *info.san_dns_names])
-    print(f"Wrote {cert} and {key}: {info.subject} for {names}, valid until {info.not_after:%Y-%m-%d}.")
-    return 0
 
 
 def _rotate(args: argparse.Namespace) -> int:
@@ -336,6 +323,16 @@ def _rotate(args: argparse.Namespace) -> int:
         f"Done: every node uses {report.generation} "
         f"(CA {report.ca_subject}, SHA-256 {report.ca_fingerprint_sha256})."
     )
+    return 0
+
+
+def _wrote(cert: Path, key: Path, *, with_names: bool) -> int:
+    """Report a certificate and key just written (a node certificate with the names it carries)."""
+    from evdb.tls.loading import describe_certificate, read_certificates
+
+    info = describe_certificate(read_certificates(cert)[0])
+    names = f" for {', '.join([*info.san_ip_addresses, *info.san_dns_names])}" if with_names else ""
+    print(f"Wrote {cert} and {key}: {info.subject}{names}, valid until {info.not_after:%Y-%m-%d}.")
     return 0
 
 
