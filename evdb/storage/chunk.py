@@ -30,6 +30,7 @@ import numpy as np
 import xxhash
 
 from evdb.errors import CorruptedFile
+from evdb.index.durable import fsync_dir
 from evdb.storage import records as rec
 
 __all__ = [
@@ -68,14 +69,6 @@ def parse_chunk_file_name(name: str) -> tuple[int, int] | None:
     if not dot or not number.isdigit() or not version.isdigit():
         return None
     return int(number), int(version)
-
-
-def fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)
