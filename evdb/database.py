@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import xxhash
+
 from evdb.clock import TICKS_PER_SECOND, Clock, SystemClock
 from evdb.errors import (
     CorruptedFile,
@@ -36,6 +38,7 @@ from evdb.errors import (
     EvdbError,
     EventTooLarge,
     InvalidInput,
+    NotLeader,
     StorageError,
     StreamDeleted,
     StreamNotFound,
@@ -78,6 +81,24 @@ _DATA = int(rec.RecordFlags.DATA)
 _COMMITTED = int(rec.RecordFlags.IS_COMMITTED)
 _JSON = int(rec.RecordFlags.IS_JSON)
 _BEGIN = int(rec.RecordFlags.TRANSACTION_BEGIN)
+
+
+def record_fingerprint(record: rec.EventRecord | rec.SystemRecord) -> int:
+    """What identifies a record at its position on every node: position, size and identity (stream,
+    number and event id; a system record's kind and payload), not its data, which a redaction may
+    have overwritten on one node and not yet on another."""
+    if isinstance(record, rec.EventRecord):
+        key = b"%d|%d|%d|%s|" % (
+            record.log_position,
+            record.size,
+            record.event_number,
+            record.stream.encode(),
+        )
+        return xxhash.xxh3_64_intdigest(key + record.event_id)
+    key = b"%d|%d|%d|" % (record.log_position, record.size, record.kind)
+    return xxhash.xxh3_64_intdigest(key + record.payload)
+
+
 _END = int(rec.RecordFlags.TRANSACTION_END)
 #: appends whose ids a database re-reads from the end of its log when it opens (idempotency after a crash)
 _REBUILT_APPENDS = 10_000
@@ -201,6 +222,15 @@ class Database:
         #: through ``remote_writer``; on a leader, answers wait in ``replication_gate`` for a majority
         self.remote_writer: Callable[[_Request], concurrent.futures.Future] | None = None
         self.replication_gate: Callable[[int, list], None] | None = None
+        #: asked in the writer, under its lock, before each client write: a cluster member writes a
+        #: client's records only while it leads under its own epoch (a node taking office must not
+        #: write anything before its epoch record: see docs/cluster.md, "The common point")
+        self.write_permit: Callable[[], bool] | None = None
+        #: the end of what readers see: None = all that is durable here (a single node); in a cluster,
+        #: what the cluster committed (set by evdb.cluster), so a read never returns a record that a
+        #: new leader could cut from this log
+        self._read_limit: int | None = None
+        self._read_limit_file: Any = None
 
     # -- opening and closing -----------------------------------------------------------------------------
     @classmethod
@@ -382,6 +412,54 @@ class Database:
     def committed_position(self) -> int:
         """End of the committed log: every record before it is durable and readable."""
         return self._log.committed
+
+    @property
+    def readable_position(self) -> int:
+        """End of what readers see (subscriptions, ``$all``, stream reads): the committed end, or less
+        in a cluster, where only what a majority holds is served (see set_read_limit)."""
+        limit = self._read_limit
+        committed = self._log.committed
+        return committed if limit is None or limit > committed else limit
+
+    def set_read_limit(self, position: int) -> None:
+        """Serve reads up to ``position`` (the cluster's commit position as this node knows it). It is
+        kept in ``replication.chk`` (written, synced lazily: a lower value after a power cut is only
+        more careful) so a restarted member serves what it had served, and nothing more."""
+        previous = self.readable_position
+        self._read_limit = max(position, 0)
+        if self.config.db_dir is not None:
+            if self._read_limit_file is None:
+                from evdb.storage.checkpoints import Checkpoint
+
+                self._read_limit_file = Checkpoint(os.path.join(self.config.db_dir, "replication.chk"), -1)
+            if position > self._read_limit_file.value:
+                self._read_limit_file.write(position, flush=False)
+        now = self.readable_position
+        if now > previous:
+            self._notify_listeners()
+
+    def commit_limit_at_open(self) -> int:
+        """The read limit this member had when it stopped (``replication.chk``); 0 when it never had one."""
+        if self.config.db_dir is None:
+            return 0
+        path = os.path.join(self.config.db_dir, "replication.chk")
+        if not os.path.exists(path):
+            return 0
+        from evdb.storage.checkpoints import Checkpoint
+
+        if self._read_limit_file is None:
+            self._read_limit_file = Checkpoint(path, -1)
+        return max(self._read_limit_file.value, 0)
+
+    def _notify_listeners(self) -> None:
+        readable = self.readable_position
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(readable)
+            except Exception:
+                self.logger.exception("A commit listener failed")
 
     @property
     def is_in_memory(self) -> bool:
@@ -707,6 +785,34 @@ class Database:
             position = previous
         return out
 
+    def record_checks(self, point: int, floor: int, max_count: int) -> list[tuple[int, int, int]]:
+        """``(position, size, fingerprint)`` of the committed records that end at or before ``point``,
+        newest first, none starting before ``floor``, at most ``max_count``: what a leader sends a
+        follower to find the last record both logs share (see :meth:`has_record`)."""
+        out: list[tuple[int, int, int]] = []
+        if max_count <= 0:
+            return out
+        for record in self._log.iter_backward(min(point, self._log.committed)):
+            if record.log_position < floor:
+                break
+            if record.next_position > point:
+                continue
+            out.append((record.log_position, record.size, record_fingerprint(record)))
+            if len(out) >= max_count:
+                break
+        return out
+
+    def has_record(self, position: int, size: int, fingerprint: int) -> bool:
+        """Whether this log holds, at ``position``, a committed record of ``size`` bytes with that
+        fingerprint (a record boundary both logs share). Never raises for a position inside a record."""
+        if position < 0 or position + size > self._log.committed:
+            return False
+        try:
+            record = self._log.read_record(position)
+        except Exception:  # not a record boundary in this log: its bytes are no record
+            return False
+        return record is not None and record.size == size and record_fingerprint(record) == fingerprint
+
     def truncate_on_next_open(self, position: int) -> None:
         """Ask the next open to cut the log at ``position`` (a follower whose tail diverged)."""
         self._log.checkpoints.truncate.write(position)
@@ -790,6 +896,12 @@ class Database:
 
     def _run(self, request: _Request) -> None:
         try:
+            if (
+                isinstance(request, (_Append, _Delete))
+                and self.write_permit is not None
+                and not self.write_permit()
+            ):
+                raise NotLeader()
             if isinstance(request, _Append):
                 result = self._apply_append(request)
             elif isinstance(request, _Delete):
@@ -834,13 +946,7 @@ class Database:
         if self._existence is not None and self._names_since_flush >= 100_000:
             self._existence.flush(committed)
             self._names_since_flush = 0
-        with self._listeners_lock:
-            listeners = list(self._listeners)
-        for listener in listeners:
-            try:
-                listener(committed)
-            except Exception:
-                self.logger.exception("A commit listener failed")
+        self._notify_listeners()
 
     def _fail_segment(self, exc: BaseException) -> None:
         """An I/O error while writing: roll the active chunk back to the committed end."""
@@ -872,7 +978,7 @@ class Database:
         if state is not None:
             self._states.move_to_end(stream)
             return state
-        state = self.stream_state(stream)
+        state = self.stream_state(stream, all_written=True)
         self._cache_state(state)
         return state
 
@@ -1111,11 +1217,14 @@ class Database:
         return AppendResult(last, position, last + 1)
 
     # -- reading -----------------------------------------------------------------------------------------
-    def _stream_records_backward(self, stream: str, before: int | None = None) -> Iterator[rec.EventRecord]:
-        """This stream's committed records, newest first (tombstone included), collisions filtered."""
+    def _stream_records_backward(
+        self, stream: str, before: int | None = None, limit: int | None = None
+    ) -> Iterator[rec.EventRecord]:
+        """This stream's committed records, newest first (tombstone included), collisions filtered;
+        none at or past log position ``limit`` when given."""
         seen: set[int] = set()
         for number, position in self._index.iter_backward(stream_hash(stream), before):
-            if number in seen:
+            if number in seen or (limit is not None and position >= limit):
                 continue
             record = self._log.read_record(position)
             if isinstance(record, rec.EventRecord) and record.stream == stream:
@@ -1124,42 +1233,54 @@ class Database:
 
     def _stream_records_forward(self, stream: str, start: int) -> Iterator[rec.EventRecord]:
         seen: set[int] = set()
+        limit = self._visible_limit()
         for number, position in self._index.iter_forward(stream_hash(stream), start):
-            if number in seen:
+            if number in seen or (limit is not None and position >= limit):
                 continue
             record = self._log.read_record(position)
             if isinstance(record, rec.EventRecord) and record.stream == stream:
                 seen.add(number)
                 yield record
 
-    def _read_stream_event_raw(self, stream: str, number: int) -> rec.EventRecord | None:
+    def _visible_limit(self) -> int | None:
+        """The log position reads stop at, or None when they see all that is committed here."""
+        return None if self._read_limit is None else self.readable_position
+
+    def _read_stream_event_raw(
+        self, stream: str, number: int, limit: int | None = None
+    ) -> rec.EventRecord | None:
         for position in self._index.get(stream_hash(stream), number):
+            if limit is not None and position >= limit:
+                continue
             record = self._log.read_record(position)
             if isinstance(record, rec.EventRecord) and record.stream == stream:
                 return record
         return None
 
-    def _last_record(self, stream: str) -> tuple[int, bool]:
+    def _last_record(self, stream: str, limit: int | None = None) -> tuple[int, bool]:
         """(last event number or -1, tombstoned) from the index and the log."""
         if self._existence is not None and not self._existence.might_exist(stream):
             return -1, False
         tombstoned = False
-        for record in self._stream_records_backward(stream):
+        for record in self._stream_records_backward(stream, None, limit):
             if record.event_number == MAX_EVENT_NUMBER:
                 tombstoned = True
                 continue
             return record.event_number, tombstoned
         return -1, tombstoned
 
-    def stream_state(self, stream: str) -> StreamState:
-        """The committed state of a stream: last event number, tombstone, metadata."""
-        last, tombstoned = self._last_record(stream)
+    def stream_state(self, stream: str, *, all_written: bool = False) -> StreamState:
+        """The state of a stream as readers see it (last event number, tombstone, metadata); with
+        ``all_written``, as the writer sees it (every record durable here, committed by the cluster
+        or not)."""
+        limit = None if all_written else self._visible_limit()
+        last, tombstoned = self._last_record(stream, limit)
         if is_metastream(stream):
             return StreamState(stream, last, tombstoned, StreamMetadata(max_count=1), -1)
-        meta_last, _ = self._last_record(metastream_of(stream))
+        meta_last, _ = self._last_record(metastream_of(stream), limit)
         metadata = StreamMetadata()
         if meta_last >= 0:
-            record = self._read_stream_event_raw(metastream_of(stream), meta_last)
+            record = self._read_stream_event_raw(metastream_of(stream), meta_last, limit)
             if record is not None:
                 metadata = StreamMetadata.from_bytes(record.data)
         return StreamState(stream, last, tombstoned, metadata, meta_last)
@@ -1227,7 +1348,7 @@ class Database:
         start = last if from_event_number is None or from_event_number < 0 else min(from_event_number, last)
         events: list[rec.EventRecord] = []
         next_number = -1
-        for record in self._stream_records_backward(stream, start + 1):
+        for record in self._stream_records_backward(stream, start + 1, self._visible_limit()):
             if record.event_number == MAX_EVENT_NUMBER:
                 continue
             if record.event_number < first:
@@ -1249,7 +1370,7 @@ class Database:
         number = state.last_event_number if event_number == -1 else event_number
         if number < first or number > state.last_event_number:
             raise StreamNotFound(stream)
-        record = self._read_stream_event_raw(stream, number)
+        record = self._read_stream_event_raw(stream, number, self._visible_limit())
         if record is None or (oldest is not None and record.timestamp < oldest):
             raise StreamNotFound(stream)
         return record
@@ -1257,7 +1378,7 @@ class Database:
     def _check_all_position(self, position: int) -> None:
         if position < 0:
             raise InvalidInput("A position in $all must be >= 0.")
-        if position >= self._log.committed:
+        if position >= self.readable_position:
             return
         chunk = self._log.chunk_for(position)
         if chunk is None or chunk.is_scavenged or position == chunk.start_position:
@@ -1287,10 +1408,17 @@ class Database:
         scanned = 0
         event_record = rec.EventRecord
         done = False
+        end = self.readable_position
         while not done:
+            if next_position >= end:
+                break
             batch, after = self._log.read_forward_batch(next_position, min(1024, max_count - len(events) + 8))
+            if batch and batch[-1].log_position >= end:  # a cluster member: stop at the commit position
+                batch = [r for r in batch if r.log_position < end]
+                after = batch[-1].next_position if batch else next_position
+                done = True
             if not batch:
-                next_position = max(next_position, after)
+                next_position = max(next_position, min(after, end))
                 break
             if event_filter is None and max_scan is None and len(batch) <= max_count - len(events):
                 # the common case, without a per-record Python loop
@@ -1314,14 +1442,14 @@ class Database:
                     break
             else:
                 next_position = after
-        return AllSlice(events, position, next_position, next_position >= self._log.committed)
+        return AllSlice(events, position, next_position, next_position >= end)
 
     def read_all_backward(
         self, position: int | None = None, max_count: int = 4096, event_filter: EventFilter | None = None
     ) -> AllSlice:
         """Events before ``position`` (None: the end), newest first."""
         _check_count(max_count)
-        end = self._log.committed
+        end = self.readable_position
         start = end if position is None or position < 0 else min(position, end)
         self._check_all_position(start)
         events: list[rec.EventRecord] = []
@@ -1341,7 +1469,10 @@ class Database:
     def iter_all(self, position: int = 0) -> Iterator[rec.EventRecord]:
         """Every committed event from ``position`` on (a long scan, for catch-up and tools)."""
         self._check_all_position(position)
+        end = self.readable_position
         for record in self._log.iter_forward(position):
+            if record.log_position >= end:
+                return
             if isinstance(record, rec.EventRecord):
                 yield record
 

@@ -68,10 +68,10 @@ class CommitNotifier:
 
     async def wait_beyond(self, position: int) -> None:
         """Return once the committed end is beyond ``position``."""
-        while self._db.committed_position <= position:
+        while self._db.readable_position <= position:
             fut = self._loop.create_future()
             self._waiters.append((position, fut))
-            if self._db.committed_position > position:  # committed between the check and the append
+            if self._db.readable_position > position:  # committed between the check and the append
                 fut.cancel()
                 return
             await fut
@@ -91,14 +91,14 @@ async def subscribe_to_all(
     With ``checkpoint_interval`` a :class:`FilterCheckpoint` is yielded each time that many events
     were looked at, so a filtered subscriber can save progress while nothing matches.
     """
-    position = db.committed_position if from_end else 0
+    position = db.readable_position if from_end else 0
     skip_at = -1
     if after is not None and not from_end:
         position, skip_at = after, after
     caught_up = False
     scanned_since_checkpoint = 0
     while True:
-        end = db.committed_position
+        end = db.readable_position
         if position >= end:
             if not caught_up:
                 caught_up = True
@@ -138,7 +138,7 @@ async def subscribe_to_stream(
             next_number = 0
     caught_up = False
     while True:
-        seen_end = db.committed_position
+        seen_end = db.readable_position
         try:
             chunk = await asyncio.to_thread(db.read_stream_forward, stream, next_number, BATCH)
             events, next_number, is_end = (

@@ -4,6 +4,15 @@ Roles (the ``state`` of KurrentDB's gossip): ``Unknown`` (no leader known), ``Pr
 election, writing its epoch), ``Leader``, ``ResigningLeader``, ``CatchingUp`` then ``Follower`` (a
 voting member copying the leader's log), ``PreReadOnlyReplica`` then ``ReadOnlyReplica``.
 
+This module decides; it does no I/O of its own. Everything it needs from outside comes through
+narrow ports, so the deterministic simulator (evdb/cluster/sim.py) runs this same code under a seed:
+
+- ``host`` (:class:`ClusterHost`): the node's identity, options, logger and database, and the two
+  things the node does for the cluster (take office, truncate and reopen its database);
+- ``transport`` (evdb/cluster/transport.py): gossip, votes, forwarded writes, replication streams;
+- ``monotonic``: the clock its timeouts are measured on; ``rng``: the random source of election waits;
+- ``run_blocking``: how a blocking database call is run (a thread in a node; inline in the simulator).
+
 Node-to-node traffic (votes, the replication stream, forwarded writes) goes to a separate listener,
 the replication endpoint; with TLS it accepts only clients presenting a certificate that chains to
 the trusted roots and whose common name matches CertificateReservedNodeCommonName. Gossip uses the
@@ -14,38 +23,44 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import functools
 import os
 import random
-import ssl
 import struct
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-import aiohttp
-from aiohttp import web
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from evdb.cluster.election import LogStanding, VoteRequest, grant_vote, majority
 from evdb.cluster.forwarding import RemoteWriter, decode_write, encode_error, encode_result
+from evdb.cluster.transport import Channel, HttpTransport, PeerError, Transport
 from evdb.errors import CorruptedFile, EvdbError, InvalidOption, NotLeader
 from evdb.storage.chunk import FOOTER_SIZE, HEADER_SIZE, Chunk
 from evdb.streams import AppendResult
 
 if TYPE_CHECKING:
+    import logging
+
     from evdb.database import Database
-    from evdb.node import Node
 
 __all__ = [
     "ChunkFileReceiver",
+    "ClusterHost",
     "ClusterService",
     "chunk_file_header",
     "chunk_file_pieces",
     "parse_gossip_seeds",
+    "resolve_common_point",
+    "shared_end",
 ]
+
+_T = TypeVar("_T")
+
+#: how many record checks one verification message carries (see _verify_common_point)
+_CHECKS_PER_MESSAGE = 2048
 
 _POSITION = struct.Struct("<q")
 _MAX_SEND = 1 << 20
@@ -184,22 +199,6 @@ def parse_gossip_seeds(text: str) -> list[tuple[str, int]]:
     return seeds
 
 
-def _tls_failure(exc: ssl.SSLError) -> str:
-    """Why a node-to-node TLS handshake failed, in words an operator can search for."""
-    detail = getattr(exc, "certificate_error", None) or exc  # aiohttp wraps the ssl error
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return (
-            "certificate chain validation failed: the other node's certificate does not chain to a "
-            f"trusted root of this node ({detail})"
-        )
-    if "unknown ca" in str(detail).lower() or "certificate" in str(detail).lower():
-        return (
-            "certificate chain validation failed: the other node does not trust this node's "
-            f"certificate ({detail})"
-        )
-    return str(detail)
-
-
 @dataclass
 class Peer:
     """What gossip last said about another member (its own entry of its /gossip answer)."""
@@ -207,6 +206,7 @@ class Peer:
     seed: tuple[str, int]
     info: dict = field(default_factory=dict)
     last_seen: float = -1.0  # monotonic seconds; -1 = never
+    last_error: str | None = None  # why the last call to it failed (names the peer; shown in /cluster/info)
 
     def alive(self, now: float, timeout: float) -> bool:
         return self.last_seen >= 0 and now - self.last_seen <= timeout
@@ -218,6 +218,73 @@ class Peer:
         return (host, int(port)) if port else None
 
 
+class ClusterHost(Protocol):
+    """What the cluster needs of its node (evdb.node.Node is one; the simulator has its own)."""
+
+    options: Any
+    logger: logging.Logger
+    instance_id: uuid.UUID
+    tls: Any
+    host: str
+    advertised_host: str
+    port: int
+    name: str
+    clock: Any
+
+    @property
+    def db(self) -> Database: ...
+
+    async def on_became_leader(self) -> None: ...
+
+    async def truncate_and_reopen(self, position: int) -> None: ...
+
+
+async def _to_thread(fn: Callable[..., _T], *args: Any) -> _T:
+    return await asyncio.to_thread(fn, *args)
+
+
+def shared_end(verify: dict, has_record: Callable[[int, int, int], bool]) -> int | None:
+    """A follower's answer to one page of the leader's record checks (newest first): the end of the
+    newest record it holds at the same position, or None. A point of 0 shares nothing: start at 0."""
+    if int(verify["point"]) == 0:
+        return 0
+    for position, size, fingerprint in verify.get("records") or []:
+        if has_record(int(position), int(size), int(fingerprint)):
+            return int(position) + int(size)
+    return None
+
+
+def resolve_common_point(leader: Database, follower: Database) -> tuple[str, int]:
+    """The whole handshake between two databases in one process (tests and tools; the cluster runs the
+    same steps over its transport): ``("ok", end)`` when the follower's log is a prefix of the
+    leader's, ``("truncate", position)`` when it must be cut there first, ``("refuse", 0)``."""
+    hello = [
+        {k: e.get(k, -1) for k in ("epochId", "position", "epochNumber", "previousEpochPosition")}
+        for e in follower.epochs(64)
+    ]
+    verdict, point, floor = ClusterService._common_point(
+        _DatabaseOnly(leader), hello, follower.committed_position
+    )
+    if verdict == "refuse":
+        return "refuse", 0
+    before = point
+    while True:
+        checks = leader.record_checks(before, floor, _CHECKS_PER_MESSAGE)
+        page = {"point": point, "floor": floor, "records": checks}
+        found = shared_end(page, follower.has_record)
+        if found is not None:
+            end = follower.committed_position
+            return ("truncate", found) if found < end else ("ok", end)
+        if len(checks) < _CHECKS_PER_MESSAGE:
+            return "refuse", 0
+        before = checks[-1][0]
+
+
+@dataclass
+class _DatabaseOnly:
+    db: Database
+
+
 @dataclass
 class _FollowerLink:
     voting: bool
@@ -225,10 +292,21 @@ class _FollowerLink:
 
 
 class ClusterService:
-    def __init__(self, node: Node) -> None:
+    def __init__(
+        self,
+        node: ClusterHost,
+        *,
+        transport: Transport | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        run_blocking: Callable[..., Awaitable[Any]] = _to_thread,
+    ) -> None:
         o = node.options
         self.node = node
         self.logger = node.logger
+        self._now = monotonic
+        self.rng = rng if rng is not None else random.Random()
+        self._blocking = run_blocking
         self.cluster_size = o.cluster_size
         self.read_only = o.read_only_replica
         self.priority = o.node_priority
@@ -247,7 +325,7 @@ class ClusterService:
         self.voted_for: str | None = None
         self.election_count = 0
         self.last_election_seconds: float | None = None
-        self._leader_seen = time.monotonic()
+        self._leader_seen = self._now()
         # the randomised wait before standing, drawn once per round (each time _leader_seen moves)
         self._election_wait = (self._leader_seen - 1.0, 0.0)
         self._no_candidacy_until = 0.0
@@ -257,20 +335,34 @@ class ClusterService:
         self._committed = asyncio.Event()
         self._follow_task: asyncio.Task | None = None
         self._tasks: list[asyncio.Task] = []
-        self._session: aiohttp.ClientSession | None = None
-        self._session_made = 0.0
-        self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._election_lock = asyncio.Lock()
         self.replication_host = o.replication_ip or node.host
         self.replication_port = o.replication_port
-        self.listener_tls: Any = None  # the node-to-node listener's swappable ssl context
+        #: the cluster-wide commit position as this node knows it (a leader: what a majority holds
+        #: since its epoch; a follower: what its leader said); reads never go past it
+        self.commit_position = -1
+        self._own_epoch_position = -1  # the epoch record this node wrote on taking office
+        self.transport: Transport = transport or HttpTransport(
+            host=self.replication_host,
+            port=self.replication_port,
+            tls=lambda: node.tls,
+            reserved_common_name=o.certificate_reserved_node_common_name,
+            logger=self.logger,
+            reset_interval=self.reset_interval,
+            monotonic=monotonic,
+        )
         self._receiver: ChunkFileReceiver | None = None  # a chunk file being received from the leader
 
     # -- facts -----------------------------------------------------------------------------------------
     @property
-    def db(self):
+    def db(self) -> Database:
         return self.node.db
+
+    @property
+    def listener_tls(self) -> Any:
+        """The node-to-node listener's swappable ssl context (a reload swaps it: evdb/tls/reload.py)."""
+        return getattr(self.transport, "listener_tls", None)
 
     @property
     def is_leader(self) -> bool:
@@ -304,7 +396,7 @@ class ClusterService:
         )
 
     def own_member(self) -> dict:
-        from evdb.node import VERSION
+        from evdb.version import VERSION
 
         db = self.db
         chk = db.log.checkpoints
@@ -337,7 +429,7 @@ class ClusterService:
 
     def members(self) -> list[dict]:
         """This node's view of the cluster, in KurrentDB's gossip member shape."""
-        now = time.monotonic()
+        now = self._now()
         out = [self.own_member()]
         for peer in self.peers.values():
             if peer.info:
@@ -362,14 +454,23 @@ class ClusterService:
     # -- lifecycle -------------------------------------------------------------------------------------
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self.db.add_commit_listener(self._on_commit)
-        await self._start_listener()
+        self.replication_port = await self.transport.start(self)
+        self._attach()
         self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)
-        if self.cluster_size > 1:
-            self.db.replication_gate = self._gate_answers
         if self.cluster_size == 1 and not self.read_only:
             await self._become_leader(self.term + 1)
         self._tasks.append(asyncio.create_task(self._gossip_loop(), name=f"{self.node.name}-gossip"))
+
+    def _attach(self) -> None:
+        db = self.db
+        db.add_commit_listener(self._on_commit)
+        # only a leader under its own epoch writes a client's records (never a node taking office)
+        db.write_permit = lambda: self.state in ("Leader", "ResigningLeader")
+        if self.cluster_size > 1:
+            db.replication_gate = self._gate_answers
+            # reads stop at what the cluster committed (never a tail a new leader may cut)
+            self.commit_position = min(db.commit_limit_at_open(), db.committed_position)
+            db.set_read_limit(max(self.commit_position, 0))
 
     async def stop(self) -> None:
         for task in [*self._tasks, *([self._follow_task] if self._follow_task else [])]:
@@ -382,12 +483,7 @@ class ClusterService:
         self._fail_gate(NotLeader())
         if self.node.db is not None:
             self.db.remove_commit_listener(self._on_commit)
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self.transport.stop()
 
     async def detach_database(self) -> None:
         """Before the node closes its database (truncation): stop replicating into it."""
@@ -395,10 +491,8 @@ class ClusterService:
 
     def attach_database(self) -> None:
         """After the node reopened its database."""
-        self.db.add_commit_listener(self._on_commit)
+        self._attach()
         self.db.remote_writer = RemoteWriter(self._loop, self._send_to_leader, self._wait_for_position)  # type: ignore[arg-type]
-        if self.cluster_size > 1:
-            self.db.replication_gate = self._gate_answers
 
     def _on_commit(self, committed: int) -> None:
         loop = self._loop
@@ -418,84 +512,22 @@ class ClusterService:
 
     async def _wait_for_position(self, position: int, timeout: float = 10.0) -> None:
         """Wait until the record at ``position`` is committed in this node's log."""
-        deadline = time.monotonic() + timeout
+        deadline = self._now() + timeout
         while self.db.committed_position <= position:
-            left = deadline - time.monotonic()
+            left = deadline - self._now()
             if left <= 0:
                 raise EvdbError(
                     f"The write is on the leader but this node has not received position {position} yet."
                 )
             await self._wait_for_commit(min(left, 0.5))
 
-    # -- the node-to-node listener ---------------------------------------------------------------------
-    async def _start_listener(self) -> None:
-        app = web.Application(
-            middlewares=[self._peer_certificate_middleware], client_max_size=64 * 1024 * 1024
-        )
-        app.router.add_post("/internal/vote", self._vote_handler)
-        app.router.add_post("/internal/write", self._write_handler)
-        app.router.add_get("/internal/replicate", self._replicate_handler)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        await self._runner.setup()
-        context = None
-        if self.node.tls is not None:
-            from evdb.tls.reload import SwappableServerContext
-
-            # a reload swaps the certificate and trusted roots for new connections (evdb/tls/reload.py)
-            self.listener_tls = SwappableServerContext(self.node.tls, require_client_cert=True)
-            context = self.listener_tls.context
-        site = web.TCPSite(self._runner, self.replication_host, self.replication_port, ssl_context=context)
-        await site.start()
-        sock = site._server.sockets[0]  # type: ignore[union-attr]
-        self.replication_port = sock.getsockname()[1]
-        self.logger.info(
-            "Node-to-node listener on %s:%d (%s)",
-            self.replication_host,
-            self.replication_port,
-            "TLS with client certificates" if context else "plain TCP",
-        )
-
-    @web.middleware
-    async def _peer_certificate_middleware(self, request: web.Request, handler):
-        if self.node.tls is not None:
-            from evdb.tls.loading import CertificateError, check_peer_node_certificate
-
-            ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
-            der = ssl_object.getpeercert(binary_form=True) if ssl_object else None
-            try:
-                if not der:
-                    raise CertificateError("The peer presented no client certificate.")
-                check_peer_node_certificate(der, self.node.options.certificate_reserved_node_common_name)
-            except CertificateError as exc:
-                self.logger.error("Refused a node-to-node connection from %s: %s", request.remote, exc)
-                return web.Response(status=403, text=str(exc))
-        return await handler(request)
-
-    def _client_ssl(self) -> ssl.SSLContext | bool:
-        if self.node.tls is None:
-            return False
-        return self.node.tls.client_context(check_hostname=False)
-
-    async def _client(self) -> aiohttp.ClientSession:
-        """The session for node-to-node calls; remade every ConnectionResetInterval (new connections,
-        and the certificates loaded at that moment)."""
-        now = time.monotonic()
-        if self._session is not None and now - self._session_made > self.reset_interval:
-            self.logger.info("Resetting node-to-node connections (ConnectionResetInterval)")
-            await self._session.close()
-            self._session = None
-        if self._session is None:
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self._client_ssl()))
-            self._session_made = now
-        return self._session
-
-    def _url(self, endpoint: tuple[str, int], path: str, *, internal: bool) -> str:
-        host, port = endpoint
-        host = f"[{host}]" if ":" in host else host
-        scheme = "https" if self.node.tls is not None else "http"
-        if internal and path.startswith("/internal/replicate"):
-            scheme = "wss" if self.node.tls is not None else "ws"
-        return f"{scheme}://{host}:{port}{path}"
+    def _advance_commit(self, position: int) -> None:
+        """The cluster committed everything before ``position``: reads may now see it."""
+        if position > self.commit_position:
+            self.commit_position = position
+            db = self.node.db
+            if db is not None:
+                db.set_read_limit(position)
 
     # -- gossip ----------------------------------------------------------------------------------------
     async def _gossip_loop(self) -> None:
@@ -512,27 +544,21 @@ class ClusterService:
     async def _gossip_round(self) -> None:
         if not self.peers:
             return
-        session = await self._client()
-        await asyncio.gather(*(self._gossip_with(session, peer) for peer in self.peers.values()))
+        await asyncio.gather(*(self._gossip_with(peer) for peer in self.peers.values()))
 
-    async def _gossip_with(self, session: aiohttp.ClientSession, peer: Peer) -> None:
-        url = self._url(peer.seed, "/gossip", internal=False)
+    async def _gossip_with(self, peer: Peer) -> None:
         try:
-            timeout = aiohttp.ClientTimeout(total=max(self.gossip_interval, 0.5))
-            async with session.get(url, timeout=timeout) as response:
-                body = await response.json()
-        except ssl.SSLError as exc:
-            if peer.alive(time.monotonic(), self.gossip_timeout) or peer.last_seen < 0:
-                self.logger.error(
-                    "Gossip with %s:%d failed: certificate validation error: %s",
-                    *peer.seed,
-                    _tls_failure(exc),
-                )
-            peer.last_seen = min(peer.last_seen, time.monotonic() - self.gossip_timeout - 1)
+            body = await self.transport.gossip(peer.seed, max(self.gossip_interval, 0.5))
+        except PeerError as exc:
+            peer.last_error = str(exc)
+            if exc.certificate:
+                if peer.alive(self._now(), self.gossip_timeout) or peer.last_seen < 0:
+                    self.logger.error("Gossip with %s:%d failed: %s", *peer.seed, exc)
+                peer.last_seen = min(peer.last_seen, self._now() - self.gossip_timeout - 1)
+            elif peer.alive(self._now(), self.gossip_timeout):
+                self.logger.warning("Gossip with %s:%d failed: %s", *peer.seed, exc)
             return
-        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
-            if peer.alive(time.monotonic(), self.gossip_timeout):
-                self.logger.warning("Gossip with %s:%d failed: %s", *peer.seed, exc or type(exc).__name__)
+        if not isinstance(body, dict):
             return
         own = next(
             (
@@ -545,17 +571,18 @@ class ClusterService:
         )
         if own is None or own.get("instanceId") == str(self.node.instance_id):
             return
-        if not peer.alive(time.monotonic(), self.gossip_timeout):
+        if not peer.alive(self._now(), self.gossip_timeout):
             self.logger.info("Member %s:%d is alive (%s)", *peer.seed, own.get("state"))
         peer.info = own
-        peer.last_seen = time.monotonic()
+        peer.last_seen = self._now()
+        peer.last_error = None
 
     def _alive_peers(self) -> list[Peer]:
-        now = time.monotonic()
+        now = self._now()
         return [p for p in self.peers.values() if p.alive(now, self.gossip_timeout)]
 
     async def _evaluate(self) -> None:
-        now = time.monotonic()
+        now = self._now()
         alive = self._alive_peers()
         leaders = [p for p in alive if p.info.get("state") == "Leader"]
         if self.is_leader:
@@ -586,7 +613,7 @@ class ClusterService:
                 self.logger.warning("The leader cannot see a majority of the cluster; stepping down")
                 await self._step_down()
             return
-        if self.state == "ResigningLeader":
+        if self.state in ("ResigningLeader", "PreLeader"):
             return
         # a leader elected before the term this node voted in is stale: following it could confirm
         # writes the newer leader does not have (it steps down once it sees this node's term)
@@ -619,14 +646,14 @@ class ClusterService:
         since, wait = self._election_wait
         if since != self._leader_seen:
             base = max(self.gossip_timeout, self.election_timeout)
-            wait = base + random.random() * self.election_timeout
+            wait = base + self.rng.random() * self.election_timeout
             self._election_wait = (self._leader_seen, wait)
         return wait
 
     # -- elections -------------------------------------------------------------------------------------
     async def _run_election(self) -> None:
         async with self._election_lock:
-            started = time.monotonic()
+            started = self._now()
             await self._stop_following()
             known_terms = [
                 max(p.info.get("epochNumber", -1), p.info.get("proposalNumber", -1))
@@ -650,8 +677,7 @@ class ClusterService:
                 for p in self._alive_peers()
                 if not p.info.get("isReadOnlyReplica") and p.replication_endpoint
             ]
-            session = await self._client()
-            answers = await asyncio.gather(*(self._ask_vote(session, p, request) for p in voters))
+            answers = await asyncio.gather(*(self._ask_vote(p, request) for p in voters))
             votes = 1 + sum(answers)
             if self.term != term or self.voted_for != str(self.node.instance_id):
                 # while the votes came in, this node granted its own vote in a newer term: that
@@ -667,33 +693,35 @@ class ClusterService:
                     "Won the election for term %d with %d of %d votes", term, votes, self.cluster_size
                 )
                 await self._become_leader(term)
-                self.last_election_seconds = time.monotonic() - started
+                self.last_election_seconds = self._now() - started
             else:
                 self.logger.info(
                     "Lost the election for term %d (%d of %d votes)", term, votes, self.cluster_size
                 )
-                self._leader_seen = time.monotonic()  # wait a new random delay before trying again
+                self._leader_seen = self._now()  # wait a new random delay before trying again
 
-    async def _ask_vote(self, session: aiohttp.ClientSession, peer: Peer, request: VoteRequest) -> bool:
+    async def _ask_vote(self, peer: Peer, request: VoteRequest) -> bool:
         assert peer.replication_endpoint is not None
-        url = self._url(peer.replication_endpoint, "/internal/vote", internal=True)
         try:
-            timeout = aiohttp.ClientTimeout(total=self.election_timeout)
-            async with session.post(url, json=request.to_json(), timeout=timeout) as response:
-                body = await response.json()
-        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
-            self.logger.info("No vote from %s:%d: %s", *peer.seed, exc or type(exc).__name__)
+            body = await self.transport.vote(
+                peer.replication_endpoint, request.to_json(), self.election_timeout
+            )
+        except PeerError as exc:
+            self.logger.info("No vote from %s:%d: %s", *peer.seed, exc)
+            return False
+        if not isinstance(body, dict):
             return False
         if not body.get("granted"):
             self.logger.info("%s:%d refused its vote: %s", *peer.seed, body.get("reason"))
         return bool(body.get("granted"))
 
-    async def _vote_handler(self, request: web.Request) -> web.Response:
+    async def handle_vote(self, body: dict) -> dict:
+        """``/internal/vote``: a candidate asks for this node's vote."""
         try:
-            vote = VoteRequest.from_json(await request.json())
+            vote = VoteRequest.from_json(body)
         except (ValueError, KeyError, TypeError) as exc:
-            return web.json_response({"granted": False, "reason": f"bad request: {exc}"}, status=400)
-        now = time.monotonic()
+            return {"granted": False, "reason": f"bad request: {exc}"}
+        now = self._now()
         leader = self.leader_peer()
         follows_live_leader = self.is_leader or (
             leader is not None
@@ -730,19 +758,28 @@ class ClusterService:
             vote.term,
             "granted" if granted else f"refused ({reason})",
         )
-        return web.json_response({"granted": granted, "reason": reason, "term": self.term})
+        return {"granted": granted, "reason": reason, "term": self.term}
 
     # -- leading ---------------------------------------------------------------------------------------
     async def _become_leader(self, term: int) -> None:
-        self.state = "PreLeader"  # before any await: votes asked from now on are refused (see _vote_handler)
+        # before any await: votes asked from now on are refused (see handle_vote), and the writer
+        # refuses client writes (write_permit) until the epoch record is in the log: a record written
+        # before it would sit between the previous epoch's records and this one, where no follower's
+        # log has it, and the common point would be computed wrong
+        self.state = "PreLeader"
         await self._stop_following()
-        self.db.remote_writer = None
-        await asyncio.to_thread(self.db.forget_stream_states, recent_appends=False)
-        await asyncio.to_thread(self.db.write_epoch, term, self.node.instance_id)
+        self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)  # type: ignore[arg-type]
+        await self._blocking(functools.partial(self.db.forget_stream_states, recent_appends=False))
+        self._own_epoch_position = await self._blocking(self.db.write_epoch, term, self.node.instance_id)
+        if self.state != "PreLeader":  # stepped down while the epoch was being written
+            return
         if self.cluster_size > 1:
             self.db.replication_gate = self._gate_answers
+        else:
+            self._advance_commit(self.db.committed_position)
         self.leader_id = str(self.node.instance_id)
         self.state = "Leader"
+        self.db.remote_writer = None
         self.logger.info(
             "This node is now the LEADER (epoch %d, position %d)", term, self.db.committed_position
         )
@@ -771,9 +808,9 @@ class ClusterService:
             self.db.replication_gate = None
         self._fail_gate(NotLeader())
         self.leader_id = None
-        self._leader_seen = time.monotonic()
+        self._leader_seen = self._now()
         if resigning:
-            self._no_candidacy_until = time.monotonic() + max(3 * self.gossip_timeout, 5.0)
+            self._no_candidacy_until = self._now() + max(3 * self.gossip_timeout, 5.0)
         self.logger.info("This node is no longer the leader")
 
     def _gate_answers(self, position: int, answers: list) -> None:
@@ -809,9 +846,15 @@ class ClusterService:
         return positions[needed - 1] if len(positions) >= needed else -1
 
     def _release_gate(self) -> None:
-        if not self._gate:
+        if self.state not in ("Leader", "ResigningLeader"):
             return
         confirmed = self.majority_position()
+        # a leader commits by counting copies only past its own epoch record (Raft's rule: earlier
+        # records are committed by the majority that holds this epoch, never by their count alone)
+        if confirmed > self._own_epoch_position >= 0:
+            self._advance_commit(confirmed)
+        if not self._gate:
+            return
         ready = []
         with self._gate_lock:
             while self._gate and self._gate[0][0] <= confirmed:
@@ -841,75 +884,127 @@ class ClusterService:
         self.logger.info("Resigning as leader")
         self.state = "ResigningLeader"
         self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)  # type: ignore[arg-type]
-        deadline = time.monotonic() + 5
+        deadline = self._now() + 5
         end = self.db.committed_position
-        while time.monotonic() < deadline and any(
+        while self._now() < deadline and any(
             link.acked < end for link in self._followers.values() if link.voting
         ):
             await self._wait_for_commit(0.1)
         await self._step_down(resigning=True)
         return True
 
-    def _common_point(self, follower_epochs: list[dict], follower_end: int) -> tuple[str, int]:
-        """Where a follower's log stops agreeing with ours: ("ok", from) or ("truncate", position) or
-        ("refuse", 0) when it shares no epoch with this log."""
+    # -- the common point ------------------------------------------------------------------------------
+    def _common_point(self, follower_epochs: list[dict], follower_end: int) -> tuple[str, int, int]:
+        """Where a follower's log may stop agreeing with ours, from the epochs alone:
+        ``("check", point, floor)``: the logs can agree at most up to ``point``, and they share the
+        epoch record at ``floor``; the records in between are then compared one by one
+        (_verify_common_point), never assumed. ``("refuse", 0, 0)``: no epoch in common."""
         ours = self.db.epochs(64)
         committed = self.db.committed_position
         if not follower_epochs:
-            return ("ok", 0) if follower_end == 0 else ("refuse", 0)
+            return ("check", 0, 0) if follower_end == 0 else ("refuse", 0, 0)
         by_key = {(e["epochId"], e["position"]): i for i, e in enumerate(ours)}
         for k, epoch in enumerate(follower_epochs):  # newest first
             index = by_key.get((epoch.get("epochId"), epoch.get("position")))
             if index is None:
                 continue
-            # the logs agree from this epoch until the next epoch of either: after ours, the follower
-            # lacks our records; after one of its own we never had, its records are not ours
-            agreed_until = committed if index == 0 else ours[index - 1]["position"]
+            # the logs can agree from this epoch until the next epoch of either: after ours, the
+            # follower lacks our records; after one of its own we never had, its records are not ours
+            agreed_until = committed if index == 0 else int(ours[index - 1]["position"])
             if k > 0:
                 agreed_until = min(agreed_until, int(follower_epochs[k - 1]["position"]))
-            if follower_end > agreed_until:
-                return "truncate", agreed_until
-            return "ok", follower_end
+            return "check", min(agreed_until, follower_end), int(epoch["position"])
         if ours and _never_committed(follower_epochs, int(ours[0]["epochNumber"])):
-            return "truncate", 0
-        return "refuse", 0
+            return "check", 0, 0
+        return "refuse", 0, 0
 
-    async def _replicate_handler(self, request: web.Request) -> web.StreamResponse:
-        ws = web.WebSocketResponse(heartbeat=max(self.gossip_timeout, 1.0), max_msg_size=0)
-        await ws.prepare(request)
-        try:
-            hello = await ws.receive_json(timeout=10)
-        except (TimeoutError, TypeError, ValueError):
-            await ws.close()
-            return ws
+    async def _verify_common_point(self, channel: Channel, point: int, floor: int) -> int | None:
+        """The leader's side: send the follower our records' checks, newest first from ``point`` down to
+        ``floor``, a page at a time, until it answers where it goes on from. None when it went away."""
+        before = point
+        while True:
+            checks = await self._blocking(self.db.record_checks, before, floor, _CHECKS_PER_MESSAGE)
+            await channel.send_json(
+                {
+                    "verify": {
+                        "point": point,
+                        "floor": floor,
+                        "records": checks,
+                        "last": len(checks) < _CHECKS_PER_MESSAGE,
+                    }
+                }
+            )
+            reply = await channel.receive(timeout=30)
+            body = reply.text if reply is not None else None
+            if not isinstance(body, dict):
+                return None
+            if "more" in body and checks:
+                before = int(checks[-1][0])
+                continue
+            if "from" in body:
+                position = int(body["from"])
+                if not 0 <= position <= point:
+                    raise EvdbError(
+                        f"the follower answered position {position}, beyond the common point {point}"
+                    )
+                return position
+            return None
+
+    async def _find_common_point(self, channel: Channel, verify: dict) -> int | None:
+        """The follower's side: the end of the newest record both logs hold at the same position (the
+        leader's records are listed newest first); None when none is found back to the shared epoch."""
+        while True:
+            found = await self._blocking(shared_end, verify, self.db.has_record)
+            if found is not None:
+                return found
+            if verify.get("last") or not verify.get("records"):
+                return None
+            await channel.send_json({"more": True})
+            reply = await channel.receive(timeout=30)
+            body = reply.text if reply is not None else None
+            if not isinstance(body, dict) or "verify" not in body:
+                raise EvdbError("the leader stopped while the common point was being found")
+            verify = body["verify"]
+
+    # -- replication: the leader's side ----------------------------------------------------------------
+    async def handle_replication(self, channel: Channel) -> None:
+        """``/internal/replicate``: a follower subscribes to this leader's log."""
+        hello_message = await channel.receive(timeout=10)
+        hello = hello_message.text if hello_message is not None else None
+        if not isinstance(hello, dict):
+            return
         follower = str(hello.get("instanceId"))
         if not self.is_leader:
-            await ws.send_json({"error": "not the leader"})
-            await ws.close()
-            return ws
-        verdict, position = self._common_point(hello.get("epochs") or [], int(hello.get("writer", 0)))
-        if verdict != "ok":
+            await channel.send_json({"error": "not the leader"})
+            return
+        try:
+            verdict, point, floor = self._common_point(hello.get("epochs") or [], int(hello.get("writer", 0)))
+        except (TypeError, ValueError) as exc:
+            await channel.send_json({"error": f"bad hello: {exc}"})
+            return
+        if verdict == "refuse":
             self.logger.warning(
-                "Follower %s: %s",
-                follower,
-                f"must truncate its log to {position}"
-                if verdict == "truncate"
-                else "its database shares no history with this cluster; refused",
+                "Follower %s: its database shares no history with this cluster; refused", follower
             )
-            await ws.send_json({verdict: position})
-            await ws.close()
-            return ws
+            await channel.send_json({"refuse": 0})
+            return
+        position = await self._verify_common_point(channel, point, floor)
+        if position is None:
+            return
+        if not self.is_leader:
+            await channel.send_json({"error": "not the leader"})
+            return
         self.logger.info("Follower %s subscribed from position %d", follower, position)
         link = self._followers[follower] = _FollowerLink(bool(hello.get("voting")), position)
-        await ws.send_json({"ok": True, "from": position, "epoch": self.standing().epoch_number})
-        sender = asyncio.create_task(self._send_log(ws, position, follower))
+        await channel.send_json({"ok": True, "from": position, "epoch": self.standing().epoch_number})
+        sender = asyncio.create_task(self._send_log(channel, position, follower))
         try:
-            async for message in ws:
-                if message.type != aiohttp.WSMsgType.TEXT:
+            while True:
+                message = await channel.receive()
+                if message is None or not isinstance(message.text, dict):
                     break
-                body = json.loads(message.data)
-                if "ack" in body:
-                    link.acked = max(link.acked, int(body["ack"]))
+                if "ack" in message.text:
+                    link.acked = max(link.acked, int(message.text["ack"]))
                     self._release_gate()
         finally:
             sender.cancel()
@@ -918,35 +1013,41 @@ class ClusterService:
             if self._followers.get(follower) is link:
                 del self._followers[follower]
             self.logger.info("Follower %s disconnected", follower)
-        return ws
 
-    async def _send_log(self, ws: web.WebSocketResponse, position: int, follower: str = "?") -> None:
+    async def _send_log(self, channel: Channel, position: int, follower: str = "?") -> None:
         idle_sent = -1
-        while not ws.closed and self.state in ("Leader", "ResigningLeader"):
+        commit_sent = -1
+        while not channel.closed and self.state in ("Leader", "ResigningLeader"):
             waiter = self._committed
             chunk = self.db.replication_chunk(position)
             if chunk is not None:
-                await self._send_chunk_file(ws, chunk, follower, position)
+                await self._send_chunk_file(channel, chunk, follower, position)
                 position = chunk.end_position
                 continue
             start, frames, completed = self.db.read_raw(position, _MAX_SEND)
             if completed is not None:
-                await ws.send_json({"complete": completed})
+                await channel.send_json({"complete": completed})
                 position = start
             elif frames:
-                await ws.send_bytes(_POSITION.pack(start) + frames)
+                await channel.send_bytes(_POSITION.pack(start) + frames)
                 position = start + len(frames)
             else:
                 if idle_sent != position:
-                    await ws.send_json({"caughtUp": position})
+                    await channel.send_json({"caughtUp": position, "commit": self.commit_position})
                     idle_sent = position
+                    commit_sent = self.commit_position
+                elif commit_sent != self.commit_position:
+                    await channel.send_json({"commit": self.commit_position})
+                    commit_sent = self.commit_position
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(waiter.wait(), 1.0)
-        await ws.close()
+                continue
+            if commit_sent != self.commit_position:
+                await channel.send_json({"commit": self.commit_position})
+                commit_sent = self.commit_position
+        await channel.close()
 
-    async def _send_chunk_file(
-        self, ws: web.WebSocketResponse, chunk: Chunk, follower: str, position: int
-    ) -> None:
+    async def _send_chunk_file(self, channel: Channel, chunk: Chunk, follower: str, position: int) -> None:
         """A follower behind by a completed chunk gets the whole file (see Database.replication_chunk)."""
         self.logger.info(
             "Sending chunk file %s to follower %s (chunks %d-%d, %d bytes%s; the follower is at %d)",
@@ -958,15 +1059,16 @@ class ClusterService:
             ", scavenged" if chunk.is_scavenged else "",
             position,
         )
-        await ws.send_json(chunk_file_header(chunk))
+        await channel.send_json(chunk_file_header(chunk))
         for piece in chunk_file_pieces(chunk):
-            await ws.send_bytes(piece)
+            await channel.send_bytes(piece)
 
-    async def _write_handler(self, request: web.Request) -> web.Response:
+    async def handle_write(self, body: dict) -> dict:
+        """``/internal/write``: a follower forwards a client's write to this leader."""
         if not self.is_leader:
-            return web.json_response({"error": "NotLeader", "message": "This node is not the leader."})
+            return {"error": "NotLeader", "message": "This node is not the leader."}
         try:
-            op, args = decode_write(await request.json())
+            op, args = decode_write(body)
             if op == "append":
                 result = await asyncio.wrap_future(self.db.append_async(**args))
             elif op == "delete":
@@ -974,13 +1076,13 @@ class ClusterService:
             else:
                 from evdb.scavenge.point import write_point
 
-                point = await asyncio.to_thread(write_point, self.db, args["threshold"])
-                return web.json_response({"position": point.position})
+                point = await self._blocking(write_point, self.db, args["threshold"])
+                return {"position": point.position}
         except EvdbError as exc:
-            return web.json_response(encode_error(exc))
+            return encode_error(exc)
         except (ValueError, KeyError, TypeError) as exc:
-            return web.json_response({"error": "InvalidInput", "message": f"Bad forwarded write: {exc}"})
-        return web.json_response(encode_result(result))
+            return {"error": "InvalidInput", "message": f"Bad forwarded write: {exc}"}
+        return encode_result(result)
 
     # -- following -------------------------------------------------------------------------------------
     async def _follow(self, leader: Peer) -> None:
@@ -1007,12 +1109,9 @@ class ClusterService:
         peer = self.leader_peer()
         if peer is None or peer.replication_endpoint is None:
             raise NotLeader()
-        session = await self._client()
-        url = self._url(peer.replication_endpoint, "/internal/write", internal=True)
         try:
-            async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=30)) as response:
-                return await response.json()
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            return await self.transport.write(peer.replication_endpoint, body, 30)
+        except PeerError as exc:
             raise NotLeader() from exc
 
     async def _replicate_from(self, leader: Peer) -> None:
@@ -1021,66 +1120,85 @@ class ClusterService:
             endpoint = leader.replication_endpoint
             try:
                 if endpoint is None:
-                    raise OSError("the leader advertises no replication endpoint")
+                    raise PeerError("the leader advertises no replication endpoint")
                 await self._replication_session(endpoint)
                 backoff = 0.2
             except asyncio.CancelledError:
                 raise
-            except ssl.SSLError as exc:
-                self.logger.error(
-                    "Replication from the leader failed: certificate validation error: %s", _tls_failure(exc)
-                )
-            except (TimeoutError, aiohttp.ClientError, OSError, EvdbError, ValueError) as exc:
+            except PeerError as exc:
+                leader.last_error = str(exc)
+                if exc.certificate:
+                    self.logger.error("Replication from the leader failed: %s", exc)
+                else:
+                    self.logger.warning("Replication from the leader stopped: %s", exc)
+            except (TimeoutError, OSError, EvdbError, ValueError, KeyError, TypeError) as exc:
                 self.logger.warning("Replication from the leader stopped: %s", exc or type(exc).__name__)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 2.0)
 
-    async def _replication_session(self, endpoint: tuple[str, int]) -> None:
-        session = await self._client()
-        url = self._url(endpoint, "/internal/replicate", internal=True)
-        async with session.ws_connect(url, heartbeat=max(self.gossip_timeout, 1.0), max_msg_size=0) as ws:
-            await ws.send_json(
+    def _hello(self) -> dict:
+        return {
+            "instanceId": str(self.node.instance_id),
+            "voting": not self.read_only,
+            "writer": self.db.committed_position,
+            "epochs": [
                 {
-                    "instanceId": str(self.node.instance_id),
-                    "voting": not self.read_only,
-                    "writer": self.db.committed_position,
-                    "epochs": [
-                        {
-                            "epochId": e["epochId"],
-                            "position": e["position"],
-                            "epochNumber": e["epochNumber"],
-                            "previousEpochPosition": e.get("previousEpochPosition", -1),
-                        }
-                        for e in self.db.epochs(64)
-                    ],
+                    "epochId": e["epochId"],
+                    "position": e["position"],
+                    "epochNumber": e["epochNumber"],
+                    "previousEpochPosition": e.get("previousEpochPosition", -1),
                 }
-            )
-            first = await ws.receive_json(timeout=10)
-            if "truncate" in first:
-                await ws.close()
-                await self.node.truncate_and_reopen(int(first["truncate"]))
-                return
-            if "ok" not in first:
-                raise EvdbError(f"the leader refused to replicate: {first}")
-            leader_epoch = int(first.get("epoch", -1))
-            resets_at = time.monotonic() + self.reset_interval
+                for e in self.db.epochs(64)
+            ],
+        }
+
+    async def _replication_session(self, endpoint: tuple[str, int]) -> None:
+        heartbeat = max(self.gossip_timeout, 1.0)
+        async with self.transport.replicate(endpoint, heartbeat) as channel:
+            await channel.send_json(self._hello())
+            first = await channel.receive(timeout=10)
+            body = first.text if first is not None else None
+            if isinstance(body, dict) and "verify" in body:
+                common = await self._find_common_point(channel, body["verify"])
+                end = self.db.committed_position
+                if common is None:
+                    self.logger.error(
+                        "This node's log (ending at %d) shares no record with the leader's back to their "
+                        "common epoch at %d: it is not replicating, and it will not take this leader's "
+                        "records until an operator restores it from a backup or another node",
+                        end,
+                        int(body["verify"].get("floor", -1)),
+                    )
+                    await channel.close()
+                    raise EvdbError("no common record with the leader's log")
+                if common < end:
+                    await channel.close()
+                    await self.node.truncate_and_reopen(common)
+                    return
+                await channel.send_json({"from": end})
+                first = await channel.receive(timeout=10)
+                body = first.text if first is not None else None
+            if not isinstance(body, dict) or "ok" not in body:
+                raise EvdbError(f"the leader refused to replicate: {body}")
+            leader_epoch = int(body.get("epoch", -1))
+            resets_at = self._now() + self.reset_interval
             try:
-                await self._receive_log(ws, leader_epoch, resets_at)
+                await self._receive_log(channel, leader_epoch, resets_at)
             finally:
                 receiver = self._receiver
                 self._receiver = None
                 if receiver is not None:
-                    await asyncio.to_thread(receiver.abort)
+                    await self._blocking(receiver.abort)
 
-    async def _receive_chunk_piece(self, ws: aiohttp.ClientWebSocketResponse, data: bytes) -> None:
+    async def _receive_chunk_piece(self, channel: Channel, data: bytes) -> None:
         receiver = self._receiver
         assert receiver is not None
-        await asyncio.to_thread(receiver.add, data)
+        await self._blocking(receiver.add, data)
         if not receiver.done:
             return
         self._receiver = None
         try:
-            committed = await asyncio.to_thread(receiver.install)
+            committed = await self._blocking(receiver.install)
         except (EvdbError, ValueError, OSError) as exc:
             reason = exc.reason if isinstance(exc, CorruptedFile) else str(exc)
             self.logger.error(
@@ -1090,7 +1208,7 @@ class ClusterService:
                 receiver.end_number,
                 reason,
             )
-            await asyncio.to_thread(receiver.abort)
+            await self._blocking(receiver.abort)
             raise
         self.logger.info(
             "Installed chunk file %s (chunks %d-%d, %d bytes) from the leader; the log now ends at %d",
@@ -1100,12 +1218,13 @@ class ClusterService:
             receiver.size,
             committed,
         )
-        await ws.send_json({"ack": committed})
+        await channel.send_json({"ack": committed})
 
-    async def _receive_log(
-        self, ws: aiohttp.ClientWebSocketResponse, leader_epoch: int, resets_at: float
-    ) -> None:
-        async for message in ws:
+    async def _receive_log(self, channel: Channel, leader_epoch: int, resets_at: float) -> None:
+        while True:
+            message = await channel.receive()
+            if message is None:
+                break
             if not self.read_only and self.term > leader_epoch:
                 self.logger.warning(
                     "This node is in term %d, newer than the leader's epoch %d: "
@@ -1113,29 +1232,32 @@ class ClusterService:
                     self.term,
                     leader_epoch,
                 )
-                await ws.close()
+                await channel.close()
                 return
-            if message.type == aiohttp.WSMsgType.BINARY and self._receiver is not None:
-                await self._receive_chunk_piece(ws, message.data)
-            elif message.type == aiohttp.WSMsgType.BINARY:
-                (position,) = _POSITION.unpack_from(message.data)
-                committed = await asyncio.to_thread(
-                    self.db.apply_replicated, position, bytes(memoryview(message.data)[_POSITION.size :])
+            if message.binary is not None and self._receiver is not None:
+                await self._receive_chunk_piece(channel, message.binary)
+            elif message.binary is not None:
+                (position,) = _POSITION.unpack_from(message.binary)
+                committed = await self._blocking(
+                    self.db.apply_replicated, position, bytes(memoryview(message.binary)[_POSITION.size :])
                 )
-                await ws.send_json({"ack": committed})
-            elif message.type == aiohttp.WSMsgType.TEXT:
-                body = json.loads(message.data)
+                await channel.send_json({"ack": committed})
+            elif isinstance(message.text, dict):
+                body = message.text
                 if self._receiver is not None:
                     raise ValueError(
-                        f"the leader sent {message.data[:100]!r} in the middle of chunk file "
+                        f"the leader sent {str(body)[:100]!r} in the middle of chunk file "
                         f"{self._receiver.file_name}"
                     )
                 if "chunkFile" in body:
-                    self._receiver = await asyncio.to_thread(ChunkFileReceiver, self.db, body)
+                    self._receiver = await self._blocking(ChunkFileReceiver, self.db, body)
                 elif "complete" in body:
-                    await asyncio.to_thread(self.db.complete_replicated_chunk, int(body["complete"]))
-                    await ws.send_json({"ack": self.db.committed_position})
-                elif (
+                    await self._blocking(self.db.complete_replicated_chunk, int(body["complete"]))
+                    await channel.send_json({"ack": self.db.committed_position})
+                if "commit" in body:
+                    # what the leader's majority holds: reads here go no further (nor past this log)
+                    self._advance_commit(min(int(body["commit"]), self.db.committed_position))
+                if (
                     "caughtUp" in body
                     and self.db.committed_position >= int(body["caughtUp"])
                     and self.state in ("CatchingUp", "PreReadOnlyReplica")
@@ -1146,12 +1268,10 @@ class ClusterService:
                     )
             else:
                 break
-            if time.monotonic() > resets_at:
+            if self._now() > resets_at:
                 self.logger.info("Resetting the replication connection (ConnectionResetInterval)")
-                await ws.close()
-                if self._session is not None:
-                    await self._session.close()
-                    self._session = None
+                await channel.close()
+                await self.transport.reset()
                 return
 
     def describe(self) -> dict[str, Any]:
@@ -1159,8 +1279,12 @@ class ClusterService:
             "state": self.state,
             "leaderId": self.leader_id,
             "term": self.term,
+            "commitPosition": self.commit_position,
             "followers": {k: {"voting": v.voting, "acked": v.acked} for k, v in self._followers.items()},
             "elections": self.election_count,
             "lastElectionSeconds": self.last_election_seconds,
             "nodeId": str(uuid.UUID(str(self.node.instance_id))),
+            "peerErrors": {
+                f"{h}:{p}": peer.last_error for (h, p), peer in self.peers.items() if peer.last_error
+            },
         }

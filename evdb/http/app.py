@@ -76,6 +76,10 @@ async def auth_middleware(request: web.Request, handler):
     return await handler(request)
 
 
+class _ReopenedUnderRequest(Exception):
+    """A request failed because the node closed and reopened its database while it ran."""
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler):
     """Map evdb's errors to HTTP answers; never let an unexpected error escape as a bare 500."""
@@ -90,8 +94,25 @@ async def error_middleware(request: web.Request, handler):
         )
         node.metrics.observe_http(request, response.status, time.perf_counter() - started)
         return response
+    generation = node.db_generation
     try:
-        response = await handler(request)
+        try:
+            response = await handler(request)
+        except Exception as exc:
+            if node.db is not None and node.db_generation == generation:
+                raise
+            raise _ReopenedUnderRequest() from exc
+    except _ReopenedUnderRequest as exc:
+        # the database was closed under the request (a follower cutting a diverged tail): nothing of
+        # it was acknowledged; the client retries in a moment
+        node.logger.info(
+            "Request %s %s met the database reopening: %s", request.method, request.path, exc.__cause__
+        )
+        response = web.Response(
+            status=503,
+            text="The node is reopening its database; try again in a moment.",
+            headers={"Retry-After": "1"},
+        )
     except web.HTTPException as exc:
         node.metrics.observe_http(request, exc.status, time.perf_counter() - started)
         raise

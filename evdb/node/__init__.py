@@ -33,11 +33,9 @@ from evdb.scavenge.service import ScavengeService
 from evdb.streams import NewEvent
 from evdb.subscriptions import CommitNotifier
 from evdb.tls.reload import ConfigReloader, ReloadRecord, SwappableServerContext
+from evdb.version import DB_VERSION, VERSION
 
-__all__ = ["VERSION", "Node"]
-
-VERSION = "24.10.0-evdb.0.1.0"
-DB_VERSION = "evdb-0.1.0"
+__all__ = ["DB_VERSION", "VERSION", "Node"]
 
 
 class Node:
@@ -54,6 +52,8 @@ class Node:
         self.notifier: CommitNotifier
         self.scavenge: ScavengeService | None = None
         self.cluster: ClusterService | None = None
+        #: grows each time the database is closed and reopened under running requests (truncation)
+        self.db_generation = 0
         self.license: License | None = None
         self.redaction: Any = None  # the unix-socket redaction service (EnableUnixSocket)
         self.auto_scavenge: Any = None  # evdb.autoscavenge.AutoScavengeService (mapped or not)
@@ -189,6 +189,7 @@ class Node:
             position,
         )
         await self.cluster.detach_database()
+        self.db_generation += 1  # requests that began before see their failure as a 503, not a 500
         await asyncio.to_thread(self.db.truncate_on_next_open, position)
         await self._close_database()
         await self._open_database()

@@ -8,9 +8,9 @@ import uuid
 import pytest
 
 from evdb.cluster.election import LogStanding, VoteRequest, grant_vote, majority
-from evdb.cluster.service import parse_gossip_seeds
+from evdb.cluster.service import parse_gossip_seeds, resolve_common_point
 from evdb.database import Database
-from evdb.errors import InvalidOption, WrongExpectedVersion
+from evdb.errors import InvalidOption, NotLeader, WrongExpectedVersion
 from evdb.streams import NewEvent
 
 
@@ -143,14 +143,8 @@ def test_a_diverged_tail_is_cut_on_reopen(tmp_path):
         old.append("lost", events(5))  # never replicated: not acknowledged by a majority
         new.write_epoch(2, uuid.uuid4())  # the new leader's epoch starts at the common end
         new.append("s", events(2))
-        from evdb.cluster.service import ClusterService
 
-        verdict = ClusterService._common_point(
-            _Stub(new),
-            [{"epochId": e["epochId"], "position": e["position"]} for e in old.epochs()],
-            old.committed_position,
-        )
-        assert verdict == ("truncate", common)
+        assert resolve_common_point(new, old) == ("truncate", common)
         old.truncate_on_next_open(common)
     finally:
         old.close()
@@ -172,7 +166,6 @@ def test_a_follower_epoch_the_leader_never_had_is_cut_even_when_its_log_is_short
     """A node briefly elected in epoch 2 wrote its epoch record and a little more; the cluster went on
     from epoch 1 under another leader, which wrote further than that node's end before its epoch 3.
     The node's records after its own epoch 2 are not the leader's even though its log is shorter."""
-    from evdb.cluster.service import ClusterService
 
     leader = Database.open(str(tmp_path / "leader"), chunk_size=1 << 16)
     brief = Database.open(str(tmp_path / "brief"), chunk_size=1 << 16)
@@ -185,12 +178,7 @@ def test_a_follower_epoch_the_leader_never_had_is_cut_even_when_its_log_is_short
         leader.append("s", events(40))  # the epoch-1 leader went on: well past the brief node's end
         leader.write_epoch(3, uuid.uuid4())
         assert brief.committed_position < leader.epochs()[0]["position"]
-        verdict = ClusterService._common_point(
-            _Stub(leader),
-            [{"epochId": e["epochId"], "position": e["position"]} for e in brief.epochs()],
-            brief.committed_position,
-        )
-        assert verdict == ("truncate", common)
+        assert resolve_common_point(leader, brief) == ("truncate", common)
     finally:
         leader.close()
         brief.close()
@@ -244,25 +232,10 @@ def test_a_new_leader_recognises_retries_of_appends_it_received_by_replication(t
         follower.close()
 
 
-class _Stub:
-    """Just enough of a ClusterService for _common_point: its database."""
-
-    def __init__(self, db: Database) -> None:
-        self.db = db
-
-
-def _hello_epochs(db: Database) -> list[dict]:
-    return [
-        {k: e[k] for k in ("epochId", "position", "epochNumber", "previousEpochPosition")}
-        for e in db.epochs()
-    ]
-
-
 def test_two_leaders_elected_at_the_start_the_older_epochs_node_starts_again_from_zero(tmp_path):
     """Two nodes elected in the same instant of a new cluster each wrote an epoch at position 0; the
     one with the newer epoch leads. The other's log holds nothing committed: it is cut to 0 and copied,
     not refused for good (it used to stay CatchingUp forever)."""
-    from evdb.cluster.service import ClusterService
 
     leader = Database.open(str(tmp_path / "leader"), chunk_size=1 << 16)
     brief = Database.open(str(tmp_path / "brief"), chunk_size=1 << 16)
@@ -272,15 +245,11 @@ def test_two_leaders_elected_at_the_start_the_older_epochs_node_starts_again_fro
         brief.append("$users", events(2))
         leader.write_epoch(2, uuid.uuid4())
         leader.append("$users", events(2))
-        verdict = ClusterService._common_point(_Stub(leader), _hello_epochs(brief), brief.committed_position)
-        assert verdict == ("truncate", 0)
+        assert resolve_common_point(leader, brief) == ("truncate", 0)
         # a log with an epoch newer than the leader's is not this cluster's history: never cut
         stranger.write_epoch(7, uuid.uuid4())
         stranger.append("orders", events(3))
-        verdict = ClusterService._common_point(
-            _Stub(leader), _hello_epochs(stranger), stranger.committed_position
-        )
-        assert verdict == ("refuse", 0)
+        assert resolve_common_point(leader, stranger) == ("refuse", 0)
     finally:
         leader.close()
         brief.close()
@@ -291,12 +260,17 @@ def test_the_wait_before_standing_is_drawn_once_per_round_and_spread():
     """Two nodes that lost an election together must not stand again in the same instant: each draws
     its wait once per round (not on every gossip tick, which collapsed it to the same minimum on every
     node and split the votes round after round)."""
+    import random
     from types import SimpleNamespace
 
     from evdb.cluster.service import ClusterService
 
     node = SimpleNamespace(
-        _leader_seen=100.0, _election_wait=(99.0, 0.0), gossip_timeout=2.0, election_timeout=1.0
+        _leader_seen=100.0,
+        _election_wait=(99.0, 0.0),
+        gossip_timeout=2.0,
+        election_timeout=1.0,
+        rng=random.Random(7),
     )
     first = ClusterService._wait_before_standing(node)
     assert all(ClusterService._wait_before_standing(node) == first for _ in range(20))  # same round
@@ -306,3 +280,89 @@ def test_the_wait_before_standing_is_drawn_once_per_round_and_spread():
         waits.append(ClusterService._wait_before_standing(node))
     assert all(2.0 <= w < 3.0 for w in waits)
     assert len({round(w, 3) for w in waits}) > 150 and max(waits) - min(waits) > 0.8
+
+
+def test_records_written_before_a_new_leaders_epoch_record_are_found_and_cut(tmp_path):
+    """The divergence a reliability engineer found: a new leader wrote client records after the
+    previous epoch's records it had and before its own epoch record (it took writes while PreLeader).
+    The epochs alone put the common point at that epoch record, inside the old leader's records; the
+    record-by-record check finds where the logs really parted, on a record boundary both share."""
+    old = Database.open(str(tmp_path / "old"), chunk_size=1 << 16)
+    new = Database.open(str(tmp_path / "new"), chunk_size=1 << 16)
+    try:
+        old.write_epoch(1, uuid.uuid4())
+        old.append("s", events(5))
+        common = copy_log(old, new, 0)
+        old.append("s", events(7))  # the old leader went on; never replicated
+        new.append("stray", events(3))  # written by the new leader before its epoch record
+        new.write_epoch(2, uuid.uuid4())
+        new.append("s", events(1))
+        assert resolve_common_point(new, old) == ("truncate", common)
+        # a follower that stopped exactly at a record boundary of the stray part still gets cut
+        assert old.committed_position != new.epochs()[0]["position"]
+    finally:
+        old.close()
+        new.close()
+
+
+def test_a_follower_whose_log_is_a_prefix_goes_on_from_its_end(tmp_path):
+    leader = Database.open(str(tmp_path / "leader"), chunk_size=1 << 16)
+    follower = Database.open(str(tmp_path / "follower"), chunk_size=1 << 16)
+    try:
+        leader.write_epoch(1, uuid.uuid4())
+        leader.append("s", events(5))
+        end = copy_log(leader, follower, 0)
+        leader.append("s", events(5))
+        assert resolve_common_point(leader, follower) == ("ok", end)
+        assert resolve_common_point(leader, leader) == ("ok", leader.committed_position)
+    finally:
+        leader.close()
+        follower.close()
+
+
+def test_the_write_permit_refuses_client_writes_but_not_epochs(tmp_path):
+    """A node taking office writes nothing of a client's before its epoch record: the writer asks the
+    permit under its lock, so a write queued before the node stood is refused too."""
+    db = Database.open(str(tmp_path / "n"), chunk_size=1 << 16)
+    try:
+        db.write_permit = lambda: False
+        with pytest.raises(NotLeader):
+            db.append("s", events(1))
+        with pytest.raises(NotLeader):
+            db.delete_stream("s")
+        db.write_epoch(1, uuid.uuid4())  # the epoch itself is the cluster's own write
+        assert db.read_all_forward(0, 100).events[-1].stream == "$epochs"
+        db.write_permit = lambda: True
+        db.append("s", events(1))
+    finally:
+        db.close()
+
+
+def test_reads_stop_at_the_read_limit_but_the_writer_sees_everything(tmp_path):
+    """A cluster member serves only what the cluster committed; the writer still checks expected
+    versions against every record it holds."""
+    db = Database.open(str(tmp_path / "n"), chunk_size=1 << 16)
+    try:
+        db.append("s", events(2))
+        limit = db.committed_position
+        db.append("s", events(3))
+        db.set_read_limit(limit)
+        assert db.readable_position == limit
+        assert [e.event_number for e in db.read_stream_forward("s", 0, 100).events] == [0, 1]
+        assert [e.event_number for e in db.read_stream_backward("s", None, 100).events] == [1, 0]
+        assert db.stream_state("s").last_event_number == 1
+        assert db.read_all_forward(0, 100).is_end
+        assert all(e.log_position < limit for e in db.read_all_forward(0, 100).events)
+        assert all(e.log_position < limit for e in db.read_all_backward(None, 100).events)
+        with pytest.raises(WrongExpectedVersion):
+            db.append("s", events(1), expected_version=1)  # the writer knows event 4 exists
+        db.append("s", events(1), expected_version=4)
+        db.set_read_limit(db.committed_position)
+        assert db.stream_state("s").last_event_number == 5
+    finally:
+        db.close()
+    db = Database.open(str(tmp_path / "n"), chunk_size=1 << 16)
+    try:
+        assert db.commit_limit_at_open() == db.committed_position
+    finally:
+        db.close()

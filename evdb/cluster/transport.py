@@ -1,0 +1,341 @@
+"""How cluster members talk: the transport port and its real implementation over HTTP and WebSockets.
+
+The cluster's decisions (evdb/cluster/service.py) never touch a socket. They call a :class:`Transport`:
+``gossip`` (a peer's ``GET /gossip``), ``vote`` and ``write`` (the node-to-node listener's
+``/internal/vote`` and ``/internal/write``) and ``replicate`` (the replication stream, a
+:class:`Channel` of JSON and binary messages); and they serve the same three calls through
+:class:`PeerHandlers`. :class:`HttpTransport` is the real one (aiohttp, TLS with client
+certificates); the deterministic simulator (evdb/cluster/sim.py) has an in-memory one, so the same
+decision code runs under a seed with message delay, loss, partitions and crashes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import aiohttp
+from aiohttp import web
+
+if TYPE_CHECKING:
+    import logging
+
+__all__ = [
+    "Channel",
+    "HttpTransport",
+    "Message",
+    "PeerError",
+    "PeerHandlers",
+    "Transport",
+    "tls_failure",
+]
+
+
+class PeerError(Exception):
+    """A call to a peer failed: unreachable, timed out, refused, or a bad answer. ``certificate`` is
+    True when the TLS handshake failed on a certificate (the log says so, naming the peer)."""
+
+    def __init__(self, message: str, *, certificate: bool = False) -> None:
+        super().__init__(message)
+        self.certificate = certificate
+
+
+@dataclass(frozen=True)
+class Message:
+    """One replication message: ``text`` carries a JSON value (already decoded), ``binary`` bytes."""
+
+    text: Any = None
+    binary: bytes | None = None
+
+
+class Channel(Protocol):
+    """One replication stream between a follower and its leader, in either direction."""
+
+    async def send_json(self, value: Any) -> None: ...
+
+    async def send_bytes(self, data: bytes) -> None: ...
+
+    async def receive(self, timeout: float | None = None) -> Message | None:
+        """The next message; None once the other side closed (or the connection broke)."""
+
+    async def close(self) -> None: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+
+class PeerHandlers(Protocol):
+    """What a member serves to its peers on the node-to-node listener."""
+
+    async def handle_vote(self, body: dict) -> dict: ...
+
+    async def handle_write(self, body: dict) -> dict: ...
+
+    async def handle_replication(self, channel: Channel) -> None: ...
+
+
+class Transport(Protocol):
+    async def start(self, handlers: PeerHandlers) -> int:
+        """Serve ``handlers`` to peers; returns the node-to-node port."""
+
+    async def stop(self) -> None: ...
+
+    async def gossip(self, seed: tuple[str, int], timeout: float) -> dict:
+        """A peer's ``GET /gossip`` answer; PeerError when it cannot be had."""
+
+    async def vote(self, endpoint: tuple[str, int], body: dict, timeout: float) -> dict: ...
+
+    async def write(self, endpoint: tuple[str, int], body: dict, timeout: float) -> dict: ...
+
+    def replicate(
+        self, endpoint: tuple[str, int], heartbeat: float
+    ) -> contextlib.AbstractAsyncContextManager:
+        """``async with transport.replicate(leader) as channel``: the follower's end of a stream."""
+
+    async def reset(self) -> None:
+        """Close every open connection (ConnectionResetInterval); new calls connect again."""
+
+
+def tls_failure(exc: ssl.SSLError) -> str:
+    """Why a node-to-node TLS handshake failed, in words an operator can search for."""
+    detail = getattr(exc, "certificate_error", None) or exc  # aiohttp wraps the ssl error
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (
+            "certificate chain validation failed: the other node's certificate does not chain to a "
+            f"trusted root of this node ({detail})"
+        )
+    if "unknown ca" in str(detail).lower() or "certificate" in str(detail).lower():
+        return (
+            "certificate chain validation failed: the other node does not trust this node's "
+            f"certificate ({detail})"
+        )
+    return str(detail)
+
+
+def _peer_error(exc: BaseException, what: str) -> PeerError:
+    if isinstance(exc, ssl.SSLError):
+        return PeerError(f"{what}: certificate validation error: {tls_failure(exc)}", certificate=True)
+    cert = getattr(exc, "certificate_error", None)
+    if cert is not None:
+        return PeerError(f"{what}: certificate validation error: {tls_failure(exc)}", certificate=True)  # type: ignore[arg-type]
+    return PeerError(f"{what}: {exc or type(exc).__name__}")
+
+
+_FAILURES = (TimeoutError, aiohttp.ClientError, OSError, ValueError)
+
+
+class _WebSocketChannel:
+    """A Channel over an aiohttp WebSocket (client or server side)."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse | web.WebSocketResponse) -> None:
+        self._ws = ws
+
+    async def send_json(self, value: Any) -> None:
+        await self._ws.send_json(value)
+
+    async def send_bytes(self, data: bytes) -> None:
+        await self._ws.send_bytes(data)
+
+    async def receive(self, timeout: float | None = None) -> Message | None:
+        message = await self._ws.receive(timeout=timeout)
+        if message.type == aiohttp.WSMsgType.TEXT:
+            import json
+
+            return Message(text=json.loads(message.data))
+        if message.type == aiohttp.WSMsgType.BINARY:
+            return Message(binary=message.data)
+        return None
+
+    async def close(self) -> None:
+        await self._ws.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._ws.closed
+
+
+class HttpTransport:
+    """The real transport: gossip over the public HTTP API, votes, forwarded writes and replication on
+    the node-to-node listener (TLS with client certificates when the node has TLS)."""
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int,
+        tls: Callable[[], Any],
+        reserved_common_name: str,
+        logger: logging.Logger,
+        reset_interval: float,
+        monotonic: Callable[[], float],
+    ) -> None:
+        self.host = host
+        self.port = port
+        self._tls = tls
+        self._reserved_common_name = reserved_common_name
+        self.logger = logger
+        self.reset_interval = reset_interval
+        self._monotonic = monotonic
+        self.listener_tls: Any = None  # the listener's swappable ssl context (evdb/tls/reload.py)
+        self._session: aiohttp.ClientSession | None = None
+        self._session_made = 0.0
+        self._runner: web.AppRunner | None = None
+        self._handlers: PeerHandlers | None = None
+
+    @property
+    def secure(self) -> bool:
+        return self._tls() is not None
+
+    # -- serving -----------------------------------------------------------------------------------
+    async def start(self, handlers: PeerHandlers) -> int:
+        self._handlers = handlers
+        app = web.Application(
+            middlewares=[self._peer_certificate_middleware], client_max_size=64 * 1024 * 1024
+        )
+        app.router.add_post("/internal/vote", self._vote)
+        app.router.add_post("/internal/write", self._write)
+        app.router.add_get("/internal/replicate", self._replicate)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        context = None
+        if self._tls() is not None:
+            from evdb.tls.reload import SwappableServerContext
+
+            self.listener_tls = SwappableServerContext(self._tls(), require_client_cert=True)
+            context = self.listener_tls.context
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=context)
+        await site.start()
+        sock = site._server.sockets[0]  # type: ignore[union-attr]
+        self.port = sock.getsockname()[1]
+        self.logger.info(
+            "Node-to-node listener on %s:%d (%s)",
+            self.host,
+            self.port,
+            "TLS with client certificates" if context else "plain TCP",
+        )
+        return self.port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @web.middleware
+    async def _peer_certificate_middleware(self, request: web.Request, handler):
+        if self._tls() is not None:
+            from evdb.tls.loading import CertificateError, check_peer_node_certificate
+
+            ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
+            der = ssl_object.getpeercert(binary_form=True) if ssl_object else None
+            try:
+                if not der:
+                    raise CertificateError("The peer presented no client certificate.")
+                check_peer_node_certificate(der, self._reserved_common_name)
+            except CertificateError as exc:
+                self.logger.error("Refused a node-to-node connection from %s: %s", request.remote, exc)
+                return web.Response(status=403, text=str(exc))
+        return await handler(request)
+
+    async def _vote(self, request: web.Request) -> web.Response:
+        assert self._handlers is not None
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            return web.json_response({"granted": False, "reason": f"bad request: {exc}"}, status=400)
+        return web.json_response(await self._handlers.handle_vote(body))
+
+    async def _write(self, request: web.Request) -> web.Response:
+        assert self._handlers is not None
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            return web.json_response({"error": "InvalidInput", "message": f"Bad forwarded write: {exc}"})
+        return web.json_response(await self._handlers.handle_write(body))
+
+    async def _replicate(self, request: web.Request) -> web.StreamResponse:
+        assert self._handlers is not None
+        ws = web.WebSocketResponse(heartbeat=5.0, max_msg_size=0)
+        await ws.prepare(request)
+        await self._handlers.handle_replication(_WebSocketChannel(ws))
+        if not ws.closed:
+            await ws.close()
+        return ws
+
+    # -- calling -----------------------------------------------------------------------------------
+    def _client_ssl(self) -> ssl.SSLContext | bool:
+        tls = self._tls()
+        if tls is None:
+            return False
+        return tls.client_context(check_hostname=False)
+
+    async def _client(self) -> aiohttp.ClientSession:
+        """The session for node-to-node calls; remade every ConnectionResetInterval (new connections,
+        and the certificates loaded at that moment)."""
+        now = self._monotonic()
+        if self._session is not None and now - self._session_made > self.reset_interval:
+            self.logger.info("Resetting node-to-node connections (ConnectionResetInterval)")
+            await self._session.close()
+            self._session = None
+        if self._session is None:
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self._client_ssl()))
+            self._session_made = now
+        return self._session
+
+    async def reset(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _url(self, endpoint: tuple[str, int], path: str, *, websocket: bool = False) -> str:
+        host, port = endpoint
+        host = f"[{host}]" if ":" in host else host
+        scheme = ("wss" if self.secure else "ws") if websocket else ("https" if self.secure else "http")
+        return f"{scheme}://{host}:{port}{path}"
+
+    async def gossip(self, seed: tuple[str, int], timeout: float) -> dict:
+        session = await self._client()
+        try:
+            async with session.get(
+                self._url(seed, "/gossip"), timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as response:
+                return await response.json()
+        except _FAILURES as exc:
+            raise _peer_error(exc, f"gossip with {seed[0]}:{seed[1]}") from exc
+
+    async def _post(self, endpoint: tuple[str, int], path: str, body: dict, timeout: float) -> dict:
+        session = await self._client()
+        try:
+            async with session.post(
+                self._url(endpoint, path), json=body, timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as response:
+                return await response.json()
+        except _FAILURES as exc:
+            raise _peer_error(exc, f"{path} on {endpoint[0]}:{endpoint[1]}") from exc
+
+    async def vote(self, endpoint: tuple[str, int], body: dict, timeout: float) -> dict:
+        return await self._post(endpoint, "/internal/vote", body, timeout)
+
+    async def write(self, endpoint: tuple[str, int], body: dict, timeout: float) -> dict:
+        return await self._post(endpoint, "/internal/write", body, timeout)
+
+    @contextlib.asynccontextmanager
+    async def replicate(self, endpoint: tuple[str, int], heartbeat: float) -> AsyncIterator[Channel]:
+        session = await self._client()
+        try:
+            ws = await session.ws_connect(
+                self._url(endpoint, "/internal/replicate", websocket=True),
+                heartbeat=heartbeat,
+                max_msg_size=0,
+            )
+        except _FAILURES as exc:
+            raise _peer_error(exc, f"replication from {endpoint[0]}:{endpoint[1]}") from exc
+        try:
+            yield _WebSocketChannel(ws)
+        finally:
+            await ws.close()
