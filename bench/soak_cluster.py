@@ -1,8 +1,24 @@
-"""Cluster fault soak with scavenges: the cluster issue's fault schedule (kill -9 and restart, pause,
+"""Cluster fault soaks on real processes (separate node processes, TLS), two modes.
+
+Invariant soak (the default): tests/cluster/fault_soak.py's seeded schedule (leader kill -9 and
+restart, leader SIGSTOP then SIGCONT, leader and follower killed together, follower kill -9, resign)
+with two writers and a reader, then heal and tests/cluster/invariants.py's checks; ``--runs`` times,
+each on a new cluster with seed ``--seed + run``. One summary line per run, the report (schedule,
+violations, node log lines) of every run with a violation, then the totals. Exit code 1 when any run
+had a violation or a harness error. Folders of clean runs are deleted, the others kept.
+
+    .venv/bin/python bench/soak_cluster.py --runs 20 --seconds 90 --seed N [--keep DIR]
+        [--writers 2] [--replicas 0] [--pause 5,20] [--down 1,4]
+
+Replay one run: ``--runs 1 --seed <its seed>`` (the same faults in the same order; the timing of
+the writes around them differs) or, bounded, ``EVDB_FAULT_SEED=<seed> pytest
+tests/cluster/test_fault_schedule.py``.
+
+Scavenge soak (``--scavenges``): the cluster issue's fault schedule (kill -9 and restart, pause,
 resign) on a real 3-node cluster plus a read-only replica, with scavenges started on random nodes
 and auto-scavenge cycles running while the faults run, and a client appending all along.
 
-    .venv/bin/python bench/soak_cluster.py --seconds 120 [--seed N] [--keep DIR]
+    .venv/bin/python bench/soak_cluster.py --scavenges --seconds 120 [--seed N] [--keep DIR]
         [--schedule "*/20 * * * * *"] [--no-auto-scavenge]
 
 Besides the appends, some streams are written and hard-deleted before the schedule so every
@@ -18,18 +34,20 @@ history, which is written best effort: its node's log must say so); the auto-sca
 started all completed, no node scavenge of theirs ended Errored, and no two of their node scavenges
 overlapped in time (the start and completion events in each node's ``$scavenges-{id}`` stream). Prints the faults, the
 scavenges, the cycles and their results. Exit code 1 when a check fails.
-(tests/cluster/test_fault_schedule.py is the CI version without scavenges; tests/autoscavenge/
-test_cluster.py checks single cycles without faults.)
+(tests/cluster/test_fault_schedule.py is the CI invariant soak; tests/autoscavenge/test_cluster.py
+checks single cycles without faults.)
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
 import itertools
 import json
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -41,6 +59,9 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "cluster"))
+
+from fault_soak import SoakOptions, run_soak, stop_cluster
 
 from evdb.cluster.launcher import LocalCluster
 
@@ -199,7 +220,7 @@ def overlaps(runs: list[dict]) -> list[str]:
     return out
 
 
-def run(root: str, seconds: float, seed: int, schedule: str | None = "*/20 * * * * *") -> dict:
+def run_scavenge_soak(root: str, seconds: float, seed: int, schedule: str | None = "*/20 * * * * *") -> dict:
     rng = random.Random(seed)
     local = LocalCluster(Path(root))
     extra = AUTO_SCAVENGE if schedule else {}
@@ -382,20 +403,104 @@ def run(root: str, seconds: float, seed: int, schedule: str | None = "*/20 * * *
             "problems": problems,
         }
     finally:
-        local.down(timeout=15, log=lambda *_: None)
+        stop_cluster(local)
+
+
+def invariant_soak(args: argparse.Namespace) -> int:
+    root = Path(args.keep or tempfile.mkdtemp(prefix="evdb-soak-cluster-"))
+    root.mkdir(parents=True, exist_ok=True)
+    print(f"{args.runs} runs of {args.seconds:.0f} s from seed {args.seed}, folder {root}", flush=True)
+    totals: collections.Counter = collections.Counter()
+    kinds: collections.Counter = collections.Counter()
+    failed: list[int] = []
+    for k in range(args.runs):
+        seed = args.seed + k
+        options = SoakOptions(
+            seconds=args.seconds,
+            seed=seed,
+            writers=args.writers,
+            replicas=args.replicas,
+            pause=args.pause,
+            down=args.down,
+            settle=(0.5, 2.0),
+            settle_timeout=120.0,
+        )
+        folder = root / f"run-{k + 1:02d}-seed-{seed}"
+        result = run_soak(folder, options, log=lambda line: None)
+        bad = bool(result.violations or result.errors)
+        print(f"run {k + 1}/{args.runs} {'FAIL' if bad else 'ok  '} {result.summary_line()}", flush=True)
+        if bad:
+            failed.append(seed)
+            print(result.report(limit=args.limit), flush=True)
+        elif not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+        totals.update(
+            runs=1,
+            faults=result.faults,
+            acknowledged=result.count("acked"),
+            events=sum(len(a.event_ids) for a in result.appends if a.outcome == "acked"),
+            unknown=result.count("unknown"),
+            reads=len(result.reads),
+            violations=len(result.violations),
+            errors=len(result.errors),
+        )
+        kinds.update(line.split()[1] for line in result.schedule)
+        for v in result.violations:
+            kinds[f"violation {v.invariant}"] += 1
+    print(
+        f"totals: {totals['runs']} runs, {len(failed)} with violations or errors"
+        + (f" (seeds {', '.join(map(str, failed))})" if failed else "")
+        + f", {totals['violations']} violations, {totals['errors']} harness errors, {totals['faults']} faults, "
+        f"{totals['acknowledged']} acknowledged appends ({totals['events']} events), "
+        f"{totals['unknown']} unknown, {totals['reads']} reads sampled"
+    )
+    print("by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
+    return 1 if failed else 0
+
+
+def _range(text: str) -> tuple[float, float]:
+    low, _, high = text.partition(",")
+    values = (float(low), float(high or low))
+    if not 0 <= values[0] <= values[1]:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a range 'low,high' of seconds")
+    return values
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=120)
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="faults are started for this long (90; 120 with --scavenges)",
+    )
     parser.add_argument("--seed", type=int, default=int(time.time()))
-    parser.add_argument("--keep", default=None)
+    parser.add_argument("--keep", default=None, help="folder to work in (kept); default a temporary one")
+    parser.add_argument("--runs", type=int, default=1, help="invariant soak: runs, each on a new cluster")
+    parser.add_argument("--writers", type=int, default=2, help="invariant soak: writer threads")
+    parser.add_argument("--replicas", type=int, default=0, help="invariant soak: read-only replicas")
+    parser.add_argument(
+        "--pause", type=_range, default=(5.0, 20.0), help="invariant soak: SIGSTOP seconds low,high"
+    )
+    parser.add_argument(
+        "--down", type=_range, default=(1.0, 4.0), help="invariant soak: seconds a killed node stays down"
+    )
+    parser.add_argument(
+        "--limit", type=int, default=10, help="invariant soak: violations shown per invariant"
+    )
+    parser.add_argument("--scavenges", action="store_true", help="the scavenge soak instead")
     parser.add_argument("--schedule", default="*/20 * * * * *", help="auto-scavenge CRON (six fields)")
     parser.add_argument("--no-auto-scavenge", action="store_true")
     args = parser.parse_args()
+    if args.runs < 1 or args.writers < 1 or args.replicas < 0:
+        parser.error("--runs and --writers must be 1 or more, --replicas 0 or more")
+    if not args.scavenges:
+        args.seconds = 90.0 if args.seconds is None else args.seconds
+        return invariant_soak(args)
+    seconds = 120.0 if args.seconds is None else args.seconds
     root = args.keep or tempfile.mkdtemp(prefix="evdb-soak-cluster-")
     print(f"seed {args.seed}, folder {root}", flush=True)
-    result = run(root, args.seconds, args.seed, None if args.no_auto_scavenge else args.schedule)
+    result = run_scavenge_soak(root, seconds, args.seed, None if args.no_auto_scavenge else args.schedule)
     print(f"{len(result['faults'])} faults: {', '.join(result['faults'])}")
     print(f"{result['acknowledged']} acknowledged appends")
     for scavenge_id, (node, outcome) in result["scavenges"].items():

@@ -2,6 +2,9 @@
 
     .venv/bin/python bench/soak_crash.py --seconds 600 [--seed N] [--modes append,scavenge,...] [--keep DIR]
 
+The ``redact`` mode kills a real node with ``EnableUnixSocket`` whose redactions go through its own
+unix-socket service (tests/crash/socket_redaction.py); the ``reload`` mode a real TLS node.
+
 Prints the kills per mode and kill point, the checks made and the figures (events read back,
 acknowledged batches, removed events checked, scavenges resumed ...). Exit code 1 at the first
 failed check, with the folder kept for a look.

@@ -81,11 +81,24 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _scavenge_start(args: argparse.Namespace) -> int:
+    from evdb.errors import InvalidInput
+    from evdb.scavenge.params import parse_scavenge_request
+
+    try:  # the node's own rules, checked before anything is sent
+        request = parse_scavenge_request(
+            threads=args.threads,
+            threshold=args.threshold,
+            throttle_percent=args.throttle_percent,
+            sync_only=args.sync_only,
+        )
+    except InvalidInput as exc:
+        print(f"evdb scavenge start: {exc}", file=sys.stderr)
+        return 2
     params = {
-        "threads": args.threads,
-        "threshold": args.threshold,
-        "throttlePercent": args.throttle_percent,
-        "syncOnly": str(args.sync_only).lower(),
+        "threads": request.threads,
+        "threshold": request.threshold,
+        "throttlePercent": request.throttle_percent,
+        "syncOnly": str(request.sync_only).lower(),
     }
     with _client(args) as c:
         r = c.post("/admin/scavenge", params=params)

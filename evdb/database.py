@@ -439,12 +439,13 @@ class Database:
             self._notify_listeners()
 
     def commit_limit_at_open(self) -> int:
-        """The read limit this member had when it stopped (``replication.chk``); 0 when it never had one."""
+        """The read limit this member had when it stopped (``replication.chk``). A database that never
+        had one was a single node's, every record of which was committed: all of it."""
         if self.config.db_dir is None:
-            return 0
+            return self.committed_position
         path = os.path.join(self.config.db_dir, "replication.chk")
         if not os.path.exists(path):
-            return 0
+            return self.committed_position
         from evdb.storage.checkpoints import Checkpoint
 
         if self._read_limit_file is None:

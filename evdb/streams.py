@@ -6,6 +6,7 @@ import json
 import os
 import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -55,6 +56,7 @@ __all__ = [
     "StreamSlice",
     "StreamState",
     "check_expected_version",
+    "check_metadata_events",
     "check_stream_name",
     "is_metastream",
     "metastream_of",
@@ -69,6 +71,13 @@ STREAM_EXISTS = -4
 
 #: The largest stream name and event type evdb accepts, in UTF-8 bytes.
 MAX_NAME_BYTES = 4096
+
+#: The numeric well-known metadata keys and their smallest values; KurrentDB holds each in a signed
+#: 64-bit integer (``$maxAge`` and ``$cacheControl`` in seconds).
+_METADATA_NUMBERS = {"$maxAge": 1, "$maxCount": 1, "$tb": 0, "$cacheControl": 1}
+_INT64_MAX = (1 << 63) - 1
+#: The role lists of ``$acl``: read, write, delete, metadata read, metadata write.
+_ACL_ROLE_KEYS = ("$r", "$w", "$d", "$mr", "$mw")
 
 
 def is_metastream(stream: str) -> bool:
@@ -159,7 +168,7 @@ class StreamMetadata:
         """Parse tolerantly: metadata that is not a JSON object counts as empty (as in KurrentDB)."""
         try:
             raw = json.loads(data) if data else {}
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
             return cls()
         if not isinstance(raw, dict):
             return cls()
@@ -167,32 +176,68 @@ class StreamMetadata:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], *, strict: bool = True) -> StreamMetadata:
-        def number(key: str, minimum: int) -> int | None:
+        """``strict`` (writes): refuse a well-known key of the wrong type or out of range, naming it.
+        Not strict (reading what a log holds): ignore a value of the wrong type or below the minimum,
+        as KurrentDB does, and keep one beyond 64 bits (an older version wrote it; the scavenge
+        clamps it)."""
+
+        def number(key: str) -> int | None:
             value = raw.get(key)
             if value is None:
                 return None
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                if strict:
-                    raise InvalidInput(f"Stream metadata {key} must be an integer >= {minimum}.")
-                return None
-            return value
+            minimum = _METADATA_NUMBERS[key]
+            integer = isinstance(value, int) and not isinstance(value, bool)
+            if integer and minimum <= value <= _INT64_MAX:
+                return value
+            if strict:
+                raise InvalidInput(
+                    f"Stream metadata {key} must be an integer from {minimum} to {_INT64_MAX}."
+                )
+            # a log written before this rule may hold larger numbers: kept (the scavenge clamps them)
+            return value if integer and value > _INT64_MAX else None
 
         acl = raw.get("$acl")
         if acl is not None and not isinstance(acl, dict):
             if strict:
                 raise InvalidInput("Stream metadata $acl must be an object.")
             acl = None
+        if acl is not None and strict:
+            for key in _ACL_ROLE_KEYS:
+                roles = acl.get(key)
+                if roles is None or isinstance(roles, str):
+                    continue
+                if not isinstance(roles, list) or not all(isinstance(role, str) for role in roles):
+                    raise InvalidInput(
+                        f"Stream metadata $acl {key} must be a role name or a list of role names (strings)."
+                    )
         return cls(
-            max_age=number("$maxAge", 1),
-            max_count=number("$maxCount", 1),
-            truncate_before=number("$tb", 0),
-            cache_control=number("$cacheControl", 1),
+            max_age=number("$maxAge"),
+            max_count=number("$maxCount"),
+            truncate_before=number("$tb"),
+            cache_control=number("$cacheControl"),
             acl=acl,
             raw=dict(raw),
         )
 
     def to_bytes(self) -> bytes:
         return json.dumps(self.raw, separators=(",", ":")).encode()
+
+
+def check_metadata_events(stream: str, events: Sequence[NewEvent]) -> None:
+    """Validate the ``$metadata`` events of an append to a metastream as stream metadata (what a
+    client that sets metadata by appending, as KurrentDB's gRPC clients do, writes). Data that is not
+    a JSON object is left alone: it reads as empty metadata, as in KurrentDB."""
+    if not is_metastream(stream):
+        return
+    for event in events:
+        if event.event_type != "$metadata":
+            continue
+        try:
+            raw = json.loads(event.data) if event.data else None
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            continue
+        if isinstance(raw, dict):
+            StreamMetadata.from_dict(raw)
 
 
 @dataclass(frozen=True, slots=True)

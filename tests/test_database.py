@@ -268,24 +268,65 @@ def test_truncate_checkpoint_rebuilds_the_index(tmp_path, clock):
     db.close()
 
 
-def test_concurrent_appends_group_commit(db):
+def test_concurrent_appends_group_commit(db, monkeypatch):
+    """Appends that arrive while the writer is busy are committed together: one commit (one fsync of
+    the chunk on disk) answers them all. The writer is kept busy by a function run in it
+    (``call_in_writer``) until every thread's first append waits in its queue."""
+    import bisect
+    import time
+    from collections import Counter
+
+    from evdb.storage.chunk import Chunk
+
+    syncs = []
+    real_flush = Chunk.flush
+    monkeypatch.setattr(Chunk, "flush", lambda self: (syncs.append(self.path), real_flush(self))[1])
+    commits: list[int] = []
+    db.add_commit_listener(commits.append)
+    running, release = threading.Event(), threading.Event()
+
+    def busy(ctx) -> None:
+        running.set()
+        assert release.wait(10), "the appends never queued up"
+
+    blocker = threading.Thread(target=db.call_in_writer, args=(busy,))
+    blocker.start()
+    assert running.wait(10)
     errors = []
+    positions: list[int] = []
 
     def worker(k: int) -> None:
         try:
             for i in range(50):
-                db.append(f"w-{k}", [ev(i)], i - 1 if i else NO_STREAM)
+                positions.append(db.append(f"w-{k}", [ev(i)], i - 1 if i else NO_STREAM).position)
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
     for t in threads:
         t.start()
-    for t in threads:
+    # the writer is busy: the writer thread takes one request off the queue and waits; the others queue
+    deadline = time.monotonic() + 10
+    try:
+        while db._queue.qsize() < 7:
+            assert time.monotonic() < deadline, f"only {db._queue.qsize()} appends queued"
+            time.sleep(0.001)
+    finally:
+        release.set()
+    for t in [*threads, blocker]:
         t.join()
     assert errors == []
     for k in range(8):
         assert numbers(db.read_stream_forward(f"w-{k}", 0, 100).events) == list(range(50))
+    # an append is made durable by the first commit past its record
+    distinct = sorted(set(commits))
+    groups = Counter(bisect.bisect_right(distinct, p) for p in positions)
+    assert len(positions) == 400 and max(groups) < len(distinct)
+    largest = max(groups.values())
+    assert largest >= 8, f"the eight queued appends were not committed together (largest group {largest})"
+    assert len(distinct) <= 400 - 7
+    if not db.is_in_memory:
+        assert 0 < len(syncs) <= len(distinct)  # one fsync per commit, not one per append
 
 
 def test_commit_listener_sees_positions(db):

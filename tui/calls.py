@@ -65,12 +65,8 @@ class PlannedCall:
         return f"{self.method} {self.url}"
 
 
-def _integer(name: str, text: str, message: str) -> int:
-    text = text.strip()
-    try:
-        return int(text)
-    except ValueError:
-        raise FormError(name, message) from None
+#: the dialog's field of each scavenge parameter
+_SCAVENGE_FIELDS = {"threads": "threads", "threshold": "threshold", "throttlePercent": "throttle_percent"}
 
 
 @dataclass(frozen=True)
@@ -83,24 +79,19 @@ class ScavengeForm:
     sync_only: bool = False
 
     def validate(self) -> tuple[int, int, int, bool]:
-        """The spec's rules (Endpoints › Scavenge, Limits), with KurrentDB's messages."""
-        threads = _integer("threads", self.threads, "threads must be a 1 or above")
-        if threads < 1:
-            raise FormError("threads", "threads must be a 1 or above")
-        threshold = _integer("threshold", self.threshold, "threshold must be an integer")
-        if threshold < -1:
-            raise FormError(
-                "threshold",
-                "threshold must be -1 (all chunks), 0 (chunks with something to remove) or a minimum weight",
+        """The node's own rules (evdb.scavenge.params: the spec's, with KurrentDB's messages)."""
+        from evdb.scavenge.params import InvalidScavengeParameter, parse_scavenge_request
+
+        try:
+            request = parse_scavenge_request(
+                threads=self.threads,
+                threshold=self.threshold,
+                throttle_percent=self.throttle_percent,
+                sync_only=self.sync_only,
             )
-        throttle = _integer(
-            "throttle_percent", self.throttle_percent, "throttlePercent must be between 1 and 100 inclusive"
-        )
-        if not 1 <= throttle <= 100:
-            raise FormError("throttle_percent", "throttlePercent must be between 1 and 100 inclusive")
-        if threads > 1 and throttle != 100:
-            raise FormError("throttle_percent", "throttlePercent must be 100 for a multi-threaded scavenge")
-        return threads, threshold, throttle, self.sync_only
+        except InvalidScavengeParameter as exc:
+            raise FormError(_SCAVENGE_FIELDS.get(exc.parameter, exc.parameter), str(exc)) from None
+        return request.threads, request.threshold, request.throttle_percent, request.sync_only
 
     def call(self, node_url: str) -> PlannedCall:
         threads, threshold, throttle, sync_only = self.validate()

@@ -51,8 +51,11 @@ class Schedule:
         return self.expression
 
 
-def parse_schedule(text: object, *, allow_seconds: bool = False) -> Schedule:
-    """Check a schedule the way the configure endpoint does; raise InvalidSchedule with the reason."""
+def parse_schedule(text: object, *, allow_seconds: bool = False, must_fire: bool = True) -> Schedule:
+    """Check a schedule the way the configure endpoint does; raise InvalidSchedule with the reason.
+
+    ``must_fire`` refuses an expression no date matches (``0 0 31 2 *``); reading a schedule an older
+    version stored passes False: such a schedule is kept and is never due."""
     if not isinstance(text, str):
         raise InvalidSchedule("CRON expression can only be a string")
     expression = " ".join(text.split())
@@ -70,9 +73,16 @@ def parse_schedule(text: object, *, allow_seconds: bool = False) -> Schedule:
     try:
         if not croniter.is_valid(expression, second_at_beginning=with_seconds):
             raise InvalidSchedule("Invalid CRON expression")
-        croniter(expression, 0.0, second_at_beginning=with_seconds)
+        cron = croniter(expression, 0.0, second_at_beginning=with_seconds)
     except (CroniterBadCronError, ValueError, KeyError):
         raise InvalidSchedule("Invalid CRON expression") from None
+    if must_fire:
+        try:
+            cron.get_next(float)
+        except CroniterBadDateError:
+            raise InvalidSchedule(
+                f"Invalid CRON expression: '{expression}' never fires (no date matches it)"
+            ) from None
     return Schedule(expression, with_seconds)
 
 

@@ -160,7 +160,7 @@ class AutoScavengeState:
     # -- events ------------------------------------------------------------------------------------
     def apply(self, event_type: str, data: dict[str, Any]) -> None:
         if event_type == CONFIGURATION_UPDATED:
-            self.schedule = parse_schedule(data["schedule"], allow_seconds=True)
+            self.schedule = parse_schedule(data["schedule"], allow_seconds=True, must_fire=False)
             self.configured_at = from_iso(data["updatedAt"])
         elif event_type == CLUSTER_SCAVENGE_STARTED:
             self.cycle_id = str(data["clusterScavengeId"])

@@ -10,7 +10,8 @@ import argparse
 import logging
 import sys
 
-from evdb.backup.errors import BackupError
+from evdb.backup.errors import BackupError, InvalidBackupFolder
+from evdb.backup.layout import check_folder
 from evdb.backup.procedures import run_backup
 from evdb.backup.progress import Progress, json_lines_listener
 from evdb.backup.restore import restore_backup
@@ -108,6 +109,14 @@ def _backup(args: argparse.Namespace) -> int:
     if missing:
         print(f"evdb backup: {' and '.join(missing)} required", file=sys.stderr)
         return 2
+    try:
+        check_folder(args.dest)
+        check_folder(args.db, "database folder")
+        if args.index is not None:
+            check_folder(args.index, "index folder")
+    except InvalidBackupFolder as exc:
+        print(f"evdb backup: {exc}", file=sys.stderr)
+        return exc.exit_code
     if args.stop_scavenge and not args.node:
         print("evdb backup: --stop-scavenge needs --node URL", file=sys.stderr)
         return 2

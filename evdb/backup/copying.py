@@ -13,7 +13,7 @@ import errno
 import os
 import sqlite3
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from evdb.index.durable import fsync_dir, fsync_file
@@ -38,6 +38,18 @@ ProgressCallback = Callable[[int], None]
 
 def is_temp_name(name: str) -> bool:
     return name.endswith(TMP_SUFFIX)
+
+
+@contextlib.contextmanager
+def _writing(target: str) -> Iterator[None]:
+    """An OSError that names no file (a full disk in a copy, an fsync or a rename) is raised again
+    naming ``target``, the file being written, so the message and the log line say which."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, target) from exc
 
 
 def _data_regions(fd: int, size: int) -> list[tuple[int, int]]:
@@ -95,9 +107,10 @@ def _copy_to_temp(source: str, target: str, progress: ProgressCallback | None) -
         size = os.fstat(src).st_size
         dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            for offset, length in _data_regions(src, size):
-                _copy_range(src, dst, offset, length, progress)
-            os.ftruncate(dst, size)
+            with _writing(target):
+                for offset, length in _data_regions(src, size):
+                    _copy_range(src, dst, offset, length, progress)
+                os.ftruncate(dst, size)
         finally:
             os.close(dst)
     except BaseException:
@@ -110,8 +123,9 @@ def _copy_to_temp(source: str, target: str, progress: ProgressCallback | None) -
 
 
 def _sync_and_rename(tmp: str, target: str) -> None:
-    fsync_file(tmp)
-    os.replace(tmp, target)
+    with _writing(target):
+        fsync_file(tmp)
+        os.replace(tmp, target)
 
 
 def copy_file(source: str, target: str, progress: ProgressCallback | None = None) -> int:
@@ -149,8 +163,9 @@ def copy_files(
                 temps.append((tmp, target, size, syncing.submit(fsync_file, tmp)))
             while temps:
                 tmp, target, size, synced = temps[0]
-                synced.result()
-                os.replace(tmp, target)
+                with _writing(target):
+                    synced.result()
+                    os.replace(tmp, target)
                 temps.pop(0)
                 if copied is not None:
                     copied(target, size)
@@ -176,12 +191,16 @@ def copy_sqlite(source: str, target: str) -> int:
             try:
                 src.backup(dst)
                 dst.execute("PRAGMA journal_mode = DELETE")
+            except sqlite3.Error as exc:  # e.g. "database or disk is full": say which file
+                full = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+                raise OSError(errno.ENOSPC if full else errno.EIO, f"SQLite: {exc}", target) from exc
             finally:
                 dst.close()
         finally:
             src.close()
-        fsync_file(tmp)
-        os.replace(tmp, target)
+        with _writing(target):
+            fsync_file(tmp)
+            os.replace(tmp, target)
     except BaseException:
         for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
             with contextlib.suppress(OSError):

@@ -4,6 +4,7 @@
 
     EvdbError
     └── BackupError                 exit 1
+        ├── InvalidBackupFolder     exit 2: a folder name no file system accepts (also InvalidInput: 400)
         ├── ScavengeRunning         exit 3: a scavenge runs on the source (use --stop-scavenge)
         ├── ScavengeDuringBackup    exit 3: a scavenge (or chunk switch) happened while copying
         ├── MixedSources            exit 4: files of another node (spec rule 3)
@@ -13,11 +14,12 @@
 
 from __future__ import annotations
 
-from evdb.errors import EvdbError
+from evdb.errors import EvdbError, InvalidInput
 
 __all__ = [
     "BackupError",
     "BackupIncomplete",
+    "InvalidBackupFolder",
     "MixedSources",
     "NodeRunning",
     "ScavengeDuringBackup",
@@ -27,6 +29,10 @@ __all__ = [
 
 class BackupError(EvdbError):
     exit_code = 1
+
+
+class InvalidBackupFolder(BackupError, InvalidInput):
+    exit_code = 2
 
 
 class ScavengeRunning(BackupError):

@@ -17,6 +17,7 @@ import socket
 from dataclasses import asdict, dataclass, field
 
 from evdb.backup.copying import fsync_dir, is_temp_name
+from evdb.backup.errors import InvalidBackupFolder
 from evdb.storage.chunk import HEADER_SIZE, ChunkHeader, parse_chunk_file_name
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "MANIFEST",
     "Manifest",
     "SourceNode",
+    "check_folder",
     "chunk_files",
     "chunk_id_of",
     "index_checkpoint_files",
@@ -47,6 +49,18 @@ EXISTENCE_DIR = "stream-existence"
 EXISTENCE_CHK = os.path.join(EXISTENCE_DIR, "streamExistenceFilter.chk")
 EXISTENCE_DAT = os.path.join(EXISTENCE_DIR, "streamExistenceFilter.dat")
 SCAVENGE_DB = os.path.join("scavenging", "scavenging.db")
+
+
+def check_folder(path: object, what: str = "backup folder") -> str:
+    """The rule for every folder a backup or restore is given (HTTP, CLI, the procedures): a
+    non-empty path without a NUL byte, which no file system accepts. Raises InvalidBackupFolder
+    (HTTP 400, exit code 2) before any file is touched."""
+    if not isinstance(path, str) or not path.strip():
+        raise InvalidBackupFolder(f"The {what} must be a non-empty path.")
+    if "\x00" in path:
+        raise InvalidBackupFolder(f"The {what} {path!r} contains a NUL byte, which no path can hold.")
+    return path
+
 
 _GUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _TABLE_FILE = re.compile(_GUID + r"(\.bloomfilter)?")

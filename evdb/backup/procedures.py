@@ -462,6 +462,10 @@ def run_backup(
 ) -> BackupResult:
     """Back ``db_dir`` and ``index_dir`` up into ``dest``; raises a :class:`BackupError` on refusal
     or failure (the backup is then left unfinished: no completion marker)."""
+    L.check_folder(dest)
+    L.check_folder(db_dir, "database folder")
+    if index_dir is not None:
+        L.check_folder(index_dir, "index folder")
     index_dir = index_dir or os.path.join(db_dir, "index")
     kind = "differential" if differential else "full"
     p = progress or Progress(kind, _log)

@@ -90,6 +90,10 @@ def restore_backup(
     verify: bool = True,
     progress: Progress | None = None,
 ) -> RestoreResult:
+    L.check_folder(backup)
+    L.check_folder(db_dir, "database folder")
+    if index_dir is not None:
+        L.check_folder(index_dir, "index folder")
     index_dir = index_dir or os.path.join(db_dir, "index")
     p = progress or Progress("restore", _log)
     if not L.is_complete(backup):

@@ -186,6 +186,7 @@ class LocalCluster:
                 "GossipTimeoutMs": 2000,
                 "StatsPeriodSec": 0,
                 "LicenseKey": demo_license,
+                "LicenseTrustedIssuers": "demo",  # a local cluster only: anyone can sign demo licences
                 **extra,
             }
             if chunk_size:

@@ -507,8 +507,11 @@ class ClusterService:
 
     async def _wait_for_commit(self, timeout: float) -> None:
         event = self._committed
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can lose a cancellation that arrives
+        # as the awaited thing completes, and a cancelled task must stop
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await event.wait()
 
     async def _wait_for_position(self, position: int, timeout: float = 10.0) -> None:
         """Wait until the record at ``position`` is committed in this node's log."""
@@ -526,7 +529,7 @@ class ClusterService:
         if position > self.commit_position:
             self.commit_position = position
             db = self.node.db
-            if db is not None:
+            if db is not None and self.cluster_size > 1:  # a single node's reads see all it has
                 db.set_read_limit(position)
 
     # -- gossip ----------------------------------------------------------------------------------------
@@ -775,8 +778,6 @@ class ClusterService:
             return
         if self.cluster_size > 1:
             self.db.replication_gate = self._gate_answers
-        else:
-            self._advance_commit(self.db.committed_position)
         self.leader_id = str(self.node.instance_id)
         self.state = "Leader"
         self.db.remote_writer = None
@@ -998,21 +999,31 @@ class ClusterService:
         link = self._followers[follower] = _FollowerLink(bool(hello.get("voting")), position)
         await channel.send_json({"ok": True, "from": position, "epoch": self.standing().epoch_number})
         sender = asyncio.create_task(self._send_log(channel, position, follower))
+        acks = asyncio.create_task(self._receive_acks(channel, link))
         try:
-            while True:
-                message = await channel.receive()
-                if message is None or not isinstance(message.text, dict):
-                    break
-                if "ack" in message.text:
-                    link.acked = max(link.acked, int(message.text["ack"]))
-                    self._release_gate()
+            # whichever ends first ends the session: a follower that went away, or a send that failed
+            await asyncio.wait((sender, acks), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await sender
+            for task in (sender, acks):
+                task.cancel()
+            # asyncio.wait, not await task: a cancellation of this handler itself must go on upwards
+            await asyncio.wait((sender, acks))
+            for task in (sender, acks):
+                if not task.cancelled() and task.exception() is not None:
+                    self.logger.warning("Replication to follower %s failed: %s", follower, task.exception())
+            await channel.close()
             if self._followers.get(follower) is link:
                 del self._followers[follower]
             self.logger.info("Follower %s disconnected", follower)
+
+    async def _receive_acks(self, channel: Channel, link: _FollowerLink) -> None:
+        while True:
+            message = await channel.receive()
+            if message is None or not isinstance(message.text, dict):
+                return
+            if "ack" in message.text:
+                link.acked = max(link.acked, int(message.text["ack"]))
+                self._release_gate()
 
     async def _send_log(self, channel: Channel, position: int, follower: str = "?") -> None:
         idle_sent = -1
@@ -1039,8 +1050,9 @@ class ClusterService:
                 elif commit_sent != self.commit_position:
                     await channel.send_json({"commit": self.commit_position})
                     commit_sent = self.commit_position
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(waiter.wait(), 1.0)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(1.0):
+                        await waiter.wait()
                 continue
             if commit_sent != self.commit_position:
                 await channel.send_json({"commit": self.commit_position})
@@ -1095,10 +1107,9 @@ class ClusterService:
 
     async def _stop_following(self) -> None:
         task, self._follow_task = self._follow_task, None
-        if task is not None:
+        if task is not None and task is not asyncio.current_task():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await asyncio.wait((task,))  # the caller's own cancellation still propagates
         self.leader_id = None
         if not self.is_leader:
             self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)  # type: ignore[arg-type]

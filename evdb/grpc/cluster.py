@@ -17,10 +17,10 @@ from grpclib.const import Cardinality, Handler, Status
 from grpclib.server import Stream
 from kurrentdbclient.protos.v1 import gossip_pb2, persistent_pb2, shared_pb2
 
-from evdb.errors import EvdbError, ScavengeAlreadyRunning, ScavengeNotFound
+from evdb.errors import EvdbError, InvalidInput, ScavengeAlreadyRunning, ScavengeNotFound
 from evdb.grpc import operations_pb2
 from evdb.grpc.common import call_context, check_leader, grpc_error, require_ops
-from evdb.scavenge.service import ScavengeRequest
+from evdb.scavenge.params import parse_scavenge_request
 
 if TYPE_CHECKING:
     from evdb.node import Node
@@ -150,9 +150,15 @@ class OperationsService:
             "Request scavenging because StartScavenge gRPC request has been received (threads %d).",
             options.thread_count,
         )
+        try:
+            # proto3 cannot tell an unset thread_count from 0: 0 is the default, 1 thread
+            scavenge_request = parse_scavenge_request(
+                threads=options.thread_count or None, start_from_chunk=options.start_from_chunk
+            )
+        except InvalidInput as exc:
+            raise GRPCError(Status.INVALID_ARGUMENT, str(exc)) from None
         if options.start_from_chunk:
             node.logger.warning("startFromChunk is deprecated and ignored (it will be removed).")
-        scavenge_request = ScavengeRequest(threads=max(1, options.thread_count))
         try:
             scavenge_id = await asyncio.to_thread(node.scavenge.start, scavenge_request)
             result = ScavengeResp.Started

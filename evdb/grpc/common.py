@@ -31,7 +31,7 @@ from evdb.errors import (
     StreamNotFound,
     WrongExpectedVersion,
 )
-from evdb.streams import ANY, NO_STREAM, STREAM_EXISTS
+from evdb.streams import ANY, NO_STREAM, STREAM_EXISTS, check_stream_name
 
 if TYPE_CHECKING:
     from evdb.node import Node
@@ -159,13 +159,18 @@ def expected_version(options: Any, oneof: str, revision_field: str) -> int:
 
 
 def stream_name(identifier: shared_pb2.StreamIdentifier) -> str:
+    """The request's stream name, checked with the database's rule (evdb.streams.check_stream_name)
+    before anything else happens: INVALID_ARGUMENT with the reason."""
     try:
         name = identifier.stream_name.decode("utf-8")
     except UnicodeDecodeError:
         raise GRPCError(Status.INVALID_ARGUMENT, "The stream name is not UTF-8.") from None
     if not name:
         raise GRPCError(Status.INVALID_ARGUMENT, "The stream name must not be empty.")
-    return name
+    try:
+        return check_stream_name(name)
+    except InvalidInput as exc:
+        raise GRPCError(Status.INVALID_ARGUMENT, str(exc)) from None
 
 
 def uuid_message(value: bytes, structured: bool) -> shared_pb2.UUID:

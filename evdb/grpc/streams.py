@@ -41,7 +41,14 @@ from evdb.grpc.common import (
     uuid_message,
 )
 from evdb.storage.records import EventRecord
-from evdb.streams import NO_STREAM, STREAM_EXISTS, AppendResult, NewEvent, is_metastream
+from evdb.streams import (
+    NO_STREAM,
+    STREAM_EXISTS,
+    AppendResult,
+    NewEvent,
+    check_metadata_events,
+    is_metastream,
+)
 from evdb.subscriptions import CaughtUp, FilterCheckpoint, subscribe_to_all, subscribe_to_stream
 
 if TYPE_CHECKING:
@@ -341,6 +348,7 @@ class StreamsService:
     # -- Append ------------------------------------------------------------------------------------------
     async def _write(self, name: str, events: list[NewEvent], expected: int) -> AppendResult:
         node = self.node
+        check_metadata_events(name, events)  # how kurrentdbclient sets stream metadata
         started = node.clock.monotonic()
         result = await asyncio.wrap_future(node.db.append_async(name, events, expected))
         node.metrics.append_latency.observe(max(0.0, node.clock.monotonic() - started))
@@ -415,7 +423,6 @@ class StreamsService:
     async def _batch(
         self, ctx: CallContext, correlation_id: Any, options: Any, events: list[NewEvent]
     ) -> streams_pb2.BatchAppendResp:
-        name = stream_name(options.stream_identifier)
         expected = expected_version(options, "expected_stream_position", "stream_position")
         response = streams_pb2.BatchAppendResp(
             correlation_id=correlation_id, stream_identifier=options.stream_identifier
@@ -428,6 +435,12 @@ class StreamsService:
             response.stream_exists.CopyFrom(empty_pb2.Empty())
         else:
             response.any.CopyFrom(empty_pb2.Empty())
+        try:
+            name = stream_name(options.stream_identifier)
+        except GRPCError as exc:  # this batch fails, with the reason; the call goes on
+            message = exc.message or "Invalid stream name."
+            response.error.CopyFrom(_status(exc.status, message, shared_pb2.BadRequest(message=message)))
+            return response
         await self._check_access(ctx, name, "write")
         try:
             result = await self._write(name, events, expected)
@@ -460,7 +473,14 @@ class StreamsService:
             error = grpc_error(self.node, exc)
             if error.details:  # not leader: the call itself fails, as KurrentDB's does
                 raise error from None
-            response.error.CopyFrom(_status(error.status, error.message or str(exc), shared_pb2.Unknown()))
+            message = error.message or str(exc)
+            # bad input is a BadRequest with its reason (kurrentdbclient: BadRequestError), else Unknown
+            detail = (
+                shared_pb2.BadRequest(message=message)
+                if isinstance(exc, InvalidInput)
+                else shared_pb2.Unknown()
+            )
+            response.error.CopyFrom(_status(error.status, message, detail))
             return response
         success = response.success
         if result.next_expected_version < 0:

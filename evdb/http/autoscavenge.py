@@ -25,7 +25,15 @@ import aiohttp
 from aiohttp import web
 
 from evdb.autoscavenge.schedule import InvalidSchedule, parse_schedule
-from evdb.http.common import get_node, get_principal, json_response, require_authenticated, require_ops
+from evdb.errors import InvalidInput
+from evdb.http.common import (
+    get_node,
+    get_principal,
+    json_response,
+    parse_json,
+    require_authenticated,
+    require_ops,
+)
 from evdb.http.openapi import APP_PATHS
 
 FORWARDED = "X-Evdb-Forwarded-By"
@@ -154,8 +162,8 @@ async def _schedule_from(request: web.Request) -> Any:
     if not _is_json(request.content_type) or not raw.strip():
         raise web.HTTPBadRequest(text=json.dumps("Invalid payload"), content_type="application/json")
     try:
-        body = json.loads(raw)
-    except ValueError:
+        body = parse_json(raw)
+    except InvalidInput:  # not JSON, NaN, nested too deep: KurrentDB's answer
         raise web.HTTPBadRequest(
             text=json.dumps("Invalid payload"), content_type="application/json"
         ) from None

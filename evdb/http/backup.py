@@ -18,11 +18,12 @@ from typing import Any
 from aiohttp import web
 
 from evdb.backup.errors import BackupError
+from evdb.backup.layout import check_folder
 from evdb.backup.procedures import run_backup
 from evdb.backup.progress import Progress
 from evdb.backup.scavenge_guard import NodeScavengeGuard
 from evdb.errors import InvalidInput
-from evdb.http.common import get_node, get_principal, json_response, require_admin
+from evdb.http.common import get_node, get_principal, json_response, read_json, require_admin
 from evdb.http.openapi import EXTRA_PATHS
 
 __all__ = ["BackupJob", "setup"]
@@ -65,6 +66,7 @@ def _parse(body: Any) -> tuple[str, bool, bool]:
     dest = body.get("to")
     if not isinstance(dest, str) or not dest.strip():
         raise InvalidInput('"to" must name the backup folder (an absolute path on the node\'s host)')
+    check_folder(dest)
     if not os.path.isabs(dest):
         raise InvalidInput(f'"to" must be an absolute path, not {dest!r}')
     flags = []
@@ -85,11 +87,7 @@ async def start(request: web.Request) -> web.Response:
     require_admin(request, legacy=False)
     node = get_node(request)
     o = node.options
-    try:
-        body = await request.json()
-    except ValueError:
-        raise InvalidInput("The body must be JSON") from None
-    dest, differential, stop_scavenge = _parse(body)
+    dest, differential, stop_scavenge = _parse(await read_json(request))
     if o.mem_db:
         raise InvalidInput("This node keeps its database in memory (MemDb): there are no files to back up")
     index_dir = node._db_config.resolved_index_dir

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from evdb.auth import ADMINS, ANONYMOUS, OPS, Principal
+from evdb.errors import InvalidInput
 
 if TYPE_CHECKING:
     from evdb.node import Node
@@ -19,6 +21,8 @@ __all__ = [
     "get_node",
     "get_principal",
     "json_response",
+    "parse_json",
+    "read_json",
     "require_authenticated",
     "require_ops",
     "text_or_json",
@@ -54,6 +58,39 @@ def json_response(
         content_type=content_type,
         headers=headers,
     )
+
+
+def _refuse_constant(name: str) -> Any:
+    raise InvalidInput(f"{name} is not a JSON value (JSON has no NaN or infinities).")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise InvalidInput(f"The number {text[:40]} is too large for JSON (beyond a 64-bit float).")
+    return value
+
+
+def parse_json(body: bytes | str, what: str = "The body") -> Any:
+    """The one JSON parser of request bodies (and of the JSON inside them): KurrentDB's JSON, so
+    ``NaN``, ``Infinity``, ``-Infinity`` and numbers beyond a 64-bit float (which Python would read as
+    infinity) are refused, and so is nesting too deep to parse. Raises InvalidInput (a 400)."""
+    try:
+        return json.loads(body, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidInput(f"{what} is not accepted: its JSON nests too deep.") from None
+    except ValueError:  # includes UnicodeDecodeError
+        raise InvalidInput(f"{what} is not valid JSON.") from None
+
+
+async def read_json(request: web.Request, what: str = "The body", *, empty: Any = None) -> Any:
+    """The request's body through :func:`parse_json`; ``empty`` when there is none (if not None)."""
+    body = await request.read()
+    if not body.strip() and empty is not None:
+        return empty
+    return parse_json(body, what)
 
 
 def text_or_json(request: web.Request, data: dict[str, Any], status: int = 200) -> web.Response:

@@ -6,37 +6,25 @@ import asyncio
 
 from aiohttp import web
 
-from evdb.errors import InvalidInput, ScavengeNotFound
+from evdb.errors import ScavengeNotFound
 from evdb.http.common import get_node, json_response, require_ops, text_or_json, wants_json
 from evdb.http.openapi import EXTRA_PATHS, SCAVENGE_ID_CONTENT
-from evdb.scavenge.service import ScavengeRequest
-
-
-def _int(request: web.Request, name: str, default: int, message: str) -> int:
-    value = request.query.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise InvalidInput(message) from None
+from evdb.scavenge.params import ScavengeRequest, parse_scavenge_request
 
 
 def parse_request(request: web.Request) -> ScavengeRequest:
-    node = get_node(request)
+    """The query's parameters, checked by the rules every surface shares (evdb.scavenge.params)."""
     q = request.query
-    threads = _int(request, "threads", 1, "threads must be a 1 or above")
-    threshold = _int(request, "threshold", 0, "threshold must be an integer")
-    throttle = _int(request, "throttlePercent", 100, "throttlePercent must be between 1 and 100 inclusive")
-    sync_only = q.get("syncOnly", "false").lower()
-    if sync_only not in ("true", "false"):
-        raise InvalidInput("syncOnly must be a boolean")
+    scavenge_request = parse_scavenge_request(
+        threads=q.get("threads"),
+        threshold=q.get("threshold"),
+        throttle_percent=q.get("throttlePercent"),
+        sync_only=q.get("syncOnly"),
+        start_from_chunk=q.get("startFromChunk"),
+    )
     if "startFromChunk" in q:
-        value = q["startFromChunk"]
-        if not (value.isascii() and value.isdigit()):
-            raise InvalidInput("startFromChunk must be a positive integer")
-        node.logger.warning("startFromChunk is deprecated and ignored (it will be removed).")
-    return ScavengeRequest(threads, threshold, throttle, sync_only == "true").validate()
+        get_node(request).logger.warning("startFromChunk is deprecated and ignored (it will be removed).")
+    return scavenge_request
 
 
 async def start(request: web.Request) -> web.Response:

@@ -22,9 +22,9 @@ from aiohttp import web
 from evdb.auth import Principal, stream_access
 from evdb.clock import TICKS_PER_SECOND
 from evdb.errors import EventTooLarge, InvalidInput, StreamDeleted
-from evdb.http.common import bad_request, get_node, get_principal, json_response, unauthorized
+from evdb.http.common import bad_request, get_node, get_principal, json_response, parse_json, unauthorized
 from evdb.storage.records import EventRecord
-from evdb.streams import ANY, NewEvent, StreamMetadata, is_metastream
+from evdb.streams import ANY, NewEvent, StreamMetadata, check_metadata_events, is_metastream
 from evdb.subscriptions import CaughtUp, subscribe_to_all, subscribe_to_stream
 
 ATOM = "application/vnd.kurrent.atom+json"
@@ -70,15 +70,18 @@ def encode_position(position: int) -> str:
     return f"{position:016X}{position:016X}"
 
 
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
 def parse_position(text: str) -> int:
-    if is_number(text):
+    """A ``$all`` position: 32 hex digits (KurrentDB's commit+prepare form, what the links carry) or a
+    decimal log position. 32 characters are always hex, even when they are all decimal digits (a
+    decimal position that long would be far beyond any log)."""
+    if len(text) == 32 and _HEX.issuperset(text):
+        return int(text[:16], 16)
+    if is_number(text) and len(text) < 32:
         return int(text)
-    if len(text) == 32:
-        try:
-            return int(text[:16], 16)
-        except ValueError:
-            pass
-    raise InvalidInput(f"'{text}' is not a position: use a number or 32 hex digits.")
+    raise InvalidInput(f"'{text}' is not a position: use 32 hex digits (commit and prepare) or a number.")
 
 
 def event_json(record: EventRecord, *, embed: str | None = None) -> dict[str, Any]:
@@ -108,10 +111,10 @@ def event_json(record: EventRecord, *, embed: str | None = None) -> dict[str, An
 
 
 def _payload(data: bytes, is_json: bool) -> Any:
-    if is_json:
+    if is_json:  # JSON the feed can carry; else (stored by an older version or over gRPC) as text
         try:
-            return json.loads(data)
-        except ValueError:
+            return parse_json(data)
+        except InvalidInput:
             pass
     try:
         return data.decode()
@@ -152,7 +155,7 @@ async def _feed(
         assert start is not None
         page = await asyncio.to_thread(db.read_stream_forward, stream, start, count)
         if not page.events and long_poll and is_number(long_poll):
-            seen = db.committed_position
+            seen = db.readable_position
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(node.notifier.wait_beyond(seen), timeout=min(int(long_poll), 300))
             page = await asyncio.to_thread(db.read_stream_forward, stream, start, count)
@@ -252,7 +255,7 @@ async def _all_feed(request: web.Request, start: int | None, direction: str, cou
     else:
         page = await asyncio.to_thread(db.read_all_backward, start, count)
         events = page.events
-        after = start if start is not None else db.committed_position
+        after = start if start is not None else db.readable_position
         before = page.next_position
     base = f"{_base(request)}/streams/%24all"
     links = [
@@ -267,7 +270,7 @@ async def _all_feed(request: web.Request, start: int | None, direction: str, cou
         "id": base,
         "updated": _iso(node.clock.ticks()),
         "author": {"name": "evdb"},
-        "headOfStream": after >= db.committed_position,
+        "headOfStream": after >= db.readable_position,
         "selfUrl": base,
         "links": links,
         "entries": [_entry(request, e, embed) for e in events],
@@ -298,7 +301,12 @@ def _to_bytes(value: Any) -> tuple[bytes, bool]:
         return b"", False
     if isinstance(value, str):
         return value.encode(), False
-    return json.dumps(value, separators=(",", ":")).encode(), True
+    try:  # parsed by parse_json: no NaN or infinity can be here, and allow_nan=False makes sure
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode(), True
+    except RecursionError:
+        raise InvalidInput("The body is not accepted: its JSON nests too deep.") from None
+    except ValueError:
+        raise InvalidInput("The body is not valid JSON (NaN or an infinity).") from None
 
 
 def _from_base64(value: Any, name: str) -> bytes:
@@ -314,10 +322,7 @@ async def parse_events(request: web.Request) -> list[NewEvent]:
     content_type = request.content_type
     body = await request.read()
     if content_type in EVENTS_TYPES:
-        try:
-            items = json.loads(body)
-        except ValueError:
-            raise InvalidInput("The body is not valid JSON.") from None
+        items = parse_json(body)
         if not isinstance(items, list):
             raise InvalidInput("The body must be a JSON array of events.")
         events = []
@@ -343,10 +348,7 @@ async def parse_events(request: web.Request) -> list[NewEvent]:
             raise InvalidInput("A single-event append needs the Kurrent-EventType header.")
         event_id = header(request, "EventId")
         if content_type == "application/json":
-            try:
-                json.loads(body or b"null")
-            except ValueError:
-                raise InvalidInput("The body is not valid JSON.") from None
+            parse_json(body or b"null")
         return [
             NewEvent(
                 event_type,
@@ -369,6 +371,7 @@ async def append(request: web.Request) -> web.Response:
     check_access(request, stream, "metawrite" if is_metastream(stream) else "write")
     node = get_node(request)
     events = await parse_events(request)
+    check_metadata_events(stream, events)
     expected = _expected_version(request)
     started = node.clock.monotonic()
     try:
@@ -417,11 +420,7 @@ async def set_metadata(request: web.Request) -> web.Response:
     stream = request.match_info["stream"]
     check_access(request, stream, "metawrite")
     node = get_node(request)
-    body = await request.read()
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        raise InvalidInput("The metadata body is not valid JSON.") from None
+    parsed = parse_json(await request.read(), "The metadata body")
     if isinstance(parsed, list):
         if len(parsed) != 1 or not isinstance(parsed[0], dict):
             raise InvalidInput("Post exactly one metadata event.")

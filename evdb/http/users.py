@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 from urllib.parse import quote
 
@@ -11,14 +10,11 @@ from aiohttp import web
 
 from evdb.auth import UserAlreadyExists, UserNotFound
 from evdb.errors import InvalidInput
-from evdb.http.common import get_node, json_response, require_admin, require_authenticated
+from evdb.http.common import get_node, json_response, read_json, require_admin, require_authenticated
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
-    try:
-        body = json.loads(await request.read() or b"{}")
-    except ValueError:
-        raise InvalidInput("The body is not valid JSON.") from None
+    body = await read_json(request, empty={})
     if not isinstance(body, dict):
         raise InvalidInput("The body must be a JSON object.")
     return body

@@ -11,32 +11,30 @@ import contextlib
 import os
 from collections.abc import Iterable
 
-__all__ = ["TMP_SUFFIX", "fsync_dir", "remove_durably", "replace_durably", "write_durably"]
+from evdb.storage import disk
+
+__all__ = ["TMP_SUFFIX", "fsync_dir", "fsync_file", "remove_durably", "replace_durably", "write_durably"]
 
 TMP_SUFFIX = ".tmp"
 
 
 def fsync_dir(directory: str) -> None:
     """Make the folder's entries (created, renamed, removed names) durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    disk.current.fsync_dir(directory)
 
 
 def fsync_file(path: str) -> None:
     """Make a file's bytes durable (a file written and closed elsewhere)."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        disk.current.fsync(fd)
     finally:
         os.close(fd)
 
 
 def replace_durably(tmp_path: str, path: str) -> None:
     """Rename a complete, fsynced temporary file over ``path``, then fsync the folder."""
-    os.replace(tmp_path, path)
+    disk.current.replace(tmp_path, path)
     fsync_dir(os.path.dirname(path) or ".")
 
 
@@ -45,15 +43,19 @@ def write_durably(path: str, parts: Iterable[bytes | bytearray | memoryview]) ->
     tmp_path = path + TMP_SUFFIX
     try:
         # 0644 like the other data files, whatever the umask (never writable by other users)
-        with os.fdopen(os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), "wb") as f:
+        fd = disk.current.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            writer = disk.SequentialWriter(fd)
             for part in parts:
-                f.write(part)
-            f.flush()
-            os.fsync(f.fileno())
+                writer.write(part)
+            writer.flush()
+            disk.current.fsync(fd)
+        finally:
+            os.close(fd)
         replace_durably(tmp_path, path)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(tmp_path)
+            disk.current.unlink(tmp_path)
         raise
 
 
@@ -62,7 +64,7 @@ def remove_durably(paths: Iterable[str]) -> None:
     folders: set[str] = set()
     for path in paths:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+            disk.current.unlink(path)
             folders.add(os.path.dirname(path) or ".")
     for folder in folders:
         fsync_dir(folder)

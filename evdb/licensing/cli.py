@@ -5,7 +5,8 @@
 - ``evdb license issue --licensee NAME (--demo | --issuer-key FILE) [--days N | --expires DATE]
   [--entitlements LIST] [--out FILE]``: prints (or writes) a licence key.
 - ``evdb license inspect [KEY | --file FILE] [--trust KEYS]``: shows what a key says and whether a
-  node trusting ``--trust`` (default ``demo``) would accept it; exit code 1 when it would not.
+  node trusting ``--trust`` would accept it (default: what a node trusts on defaults, i.e. no issuer;
+  ``--trust demo`` for demo licences); exit code 1 when it would not.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from evdb.clock import SystemClock
 from evdb.errors import InvalidOption
 from evdb.licensing.issuers import demo_private_key, trusted_issuer_keys
+from evdb.licensing.loading import explain_wrong_issuer
 from evdb.licensing.token import (
     Entitlement,
     LicenseError,
     LicenseTampered,
+    LicenseWrongIssuer,
     encode_public_key,
     issue_license,
     key_id,
@@ -45,7 +48,8 @@ def register_cli(subparsers: Any) -> None:
         "license",
         help="make issuer keys, issue and inspect licence keys",
         description="Licence keys enable auto-scavenge and redaction. A node accepts keys signed by the "
-        "issuers in its LicenseTrustedIssuers option (default: evdb's demo issuer).",
+        "issuers in its LicenseTrustedIssuers option (default: none). evdb's demo issuer is trusted only "
+        "where asked for: LicenseTrustedIssuers: demo, dev mode, the local cluster (evdb cluster up).",
     )
     sub = parser.add_subparsers(dest="license_command", metavar="COMMAND", required=True)
 
@@ -63,7 +67,7 @@ def register_cli(subparsers: Any) -> None:
         "issue",
         help="issue a licence key",
         description="Sign a licence key with an issuer's private key (--issuer-key) or with evdb's demo "
-        "issuer (--demo, trusted by nodes that keep `demo` in LicenseTrustedIssuers).",
+        "issuer (--demo, trusted only by nodes with `demo` in LicenseTrustedIssuers or in dev mode).",
     )
     issue.add_argument("--licensee", required=True, help="who the licence is for")
     signer = issue.add_mutually_exclusive_group(required=True)
@@ -93,11 +97,19 @@ def register_cli(subparsers: Any) -> None:
     inspect.add_argument("--file", metavar="FILE", help="read the key from FILE")
     inspect.add_argument(
         "--trust",
-        default="demo",
+        default=_node_default_trust(),
         metavar="KEYS",
-        help="trusted issuers, as LicenseTrustedIssuers takes them (default demo)",
+        help="trusted issuers, as LicenseTrustedIssuers takes them (default: a node's default, no "
+        "issuer; give demo for evdb's demo issuer)",
     )
     inspect.set_defaults(func=_inspect)
+
+
+def _node_default_trust() -> str:
+    """LicenseTrustedIssuers' default, from the option table (so inspect judges as a default node)."""
+    from evdb.options import OPTIONS
+
+    return str(next(o.default for o in OPTIONS if o.name == "LicenseTrustedIssuers"))
 
 
 def _err(message: str) -> int:
@@ -213,7 +225,8 @@ def _inspect(args: argparse.Namespace) -> int:
         return 1
     try:
         lic = verify_license(token, trusted, SystemClock().time())
-    except LicenseError as exc:
+    except LicenseError as error:
+        exc = explain_wrong_issuer(token, error) if isinstance(error, LicenseWrongIssuer) else error
         out = {"valid": False, "reason": exc.reason, "message": str(exc)}
         if claimed is not None:
             out["claims"] = claimed

@@ -1,13 +1,16 @@
 """Issuer keys: evdb's built-in demo issuer and the keys a node is configured to trust.
 
 The demo issuer lets a local cluster (``evdb cluster up``) and a developer's node show every
-licensed feature. Its private key ships with evdb, so anyone can make demo licences: a production
-node sets ``LicenseTrustedIssuers`` to its vendor's key(s) and leaves ``demo`` out.
+licensed feature. Its private key ships with evdb, so anyone can make demo licences: a node trusts
+it only when asked to (:func:`node_trusted_issuers`): ``LicenseTrustedIssuers`` names ``demo`` (the
+local cluster launcher writes that into each node.yaml), or the node runs in dev mode. By default
+(``LicenseTrustedIssuers`` empty) a node trusts no issuer; a production node lists its vendor's key(s).
 """
 
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -20,6 +23,8 @@ __all__ = [
     "demo_private_key",
     "demo_public_key",
     "issue_demo_license",
+    "names_demo_issuer",
+    "node_trusted_issuers",
     "trusted_issuer_keys",
 ]
 
@@ -39,6 +44,22 @@ def demo_private_key() -> Ed25519PrivateKey:
 
 def demo_public_key() -> Ed25519PublicKey:
     return decode_public_key(DEMO_PUBLIC_KEY)
+
+
+def names_demo_issuer(value: str) -> bool:
+    """Whether a LicenseTrustedIssuers value names the demo issuer."""
+    return any(part.strip().lower() == DEMO_ISSUER for part in value.split(","))
+
+
+def node_trusted_issuers(options: Any) -> tuple[str, str | None]:
+    """The issuers a node trusts, as LicenseTrustedIssuers takes them, and why the demo issuer is among
+    them (None when it is not): named in ``LicenseTrustedIssuers``, or added in dev mode."""
+    value = (getattr(options, "license_trusted_issuers", "") or "").strip()
+    if names_demo_issuer(value):
+        return value, "LicenseTrustedIssuers includes demo"
+    if getattr(options, "dev", False):
+        return ",".join(part for part in (value, DEMO_ISSUER) if part), "dev mode"
+    return value, None
 
 
 def trusted_issuer_keys(value: str) -> list[Ed25519PublicKey]:

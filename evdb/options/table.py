@@ -490,13 +490,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "LicenseTrustedIssuers",
         "str",
-        "demo",
+        "",
         "Comma-separated issuer public keys (base64 Ed25519) whose licence keys this node accepts.",
         "Licensing",
         details=(
-            "The word `demo` stands for evdb's built-in demo issuer, whose licences `evdb license issue "
-            "--demo` and `evdb cluster up` make. A production node lists only its vendor's key(s), "
-            "without `demo`. `evdb license keygen` makes a new issuer key pair and prints its public key."
+            "Empty by default: the node trusts no issuer until its vendor's key(s) are listed. The word "
+            "`demo` stands for evdb's built-in demo issuer, whose licences `evdb license issue --demo` and "
+            "`evdb cluster up` make; its private key ships with evdb, so anyone can sign one. Only the local "
+            "cluster (`evdb cluster up` writes `LicenseTrustedIssuers: demo`) and dev mode (`Dev`, which adds "
+            "`demo`) trust it, and the node then logs a warning at start. `evdb license keygen` makes a new "
+            "issuer key pair and prints its public key. See docs/operations/licensing.md."
         ),
     ),
 )

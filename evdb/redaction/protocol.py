@@ -11,7 +11,8 @@ is served). A connection is a *session*. Each request is one line holding a JSON
 ``getEventPositions`` ``{"stream": "orders", "eventNumber": 3}``
     ``positions``: every place the event is stored, each ``{"logPosition", "chunkFile",
     "chunkVersion", "chunkComplete", "chunkEventOffset"}`` (the physical offset of its record
-    after the chunk header). Error ``EventNotFound`` when the log holds no such event.
+    after the chunk header). Error ``EventNotFound`` when the log holds no such event,
+    ``SystemStream`` for an event of a system stream (never redacted, see rules.py).
 ``switchChunk`` ``{"targetChunkFile": "chunk-000001.000000", "newChunkFile": "x.redact.tmp"}``
     Validate the new file and make it the live version of the target's chunks (``chunkFile``: its
     final name). Each failed check has its own error code (:data:`SWITCH_ERRORS`).
@@ -63,6 +64,8 @@ SWITCH_ERRORS = {
     "NewChunkVersionTooLow": "the new chunk's version is not above the target's",
     "NewChunkChecksumMismatch": "the new file's checksum does not verify",
     "NewChunkVersionInUse": "a file with the new chunk's final name exists already",
+    "NewChunkRecordsInvalid": "the new file's records do not parse",
+    "NewChunkRedactsSystemStream": "the new file redacts an event of a system stream ($-name)",
 }
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from evdb.licensing.loading import LicenseCheck, check_license, log_license_check
 from evdb.licensing.token import LicenseError
 from evdb.redaction.protocol import MAX_LINE, RedactionError, bind_path, socket_path
+from evdb.redaction.rules import check_redaction_target
 from evdb.redaction.switch import event_positions, switch_chunk
 
 __all__ = ["RedactionService", "start_redaction_service"]
@@ -206,6 +207,7 @@ class RedactionService:
             self._check_license()
             return await handler(session, request)
         except RedactionError as exc:
+            self.logger.warning("Redaction call %s on %s refused (%s): %s", call, self.path, exc.code, exc)
             return _error(exc.code, str(exc))
         except Exception as exc:  # the connection must get an answer; the node must not fall over
             self.logger.exception("Redaction call %s failed", call)
@@ -286,11 +288,7 @@ class RedactionService:
                 self._release(session)
 
     async def _get_event_positions(self, session: _Session, request: dict) -> dict:
-        stream, number = request.get("stream"), request.get("eventNumber")
-        if not isinstance(stream, str) or not stream:
-            raise RedactionError("BadRequest", '"stream" must be a non-empty string.')
-        if not isinstance(number, int) or isinstance(number, bool) or not 0 <= number < (1 << 63) - 1:
-            raise RedactionError("BadRequest", '"eventNumber" must be an integer of at least 0.')
+        stream, number = check_redaction_target(request.get("stream"), request.get("eventNumber"))
         db = self.node.db
         positions = await self._locked(session, lambda _log: event_positions(db, stream, number))
         if not positions:

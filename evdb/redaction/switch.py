@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import xxhash
 
+from evdb.errors import CorruptedFile
 from evdb.index.hashing import stream_hash
 from evdb.redaction.protocol import RedactionError
+from evdb.redaction.rules import is_system_stream, system_stream_refusal
 from evdb.storage import records as rec
 from evdb.storage.chunk import (
     FOOTER_SIZE,
@@ -26,6 +29,7 @@ from evdb.storage.log import TransactionLog
 __all__ = ["event_positions", "switch_chunk"]
 
 _FOOTER_MAGIC = b"EVDBFOOT"
+_REDACTED = int(rec.RecordFlags.IS_REDACTED)
 
 
 def event_positions(db, stream: str, event_number: int) -> list[dict]:
@@ -103,8 +107,50 @@ def switch_chunk(log: TransactionLog, target_name: object, new_name: object) -> 
     if os.path.exists(os.path.join(directory, final)):
         raise _fail("NewChunkVersionInUse", f"{final} exists already; give the new chunk a higher version.")
     chunk = Chunk.open(new_path, verify=False)  # verified above
+    try:
+        _check_redacted_events(current, chunk, new)
+    except BaseException:
+        chunk.close()
+        raise
     log.switch_chunk(chunk)
     return chunk.file_name
+
+
+def _redacted_system_events(chunk: Chunk) -> dict[int, str]:
+    """The redacted events of system streams in ``chunk``: log position -> ``<number>@<stream>``."""
+    from evdb.scavenge.chunkscan import record_table  # numpy over the whole chunk, no per-record decode
+
+    table = record_table(chunk, verify=False)
+    out = {}
+    for i in np.nonzero((table.flags & _REDACTED) != 0)[0].tolist():
+        stream = table.run_names[int(table.run_of[i])]
+        if is_system_stream(stream):
+            out[int(table.positions[i])] = f"{int(table.numbers[i])}@{stream}"
+    return out
+
+
+def _check_redacted_events(current: Chunk, new_chunk: Chunk, name: str) -> None:
+    """The new chunk redacts no event of a system stream that the chunk in use does not (a client
+    that made its own copy, bypassing getEventPositions, is held to the rules of rules.py too)."""
+    try:
+        new_events = _redacted_system_events(new_chunk)
+    except CorruptedFile as exc:
+        raise _fail("NewChunkRecordsInvalid", f"{name}: {exc}") from None
+    if not new_events:
+        return
+    try:
+        already = _redacted_system_events(current)
+    except CorruptedFile:
+        already = {}  # the chunk in use does not scan: every redacted system event counts as new
+    added = [event for position, event in sorted(new_events.items()) if position not in already]
+    if added:
+        stream = added[0].partition("@")[2]
+        raise _fail(
+            "NewChunkRedactsSystemStream",
+            f"{name}: {system_stream_refusal(added[0], stream)}"
+            + (f" ({len(added)} such events)" if len(added) > 1 else "")
+            + ".",
+        )
 
 
 def _check_new_file(path: str, name: str, current: Chunk) -> ChunkHeader:

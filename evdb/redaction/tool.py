@@ -9,9 +9,10 @@ before changing anything, then for each chunk writes a redacted copy (``*.redact
 database folder) and has the node switch it in atomically. Exit codes: 0 done, 1 the node could not
 be reached or refused, 2 bad input (nothing changed).
 
-Events in the active (not yet completed) chunk are refused: the active chunk is still being written,
-so it cannot be replaced. Complete it first (a scavenge does so when it writes its scavenge point),
-then run the tool again.
+Events of system streams (names starting with ``$``) are refused before anything is done (see
+rules.py). Events in the active (not yet completed) chunk are refused: the active chunk is still
+being written, so it cannot be replaced. Complete it first (a scavenge does so when it writes its
+scavenge point), then run the tool again.
 
 For crash tests, the environment variable ``EVDB_REDACT_CRASH_AT`` names a step (``locked``,
 ``copied``, ``redacted``, ``switch-sent``, ``switched``) at which the tool kills itself with SIGKILL.
@@ -29,12 +30,12 @@ from dataclasses import dataclass
 
 from evdb.redaction.protocol import RedactionClient, RedactionError, RedactionRefused, socket_path
 from evdb.redaction.rewrite import TEMP_SUFFIX, EventToRedact, write_redacted_copy
+from evdb.redaction.rules import MAX_EVENT_NUMBER, check_redaction_target
 from evdb.storage.chunk import parse_chunk_file_name
 
 __all__ = ["EventRef", "main", "parse_events"]
 
 CRASH_ENV = "EVDB_REDACT_CRASH_AT"
-_MAX_NUMBER = (1 << 63) - 2
 
 
 class UsageError(Exception):
@@ -64,8 +65,12 @@ def parse_events(text: str) -> list[EventRef]:
         if not number.isascii() or not number.isdigit():
             raise UsageError(f"--events: {item!r}: the event number {number!r} is not a number of at least 0")
         value = int(number)
-        if value > _MAX_NUMBER:
+        if value > MAX_EVENT_NUMBER:
             raise UsageError(f"--events: {item!r}: the event number is too large")
+        try:
+            check_redaction_target(stream, value)
+        except RedactionError as exc:
+            raise UsageError(f"--events: {exc}") from None
         ref = EventRef(value, stream)
         if ref not in events:
             events.append(ref)
@@ -182,6 +187,9 @@ def _run(client: RedactionClient, db: str, events: list[EventRef]) -> int:
                 "positions"
             ]
         except RedactionRefused as exc:
+            if exc.code == "SystemStream":
+                problems.append(str(exc))
+                continue
             if exc.code != "EventNotFound":
                 raise
             problems.append(f"event {ref} does not exist on this node")

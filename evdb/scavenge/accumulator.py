@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import time
 
+from evdb.clock import TICKS_PER_SECOND
 from evdb.index.hashing import stream_hash
 from evdb.scavenge.run import RunContext, ScavengeStopped
 from evdb.scavenge.state import HashUsers, StreamRow
 from evdb.scavenge.workers import Summary
 from evdb.storage.chunk import HEADER_SIZE
-from evdb.storage.records import EventRecord
+from evdb.storage.records import MAX_EVENT_NUMBER, EventRecord
 from evdb.streams import StreamMetadata, is_metastream, original_stream_of
 
-__all__ = ["accumulate"]
+__all__ = ["MAX_AGE_SECONDS", "accumulate", "scavenge_limits"]
+
+#: The longest ``$maxAge`` the scavenge can apply: longer ages, in ticks, do not fit the signed 64-bit
+#: numbers the scavenge database and the chunk scans hold, and no event can be that old anyway.
+MAX_AGE_SECONDS = MAX_EVENT_NUMBER // TICKS_PER_SECOND
 
 
 def accumulate(ctx: RunContext) -> None:
@@ -126,8 +131,23 @@ def _accumulate_metadata(state, rows: dict[str, StreamRow], record: EventRecord)
     """The newest metadata wins; the metastream remembers its last metadata event."""
     metadata = StreamMetadata.from_bytes(record.data)
     original = _row(state, rows, original_stream_of(record.stream))
-    original.max_age = metadata.max_age
-    original.max_count = metadata.max_count
-    original.truncate_before = metadata.truncate_before
+    original.max_age, original.max_count, original.truncate_before = scavenge_limits(metadata)
     meta = _row(state, rows, record.stream)
     meta.meta_number = max(meta.meta_number or 0, record.event_number)
+
+
+def scavenge_limits(metadata: StreamMetadata) -> tuple[int | None, int | None, int | None]:
+    """(max age, max count, truncate before) as the scavenge applies them. Validation refuses values
+    beyond signed 64 bits, but a log written by an older version may hold any integer: an age too long
+    to count in ticks is no limit, and a count or ``$tb`` past the largest event number is that number
+    (the same removals: at most the last event stays)."""
+    max_age = metadata.max_age
+    if max_age is not None and max_age > MAX_AGE_SECONDS:
+        max_age = None
+    max_count = metadata.max_count
+    if max_count is not None:
+        max_count = min(max_count, MAX_EVENT_NUMBER)
+    truncate_before = metadata.truncate_before
+    if truncate_before is not None:
+        truncate_before = min(truncate_before, MAX_EVENT_NUMBER)
+    return max_age, max_count, truncate_before

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from evdb.clock import TICKS_PER_SECOND
+from evdb.scavenge.accumulator import MAX_AGE_SECONDS
 from evdb.scavenge.point import ScavengePoint
 from evdb.scavenge.state import StreamRow
 from evdb.storage.records import MAX_EVENT_NUMBER, EventRecord
@@ -23,7 +24,8 @@ class Decider:
         self._cutoffs = {
             name: point.effective_now - row.max_age * TICKS_PER_SECOND
             for name, row in rows.items()
-            if row.max_age is not None and not is_metastream(name)
+            # an age too long to count in ticks (saved by an older version) is no limit
+            if row.max_age is not None and row.max_age <= MAX_AGE_SECONDS and not is_metastream(name)
         }
 
     def discard_record(self, record) -> bool:

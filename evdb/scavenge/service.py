@@ -10,11 +10,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from evdb.database import Database
-from evdb.errors import InvalidInput, ScavengeAlreadyRunning, ScavengeNotFound, StreamNotFound
+from evdb.errors import ScavengeAlreadyRunning, ScavengeNotFound, StreamNotFound
 from evdb.scavenge.events import SCAVENGES_STREAM, ScavengeEvents, scavenge_stream
+from evdb.scavenge.params import ScavengeRequest
 from evdb.scavenge.scavenger import ScavengeOptions, Scavenger, ScavengeResult
 from evdb.scavenge.state import ScavengeState
 
@@ -22,24 +22,6 @@ __all__ = ["MAX_THREADS", "ScavengeRequest", "ScavengeService"]
 
 #: KurrentDB clamps the thread count to 4.
 MAX_THREADS = 4
-
-
-@dataclass(frozen=True)
-class ScavengeRequest:
-    threads: int = 1
-    threshold: int = 0
-    throttle_percent: int = 100
-    sync_only: bool = False
-
-    def validate(self) -> ScavengeRequest:
-        """The spec's rules, with KurrentDB's messages."""
-        if self.threads < 1:
-            raise InvalidInput("threads must be a 1 or above")
-        if not 1 <= self.throttle_percent <= 100:
-            raise InvalidInput("throttlePercent must be between 1 and 100 inclusive")
-        if self.throttle_percent != 100 and self.threads > 1:
-            raise InvalidInput("throttlePercent must be 100 for a multi-threaded scavenge")
-        return self
 
 
 class ScavengeService:

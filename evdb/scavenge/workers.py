@@ -3,10 +3,12 @@
 A worker opens the chunk file itself (read-only) and either summarises it for accumulation or
 writes its scavenged (or merged) copy under a temporary name, fsynced, exactly as the scavenge
 thread would; the node keeps the scavenge state, the switch-in (rename, delete) and the index.
-A stop request reaches the workers through a shared event; a worker whose node has died (its
-parent process changed) abandons its copy. Used for databases on disk with chunks of at least
-:data:`PROCESS_MIN_CHUNK_SIZE`; smaller chunks (tests, in-memory databases) are worked on in the
-scavenge thread with the same functions.
+A stop request reaches the workers through a shared event. A worker whose node has died exits at
+once, idle or busy: it watches the read end of a pipe whose only write end the node holds, and the
+node's death (even by SIGKILL) closes that end; a copy the worker was writing stays behind under its
+``*.tmp`` name, which the log deletes (naming it) when the database opens again. Used for databases
+on disk with chunks of at least :data:`PROCESS_MIN_CHUNK_SIZE`; smaller chunks (tests, in-memory
+databases) are worked on in the scavenge thread with the same functions.
 """
 
 from __future__ import annotations
@@ -109,9 +111,20 @@ class _Corrupted(Exception):
     """CorruptedFile, in a form that crosses the process boundary."""
 
 
-def _init(stop, parent: int) -> None:
+def _init(stop, parent: int, lifeline) -> None:
     global _stop, _parent
     _stop, _parent = stop, parent
+    threading.Thread(target=_watch_parent, args=(lifeline,), name="evdb-parent-watch", daemon=True).start()
+
+
+def _watch_parent(lifeline) -> None:
+    """Exit this worker when the node dies: nothing is ever sent on ``lifeline``, so its read ends
+    only when the node's write end closes (the node exits, or is killed)."""
+    try:
+        lifeline.recv_bytes()
+    except (EOFError, OSError):
+        pass
+    os._exit(0)
 
 
 def _should_stop() -> bool:
@@ -157,6 +170,7 @@ class ChunkWorkers:
         self.logger = logger or logging.getLogger(__name__)
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._shared_stop = None
+        self._lifeline = None  # (read end, write end): the workers exit when the write end closes
         self._lock = threading.Lock()
         self._broken = False
 
@@ -177,11 +191,12 @@ class ChunkWorkers:
             if self._pool is None:
                 context = multiprocessing.get_context("spawn")  # never fork a node's threads
                 self._shared_stop = context.Event()
+                self._lifeline = context.Pipe(duplex=False)
                 self._pool = concurrent.futures.ProcessPoolExecutor(
                     max_workers=self.threads,
                     mp_context=context,
                     initializer=_init,
-                    initargs=(self._shared_stop, os.getpid()),
+                    initargs=(self._shared_stop, os.getpid(), self._lifeline[0]),
                 )
             future = self._pool.submit(fn, *args)
         while True:
@@ -223,5 +238,9 @@ class ChunkWorkers:
     def close(self) -> None:
         with self._lock:
             pool, self._pool = self._pool, None
+            lifeline, self._lifeline = self._lifeline, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        if lifeline is not None:
+            for end in lifeline:
+                end.close()

@@ -143,6 +143,7 @@ _LAUNCHER_KEYS = frozenset(
         "GossipTimeoutMs",
         "StatsPeriodSec",
         "LicenseKey",
+        "LicenseTrustedIssuers",
         "ChunkSize",
         "Insecure",
         "CertificateFile",

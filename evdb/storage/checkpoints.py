@@ -18,6 +18,7 @@ import os
 import struct
 
 from evdb.errors import CorruptedFile
+from evdb.storage import disk
 
 __all__ = ["CHECKPOINT_INITIAL_VALUES", "Checkpoint", "Checkpoints"]
 
@@ -27,44 +28,64 @@ CHECKPOINT_INITIAL_VALUES = {"writer": 0, "chaser": 0, "epoch": -1, "proposal": 
 
 
 class Checkpoint:
-    """One checkpoint; file-backed, or in memory when ``path`` is None."""
+    """One checkpoint; file-backed, or in memory when ``path`` is None.
+
+    An existing file is read at once (a file that does not hold 8 bytes is refused, naming it); a
+    missing one holds ``initial`` and is written by :meth:`create_if_missing` (or the first write), so
+    that opening a folder changes nothing before its checkpoints have been checked.
+    """
 
     def __init__(self, path: str | None, initial: int) -> None:
         self.path = path
+        self.initial = initial
         self._fd: int | None = None
-        if path is None:
-            self._value = initial
+        self._value = initial
+        if path is None or not os.path.exists(path):
             return
-        exists = os.path.exists(path)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if not exists or os.fstat(self._fd).st_size == 0:
-            self._value = initial
-            self._write(initial)
-            os.fsync(self._fd)
-        else:
-            raw = os.pread(self._fd, 8, 0)
-            if len(raw) != 8:
+        fd = disk.current.open(path, os.O_RDWR)
+        try:
+            raw = os.pread(fd, 8, 0)
+            if raw and len(raw) != 8:
                 raise CorruptedFile(path, f"checkpoint file holds {len(raw)} bytes, expected 8")
-            (self._value,) = _I64.unpack(raw)
+        except BaseException:
+            os.close(fd)
+            raise
+        if not raw:  # created but never written (a crash at creation): as if missing
+            os.close(fd)
+            return
+        self._fd = fd
+        (self._value,) = _I64.unpack(raw)
 
     @property
     def value(self) -> int:
         return self._value
 
+    def create_if_missing(self) -> bool:
+        """Write the file with the current value, durably, if there is none; True when it was created."""
+        if self.path is None or self._fd is not None:
+            return False
+        self._fd = disk.current.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._write(self._value)
+        disk.current.fsync(self._fd)
+        return True
+
     def _write(self, value: int) -> None:
         assert self._fd is not None
-        os.pwrite(self._fd, _I64.pack(value), 0)
+        disk.write_all(self._fd, _I64.pack(value), 0)
 
     def write(self, value: int, *, flush: bool = True) -> None:
         self._value = value
+        if self.path is not None and self._fd is None:
+            self.create_if_missing()
+            return
         if self._fd is not None:
             self._write(value)
             if flush:
-                os.fdatasync(self._fd)
+                disk.current.fdatasync(self._fd)
 
     def flush(self) -> None:
         if self._fd is not None:
-            os.fdatasync(self._fd)
+            disk.current.fdatasync(self._fd)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -88,6 +109,13 @@ class Checkpoints:
 
     def all(self) -> tuple[Checkpoint, ...]:
         return (self.writer, self.chaser, self.epoch, self.proposal, self.truncate)
+
+    def create_missing(self) -> bool:
+        """Write the checkpoint files that do not exist yet (initial values); True when any was."""
+        created = False
+        for chk in self.all():
+            created = chk.create_if_missing() or created
+        return created
 
     def close(self) -> None:
         for chk in self.all():

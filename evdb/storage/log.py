@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from evdb.errors import CorruptedFile, EventTooLarge
+from evdb.storage import disk
 from evdb.storage import records as rec
 from evdb.storage.checkpoints import Checkpoints
 from evdb.storage.chunk import (
@@ -81,14 +82,15 @@ class TransactionLog:
             raise
         return log
 
-    def _scan_files(self) -> list[_FileInfo]:
+    def _scan_files(self) -> tuple[list[_FileInfo], list[str]]:
+        """The chunk files (headers checked) and the leftover temporary files; changes nothing."""
         assert self.directory is not None
         infos = []
+        leftovers = []
         for name in sorted(os.listdir(self.directory)):
             path = os.path.join(self.directory, name)
             if name.endswith(".tmp"):
-                self.logger.info("Removing leftover temporary file %s", path)
-                os.unlink(path)
+                leftovers.append(path)
                 continue
             parsed = parse_chunk_file_name(name)
             if parsed is None:
@@ -105,16 +107,21 @@ class TransactionLog:
                     f"chunk size {header.chunk_size} differs from the configured ChunkSize {self.chunk_size}",
                 )
             infos.append(_FileInfo(path, header.start_number, header.end_number, parsed[1]))
-        return infos
+        return infos, leftovers
 
     def _open_chunks(self, verify: bool) -> None:
+        """Open the chunks, find the end of the log and check every checkpoint against them, all
+        without changing a file; only then clear leftovers away, cut the log to ``truncate.chk`` and
+        make the end durable. A damaged checkpoint is refused naming its file and value, and the
+        folder is left exactly as it was (so the node can be started again once it is fixed)."""
         if self.directory is None:
             self._chunks = [Chunk.create_active(None, self.chunk_size, 0)]
             self.committed = 0
             return
-        infos = self._scan_files()
+        infos, leftovers = self._scan_files()
         infos.sort(key=lambda i: (i.start, -i.version))
         chosen: list[_FileInfo] = []
+        superseded: list[str] = []
         covered = 0  # next chunk number not yet covered
         for info in infos:
             if info.start < covered:
@@ -122,8 +129,7 @@ class TransactionLog:
                 winner = chosen[-1]
                 if info.version > winner.version and info.start == winner.start:
                     raise CorruptedFile(info.path, "conflicting chunk versions")
-                self.logger.info("Removing superseded chunk file %s", info.path)
-                os.unlink(info.path)
+                superseded.append(info.path)
                 continue
             if info.start != covered:
                 missing = os.path.join(self.directory, chunk_file_name(covered, 0))
@@ -132,26 +138,31 @@ class TransactionLog:
                 )
             chosen.append(info)
             covered = info.end + 1
-        if chosen:
-            fsync_dir(self.directory)
         chunks = []
         for i, info in enumerate(chosen):
             last = i == len(chosen) - 1
             chunk = Chunk.open(info.path, verify=verify, writable=last)
+            chunks.append(chunk)
             if not chunk.is_completed and not last:
                 raise CorruptedFile(info.path, "only the last chunk may be incomplete")
-            chunks.append(chunk)
         self._install(chunks)
+        end = self._find_end(verify)
+        self._check_checkpoints(end)
+        # -- nothing has changed on disk up to here ---------------------------------------------------
+        for path in leftovers:
+            self.logger.info("Removing leftover temporary file %s", path)
+            disk.current.unlink(path)
+        for path in superseded:
+            self.logger.info("Removing superseded chunk file %s", path)
+            disk.current.unlink(path)
+        self.checkpoints.create_missing()
+        # also makes durable the names a crash (kill -9) may have left only in the page cache
+        fsync_dir(self.directory)
         truncate = self.checkpoints.truncate.value
         if truncate >= 0:
-            end = self._chunks[-1].end_position if self._chunks else 0
-            if truncate > end:
-                raise CorruptedFile(
-                    self.checkpoints.truncate.path or "truncate.chk",
-                    f"truncate checkpoint {truncate} is beyond the log's chunks (they end at {end})",
-                )
             self._truncate(truncate)
-        self._recover_writer(verify)
+            end = self._find_end(verify)
+        self._finish_recovery(end)
 
     def _install(self, chunks: list[Chunk]) -> None:
         table: list[Chunk] = []
@@ -159,23 +170,24 @@ class TransactionLog:
             table.extend([chunk] * (chunk.end_number - chunk.start_number + 1))
         self._chunks = table
 
-    def _recover_writer(self, verify: bool) -> None:
-        """Find the end of the log: the writer checkpoint, moved forward over appends that were
-        made durable after the checkpoint was last written (see :meth:`Chunk.scan_valid_end`)."""
+    def _find_end(self, verify: bool) -> int:
+        """The end of the log: the writer checkpoint, moved forward over appends that were made durable
+        after the checkpoint was last written (see :meth:`Chunk.scan_valid_end`). Sets the active
+        chunk's valid length in memory; changes no file."""
         w = self.checkpoints.writer.value
         writer_path = self.checkpoints.writer.path or "writer.chk"
+        if w < 0:
+            raise CorruptedFile(writer_path, f"writer checkpoint {w} is negative")
         if not self._chunks:
             if w != 0:
                 raise CorruptedFile(writer_path, f"writer checkpoint {w} but no chunks")
-            self._chunks = [Chunk.create_active(self.directory, self.chunk_size, 0)]
-            self.committed = 0
-            return
+            return 0
         last = self._chunks[-1]
         if last.is_completed:
             # a completed chunk is whole (its checksum verified): the writer is past it
-            w = last.end_position
-            self._chunks.append(Chunk.create_active(self.directory, self.chunk_size, last.end_number + 1))
-            last = self._chunks[-1]
+            if w > last.end_position:
+                raise CorruptedFile(writer_path, f"writer checkpoint {w} is beyond the log")
+            return last.end_position
         if w < last.start_position:
             prev = self._chunks[last.start_number - 1] if last.start_number > 0 else None
             if prev is None or not prev.is_completed:
@@ -195,13 +207,74 @@ class TransactionLog:
         if end != start:
             self.logger.info("Recovered %d bytes of appends written after the writer checkpoint", end - start)
         last.recover_active(end, verify=False)
-        last.zero_tail(end, min(last.chunk_size, end + _STALE_TAIL_CHECK))
-        w = last.start_position + end
-        if w != self.checkpoints.writer.value:
-            self.checkpoints.writer.write(w)
-        if self.checkpoints.chaser.value > w:
-            self.checkpoints.chaser.write(w)
-        self.committed = w
+        return last.start_position + end
+
+    def _check_checkpoints(self, end: int) -> None:
+        """Refuse checkpoint values no crash can leave, naming the file and the value."""
+        chk = self.checkpoints
+
+        def refuse(checkpoint, reason: str) -> None:
+            raise CorruptedFile(checkpoint.path or "checkpoint", reason)
+
+        if chk.chaser.value < 0:
+            refuse(chk.chaser, f"chaser checkpoint {chk.chaser.value} is negative")
+        if chk.proposal.value < -1:
+            refuse(chk.proposal, f"proposal checkpoint {chk.proposal.value} is negative (only -1, none, is)")
+        truncate = chk.truncate.value
+        if truncate < -1:
+            refuse(chk.truncate, f"truncate checkpoint {truncate} is negative (only -1, none, is)")
+        if truncate > end:
+            refuse(chk.truncate, f"truncate checkpoint {truncate} is beyond the end of the log ({end})")
+        if truncate >= 0 and not self._is_cut_point(truncate, end):
+            chunk = self.chunk_for(truncate)
+            where = f" (inside {chunk.file_name})" if chunk is not None else ""
+            refuse(chk.truncate, f"truncate checkpoint {truncate} is not a record boundary{where}")
+        epoch = chk.epoch.value
+        if epoch < -1:
+            refuse(chk.epoch, f"epoch checkpoint {epoch} is negative (only -1, none, is)")
+        if epoch >= end and truncate < 0:
+            refuse(chk.epoch, f"epoch checkpoint {epoch} is beyond the end of the log ({end})")
+
+    def _is_cut_point(self, position: int, end: int) -> bool:
+        """Whether the log can be cut at ``position`` (at most ``end``): the start of a record, the end
+        of a chunk's data, or the end of the log. In a scavenged chunk any position up to its data end
+        is one (the positions of the records it removed are not known; the cut keeps those before)."""
+        if position == end:
+            return True
+        chunk = self.chunk_for(position)
+        if chunk is None:
+            return False
+        if position == chunk.start_position:
+            return True
+        if chunk.is_scavenged:
+            return position <= chunk.data_end_position
+        offset = position - chunk.start_position
+        if offset > chunk.physical_end:
+            return False
+        at = 0
+        try:
+            while at < offset:
+                _, at = chunk.read_batch(at, offset, 4096)
+        except CorruptedFile:  # the last record before it runs past it
+            return False
+        return at == offset
+
+    def _finish_recovery(self, end: int) -> None:
+        """Make the end found by :meth:`_find_end` the log's end on disk: start the next chunk after a
+        completed last one, zero what lies after the end, and move the checkpoints to it."""
+        if not self._chunks:
+            self._chunks = [Chunk.create_active(self.directory, self.chunk_size, 0)]
+        last = self._chunks[-1]
+        if last.is_completed:
+            self._chunks.append(Chunk.create_active(self.directory, self.chunk_size, last.end_number + 1))
+        else:
+            offset = end - last.start_position
+            last.zero_tail(offset, min(last.chunk_size, offset + _STALE_TAIL_CHECK))
+        if end != self.checkpoints.writer.value:
+            self.checkpoints.writer.write(end)
+        if self.checkpoints.chaser.value > end:
+            self.checkpoints.chaser.write(end)
+        self.committed = end
 
     def _truncate(self, position: int) -> None:
         """Cut the log at ``position`` (a record boundary): everything from there on is removed."""
@@ -213,7 +286,7 @@ class TransactionLog:
                 chunk.close()
                 if chunk.path:
                     self.logger.info("Truncation removes chunk file %s", chunk.path)
-                    os.unlink(chunk.path)
+                    disk.current.unlink(chunk.path)
                 continue
             if not chunk.is_completed:
                 # cut the active chunk: zero what lies after the cut so that no scan revives it
@@ -227,7 +300,7 @@ class TransactionLog:
         if self.directory is not None:
             fsync_dir(self.directory)
         self._install(keep)
-        # _recover_writer moves the writer past a completed (scavenged) last chunk
+        # _find_end moves the writer past a completed (scavenged) last chunk
         self.checkpoints.writer.write(position)
         if self.checkpoints.chaser.value > position:
             self.checkpoints.chaser.write(position)
@@ -245,10 +318,7 @@ class TransactionLog:
             chunk = self.chunk_for(epoch)
             if chunk is None:
                 return -1
-            if chunk.is_completed:
-                offset, limit = chunk.physical_offset(epoch), chunk.physical_end
-            else:  # the active chunk's valid length is known only after _recover_writer
-                offset, limit = epoch - chunk.start_position, chunk.chunk_size
+            offset, limit = chunk.physical_offset(epoch), chunk.physical_end
             if offset is None:
                 return -1
             try:
@@ -294,7 +364,7 @@ class TransactionLog:
                 offset = nxt
             new = self._rename_into_place(builder.finish())
         if chunk.path:
-            os.unlink(chunk.path)
+            disk.current.unlink(chunk.path)
         return new
 
     # -- state -----------------------------------------------------------------------------------------
@@ -362,8 +432,10 @@ class TransactionLog:
             chunk.complete()
             new = Chunk.create_active(self.directory, self.chunk_size, chunk.end_number + 1)
             self._chunks.append(new)
+            # the end moves to the new chunk first: a failed checkpoint write below leaves a log whose
+            # writer can roll back to its start (the next open finds the same end from the chunks)
+            self.committed = new.start_position
         self.checkpoints.writer.write(new.start_position)
-        self.committed = new.start_position
 
     def ensure_space(self, size: int) -> None:
         """Complete the active chunk if ``size`` more bytes do not fit in it."""
@@ -393,7 +465,7 @@ class TransactionLog:
         if self.directory is None or chunk.path is None:
             return chunk
         final = os.path.join(self.directory, chunk_file_name(chunk.start_number, chunk.version))
-        os.rename(chunk.path, final)
+        disk.current.rename(chunk.path, final)
         fsync_dir(self.directory)
         chunk.path = final
         return chunk
@@ -423,7 +495,7 @@ class TransactionLog:
         for chunk in old:
             if chunk.path and chunk.path != new.path:
                 try:
-                    os.unlink(chunk.path)
+                    disk.current.unlink(chunk.path)
                 except FileNotFoundError:
                     pass
         if self.directory is not None:
@@ -464,7 +536,7 @@ class TransactionLog:
             version = max([new.version] + [c.file_version + 1 for c in replaced if c.start_number == start])
             if self.directory is not None and temp_path is not None:
                 final = os.path.join(self.directory, chunk_file_name(start, version))
-                os.rename(temp_path, final)  # the commit point
+                disk.current.rename(temp_path, final)  # the commit point
                 fsync_dir(self.directory)
                 new.path = final
             head = table[:start]
@@ -478,7 +550,7 @@ class TransactionLog:
                 chunk.close()
                 if chunk.path and chunk.path != new.path:
                     try:
-                        os.unlink(chunk.path)
+                        disk.current.unlink(chunk.path)
                     except FileNotFoundError:
                         pass
             active = Chunk.create_active(self.directory, self.chunk_size, end_number + 1)

@@ -17,10 +17,10 @@ import datetime
 import ipaddress
 import os
 import ssl
+import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -31,6 +31,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from evdb.errors import EvdbError
 
 __all__ = [
+    "MAX_FILE_SIZE",
     "TRUSTED_ROOT_SUFFIXES",
     "CertificateError",
     "CertificateInfo",
@@ -45,6 +46,9 @@ __all__ = [
 
 #: Files of a trusted-root folder that are read (KurrentDB's list); others, such as ``ca.key``, are ignored.
 TRUSTED_ROOT_SUFFIXES = (".crt", ".pem", ".cer", ".der")
+
+#: The largest certificate, key or trusted-root file read (10 MiB); a larger one is refused.
+MAX_FILE_SIZE = 10 * 1024 * 1024
 
 #: Longest chain accepted from the node certificate up to its root.
 _MAX_CHAIN_LENGTH = 8
@@ -268,15 +272,65 @@ def load_node_tls(
 # --- reading -----------------------------------------------------------------------------------
 
 
+def _file_kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+def _link_note(path: str) -> str:
+    """`` (a link to TARGET)`` when ``path`` goes through a symlink, so the message names both."""
+    target = os.path.realpath(path)
+    return f" (a link to {target})" if target != os.path.abspath(path) else ""
+
+
+def _check_regular(path: str, what: str, st: os.stat_result) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise CertificateError(f"{path}: the {what} path is a folder, not a file.", path)
+    if not stat.S_ISREG(st.st_mode):
+        raise CertificateError(
+            f"{path}{_link_note(path)}: the {what} path is {_file_kind(st.st_mode)}, not a regular file.",
+            path,
+        )
+    if st.st_size > MAX_FILE_SIZE:
+        raise CertificateError(
+            f"{path}{_link_note(path)}: the {what} file is {st.st_size} bytes, larger than the "
+            f"{MAX_FILE_SIZE} bytes a certificate or key file may have.",
+            path,
+        )
+
+
 def _read_bytes(path: str, what: str) -> bytes:
+    """The bytes of a certificate, key or trusted-root file: a regular file (symlinks followed) of at
+    most MAX_FILE_SIZE bytes. A FIFO or a device is refused before it is opened (reading one would
+    block, or never end); the opened file is checked again, and never more than the limit is read."""
     try:
-        return Path(path).read_bytes()
+        _check_regular(path, what, os.stat(path))
+        # O_NONBLOCK: should the path have become a FIFO since, opening it does not wait for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise CertificateError(f"{path}: the {what} file does not exist.", path) from None
-    except IsADirectoryError:
-        raise CertificateError(f"{path}: the {what} path is a folder, not a file.", path) from None
     except OSError as exc:
         raise CertificateError(f"{path}: the {what} file cannot be read: {exc.strerror}.", path) from None
+    try:
+        with os.fdopen(fd, "rb", closefd=True) as f:
+            _check_regular(path, what, os.fstat(f.fileno()))
+            data = f.read(MAX_FILE_SIZE + 1)
+    except OSError as exc:
+        raise CertificateError(f"{path}: the {what} file cannot be read: {exc.strerror}.", path) from None
+    if len(data) > MAX_FILE_SIZE:  # it grew since it was checked
+        raise CertificateError(
+            f"{path}{_link_note(path)}: the {what} file is larger than the {MAX_FILE_SIZE} bytes a certificate or key "
+            "file may have.",
+            path,
+        )
+    return data
 
 
 def read_certificates(path: str | os.PathLike[str], what: str = "certificate") -> list[x509.Certificate]:

@@ -14,7 +14,8 @@ from typing import Any
 
 from evdb.clock import TICKS_PER_SECOND
 from evdb.database import Database
-from evdb.errors import StreamNotFound
+from evdb.errors import InvalidInput, StreamNotFound
+from evdb.http.common import parse_json
 from evdb.scavenge.events import SCAVENGES_STREAM, scavenge_stream
 from evdb.storage.records import EventRecord
 from evdb.streams import is_metastream
@@ -53,10 +54,10 @@ def describe_payload(data: bytes, is_json: bool) -> str:
         return ""
     shown = data[:MAX_SHOWN_BYTES]
     cut = len(data) > MAX_SHOWN_BYTES
-    if is_json and not cut:
+    if is_json and not cut:  # JSON (the one parser of evdb.http): else, as stored, text
         try:
-            return json.dumps(json.loads(data), indent=2, ensure_ascii=False)
-        except ValueError:
+            return json.dumps(parse_json(data), indent=2, ensure_ascii=False)
+        except (InvalidInput, RecursionError):
             pass
     try:
         text = shown.decode()
@@ -234,7 +235,7 @@ def _history_row(db: Database, scavenge_id: str, running_id: str | None) -> Scav
 
 def _json_object(data: bytes) -> dict[str, Any]:
     try:
-        value = json.loads(data)
-    except ValueError:
+        value = parse_json(data)
+    except InvalidInput:
         return {}
     return value if isinstance(value, dict) else {}

@@ -32,7 +32,7 @@ def options_for(tmp_path, *extra: str, license_at: float | None = None, insecure
     if insecure:
         argv.append("--insecure")
     if license_at is not None:
-        argv += ["--license-key", issue_demo_license(license_at)]
+        argv += ["--license-key", issue_demo_license(license_at), "--license-trusted-issuers", "demo"]
     return load_options(argv, {})
 
 

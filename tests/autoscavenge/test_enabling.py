@@ -23,7 +23,8 @@ NOW = 1_700_000_000.0
 
 
 def _license(at: float = NOW, entitlements: tuple[str, ...] | None = None) -> License:
-    options = load_options(["--license-key", issue_demo_license(at, entitlements=entitlements)], {})
+    token = issue_demo_license(at, entitlements=entitlements)
+    options = load_options(["--license-key", token, "--license-trusted-issuers", "demo"], {})
     lic = check_license(options, at).license
     assert lic is not None
     return lic

@@ -134,7 +134,8 @@ def test_trusted_issuers_option_parsing():
 
 
 def _options(tmp_path, *extra):
-    return load_options(["--db", str(tmp_path / "db"), *extra], {})
+    """A node that trusts the demo issuer (which signs the tokens here), unless ``extra`` says otherwise."""
+    return load_options(["--db", str(tmp_path / "db"), "--license-trusted-issuers", "demo", *extra], {})
 
 
 @pytest.mark.parametrize(
@@ -204,7 +205,7 @@ def test_cli_keygen_issue_inspect(tmp_path, capsys):
     assert evdb_main(["license", "inspect", "--file", str(out), "--trust", public]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["valid"] and shown["entitlements"] == ["REDACTION"] and shown["licensee"] == "Acme"
-    # the default trust (demo) does not know this issuer
+    # the default trust (a node's default: no issuer) does not know this issuer
     assert evdb_main(["license", "inspect", "--file", str(out)]) == 1
     shown = json.loads(capsys.readouterr().out)
     assert shown["reason"] == "wrong issuer" and shown["claims"]["licensee"] == "Acme"
@@ -214,9 +215,13 @@ def test_cli_issue_demo_and_errors(tmp_path, capsys):
     assert evdb_main(["license", "issue", "--demo", "--licensee", "Dev", "--days", "3"]) == 0
     token = capsys.readouterr().out.strip()
     assert read_unverified(token).licensee == "Dev"
-    assert evdb_main(["license", "inspect", token]) == 0
+    assert evdb_main(["license", "inspect", token, "--trust", "demo"]) == 0
     capsys.readouterr()
-    assert evdb_main(["license", "inspect", token[:-3] + "AAA"]) == 1
+    # as a node on defaults sees it: the demo issuer is not trusted, and the answer says why
+    assert evdb_main(["license", "inspect", token]) == 1
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["reason"] == "wrong issuer" and "demo issuer" in shown["message"]
+    assert evdb_main(["license", "inspect", token[:-3] + "AAA", "--trust", "demo"]) == 1
     assert json.loads(capsys.readouterr().out)["reason"] == "tampered"
     assert evdb_main(["license", "issue", "--licensee", "x", "--issuer-key", str(tmp_path / "none")]) == 2
     assert "does not exist" in capsys.readouterr().err

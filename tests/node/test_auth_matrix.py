@@ -269,7 +269,7 @@ async def node(tmp_path, clock):
     """A licensed node (auto-scavenge mapped), otherwise the node of tests/node/conftest.py."""
     options = node_options(
         tmp_path,
-        "--license-key", issue_demo_license(clock.time()),
+        "--license-key", issue_demo_license(clock.time()), "--license-trusted-issuers", "demo",
         "--installation-directory", str(tmp_path / "install"),
     )  # fmt: skip
     async with Node(options, clock=clock, name="matrix") as n:

@@ -1,4 +1,4 @@
-"""Helpers of the redaction tests: an in-process node with its redaction service, event writers."""
+"""Helpers of the redaction tests: an in-process node and its own redaction service, event writers."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import os
 from evdb.licensing.issuers import issue_demo_license
 from evdb.node import Node
 from evdb.options import load_options
-from evdb.redaction import start_redaction_service
 from evdb.storage.chunk import Chunk, parse_chunk_file_name
 from evdb.streams import NewEvent
 
@@ -41,6 +40,8 @@ def node_options(db_root, *extra: str, license_key: str | None = None, clock=Non
             "true",
             "--license-key",
             license_key,
+            "--license-trusted-issuers",
+            "demo",
             *extra,
         ],
         {},
@@ -48,12 +49,15 @@ def node_options(db_root, *extra: str, license_key: str | None = None, clock=Non
 
 
 class Running:
-    """An in-process node with its redaction service (what Node.start will do once wired)."""
+    """An in-process node and the redaction service it started itself (EnableUnixSocket)."""
 
-    def __init__(self, node: Node, service) -> None:
+    def __init__(self, node: Node) -> None:
         self.node = node
-        self.service = service
         self.db_dir = os.path.abspath(node.options.db)
+
+    @property
+    def service(self):
+        return self.node.redaction
 
     @property
     def db(self):
@@ -64,13 +68,9 @@ class Running:
 async def running_node(db_root, clock, *extra: str, license_key: str | None = None, name: str = "redact"):
     node = Node(node_options(db_root, *extra, license_key=license_key, clock=clock), clock=clock, name=name)
     await node.start()
-    service = None
     try:
-        service = await start_redaction_service(node)
-        yield Running(node, service)
+        yield Running(node)
     finally:
-        if service is not None:
-            await service.close()
         await node.stop()
 
 

@@ -6,9 +6,11 @@ import asyncio
 import os
 import shutil
 import stat
+import struct
 from pathlib import Path
 
 import pytest
+import xxhash
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from redaction_helpers import CHUNK_SIZE, chunk_files, running_node, write_events
 
@@ -18,7 +20,7 @@ from evdb.redaction import SWITCH_ERRORS, RedactionClient, RedactionRefused, soc
 from evdb.redaction.rewrite import EventToRedact, write_redacted_copy
 from evdb.redaction.tool import UsageError, parse_events
 from evdb.redaction.tool import main as redact_main
-from evdb.storage.chunk import ChunkHeader
+from evdb.storage.chunk import HEADER_SIZE, ChunkHeader
 
 
 async def redact(db_dir: str, events: str) -> int:
@@ -35,7 +37,8 @@ def test_parse_events():
         "0@users",
         "1@a@b",
     ]
-    for bad in ("", "3", "orders", "x@orders", "-1@orders", "3@", "3@a,,4@b", "99999999999999999999@a"):
+    bad_lists = ("", "3", "orders", "x@orders", "-1@orders", "3@", "3@a,,4@b", "99999999999999999999@a")
+    for bad in (*bad_lists, "0@$user-admin", "1@orders,0@$$orders", "0@$epochs", "0@$scavenges-x"):
         with pytest.raises(UsageError):
             parse_events(bad)
 
@@ -164,6 +167,7 @@ async def test_every_switch_check(tmp_path, clock):
     """Each validation the reference lists answers its own error, and nothing is switched."""
     async with running_node(tmp_path, clock) as r:
         db = r.db
+        await asyncio.to_thread(db.set_stream_metadata, "orders", {"$maxCount": 100})
         await write_events(db, "orders", 50)
         d = r.db_dir
         with RedactionClient(socket_path(d)) as c:
@@ -198,6 +202,23 @@ async def test_every_switch_check(tmp_path, clock):
                 }
                 data[:128] = ChunkHeader(**fields).encode()
 
+            def with_checksum(data) -> None:
+                data[len(data) - 16 :] = xxhash.xxh3_128(bytes(data[: len(data) - 16])).digest()
+
+            def bad_trailer(
+                data,
+            ) -> None:  # the first record's trailing length disagrees with its leading one
+                (n,) = struct.unpack_from("<I", data, HEADER_SIZE)
+                struct.pack_into("<I", data, HEADER_SIZE + 8 + n, n + 1)
+                with_checksum(data)
+
+            meta = db.read_event("$$orders", 0)
+            system = EventToRedact(
+                "$$orders", 0, meta.log_position, db.log.chunk_for(0).physical_offset(meta.log_position)
+            )
+            await asyncio.to_thread(
+                write_redacted_copy, os.path.join(d, target), os.path.join(d, "sys.tmp"), [system, event]
+            )
             shutil.copyfile(os.path.join(d, "chunk-000001.000000"), os.path.join(d, "other.tmp"))
             cases = [
                 ("../" + target, "good.redact.tmp", "InvalidFileName"),
@@ -216,6 +237,8 @@ async def test_every_switch_check(tmp_path, clock):
                 (target, variant("cs.tmp", lambda b: header_of(b, chunk_size=CHUNK_SIZE * 2)), "ChunkSizeMismatch"),
                 (target, variant("v.tmp", lambda b: header_of(b, version=0)), "NewChunkVersionTooLow"),
                 (target, variant("sum.tmp", lambda b: b.__setitem__(500, b[500] ^ 1)), "NewChunkChecksumMismatch"),
+                (target, variant("rec.tmp", bad_trailer), "NewChunkRecordsInvalid"),
+                (target, "sys.tmp", "NewChunkRedactsSystemStream"),
             ]  # fmt: skip
             before = snapshot(d)
             codes = set()

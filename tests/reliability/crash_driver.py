@@ -261,36 +261,14 @@ def run_scavenge(db: Database, p: dict, side: Side, killer: Killer, seed: int) -
         killer.point("scavenge-done")
 
 
-def run_redact(db: Database, p: dict, side: Side, killer: Killer, seed: int) -> None:
-    """Redact events of completed chunks through the node's own switch (the redaction service's path)."""
-    from evdb.redaction.rewrite import TEMP_SUFFIX, EventToRedact, write_redacted_copy
-    from evdb.redaction.switch import event_positions, switch_chunk
+def run_redact(p: dict, side: Side, killer: Killer, seed: int) -> None:
+    """A real node redacts through its own unix-socket service (tests/crash/socket_redaction.py)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "crash"))
+    from socket_redaction import run_socket_redactions
 
-    rng = random.Random(f"{seed}-maintenance")  # not the writer's sequence: no shared event ids
-    writer = Writer(db, side, killer, seed)
-    writer.thread.start()
-    killer.stage = "redaction"
-    for _ in range(200):
-        stream = f"secret-{rng.getrandbits(32)}"
-        ids = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(3)]
-        db.append(stream, [NewEvent("S", b"secret" + rng.randbytes(200), event_id=uuid.UUID(i)) for i in ids])
-        db.call_in_writer(lambda ctx: ctx.complete_active_chunk())
-        number = rng.randrange(3)
-        side.write(redact=stream, number=number, id=ids[number])
-        (where,) = event_positions(db, stream, number)
-        chunk_file = where["chunkFile"]
-        temp = os.path.join(p["db"], f"{chunk_file}.{uuid.uuid4().hex[:8]}{TEMP_SUFFIX}")
-        with db.log.chunk_lock:
-            killer.point("redact-locked")
-            write_redacted_copy(
-                os.path.join(p["db"], chunk_file),
-                temp,
-                [EventToRedact(stream, number, where["logPosition"], where["chunkEventOffset"])],
-                step=lambda name: killer.point(f"redact-{name}"),
-            )
-            switch_chunk(db.log, chunk_file, os.path.basename(temp))
-            killer.point("redact-switched")
-        side.write(redacted=stream, number=number)
+    run_socket_redactions(
+        p, side, killer, seed, chunk_size=CHUNK_SIZE, memtable=MEMTABLE, instrument=instrument, writer=Writer
+    )
 
 
 def patch_copies(killer: Killer, prefix: str, modules) -> None:
@@ -527,9 +505,9 @@ def main() -> None:
     if args.mode == "restore":
         run_restore(p, killer)
         return
-    if args.mode == "reload":
+    if args.mode in ("reload", "redact"):  # a real node in this process
         side.write(started=args.mode, seed=args.seed)
-        run_reload(p, side, killer, args.seed)
+        (run_reload if args.mode == "reload" else run_redact)(p, side, killer, args.seed)
         side.write(finished=args.mode)
         os._exit(3)
     db = Database.open(p["db"], **db_options())
@@ -544,8 +522,6 @@ def main() -> None:
         writer.run()
     elif args.mode == "scavenge":
         run_scavenge(db, p, side, killer, args.seed)
-    elif args.mode == "redact":
-        run_redact(db, p, side, killer, args.seed)
     elif args.mode == "backup":
         run_backup(db, p, side, killer, args.seed)
     # a run that reached the end without being killed: the parent counts this as "not killed"

@@ -207,8 +207,9 @@ async def test_the_redaction_socket_refuses_other_users(monkeypatch):
         from pathlib import Path
 
         opts = options(
-            Path(root), "--enable-unix-socket", "true", "--license-key", issue_demo_license(NOW, days=36500)
-        )
+            Path(root), "--enable-unix-socket", "true", "--license-key", issue_demo_license(NOW, days=36500),
+            "--license-trusted-issuers", "demo",
+        )  # fmt: skip
         async with Node(opts, name="sock") as node:
             os.chmod(os.path.join(root, "db"), 0o711)
             service = None

@@ -8,6 +8,7 @@ presents is read from real handshakes on its HTTP port and on its node-to-node p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -386,3 +387,30 @@ async def test_insecure_node_reports_no_certificate_and_reloads_options(tmp_path
         assert state["secure"] is False and state["certificate"] is None and state["ca"] is None
         assert state["lastReload"]["changedOptions"] == ["LogLevel"]
         assert node.logger.getEffectiveLevel() == logging.WARNING
+
+
+# -- special files: a FIFO or a device answers at once, and nothing changes ---------------------------
+@pytest.mark.parametrize(
+    ("special", "which"), [("fifo", "node.key"), ("/dev/zero", "node.crt"), ("fifo", "ca")]
+)
+async def test_a_special_file_fails_the_reload_promptly(node, admin, setup, special, which):
+    tls_before, options_before = node.tls, node.options
+    path = setup.base / "special.pem" if special == "fifo" else Path(special)
+    if special == "fifo":
+        os.mkfifo(path)
+    repoint_link(setup.live / which, path)
+    try:
+        response = await asyncio.wait_for(reload(admin), 10)
+    finally:
+        if special == "fifo":  # a reader blocked on it (before the fix) gets end-of-file
+            with contextlib.suppress(OSError):
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    assert response.status_code == 400
+    assert str(path) in response.text and "not a regular file" in response.text, response.text
+    assert node.tls is tls_before and node.options is options_before
+    assert await presented(node.port, setup.trust_both()) == setup.der("gen1")
+    errors = [m for m in log_messages(node) if m.startswith("An error has occurred while reloading")]
+    assert errors and str(path) in errors[-1]
+    setup.point("gen2")  # a good reload afterwards works (nothing is left blocked)
+    assert (await asyncio.wait_for(reload(admin), 10)).status_code == 200
+    assert await presented(node.port, setup.trust_both()) == setup.der("gen2")

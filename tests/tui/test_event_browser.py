@@ -48,8 +48,9 @@ def write(db) -> None:
 
 async def test_pick_a_stream_page_its_events_and_see_the_redacted_label(tmp_path):
     options = node_options(
-        tmp_path, "--enable-unix-socket", "true", "--license-key", issue_demo_license(time.time())
-    )
+        tmp_path, "--enable-unix-socket", "true", "--license-key", issue_demo_license(time.time()),
+        "--license-trusted-issuers", "demo",
+    )  # fmt: skip
     async with Node(options, name="browse") as node:
         await asyncio.to_thread(write, node.db)
         db_dir = os.path.abspath(options.db)

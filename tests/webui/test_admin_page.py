@@ -163,7 +163,7 @@ async def test_a_plain_user_sees_the_node_s_refusal(node, page):
 
 async def test_auto_scavenge_state_countdown_pause_and_resume(tmp_path, page):
     licence = issue_demo_license(time.time())
-    options = node_options(tmp_path, "--license-key", licence)
+    options = node_options(tmp_path, "--license-key", licence, "--license-trusted-issuers", "demo")
     async with Node(options, name="auto") as node:
         async with httpx.AsyncClient(base_url=node.http_url, auth=ADMIN, timeout=30) as client:
             configured = await client.post("/auto-scavenge/configure", json={"schedule": "0 3 * * *"})

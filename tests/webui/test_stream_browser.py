@@ -40,8 +40,9 @@ async def write_customer(db, count: int) -> None:
 
 async def test_browse_to_a_redacted_event_and_see_the_label(tmp_path, page):
     options = node_options(
-        tmp_path, "--enable-unix-socket", "true", "--license-key", issue_demo_license(time.time())
-    )
+        tmp_path, "--enable-unix-socket", "true", "--license-key", issue_demo_license(time.time()),
+        "--license-trusted-issuers", "demo",
+    )  # fmt: skip
     async with Node(options, name="browse") as node:
         await write_customer(node.db, 30)
         original = node.db.read_event(STREAM, 3)

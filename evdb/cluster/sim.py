@@ -1,0 +1,1146 @@
+"""Deterministic simulation of a cluster: the real ClusterService of every node, in one process, under a seed.
+
+What is real and what is simulated:
+
+- **Real**: evdb/cluster/service.py, all of it (gossip, elections, votes, taking office, the write permit,
+  the replication gate, the common point and its record-by-record verification, replication, acks,
+  the commit position that bounds reads, resigning), evdb/cluster/election.py and forwarding.py.
+- **Simulated**, behind the ports the service already has: time (an asyncio event loop whose clock
+  jumps to the next timer instead of waiting), the random source (one ``random.Random(seed)`` for
+  everything), the network (:class:`SimTransport`: delay, loss, reordering through random delays,
+  partitions, paused processes) and the disk (:class:`SimDatabase`: a log of records that are written,
+  then synced after a delay; a crash keeps a random prefix of what was not synced, as a power cut or a
+  torn write would).
+
+After every step the checker asserts: no acknowledged write is ever lost (a majority of voters hold it
+durably at its position); the parts of the logs that nodes serve to readers are prefixes of one
+history; at most one leader per epoch acknowledges writes; every truncation falls on a record boundary;
+every read answered a record of that one history at that position; and once healed, every node's log
+is the same. A seed replays exactly: ``python -m evdb.cluster.sim --seed N --verbose``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import logging
+import random
+import selectors
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from evdb.cluster.election import majority
+from evdb.cluster.service import ClusterService
+from evdb.cluster.transport import Message, PeerError
+from evdb.errors import EvdbError, NotLeader, StorageError, WrongExpectedVersion
+from evdb.streams import AppendResult, NewEvent
+
+__all__ = ["SimulationResult", "run_seed", "run_seeds"]
+
+ANY = -2
+
+
+# -- time ------------------------------------------------------------------------------------------------
+class SimDeadlock(RuntimeError):
+    """Nothing is scheduled and nothing is ready: the simulated cluster can never move again."""
+
+
+class _VirtualSelector(selectors.BaseSelector):
+    """A selector with no I/O: waiting ``timeout`` seconds moves the virtual clock by that much."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._map: dict[int, selectors.SelectorKey] = {}
+
+    def register(self, fileobj, events, data=None):  # type: ignore[no-untyped-def]
+        fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
+        key = selectors.SelectorKey(fileobj, fd, events, data)
+        self._map[fd] = key
+        return key
+
+    def unregister(self, fileobj):  # type: ignore[no-untyped-def]
+        fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
+        return self._map.pop(fd)
+
+    def select(self, timeout=None):  # type: ignore[no-untyped-def]
+        if timeout is None:
+            raise SimDeadlock("nothing is scheduled")
+        self.now += max(timeout, 0.0)
+        return []
+
+    def get_map(self):  # type: ignore[no-untyped-def]
+        return self._map
+
+    def close(self) -> None:
+        self._map.clear()
+
+
+class SimLoop(asyncio.SelectorEventLoop):
+    """An asyncio loop on virtual time: sleeps and timeouts take no real time, in a replayable order."""
+
+    def __init__(self) -> None:
+        self._virtual = _VirtualSelector()
+        super().__init__(selector=self._virtual)
+        self._clock_resolution = 1e-9
+
+    def time(self) -> float:
+        return self._virtual.now
+
+
+# -- the disk: a log of records ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SimRecord:
+    position: int
+    size: int
+    kind: str  # "event" or "epoch"
+    stream: str = ""
+    number: int = -1
+    event_id: str = ""
+    epoch: tuple = ()  # (epochNumber, epochId, leaderInstanceId, previousEpochPosition)
+
+    @property
+    def end(self) -> int:
+        return self.position + self.size
+
+    def fingerprint(self) -> int:
+        return hash(
+            (self.position, self.size, self.kind, self.stream, self.number, self.event_id, self.epoch)
+        )
+
+    def to_json(self) -> list:
+        return [
+            self.position,
+            self.size,
+            self.kind,
+            self.stream,
+            self.number,
+            self.event_id,
+            list(self.epoch),
+        ]
+
+    @classmethod
+    def from_json(cls, v: list) -> SimRecord:
+        return cls(v[0], v[1], v[2], v[3], v[4], v[5], tuple(v[6]))
+
+    def frame(self) -> bytes:
+        body = json.dumps(self.to_json(), separators=(",", ":")).encode()
+        if len(body) > self.size:
+            raise ValueError(f"record {body!r} does not fit its {self.size} bytes")
+        return body.ljust(self.size)
+
+    @staticmethod
+    def parse_frames(frames: bytes) -> list[SimRecord]:
+        out, offset, decoder, text = [], 0, json.JSONDecoder(), frames.decode()
+        while offset < len(text):
+            value, _end = decoder.raw_decode(text, offset)
+            record = SimRecord.from_json(value)
+            out.append(record)
+            offset += record.size
+        return out
+
+
+class _Checkpoint:
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def write(self, value: int, *, flush: bool = True) -> None:
+        self.value = value
+
+
+class _Durable:
+    """What survives a crash of one node: the synced records, the checkpoints, the read limit."""
+
+    def __init__(self) -> None:
+        self.records: list[SimRecord] = []
+        self.proposal = -1
+        self.read_limit = 0
+
+
+class SimDatabase:
+    """The part of evdb.database.Database the cluster uses, over a list of records. Writes are synced
+    after a random delay; answers (and the replication gate) wait for the sync, as the real writer's
+    group commit does."""
+
+    def __init__(self, sim: Simulation, node: SimNode, durable: _Durable) -> None:
+        self.sim = sim
+        self.node = node
+        self.durable = durable
+        self.records: list[SimRecord] = list(durable.records)
+        self.synced = len(self.records)
+        proposal = _Checkpoint(durable.proposal)
+        chaser = _Checkpoint(0)
+        self.log = SimpleNamespace(
+            checkpoints=SimpleNamespace(proposal=_ProposalCheckpoint(proposal, durable), chaser=chaser)
+        )
+        self.remote_writer: Any = None
+        self.replication_gate: Any = None
+        self.write_permit: Any = None
+        self._read_limit: int | None = None
+        self._listeners: list = []
+        self._pending: list[tuple[concurrent.futures.Future, Any]] = []
+        self._sync_scheduled = False
+        self.closed = False
+        self.config = SimpleNamespace(db_dir=None, chunk_size=1 << 28)
+
+    # -- facts
+    @property
+    def end(self) -> int:
+        return self.records[-1].end if self.records else 0
+
+    @property
+    def committed_position(self) -> int:
+        return self.records[self.synced - 1].end if self.synced else 0
+
+    @property
+    def readable_position(self) -> int:
+        limit = self._read_limit
+        committed = self.committed_position
+        return committed if limit is None or limit > committed else limit
+
+    def epochs(self, max_count: int = 64) -> list[dict]:
+        out = []
+        for record in reversed(self.records[: self.synced]):
+            if record.kind == "epoch":
+                number, epoch_id, leader, previous = record.epoch
+                out.append(
+                    {
+                        "epochNumber": number,
+                        "epochId": epoch_id,
+                        "leaderInstanceId": leader,
+                        "previousEpochPosition": previous,
+                        "position": record.position,
+                    }
+                )
+                if len(out) >= max_count:
+                    break
+        return out
+
+    def _epoch_number(self) -> int:
+        epochs = self.epochs(1)
+        return epochs[0]["epochNumber"] if epochs else -1
+
+    # -- listeners and limits
+    def add_commit_listener(self, callback) -> None:  # type: ignore[no-untyped-def]
+        self._listeners.append(callback)
+
+    def remove_commit_listener(self, callback) -> None:  # type: ignore[no-untyped-def]
+        with contextlib.suppress(ValueError):
+            self._listeners.remove(callback)
+
+    def _notify(self) -> None:
+        for listener in list(self._listeners):
+            listener(self.readable_position)
+
+    def set_read_limit(self, position: int) -> None:
+        self._read_limit = max(position, 0)
+        self.durable.read_limit = max(self.durable.read_limit, self._read_limit)
+        self.sim.check_visible(self.node)
+        self._notify()
+
+    def commit_limit_at_open(self) -> int:
+        return self.durable.read_limit
+
+    def forget_stream_states(self, *, recent_appends: bool = True) -> None:
+        pass
+
+    # -- writing
+    def _write(self, records: list[SimRecord]) -> None:
+        self.records.extend(records)
+        if not self._sync_scheduled:
+            self._sync_scheduled = True
+            self.sim.loop.call_later(self.sim.rng.uniform(0.0005, 0.004), self._sync, self.node.incarnation)
+
+    def _sync(self, incarnation: int) -> None:
+        self._sync_scheduled = False
+        if self.closed or incarnation != self.node.incarnation:
+            return
+        self.synced = len(self.records)
+        self.durable.records = list(self.records)
+        pending, self._pending = self._pending, []
+        if self.replication_gate is not None and pending:
+            self.replication_gate(self.committed_position, pending)
+        else:
+            for future, result in pending:
+                if not future.done():
+                    future.set_result(result)
+        self._notify()
+
+    def _sync_now(self) -> None:
+        """What the real writer does for epochs and replicated records: write and fsync in one call."""
+        self.synced = len(self.records)
+        self.durable.records = list(self.records)
+
+    def _flush_pending(self) -> None:
+        """The real writer runs one group at a time: a group written before this one is synced and
+        answered first."""
+        if self.synced < len(self.records) or self._pending:
+            self._sync(self.node.incarnation)
+
+    def _next(self, kind: str, size: int, **fields: Any) -> SimRecord:
+        return SimRecord(self.end, size, kind, **fields)
+
+    def write_epoch(self, epoch_number: int, leader_instance_id: uuid.UUID, extra: dict | None = None) -> int:
+        self._flush_pending()
+        previous = self.epochs(1)
+        record = self._next(
+            "epoch",
+            256,
+            epoch=(
+                epoch_number,
+                str(uuid.UUID(int=self.sim.rng.getrandbits(128))),
+                str(leader_instance_id),
+                previous[0]["position"] if previous else -1,
+            ),
+        )
+        self.records.append(record)
+        self._sync_now()
+        if epoch_number > self.durable.proposal:
+            self.log.checkpoints.proposal.write(epoch_number)
+        self._notify()
+        return record.position
+
+    def _stream_last(self, stream: str) -> int:
+        for record in reversed(self.records):
+            if record.kind == "event" and record.stream == stream:
+                return record.number
+        return -1
+
+    def append_async(self, stream: str, events: list[NewEvent], expected_version: int = ANY):  # type: ignore[no-untyped-def]
+        request = SimpleNamespace(stream=stream, events=list(events), expected_version=expected_version)
+        if self.remote_writer is not None:
+            return self.remote_writer(request)
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            if self.closed:
+                raise NotLeader()
+            if self.write_permit is not None and not self.write_permit():
+                raise NotLeader()
+            ids = [str(e.event_id) for e in events]
+            seen = self.sim.find_in_log(self, stream, ids)
+            if seen is not None:  # a retry of an append this log holds: the original answer, once
+                # a majority holds the log (the real writer's duplicates wait in the gate too)
+                result = AppendResult(seen.number + len(ids) - 1, seen.position, seen.number, True)
+                self._pending.append((future, result))
+                self._write([])
+                return future
+            last = self._stream_last(stream)
+            if expected_version >= -1 and expected_version != last:
+                raise WrongExpectedVersion(stream, expected_version, last)
+            records = []
+            for i, event_id in enumerate(ids):
+                record = SimRecord(
+                    self.end + sum(r.size for r in records), 160, "event", stream, last + 1 + i, event_id
+                )
+                records.append(record)
+            self._write(records)
+            result = AppendResult(last + len(ids), records[0].position, last + 1)
+            self.sim.note_write(self.node, self._epoch_number(), records)
+            self._pending.append((future, result))
+        except EvdbError as exc:
+            future.set_exception(exc)
+        return future
+
+    def delete_stream_async(self, stream: str, expected_version: int = ANY, *, hard: bool = False):  # type: ignore[no-untyped-def]
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        future.set_exception(EvdbError("deletes are not simulated"))
+        return future
+
+    # -- replication
+    def replication_chunk(self, position: int) -> None:
+        return None
+
+    def _index_at(self, position: int) -> int | None:
+        lo, hi = 0, self.synced
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.records[mid].position < position:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < self.synced and self.records[lo].position == position:
+            return lo
+        return None
+
+    def read_raw(self, position: int, max_bytes: int) -> tuple[int, bytes, int | None]:
+        if position >= self.committed_position:
+            return position, b"", None
+        index = self._index_at(position)
+        if index is None:
+            raise StorageError(f"{position} is not a record boundary of this log")
+        batch = self.records[index : min(self.synced, index + 1 + self.sim.rng.randrange(8))]
+        # each record framed in exactly its size, as the real log's frames are
+        return position, b"".join(r.frame() for r in batch), None
+
+    def apply_replicated(self, position: int, frames: bytes) -> int:
+        self._flush_pending()
+        if position != self.end:
+            raise StorageError(f"Replicated records start at {position} but this log ends at {self.end}.")
+        records = SimRecord.parse_frames(frames)
+        expected = position
+        for record in records:
+            if record.position != expected:
+                raise StorageError(f"Replicated record at {record.position} was expected at {expected}.")
+            expected = record.end
+        self.records.extend(records)
+        self._sync_now()
+        for record in records:
+            if record.kind == "epoch" and record.epoch[0] > self.durable.proposal:
+                self.log.checkpoints.proposal.write(record.epoch[0])
+        self._notify()
+        return self.committed_position
+
+    def complete_replicated_chunk(self, position: int) -> None:
+        raise StorageError("chunks are not simulated")
+
+    def record_checks(self, point: int, floor: int, max_count: int) -> list[tuple[int, int, int]]:
+        out = []
+        for record in reversed(self.records[: self.synced]):
+            if record.position < floor:
+                break
+            if record.end > point:
+                continue
+            out.append((record.position, record.size, record.fingerprint()))
+            if len(out) >= max_count:
+                break
+        return out
+
+    def has_record(self, position: int, size: int, fingerprint: int) -> bool:
+        index = self._index_at(position)
+        if index is None:
+            return False
+        record = self.records[index]
+        return record.size == size and record.fingerprint() == fingerprint
+
+    def truncate(self, position: int) -> None:
+        if position != 0 and self._index_at(position) is None and position != self.committed_position:
+            self.sim.violation(f"{self.node.name}: truncation to {position}, which is not a record boundary")
+            return
+        keep = [r for r in self.records[: self.synced] if r.end <= position]
+        cut = self.records[len(keep) :]
+        self.sim.check_truncation(self.node, cut)
+        self.records = keep
+        self.synced = len(keep)
+        self.durable.records = list(keep)
+        self._read_limit = min(self._read_limit or 0, position)
+        self.durable.read_limit = min(self.durable.read_limit, position)
+        served = self.sim._served_up_to.get(self.node.name, 0)
+        if served > position:
+            self.sim.violation(f"{self.node.name} cut its log to {position}, below what it served ({served})")
+            self.sim._served_up_to[self.node.name] = position
+
+    def visible(self) -> list[SimRecord]:
+        limit = self.readable_position
+        out = []
+        for record in self.records[: self.synced]:
+            if record.position >= limit:
+                break
+            out.append(record)
+        return out
+
+
+class _ProposalCheckpoint:
+    def __init__(self, inner: _Checkpoint, durable: _Durable) -> None:
+        self._inner = inner
+        self._durable = durable
+
+    @property
+    def value(self) -> int:
+        return self._inner.value
+
+    def write(self, value: int, *, flush: bool = True) -> None:
+        self._inner.value = value
+        self._durable.proposal = value
+
+
+# -- the network -----------------------------------------------------------------------------------------
+class SimChannel:
+    """One end of a replication stream; messages arrive after the network's delay, in order."""
+
+    def __init__(self, sim: Simulation, owner: SimNode) -> None:
+        self.sim = sim
+        self.owner = owner
+        self.peer: SimChannel | None = None
+        self._inbox: asyncio.Queue = asyncio.Queue()
+        self._closed = False
+        self._last_arrival = 0.0
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _deliver(self, message: Message | None) -> None:
+        target = self.peer
+        if target is None or target._closed:
+            return
+        if message is not None and not self.sim.connected(self.owner, target.owner):
+            # a link that is cut loses what is on it, and the connection breaks at both ends (the
+            # WebSocket heartbeat notices on either side)
+            self.sim.loop.call_soon(target.break_now)
+            self.sim.loop.call_soon(self.break_now)
+            return
+        # strictly after the previous message: timers due at the same instant may run in any order
+        arrival = max(
+            self.sim.loop.time() + self.sim.delay(self.owner, target.owner), self._last_arrival + 1e-7
+        )
+        self._last_arrival = arrival
+        self.sim.loop.call_at(arrival, target._inbox.put_nowait, message)
+
+    async def send_json(self, value: Any) -> None:
+        if self._closed:
+            raise PeerError("the replication stream is closed")
+        self._deliver(Message(text=json.loads(json.dumps(value))))
+
+    async def send_bytes(self, data: bytes) -> None:
+        if self._closed:
+            raise PeerError("the replication stream is closed")
+        self._deliver(Message(binary=bytes(data)))
+
+    async def receive(self, timeout: float | None = None) -> Message | None:
+        if self._closed:
+            return None
+        try:
+            async with asyncio.timeout(timeout):
+                message = await self._inbox.get()
+        except TimeoutError:
+            return None
+        if message is None:
+            self._closed = True
+        return message
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._deliver(None)
+
+    def break_now(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._inbox.put_nowait(None)
+
+
+class SimTransport:
+    def __init__(self, sim: Simulation, node: SimNode) -> None:
+        self.sim = sim
+        self.node = node
+        self.channels: list[SimChannel] = []
+        self.handler_tasks: set[asyncio.Task] = set()
+
+    async def start(self, handlers: Any) -> int:
+        return self.node.replication_port
+
+    async def stop(self) -> None:
+        pass
+
+    async def reset(self) -> None:
+        pass
+
+    async def _call(self, target_port: int, timeout: float, call) -> Any:  # type: ignore[no-untyped-def]
+        target = self.sim.by_port.get(target_port)
+        loop = self.sim.loop
+        if (
+            target is None
+            or not self.sim.connected(self.node, target)
+            or self.sim.rng.random() < self.sim.loss
+        ):
+            await asyncio.sleep(min(timeout, self.sim.rng.uniform(0.001, timeout)))
+            raise PeerError(f"no answer from port {target_port}")
+        await asyncio.sleep(self.sim.delay(self.node, target))
+        if not target.alive or not self.alive_self():
+            raise PeerError(f"port {target_port} is down")
+        task = loop.create_task(call(target))
+        target.transport.handler_tasks.add(task)
+        task.add_done_callback(target.transport.handler_tasks.discard)
+        try:
+            async with asyncio.timeout(timeout):
+                answer = await asyncio.shield(task)
+        except TimeoutError as exc:
+            raise PeerError(f"timed out calling port {target_port}") from exc
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise
+            raise PeerError(f"port {target_port} went down during the call") from None
+        await asyncio.sleep(self.sim.delay(target, self.node))
+        if not self.sim.connected(self.node, target):
+            raise PeerError(f"the answer from port {target_port} was lost")
+        return answer
+
+    def alive_self(self) -> bool:
+        return self.node.alive
+
+    async def gossip(self, seed: tuple[str, int], timeout: float) -> dict:
+        async def call(target: SimNode) -> dict:
+            return target.gossip_answer()
+
+        return await self._call(seed[1], timeout, call)
+
+    async def vote(self, endpoint: tuple[str, int], body: dict, timeout: float) -> dict:
+        async def call(target: SimNode) -> dict:
+            return await target.service.handle_vote(json.loads(json.dumps(body)))
+
+        return await self._call(endpoint[1] - 1000, timeout, call)
+
+    async def write(self, endpoint: tuple[str, int], body: dict, timeout: float) -> dict:
+        async def call(target: SimNode) -> dict:
+            return await target.service.handle_write(json.loads(json.dumps(body)))
+
+        return await self._call(endpoint[1] - 1000, timeout, call)
+
+    @contextlib.asynccontextmanager
+    async def replicate(self, endpoint: tuple[str, int], heartbeat: float) -> AsyncIterator[SimChannel]:
+        target = self.sim.by_port.get(endpoint[1] - 1000)
+        await asyncio.sleep(self.sim.delay(self.node, target) if target else 0.01)
+        if target is None or not target.alive or not self.sim.connected(self.node, target):
+            raise PeerError(f"cannot connect to port {endpoint[1]}")
+        mine, theirs = SimChannel(self.sim, self.node), SimChannel(self.sim, target)
+        mine.peer, theirs.peer = theirs, mine
+        self.channels.append(mine)
+        target.transport.channels.append(theirs)
+        task = self.sim.loop.create_task(target.service.handle_replication(theirs))
+        target.transport.handler_tasks.add(task)
+        task.add_done_callback(target.transport.handler_tasks.discard)
+        task.add_done_callback(lambda _t: self.sim.loop.create_task(theirs.close()))
+        try:
+            yield mine
+        finally:
+            await mine.close()
+            with contextlib.suppress(ValueError):
+                self.channels.remove(mine)
+
+
+# -- nodes -----------------------------------------------------------------------------------------------
+@dataclass
+class SimNode:
+    sim: Simulation
+    index: int
+    name: str
+    instance_id: uuid.UUID
+    durable: _Durable = field(default_factory=_Durable)
+    alive: bool = False
+    incarnation: int = 0
+    clock_offset: float = 0.0
+    service: Any = None
+    db: Any = None
+    transport: Any = None
+
+    @property
+    def port(self) -> int:
+        return 2000 + self.index
+
+    @property
+    def replication_port(self) -> int:
+        return 3000 + self.index
+
+    def monotonic(self) -> float:
+        return self.sim.loop.time() + self.clock_offset
+
+    def gossip_answer(self) -> dict:
+        return {"members": self.service.members(), "serverIp": "127.0.0.1", "serverPort": self.port}
+
+
+class _Host:
+    """The ClusterHost port for one simulated node."""
+
+    def __init__(self, node: SimNode, options: Any, logger: logging.Logger) -> None:
+        self._node = node
+        self.options = options
+        self.logger = logger
+        self.instance_id = node.instance_id
+        self.tls = None
+        self.host = "127.0.0.1"
+        self.advertised_host = "127.0.0.1"
+        self.port = node.port
+        self.name = node.name
+        self.clock = SimpleNamespace(time=lambda: 1_700_000_000.0 + node.sim.loop.time())
+
+    @property
+    def db(self) -> SimDatabase:
+        return self._node.db
+
+    async def on_became_leader(self) -> None:
+        pass
+
+    async def truncate_and_reopen(self, position: int) -> None:
+        node = self._node
+        await node.service.detach_database()
+        node.db.truncate(position)
+        old = node.db
+        node.db = SimDatabase(node.sim, node, node.durable)
+        old.closed = True
+        node.service.attach_database()
+
+
+# -- the simulation ----------------------------------------------------------------------------------------
+@dataclass
+class SimulationResult:
+    seed: int
+    nodes: int
+    violations: list[str]
+    acknowledged: int
+    elections: int
+    faults: list[str]
+    virtual_seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+class Simulation:
+    def __init__(self, seed: int, nodes: int = 3, *, verbose: bool = False) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.loop = SimLoop()
+        self.size = nodes
+        self.verbose = verbose
+        self.nodes: list[SimNode] = []
+        self.by_port: dict[int, SimNode] = {}
+        self.partition: dict[int, int] = {}  # node index -> side; nodes on different sides cannot talk
+        self.paused: set[int] = set()
+        self.loss = 0.0
+        self.slow = 0.0
+        self.violations: list[str] = []
+        self.acknowledged: dict[str, tuple[int, int]] = {}  # event id -> (position, acknowledged at)
+        self.writers_by_epoch: dict[int, set[str]] = {}
+        self.written_by: dict[str, tuple[str, int]] = {}  # event id -> (node, epoch) that wrote it first
+        self.reads: list[tuple[str, int, str]] = []  # (node, position, event id)
+        self.history: dict[int, SimRecord] = {}  # what nodes served at each position (one history)
+        self._served_up_to: dict[str, int] = {}
+        self.faults: list[str] = []
+        self.elections = 0
+        for i in range(nodes):
+            node = SimNode(self, i, f"node{i + 1}", uuid.UUID(int=self.rng.getrandbits(128)))
+            self.nodes.append(node)
+            self.by_port[node.port] = node
+
+    # -- faults and the network
+    def connected(self, a: SimNode, b: SimNode) -> bool:
+        if a.index in self.paused or b.index in self.paused:
+            return False
+        return self.partition.get(a.index, 0) == self.partition.get(b.index, 0)
+
+    def delay(self, a: SimNode | None, b: SimNode | None) -> float:
+        base = self.rng.uniform(0.0002, 0.003)
+        if self.rng.random() < self.slow:
+            base += self.rng.uniform(0.01, 0.3)  # a late message: reordered behind later ones
+        return base
+
+    def violation(self, text: str) -> None:
+        line = f"t={self.loop.time():.3f}s {text}"
+        if line not in self.violations:
+            self.violations.append(line)
+
+    def log(self, text: str) -> None:
+        self.faults.append(f"t={self.loop.time():.3f}s {text}")
+        if self.verbose:
+            print(self.faults[-1], file=sys.stderr)
+
+    async def blocking(self, fn, *args):  # type: ignore[no-untyped-def]
+        """A blocking call (a thread in a real node) takes a little time, and other work of the node
+        goes on meanwhile: a node taking office may meet client writes while it writes its epoch."""
+        await asyncio.sleep(self.rng.uniform(0.0, 0.003))
+        return fn(*args)
+
+    # -- node lifecycle
+    def _options(self, node: SimNode) -> Any:
+        seeds = ",".join(f"127.0.0.1:{n.port}" for n in self.nodes if n is not node)
+        return SimpleNamespace(
+            cluster_size=self.size,
+            read_only_replica=False,
+            node_priority=0,
+            gossip_seed=seeds,
+            gossip_interval_ms=100,
+            gossip_timeout_ms=500,
+            leader_election_timeout_ms=300,
+            connection_reset_interval=1_000_000,
+            replication_ip="127.0.0.1",
+            replication_port=node.replication_port,
+            certificate_reserved_node_common_name="eventstoredb-node",
+        )
+
+    async def start_node(self, node: SimNode) -> None:
+        node.incarnation += 1
+        node.alive = True
+        node.db = SimDatabase(self, node, node.durable)
+        node.transport = SimTransport(self, node)
+        logger = logging.getLogger(f"evdb.sim.{node.name}")
+        logger.disabled = not self.verbose
+        host = _Host(node, self._options(node), logger)
+        node.service = ClusterService(
+            host,  # type: ignore[arg-type]
+            transport=node.transport,  # type: ignore[arg-type]
+            monotonic=node.monotonic,
+            rng=random.Random(self.rng.getrandbits(64)),
+            run_blocking=self.blocking,
+        )
+        await node.service.start()
+
+    async def crash(self, node: SimNode) -> None:
+        """kill -9 (or a power cut): every task of the node stops where it is; of what was written and
+        not yet synced, a random prefix survives."""
+        if not node.alive:
+            return
+        node.alive = False
+        service = node.service
+        tasks = [*service._tasks, *([service._follow_task] if service._follow_task else [])]
+        tasks += list(node.transport.handler_tasks)
+        for channel in node.transport.channels:
+            channel.break_now()
+            if channel.peer is not None:
+                self.loop.call_soon(channel.peer.break_now)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=1.0)
+        stuck = [t for t in tasks if not t.done()]
+        if stuck:
+            chain, coro = [], stuck[0].get_coro()
+            while coro is not None:
+                frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+                if frame is not None:
+                    chain.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+                coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+            self.violation(
+                f"{node.name}: {len(stuck)} task(s) did not stop when cancelled: {' > '.join(chain)}"
+            )
+        service._fail_gate(NotLeader())
+        db = node.db
+        db.closed = True
+        unsynced = db.records[db.synced :]
+        keep = self.rng.randrange(len(unsynced) + 1) if unsynced else 0
+        node.durable.records = db.records[: db.synced] + unsynced[:keep]
+        self.check_truncation(node, unsynced[keep:])
+        node.durable.read_limit = min(node.durable.read_limit, db.committed_position)
+        node.incarnation += 1
+
+    # -- bookkeeping for the checker
+    def find_in_log(self, db: SimDatabase, stream: str, ids: list[str]) -> SimRecord | None:
+        for record in reversed(db.records):
+            if record.kind == "event" and record.event_id == ids[0] and record.stream == stream:
+                return record
+        return None
+
+    def note_write(self, node: SimNode, epoch: int, records: list[SimRecord]) -> None:
+        for record in records:
+            self.written_by.setdefault(record.event_id, (node.name, epoch))
+
+    def check_visible(self, node: SimNode) -> None:
+        """What a node serves to readers must be one history: every record it newly serves is the one
+        every node served (or will serve) at that position."""
+        db = node.db
+        limit = db.readable_position
+        start = self._served_up_to.get(node.name, 0)
+        if limit <= start:
+            self._served_up_to[node.name] = min(start, limit)
+            return
+        index = db._index_at(start) if start else 0
+        records = db.records
+        while index is not None and index < db.synced and records[index].position < limit:
+            record = records[index]
+            seen = self.history.setdefault(record.position, record)
+            if seen != record:
+                self.violation(
+                    f"{node.name} serves {record.kind} {record.stream}/{record.number} {record.event_id[:8]} at "
+                    f"position {record.position}, where another node served {seen.kind} {seen.stream}/"
+                    f"{seen.number} {seen.event_id[:8]}"
+                )
+                return
+            index += 1
+        self._served_up_to[node.name] = limit
+
+    def check_truncation(self, node: SimNode, cut: list[SimRecord]) -> None:
+        for record in cut:
+            if (
+                record.event_id in self.acknowledged
+                and self.acknowledged[record.event_id][0] == record.position
+            ):
+                holders = self._holders(record)
+                if holders < majority(self.size):
+                    self.violation(
+                        f"{node.name} cut acknowledged event {record.event_id[:8]} at {record.position}; "
+                        f"only {holders} nodes still hold it"
+                    )
+
+    def _holders(self, record: SimRecord, exclude: SimNode | None = None) -> int:
+        count = 0
+        for node in self.nodes:
+            if node is exclude:
+                continue
+            recs = node.durable.records
+            lo, hi = 0, len(recs)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if recs[mid].position < record.position:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if (
+                lo < len(recs)
+                and recs[lo].event_id == record.event_id
+                and recs[lo].position == record.position
+            ):
+                count += 1
+        return count
+
+    def check_acknowledged(self, event_ids: list[str]) -> None:
+        for event_id in event_ids:
+            position = self.acknowledged[event_id][0]
+            record = SimRecord(position, 160, "event", event_id=event_id)
+            if self._holders(record) < majority(self.size):
+                self.violation(f"acknowledged event {event_id[:8]} at {position} is held by no majority")
+
+    # -- clients
+    async def client(self, k: int, until: float) -> None:
+        n = 0
+        while self.loop.time() < until:
+            await asyncio.sleep(self.rng.uniform(0.002, 0.05))
+            event_id = str(uuid.UUID(int=self.rng.getrandbits(128)))
+            stream = f"s{k}-{n % 3}"
+            n += 1
+            for _attempt in range(6):
+                node = self.rng.choice(self.nodes)
+                result = await self._append(node, stream, event_id)
+                if result is not None:
+                    self._acknowledge(node, event_id, result)
+                    break
+                await asyncio.sleep(self.rng.uniform(0.01, 0.1))
+
+    async def _append(self, node: SimNode, stream: str, event_id: str) -> AppendResult | None:
+        if not node.alive or node.index in self.paused:
+            await asyncio.sleep(0.05)
+            return None
+        try:
+            event = NewEvent("E", b"{}", b"", uuid.UUID(event_id), True)
+            future = node.db.append_async(stream, [event], ANY)
+            async with asyncio.timeout(2.0):
+                return await asyncio.wrap_future(future)
+        except (EvdbError, TimeoutError, PeerError, asyncio.CancelledError):
+            return None
+
+    def _acknowledge(self, node: SimNode, event_id: str, result: AppendResult) -> None:
+        if event_id in self.acknowledged and self.acknowledged[event_id][0] != result.position:
+            self.violation(
+                f"event {event_id[:8]} acknowledged at {result.position} and earlier at "
+                f"{self.acknowledged[event_id][0]}"
+            )
+        self.acknowledged.setdefault(event_id, (result.position, int(self.loop.time() * 1000)))
+        writer = self.written_by.get(event_id)
+        if writer is not None:
+            leaders = self.writers_by_epoch.setdefault(writer[1], set())
+            leaders.add(writer[0])
+            if len(leaders) > 1:
+                self.violation(f"two leaders acknowledged writes in epoch {writer[1]}: {sorted(leaders)}")
+        self.check_acknowledged([event_id])
+
+    async def reader(self, until: float) -> None:
+        while self.loop.time() < until:
+            await asyncio.sleep(self.rng.uniform(0.01, 0.1))
+            node = self.rng.choice(self.nodes)
+            if not node.alive or node.index in self.paused or node.db is None:
+                continue
+            for record in node.db.visible()[-5:]:
+                if record.kind == "event":
+                    self.reads.append((node.name, record.position, record.event_id))
+
+    # -- the fault schedule
+    async def faults_loop(self, until: float) -> None:
+        rng = self.rng
+        while self.loop.time() < until:
+            await asyncio.sleep(rng.uniform(0.2, 1.5))
+            kind = rng.choice(
+                ["crash", "crash", "crash-leader", "partition", "pause", "clock", "loss", "resign", "double"]
+            )
+            alive = [n for n in self.nodes if n.alive]
+            leader = next((n for n in alive if n.service.state == "Leader"), None)
+            if kind in ("crash", "crash-leader", "double"):
+                victims = [leader] if kind == "crash-leader" and leader else [rng.choice(self.nodes)]
+                if kind == "double":
+                    victims = rng.sample(self.nodes, 2)
+                for victim in victims:
+                    if victim.alive:
+                        self.log(f"crash {victim.name} ({victim.service.state})")
+                        await self.crash(victim)
+                await asyncio.sleep(rng.uniform(0.05, 1.0))
+                for victim in victims:
+                    if not victim.alive:
+                        self.log(f"restart {victim.name}")
+                        await self.start_node(victim)
+            elif kind == "partition":
+                sides = {n.index: rng.randrange(2) for n in self.nodes}
+                self.partition = sides
+                self.log(f"partition {sides}")
+                await asyncio.sleep(rng.uniform(0.2, 2.0))
+                self.partition = {}
+                self.log("heal partition")
+            elif kind == "pause":
+                victim = leader or rng.choice(self.nodes)
+                self.paused.add(victim.index)
+                self.log(f"pause {victim.name}")
+                pause = rng.uniform(0.2, 2.0)
+                await asyncio.sleep(pause)
+                self.paused.discard(victim.index)
+                victim.clock_offset += 0.0  # its monotonic clock ran on meanwhile, as a real one does
+                self.log(f"resume {victim.name}")
+            elif kind == "clock":
+                victim = rng.choice(self.nodes)
+                jump = rng.uniform(0.1, 2.0)
+                victim.clock_offset += jump
+                self.log(f"clock of {victim.name} jumps {jump:.2f}s")
+            elif kind == "loss":
+                self.loss, self.slow = rng.uniform(0.0, 0.3), rng.uniform(0.0, 0.3)
+                self.log(f"loss {self.loss:.2f} slow {self.slow:.2f}")
+                await asyncio.sleep(rng.uniform(0.2, 1.5))
+                self.loss = self.slow = 0.0
+            elif kind == "resign" and leader is not None:
+                self.log(f"resign {leader.name}")
+                self.loop.create_task(leader.service.resign())
+
+    # -- the run
+    async def run(self, seconds: float, clients: int) -> None:
+        for node in self.nodes:
+            await self.start_node(node)
+        until = self.loop.time() + seconds
+        tasks = [self.loop.create_task(self.client(k, until)) for k in range(clients)]
+        tasks.append(self.loop.create_task(self.reader(until)))
+        tasks.append(self.loop.create_task(self.faults_loop(until)))
+        await asyncio.gather(*tasks)
+        # heal: everyone up and connected, then wait (bounded) for the logs to agree
+        self.partition, self.paused, self.loss, self.slow = {}, set(), 0.0, 0.0
+        for node in self.nodes:
+            if not node.alive:
+                await self.start_node(node)
+        # one more write after healing: a leader commits its predecessors' records only with one of its own
+        for _ in range(100):
+            node = self.rng.choice(self.nodes)
+            event_id = str(uuid.UUID(int=self.rng.getrandbits(128)))
+            result = await self._append(node, "final", event_id)
+            if result is not None:
+                self._acknowledge(node, event_id, result)
+                break
+            await asyncio.sleep(0.2)
+        else:
+            self.violation("no write was acknowledged in 20 s after healing")
+        deadline = self.loop.time() + 30
+        while self.loop.time() < deadline:
+            logs = [n.db.records[: n.db.synced] for n in self.nodes]
+            limits = [n.db.readable_position for n in self.nodes]
+            if all(log == logs[0] for log in logs) and len(set(limits)) == 1:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            ends = {
+                n.name: (n.db.committed_position, n.db.readable_position, n.service.state) for n in self.nodes
+            }
+            self.violation(f"the logs did not converge within 30 s of healing: {ends}")
+        self.elections = sum(n.service.election_count for n in self.nodes)
+        self.final_check()
+        for node in self.nodes:
+            await self.crash(node)
+
+    def final_check(self) -> None:
+        history = {r.position: r for r in self.nodes[0].db.records[: self.nodes[0].db.synced]}
+        for node in self.nodes[1:]:
+            if node.db.records[: node.db.synced] != self.nodes[0].db.records[: self.nodes[0].db.synced]:
+                self.violation(f"{node.name}'s log differs from {self.nodes[0].name}'s after healing")
+        for event_id, (position, _at) in self.acknowledged.items():
+            record = history.get(position)
+            if record is None or record.event_id != event_id:
+                self.violation(f"acknowledged event {event_id[:8]} at {position} is not in the final history")
+        seen: dict[str, int] = {}
+        for record in history.values():
+            if record.kind == "event":
+                if record.event_id in seen:
+                    self.violation(f"event {record.event_id[:8]} is in the log twice")
+                seen[record.event_id] = record.position
+        for name, position, event_id in self.reads:
+            record = history.get(position)
+            if record is None or record.event_id != event_id:
+                self.violation(f"{name} served event {event_id[:8]} at {position}, not in the final history")
+
+
+def run_seed(
+    seed: int, *, nodes: int = 3, seconds: float = 8.0, clients: int = 3, verbose: bool = False
+) -> SimulationResult:
+    """Run one simulated cluster under ``seed``; the same seed always runs the same way."""
+    sim = Simulation(seed, nodes, verbose=verbose)
+    loop = sim.loop
+
+    async def bounded() -> None:
+        try:
+            async with asyncio.timeout(seconds + 400):  # virtual seconds: a stuck run is a finding
+                await sim.run(seconds, clients)
+        except TimeoutError:
+            sim.violation(f"the run did not finish within {seconds + 400:.0f} simulated seconds")
+
+    try:
+        loop.run_until_complete(bounded())
+    except SimDeadlock as exc:
+        sim.violation(f"deadlock: {exc}")
+    finally:
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        with contextlib.suppress(BaseException):
+            loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
+    return SimulationResult(
+        seed, nodes, sim.violations, len(sim.acknowledged), sim.elections, sim.faults, loop.time()
+    )
+
+
+def _run_one(args: tuple[int, int, float]) -> SimulationResult:
+    seed, nodes, seconds = args
+    return run_seed(seed, nodes=nodes, seconds=seconds)
+
+
+def run_seeds(
+    seeds: range | list[int], *, nodes: int = 3, seconds: float = 8.0, processes: int = 1
+) -> list[SimulationResult]:
+    """Run many seeds, over ``processes`` worker processes; results in seed order."""
+    work = [(seed, nodes, seconds) for seed in seeds]
+    if processes <= 1:
+        return [_run_one(w) for w in work]
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        return pool.map(_run_one, work, chunksize=max(1, len(work) // (processes * 8)))
+
+
+def _main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m evdb.cluster.sim", description=__doc__.split("\n")[0])
+    parser.add_argument("--seed", type=int, help="run this one seed (with --verbose: its schedule and logs)")
+    parser.add_argument("--seeds", type=int, default=100, help="how many seeds, from --first (default 100)")
+    parser.add_argument("--first", type=int, default=0)
+    parser.add_argument("--nodes", type=int, default=3, choices=(3, 5))
+    parser.add_argument("--seconds", type=float, default=8.0, help="simulated seconds of faults per seed")
+    parser.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    if args.verbose:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s %(message)s")
+    seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
+    failed = 0
+    started = time.perf_counter()
+    if args.seed is not None:
+        results = [run_seed(args.seed, nodes=args.nodes, seconds=args.seconds, verbose=args.verbose)]
+    else:
+        results = run_seeds(seeds, nodes=args.nodes, seconds=args.seconds, processes=args.processes)
+    for seed, result in zip(seeds, results, strict=True):
+        if not result.ok:
+            failed += 1
+            print(f"seed {seed}: {len(result.violations)} violation(s)")
+            for line in result.violations[:5]:
+                print(f"  {line}")
+            print(f"  replay: python -m evdb.cluster.sim --seed {seed} --nodes {args.nodes} --verbose")
+    print(f"{len(seeds)} seeds, {args.nodes} nodes, {failed} failed, {time.perf_counter() - started:.1f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

@@ -1,0 +1,117 @@
+"""The storage I/O seam: every change the transaction log, its checkpoints and the index's durable file
+replacement make to files goes through the process's current :class:`Disk`.
+
+That is each creating or writable open, write, truncation, sync, rename and unlink. Reads do not:
+chunks are read through ``mmap`` and checkpoints with ``os.pread``, so a disk that pretends (the
+power-loss model in :mod:`evdb.storage.disk_model`) must leave the real files holding what it claims
+survived before the database opens them again.
+
+The default is :class:`OsDisk`, the operating system itself: its methods are the ``os`` functions, so a
+call costs one module attribute lookup more than calling ``os`` directly. Tests swap the disk for the
+whole process with ``with use_disk(model): ...``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Protocol
+
+__all__ = ["Disk", "OsDisk", "SequentialWriter", "current", "use_disk", "write_all"]
+
+
+class Disk(Protocol):
+    """What the storage code asks of the file system (the ``os`` functions of the same names)."""
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int: ...
+
+    def pwrite(self, fd: int, data, offset: int) -> int: ...
+
+    def ftruncate(self, fd: int, length: int) -> None: ...
+
+    def fsync(self, fd: int) -> None: ...
+
+    def fdatasync(self, fd: int) -> None: ...
+
+    def rename(self, src: str, dst: str) -> None: ...
+
+    def replace(self, src: str, dst: str) -> None: ...
+
+    def unlink(self, path: str) -> None: ...
+
+    def fsync_dir(self, directory: str) -> None:
+        """Make the folder's entries (names created, renamed, removed) durable."""
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class OsDisk:
+    """The real file system."""
+
+    open = staticmethod(os.open)
+    pwrite = staticmethod(os.pwrite)
+    ftruncate = staticmethod(os.ftruncate)
+    fsync = staticmethod(os.fsync)
+    fdatasync = staticmethod(os.fdatasync)
+    rename = staticmethod(os.rename)
+    replace = staticmethod(os.replace)
+    unlink = staticmethod(os.unlink)
+    fsync_dir = staticmethod(_fsync_dir)
+
+
+#: the disk every storage call goes through (read it as ``disk.current`` at each call)
+current: Disk = OsDisk()
+
+
+@contextlib.contextmanager
+def use_disk(disk: Disk) -> Iterator[Disk]:
+    """Make ``disk`` the process's disk for the duration of the block (then the previous one again)."""
+    global current
+    previous, current = current, disk
+    try:
+        yield disk
+    finally:
+        current = previous
+
+
+def write_all(fd: int, data, offset: int) -> None:
+    """Write all of ``data`` at ``offset`` (``pwrite`` may write less than asked)."""
+    view = memoryview(data)
+    while view:
+        written = current.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
+class SequentialWriter:
+    """Writes a file from its start, gathering small pieces into writes of about ``buffer_size``."""
+
+    def __init__(self, fd: int, buffer_size: int = 1 << 20) -> None:
+        self.fd = fd
+        self.offset = 0  # where the buffered bytes go
+        self._buffer = bytearray()
+        self._buffer_size = buffer_size
+
+    def write(self, data) -> None:
+        data = memoryview(data).cast("B")
+        if len(data) >= self._buffer_size:
+            self.flush()
+            write_all(self.fd, data, self.offset)
+            self.offset += len(data)
+            return
+        self._buffer += data
+        if len(self._buffer) >= self._buffer_size:
+            self.flush()
+
+    def flush(self) -> None:
+        """Hand the buffered bytes to the disk (not a sync)."""
+        if self._buffer:
+            write_all(self.fd, self._buffer, self.offset)
+            self.offset += len(self._buffer)
+            self._buffer = bytearray()
