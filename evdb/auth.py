@@ -13,6 +13,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -162,7 +163,21 @@ class UserStore:
             return None
         if not events:
             return None
-        return json.loads(events[0].data)
+        try:
+            record = json.loads(events[0].data)
+        except (ValueError, UnicodeDecodeError):
+            record = None
+        if not isinstance(record, dict) or not isinstance(record.get("salt"), str) or "hash" not in record:
+            # a user record that cannot be read (redacted or damaged): that login cannot sign in, and
+            # nothing else breaks
+            logging.getLogger("evdb").error(
+                "The user record $user-%s at event %d cannot be read (redacted or damaged): that login is "
+                "refused until the user is updated or recreated",
+                login,
+                events[0].event_number,
+            )
+            return None
+        return record
 
     def _write(self, login: str, data: dict, event_type: str, expected: int | None = None) -> None:
         event = NewEvent(event_type, json.dumps(data).encode(), is_json=True)
@@ -178,8 +193,12 @@ class UserStore:
     def ensure_defaults(self) -> None:
         """Create ``admin`` and ``ops`` on a fresh database."""
         for login, full_name, groups in DEFAULT_USERS:
-            if self._record(login) is None and not self._was_deleted(login):
+            if self._record(login) is None and not self._was_deleted(login) and not self._exists(login):
                 self.create(login, full_name, list(groups), DEFAULT_PASSWORD)
+
+    def _exists(self, login: str) -> bool:
+        """A user stream with events (readable or not: an unreadable record is not overwritten)."""
+        return self._db.stream_state(f"$user-{login}").last_event_number >= 0
 
     def _was_deleted(self, login: str) -> bool:
         return self._db.stream_state(f"$user-{login}").tombstoned
@@ -223,7 +242,10 @@ class UserStore:
             return []
         logins: dict[str, None] = {}
         for e in events:
-            login = json.loads(e.data)["loginName"]
+            try:
+                login = json.loads(e.data)["loginName"]
+            except (ValueError, UnicodeDecodeError, KeyError, TypeError):
+                continue  # an unreadable $users event (redacted): that entry is skipped
             if e.event_type == "$UserCreated":
                 logins[login] = None
             elif e.event_type == "$UserDeleted":

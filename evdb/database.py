@@ -63,6 +63,7 @@ from evdb.streams import (
     StreamSlice,
     StreamState,
     check_expected_version,
+    check_metadata_events,
     check_stream_name,
     is_metastream,
     metastream_of,
@@ -493,6 +494,7 @@ class Database:
         check_expected_version(expected_version)
         events = list(events)
         types, size = self._check_events(events)
+        check_metadata_events(stream, events)  # metadata appended to $$stream: the same rules as set
         return _Append(
             stream=stream,
             events=events,

@@ -96,3 +96,46 @@ def test_database_refuses_out_of_range_metadata_and_writes_nothing(db):
 def test_metadata_nested_too_deep_to_parse_reads_as_empty():
     deep = b'{"a":' * 3000 + b"1" + b"}" * 3000
     assert StreamMetadata.from_bytes(deep) == StreamMetadata()
+
+
+def test_the_database_itself_refuses_out_of_range_metadata_appended_to_a_metastream(tmp_path):
+    """Every surface goes through Database.append: metadata appended to $$stream directly is checked too."""
+    import json as _json
+
+    from evdb.database import Database
+    from evdb.errors import InvalidInput
+    from evdb.streams import NewEvent
+
+    db = Database.open(str(tmp_path / "db"), chunk_size=1 << 16)
+    try:
+        bad = NewEvent("$metadata", _json.dumps({"$maxAge": 2**63}).encode(), is_json=True)
+        with pytest.raises(InvalidInput):
+            db.append("$$orders", [bad])
+        assert db.read_all_forward(0, 10).events == []
+        db.append("$$orders", [NewEvent("$metadata", b'{"$maxAge": 60}', is_json=True)])
+    finally:
+        db.close()
+
+
+def test_an_unreadable_user_record_refuses_that_login_and_nothing_else(tmp_path):
+    """A user record that was redacted (or damaged) before redaction refused system streams: that login
+    is refused, every other login works, and taking office does not fail on it."""
+    from evdb.auth import UserStore
+    from evdb.database import Database
+    from evdb.streams import NewEvent
+
+    db = Database.open(str(tmp_path / "db"), chunk_size=1 << 16)
+    try:
+        users = UserStore(db)
+        users.ensure_defaults()
+        assert users.authenticate("admin", "changeit") is not None
+        db.append(
+            "$user-ops", [NewEvent("$UserUpdated", b"\xff" * 40, is_json=True)]
+        )  # what redaction leaves
+        users = UserStore(db)
+        assert users.authenticate("ops", "changeit") is None
+        assert users.authenticate("admin", "changeit") is not None
+        users.ensure_defaults()  # no attempt to recreate ops over its unreadable record
+        assert {u.login_name for u in users.list()} >= {"admin"}
+    finally:
+        db.close()

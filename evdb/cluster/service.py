@@ -514,9 +514,10 @@ class ClusterService:
                 await event.wait()
 
     async def _wait_for_position(self, position: int, timeout: float = 10.0) -> None:
-        """Wait until the record at ``position`` is committed in this node's log."""
+        """Wait until the record at ``position`` is in this node's log and its readers see it (the
+        cluster committed it), so a client reads its own write on the node it wrote through."""
         deadline = self._now() + timeout
-        while self.db.committed_position <= position:
+        while self.db.readable_position <= position:
             left = deadline - self._now()
             if left <= 0:
                 raise EvdbError(
@@ -531,6 +532,10 @@ class ClusterService:
             db = self.node.db
             if db is not None and self.cluster_size > 1:  # a single node's reads see all it has
                 db.set_read_limit(position)
+            if self.state in ("Leader", "ResigningLeader"):
+                # wake the senders: followers learn the new commit position now, not at the next tick
+                self._committed.set()
+                self._committed = asyncio.Event()
 
     # -- gossip ----------------------------------------------------------------------------------------
     async def _gossip_loop(self) -> None:
@@ -970,6 +975,12 @@ class ClusterService:
     # -- replication: the leader's side ----------------------------------------------------------------
     async def handle_replication(self, channel: Channel) -> None:
         """``/internal/replicate``: a follower subscribes to this leader's log."""
+        try:
+            await self._serve_follower(channel)
+        except PeerError as exc:  # the follower went away mid-handshake: it connects again
+            self.logger.info("A replication stream ended early: %s", exc)
+
+    async def _serve_follower(self, channel: Channel) -> None:
         hello_message = await channel.receive(timeout=10)
         hello = hello_message.text if hello_message is not None else None
         if not isinstance(hello, dict):

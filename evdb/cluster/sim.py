@@ -1072,6 +1072,15 @@ def run_seed(
     sim = Simulation(seed, nodes, verbose=verbose)
     loop = sim.loop
 
+    running = True
+
+    def unhandled(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        # an exception no task handled is a bug of the cluster code (or of the simulator)
+        if running:
+            sim.violation(f"unhandled in a task: {context.get('message')} {context.get('exception')!r}")
+
+    loop.set_exception_handler(unhandled)
+
     async def bounded() -> None:
         try:
             async with asyncio.timeout(seconds + 400):  # virtual seconds: a stuck run is a finding
@@ -1084,13 +1093,14 @@ def run_seed(
     except SimDeadlock as exc:
         sim.violation(f"deadlock: {exc}")
     finally:
+        running = False
         for task in asyncio.all_tasks(loop):
             task.cancel()
         with contextlib.suppress(BaseException):
             loop.run_until_complete(asyncio.sleep(0))
         loop.close()
     return SimulationResult(
-        seed, nodes, sim.violations, len(sim.acknowledged), sim.elections, sim.faults, loop.time()
+        seed, nodes, list(sim.violations), len(sim.acknowledged), sim.elections, sim.faults, loop.time()
     )
 
 

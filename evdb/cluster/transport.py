@@ -134,10 +134,16 @@ class _WebSocketChannel:
         self._ws = ws
 
     async def send_json(self, value: Any) -> None:
-        await self._ws.send_json(value)
+        try:
+            await self._ws.send_json(value)
+        except (OSError, RuntimeError) as exc:  # closing or closed: aiohttp's ways of saying so
+            raise PeerError(f"the replication stream is closed: {exc}") from exc
 
     async def send_bytes(self, data: bytes) -> None:
-        await self._ws.send_bytes(data)
+        try:
+            await self._ws.send_bytes(data)
+        except (OSError, RuntimeError) as exc:
+            raise PeerError(f"the replication stream is closed: {exc}") from exc
 
     async def receive(self, timeout: float | None = None) -> Message | None:
         message = await self._ws.receive(timeout=timeout)

@@ -142,6 +142,8 @@ def grpc_error(node: Node, exc: BaseException) -> GRPCError:
         return not_leader_error(node)
     if isinstance(exc, DatabaseClosed):
         return GRPCError(Status.UNAVAILABLE, str(exc))
+    if getattr(node, "db", None) is None:  # a follower cutting a diverged tail: a moment, not a fault
+        return GRPCError(Status.UNAVAILABLE, "The node is reopening its database; try again in a moment.")
     node.logger.exception("gRPC call failed unexpectedly", exc_info=exc)
     return GRPCError(Status.INTERNAL, f"Internal error: {exc}")
 
