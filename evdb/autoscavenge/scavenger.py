@@ -5,15 +5,17 @@ does): ``POST /admin/scavenge`` to start, ``GET /admin/scavenge/last`` to watch,
 from __future__ import annotations
 
 import json
-import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import aiohttp
 
 from evdb.errors import StreamNotFound
 from evdb.scavenge.events import scavenge_stream
+
+if TYPE_CHECKING:
+    from evdb.cluster.peers import PeerClient
 
 __all__ = ["HttpNodeScavenger", "LastScavenge", "NodeScavenger", "NodeUnreachable"]
 
@@ -44,28 +46,20 @@ class HttpNodeScavenger:
     def __init__(
         self,
         *,
-        scheme: str,
-        ssl_context: ssl.SSLContext | bool,
+        peers: PeerClient,
         authorization: Callable[[], Awaitable[str]],
         db: Callable[[], object],
         request_timeout: float = 10.0,
     ) -> None:
-        self.scheme = scheme
-        self._ssl = ssl_context
+        self._peers = peers  # the node's one node-to-node client: reloads reach these calls too
         self._authorization = authorization
         self._db = db
         self.request_timeout = request_timeout
-        self._session: aiohttp.ClientSession | None = None
-
-    async def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self._ssl))
-        return self._session
 
     async def _call(self, method: str, endpoint: str, path: str, timeout: float | None = None):
-        session = await self._client()
+        session = await self._peers.session()
         headers = {"Accept": "application/json", "Authorization": await self._authorization()}
-        url = f"{self.scheme}://{endpoint}{path}"
+        url = f"{self._peers.scheme}://{endpoint}{path}"
         try:
             async with session.request(
                 method,
@@ -133,6 +127,4 @@ class HttpNodeScavenger:
         return None
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        pass  # the connections belong to the node's peer client, closed when the node stops

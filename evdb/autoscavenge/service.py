@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import aiohttp
 
@@ -128,11 +128,12 @@ class AutoScavengeService:
         self.logger = node.logger
         self.interval = o.auto_scavenge_assess_interval_ms / 1000
         self.allow_seconds = bool(o.auto_scavenge_schedule_seconds)
-        tls = node.tls
-        self._ssl: Any = tls.client_context(check_hostname=False) if tls is not None else False
+        # every call to another node goes through the node's one peer client (evdb/cluster/peers.py):
+        # a certificate reload reaches the forwarder and the node scavenges too
+        self.peers = node.peer_client
         self._token: str | None = None
         self.scavenger = HttpNodeScavenger(
-            scheme=node.scheme, ssl_context=self._ssl, authorization=self._authorization, db=lambda: node.db
+            peers=self.peers, authorization=self._authorization, db=lambda: node.db
         )
         self.cluster = NodeClusterView(node)
         self.machine = AutoScavengeMachine(
@@ -145,7 +146,6 @@ class AutoScavengeService:
         )
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self._session: aiohttp.ClientSession | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -160,9 +160,6 @@ class AutoScavengeService:
                 await task
         await self.machine.close()
         await self.scavenger.close()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
     def wake(self) -> None:
         self._wake.set()
@@ -249,10 +246,9 @@ class AutoScavengeService:
         self, endpoint: tuple[str, int], method: str, path: str, body: bytes, headers: dict[str, str]
     ) -> tuple[int, bytes, str]:
         """Send a request to the leader with the caller's credentials; (status, body, content type)."""
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self._ssl))
-        url = f"{self.node.scheme}://{_endpoint(*endpoint)}{path}"
-        async with self._session.request(
+        session = await self.peers.session()
+        url = f"{self.peers.scheme}://{_endpoint(*endpoint)}{path}"
+        async with session.request(
             method, url, data=body or None, headers=headers, timeout=aiohttp.ClientTimeout(total=30)
         ) as response:
             data = await response.read()

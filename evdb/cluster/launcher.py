@@ -17,6 +17,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -44,18 +45,44 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _pid_alive(pid: int) -> bool:
+def _pid_alive(pid: int, config: str | None = None) -> bool:
+    """Whether ``pid`` is a live process, and (given ``config``) the evdb node started with that
+    configuration file: a zombie (ours or another process's) is dead, and so is a pid that the system
+    has given to another program since."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    try:  # a zombie child of ours counts as gone
+        pass
+    try:  # a zombie child of ours: reap it
         waited, _ = os.waitpid(pid, os.WNOHANG)
-        return waited == 0
+        if waited:
+            return False
     except ChildProcessError:
-        return True
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):  # zombie or dead, whoever its parent is
+            return False
+        if config is not None and os.fsencode(config) not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return False  # the pid now belongs to something else
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc here: what kill(0) said
+        pass
+    return True
+
+
+def _reap_when_done(process: subprocess.Popen) -> None:
+    """Wait for a started node in the background, so one that dies (kill -9, a crash) while this
+    process (the dashboard, a test) lives on never lingers as a zombie."""
+    threading.Thread(target=process.wait, name=f"reap-{process.pid}", daemon=True).start()
+
+
+def _node_alive(node: dict) -> bool:
+    pid = node.get("pid")
+    return bool(pid) and _pid_alive(int(pid), node.get("config"))
 
 
 class LocalCluster:
@@ -76,7 +103,7 @@ class LocalCluster:
         return self.info_path.exists()
 
     def running_nodes(self) -> list[dict]:
-        return [n for n in self.info().get("nodes", []) if n.get("pid") and _pid_alive(n["pid"])]
+        return [n for n in self.info().get("nodes", []) if _node_alive(n)]
 
     def client(self, url: str, timeout: float = 5.0) -> httpx.Client:
         info = self.info()
@@ -89,8 +116,14 @@ class LocalCluster:
         """Each node's name, url, pid and its own gossip state (or why it could not be read)."""
         out = []
         for node in self.info()["nodes"]:
-            row = {"name": node["name"], "url": node["url"], "pid": node.get("pid"), "state": "Down"}
-            if node.get("pid") and _pid_alive(node["pid"]):
+            alive = _node_alive(node)  # a dead or reused pid is never shown as the node's
+            row = {
+                "name": node["name"],
+                "url": node["url"],
+                "pid": node.get("pid") if alive else None,
+                "state": "Down",
+            }
+            if alive:
                 try:
                     with self.client(node["url"], timeout=2) as c:
                         body = c.get("/gossip").json()
@@ -121,7 +154,7 @@ class LocalCluster:
             )
         info = self.info()
         for node in info["nodes"]:
-            if node.get("pid") and _pid_alive(node["pid"]):
+            if _node_alive(node):  # exactly the nodes that are not running are started
                 continue
             node["pid"] = self._start_node(node)
             log(f"Started {node['name']} (pid {node['pid']}) at {node['url']}")
@@ -242,13 +275,14 @@ class LocalCluster:
                 start_new_session=True,
                 cwd=folder,
             )
+        _reap_when_done(process)
         return process.pid
 
     def start_node(self, name: str) -> int:
         """(Re)start one node of the cluster; returns its pid."""
         info = self.info()
         node = next(n for n in info["nodes"] if n["name"] == name)
-        if node.get("pid") and _pid_alive(node["pid"]):
+        if _node_alive(node):
             return node["pid"]
         node["pid"] = self._start_node(node)
         self._write_info(info)
@@ -282,7 +316,7 @@ class LocalCluster:
     def down(self, timeout: float = 15.0, log=print) -> None:
         """Stop every node: /admin/shutdown, then SIGTERM, then SIGKILL for any still running."""
         info = self.info()
-        running = [n for n in info["nodes"] if n.get("pid") and _pid_alive(n["pid"])]
+        running = [n for n in info["nodes"] if _node_alive(n)]
         for node in running:
             try:
                 with self.client(node["url"], timeout=2) as c:

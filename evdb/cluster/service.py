@@ -343,15 +343,21 @@ class ClusterService:
         #: since its epoch; a follower: what its leader said); reads never go past it
         self.commit_position = -1
         self._own_epoch_position = -1  # the epoch record this node wrote on taking office
-        self.transport: Transport = transport or HttpTransport(
-            host=self.replication_host,
-            port=self.replication_port,
-            tls=lambda: node.tls,
-            reserved_common_name=o.certificate_reserved_node_common_name,
-            logger=self.logger,
-            reset_interval=self.reset_interval,
-            monotonic=monotonic,
-        )
+        if transport is None:
+            from evdb.cluster.peers import PeerClient
+
+            client = getattr(node, "peer_client", None) or PeerClient(
+                lambda: node.tls, reset_interval=self.reset_interval, logger=self.logger, monotonic=monotonic
+            )
+            transport = HttpTransport(
+                host=self.replication_host,
+                port=self.replication_port,
+                tls=lambda: node.tls,
+                reserved_common_name=o.certificate_reserved_node_common_name,
+                logger=self.logger,
+                client=client,
+            )
+        self.transport: Transport = transport
         self._receiver: ChunkFileReceiver | None = None  # a chunk file being received from the leader
 
     # -- facts -----------------------------------------------------------------------------------------

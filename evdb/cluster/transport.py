@@ -23,6 +23,8 @@ from aiohttp import web
 if TYPE_CHECKING:
     import logging
 
+    from evdb.cluster.peers import PeerClient
+
 __all__ = [
     "Channel",
     "HttpTransport",
@@ -175,19 +177,15 @@ class HttpTransport:
         tls: Callable[[], Any],
         reserved_common_name: str,
         logger: logging.Logger,
-        reset_interval: float,
-        monotonic: Callable[[], float],
+        client: PeerClient,
     ) -> None:
         self.host = host
         self.port = port
         self._tls = tls
         self._reserved_common_name = reserved_common_name
         self.logger = logger
-        self.reset_interval = reset_interval
-        self._monotonic = monotonic
+        self.client = client  # the node's one node-to-node client (evdb/cluster/peers.py)
         self.listener_tls: Any = None  # the listener's swappable ssl context (evdb/tls/reload.py)
-        self._session: aiohttp.ClientSession | None = None
-        self._session_made = 0.0
         self._runner: web.AppRunner | None = None
         self._handlers: PeerHandlers | None = None
 
@@ -228,9 +226,6 @@ class HttpTransport:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
     @web.middleware
     async def _peer_certificate_middleware(self, request: web.Request, handler):
@@ -274,29 +269,11 @@ class HttpTransport:
         return ws
 
     # -- calling -----------------------------------------------------------------------------------
-    def _client_ssl(self) -> ssl.SSLContext | bool:
-        tls = self._tls()
-        if tls is None:
-            return False
-        return tls.client_context(check_hostname=False)
-
     async def _client(self) -> aiohttp.ClientSession:
-        """The session for node-to-node calls; remade every ConnectionResetInterval (new connections,
-        and the certificates loaded at that moment)."""
-        now = self._monotonic()
-        if self._session is not None and now - self._session_made > self.reset_interval:
-            self.logger.info("Resetting node-to-node connections (ConnectionResetInterval)")
-            await self._session.close()
-            self._session = None
-        if self._session is None:
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self._client_ssl()))
-            self._session_made = now
-        return self._session
+        return await self.client.session()
 
     async def reset(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self.client.reset()
 
     def _url(self, endpoint: tuple[str, int], path: str, *, websocket: bool = False) -> str:
         host, port = endpoint

@@ -23,6 +23,7 @@ from aiohttp import web
 from evdb.auth import UserStore
 from evdb.clock import Clock, SystemClock
 from evdb.cluster import ClusterService
+from evdb.cluster.peers import PeerClient
 from evdb.database import Database, DatabaseConfig
 from evdb.licensing import License, load_license
 from evdb.logs import close_node_logging, configure_node_logging
@@ -52,6 +53,7 @@ class Node:
         self.notifier: CommitNotifier
         self.scavenge: ScavengeService | None = None
         self.cluster: ClusterService | None = None
+        self.peer_client: PeerClient | None = None
         #: grows each time the database is closed and reopened under running requests (truncation)
         self.db_generation = 0
         self.license: License | None = None
@@ -224,6 +226,10 @@ class Node:
         self.logger.info(
             "Opening the database %s", "in memory" if o.mem_db else f"in {o.db} (index {o.index})"
         )
+        # the node's one client for calls to other nodes (cluster, auto-scavenge): a reload reaches it
+        self.peer_client = PeerClient(
+            lambda: self.tls, reset_interval=float(o.connection_reset_interval), logger=self.logger
+        )
         self.license = load_license(o, self.logger, self.clock.time())
         from evdb.autoscavenge import create_auto_scavenge
 
@@ -285,6 +291,8 @@ class Node:
             await self.auto_scavenge.stop()
         if self.cluster is not None:
             await self.cluster.stop()
+        if self.peer_client is not None:
+            await self.peer_client.close()
         await self._close_database()
         self.logger.info("Node stopped")
         close_node_logging(self.logger)

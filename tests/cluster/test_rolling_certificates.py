@@ -224,6 +224,17 @@ def test_rolling_update_to_a_new_ca_keeps_acknowledged_writes(local):
             f"{len(missing)} of {len(acknowledged)} acknowledged events missing on {node['name']}"
         )
 
+    # every node-to-node path took the new certificates: each follower forwards the auto-scavenge
+    # calls to the leader (they kept the old trusted root for good before the one peer client)
+    def forwards_everywhere() -> bool:
+        with httpx.Client(verify=new_ca, auth=("admin", "changeit"), timeout=10) as c:
+            answers = [c.get(f"{node['url']}/auto-scavenge/status") for node in local.info()["nodes"]]
+        return all(a.status_code == 200 for a in answers) or print(
+            [(a.status_code, a.text[:120]) for a in answers]
+        )
+
+    wait_until(forwards_everywhere, 30, "every node answering GET /auto-scavenge/status with 200")
+
 
 def test_sighup_reload_and_a_failed_one_on_a_node_process(tmp_path):
     """A single-node process: SIGHUP with the key missing keeps the old certificate (a fresh handshake
