@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import queue
+import struct
 import threading
 import uuid
 from collections import OrderedDict
@@ -387,6 +388,11 @@ class Database:
                 if self._failed is None:
                     self._existence.flush(self._log.committed)
             self._existence.close()
+        if self._read_limit_file is not None:
+            with contextlib.suppress(OSError):
+                self._read_limit_file.flush()
+                self._read_limit_file.close()
+            self._read_limit_file = None
         with contextlib.suppress(AttributeError):
             self._log.checkpoints.chaser.flush()
             self._log.close()
@@ -428,30 +434,41 @@ class Database:
         more careful) so a restarted member serves what it had served, and nothing more."""
         previous = self.readable_position
         self._read_limit = max(position, 0)
-        if self.config.db_dir is not None:
-            if self._read_limit_file is None:
-                from evdb.storage.checkpoints import Checkpoint
-
-                self._read_limit_file = Checkpoint(os.path.join(self.config.db_dir, "replication.chk"), -1)
-            if position > self._read_limit_file.value:
-                self._read_limit_file.write(position, flush=False)
+        self.record_commit_position(position)
         now = self.readable_position
         if now > previous:
             self._notify_listeners()
 
-    def commit_limit_at_open(self) -> int:
-        """The read limit this member had when it stopped (``replication.chk``). A database that never
-        had one was a single node's, every record of which was committed: all of it."""
-        if self.config.db_dir is None:
-            return self.committed_position
-        path = os.path.join(self.config.db_dir, "replication.chk")
-        if not os.path.exists(path):
-            return self.committed_position
-        from evdb.storage.checkpoints import Checkpoint
+    def _commit_file(self) -> Any:
+        if self._read_limit_file is None and self.config.db_dir is not None:
+            from evdb.index.durable import fsync_dir
+            from evdb.storage.checkpoints import Checkpoint
 
-        if self._read_limit_file is None:
+            path = os.path.join(self.config.db_dir, "replication.chk")
+            created = not os.path.exists(path)
             self._read_limit_file = Checkpoint(path, -1)
-        return max(self._read_limit_file.value, 0)
+            if created:
+                fsync_dir(self.config.db_dir)  # the file itself must survive a power cut
+        return self._read_limit_file
+
+    def record_commit_position(self, position: int) -> None:
+        """Keep ``position`` as committed cluster-wide in ``replication.chk`` (a single node: all it
+        has made durable), without changing what readers see."""
+        file = self._commit_file()
+        if file is not None and position > file.value:
+            file.write(position, flush=False)
+
+    def commit_limit_at_open(self) -> int:
+        """The commit position this member knew when it stopped (``replication.chk``), never past its
+        log (after a truncation the file is lowered to the log's end). 0 without the file: a member
+        serves nothing its leader has not confirmed."""
+        file = self._commit_file()
+        if file is None:
+            return 0
+        committed = self.committed_position
+        if file.value > committed:
+            file.write(committed)  # cut below it: records that come later are not committed yet
+        return max(min(file.value, committed), 0)
 
     def _notify_listeners(self) -> None:
         readable = self.readable_position
@@ -812,9 +829,30 @@ class Database:
             return False
         try:
             record = self._log.read_record(position)
-        except Exception:  # not a record boundary in this log: its bytes are no record
-            return False
+        except (CorruptedFile, ValueError, IndexError, struct.error, UnicodeDecodeError):
+            return False  # not a record boundary in this log: its bytes are no record (an I/O error raises)
         return record is not None and record.size == size and record_fingerprint(record) == fingerprint
+
+    def completed_chunk_ends(self, floor: int, point: int) -> list[tuple[int, int]]:
+        """``(data end, chunk end)`` of this log's completed, unscavenged chunks ending in
+        ``(floor, point]``: where a log that stops at a chunk's end agrees past its last record."""
+        return [
+            (chunk.data_end_position, chunk.end_position)
+            for chunk in self._log.distinct_chunks()
+            if chunk.is_completed and not chunk.is_scavenged and floor < chunk.end_position <= point
+        ]
+
+    def chunk_end_after(self, position: int) -> int | None:
+        """The end of this log's completed, unscavenged chunk whose records end exactly at
+        ``position``, or None."""
+        if position <= 0 or position > self._log.committed:
+            return None
+        chunk = self._log.chunk_for(position - 1)
+        if chunk is None or not chunk.is_completed or chunk.is_scavenged:
+            return None
+        if chunk.data_end_position != position or chunk.end_position > self._log.committed:
+            return None
+        return chunk.end_position
 
     def truncate_on_next_open(self, position: int) -> None:
         """Ask the next open to cut the log at ``position`` (a follower whose tail diverged)."""
@@ -1418,7 +1456,7 @@ class Database:
             batch, after = self._log.read_forward_batch(next_position, min(1024, max_count - len(events) + 8))
             if batch and batch[-1].log_position >= end:  # a cluster member: stop at the commit position
                 batch = [r for r in batch if r.log_position < end]
-                after = batch[-1].next_position if batch else next_position
+                after = batch[-1].next_position if batch else end  # past a chunk's tail: the end
                 done = True
             if not batch:
                 next_position = max(next_position, min(after, end))

@@ -243,14 +243,31 @@ async def _to_thread(fn: Callable[..., _T], *args: Any) -> _T:
     return await asyncio.to_thread(fn, *args)
 
 
-def shared_end(verify: dict, has_record: Callable[[int, int, int], bool]) -> int | None:
+def shared_end(
+    verify: dict,
+    has_record: Callable[[int, int, int], bool],
+    chunk_end_after: Callable[[int], int | None] | None = None,
+    chunk_ends: dict[int, int] | None = None,
+) -> int | None:
     """A follower's answer to one page of the leader's record checks (newest first): the end of the
-    newest record it holds at the same position, or None. A point of 0 shares nothing: start at 0."""
+    newest record it holds at the same position, or None. A point of 0 shares nothing: start at 0.
+
+    When that record is the last of a chunk both logs completed at the same end (``chunk_ends``: the
+    leader's data end -> chunk end), the logs agree to the chunk's end: a follower that stops there
+    (after a scavenge point completed the chunk, say) is not cut back into it, again and again."""
     if int(verify["point"]) == 0:
         return 0
     for position, size, fingerprint in verify.get("records") or []:
         if has_record(int(position), int(size), int(fingerprint)):
-            return int(position) + int(size)
+            end = int(position) + int(size)
+            leader_chunk_end = (chunk_ends or {}).get(end)
+            if (
+                leader_chunk_end is not None
+                and chunk_end_after is not None
+                and chunk_end_after(end) == leader_chunk_end
+            ):
+                return leader_chunk_end
+            return end
     return None
 
 
@@ -268,10 +285,11 @@ def resolve_common_point(leader: Database, follower: Database) -> tuple[str, int
     if verdict == "refuse":
         return "refuse", 0
     before = point
+    chunk_ends = dict(leader.completed_chunk_ends(floor, point))
     while True:
         checks = leader.record_checks(before, floor, _CHECKS_PER_MESSAGE)
         page = {"point": point, "floor": floor, "records": checks}
-        found = shared_end(page, follower.has_record)
+        found = shared_end(page, follower.has_record, follower.chunk_end_after, chunk_ends)
         if found is not None:
             end = follower.committed_position
             return ("truncate", found) if found < end else ("ok", end)
@@ -359,6 +377,7 @@ class ClusterService:
             )
         self.transport: Transport = transport
         self._receiver: ChunkFileReceiver | None = None  # a chunk file being received from the leader
+        self._reopening: asyncio.Future | None = None  # a truncate-and-reopen under way
 
     # -- facts -----------------------------------------------------------------------------------------
     @property
@@ -467,8 +486,10 @@ class ClusterService:
             await self._become_leader(self.term + 1)
         self._tasks.append(asyncio.create_task(self._gossip_loop(), name=f"{self.node.name}-gossip"))
 
-    def _attach(self) -> None:
-        db = self.db
+    def _attach(self, db: Database | None = None) -> None:
+        """Hook this service into ``db`` (the node's database, or one being reopened before the node
+        publishes it: no request may see it without the write permit, forwarding and read limit)."""
+        db = db if db is not None else self.db
         db.add_commit_listener(self._on_commit)
         # only a leader under its own epoch writes a client's records (never a node taking office)
         db.write_permit = lambda: self.state in ("Leader", "ResigningLeader")
@@ -477,6 +498,8 @@ class ClusterService:
             # reads stop at what the cluster committed (never a tail a new leader may cut)
             self.commit_position = min(db.commit_limit_at_open(), db.committed_position)
             db.set_read_limit(max(self.commit_position, 0))
+        else:  # a single node: all it has made durable is committed (kept, should it join a cluster)
+            db.record_commit_position(db.committed_position)
 
     async def stop(self) -> None:
         for task in [*self._tasks, *([self._follow_task] if self._follow_task else [])]:
@@ -495,10 +518,10 @@ class ClusterService:
         """Before the node closes its database (truncation): stop replicating into it."""
         self.db.remove_commit_listener(self._on_commit)
 
-    def attach_database(self) -> None:
-        """After the node reopened its database."""
-        self._attach()
-        self.db.remote_writer = RemoteWriter(self._loop, self._send_to_leader, self._wait_for_position)  # type: ignore[arg-type]
+    def attach_database(self, db: Database) -> None:
+        """A reopened database, before the node publishes it."""
+        self._attach(db)
+        db.remote_writer = RemoteWriter(self._loop, self._send_to_leader, self._wait_for_position)  # type: ignore[arg-type]
 
     def _on_commit(self, committed: int) -> None:
         loop = self._loop
@@ -509,6 +532,8 @@ class ClusterService:
     def _notify_commit(self) -> None:
         self._committed.set()
         self._committed = asyncio.Event()
+        if self.cluster_size == 1 and self.node.db is not None:
+            self.node.db.record_commit_position(self.node.db.committed_position)
         self._release_gate()
 
     async def _wait_for_commit(self, timeout: float) -> None:
@@ -781,10 +806,18 @@ class ClusterService:
         # before it would sit between the previous epoch's records and this one, where no follower's
         # log has it, and the common point would be computed wrong
         self.state = "PreLeader"
-        await self._stop_following()
-        self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)  # type: ignore[arg-type]
-        await self._blocking(functools.partial(self.db.forget_stream_states, recent_appends=False))
-        self._own_epoch_position = await self._blocking(self.db.write_epoch, term, self.node.instance_id)
+        try:
+            await self._stop_following()
+            self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)  # type: ignore[arg-type]
+            await self._blocking(functools.partial(self.db.forget_stream_states, recent_appends=False))
+            self._own_epoch_position = await self._blocking(self.db.write_epoch, term, self.node.instance_id)
+        except (EvdbError, OSError) as exc:
+            # a node that cannot write its epoch (a full disk, a failed database) does not lead, and
+            # must not stay PreLeader either: it would never vote, follow or stand again
+            self.logger.error("Could not take office in term %d: %s; this node stays a follower", term, exc)
+            self.state = "Unknown"
+            self._leader_seen = self._now()
+            return
         if self.state != "PreLeader":  # stepped down while the epoch was being written
             return
         if self.cluster_size > 1:
@@ -934,6 +967,7 @@ class ClusterService:
         """The leader's side: send the follower our records' checks, newest first from ``point`` down to
         ``floor``, a page at a time, until it answers where it goes on from. None when it went away."""
         before = point
+        chunk_ends = await self._blocking(self.db.completed_chunk_ends, floor, point)
         while True:
             checks = await self._blocking(self.db.record_checks, before, floor, _CHECKS_PER_MESSAGE)
             await channel.send_json(
@@ -943,9 +977,11 @@ class ClusterService:
                         "floor": floor,
                         "records": checks,
                         "last": len(checks) < _CHECKS_PER_MESSAGE,
+                        "chunkEnds": chunk_ends,
                     }
                 }
             )
+            chunk_ends = []  # sent once
             reply = await channel.receive(timeout=30)
             body = reply.text if reply is not None else None
             if not isinstance(body, dict):
@@ -965,8 +1001,11 @@ class ClusterService:
     async def _find_common_point(self, channel: Channel, verify: dict) -> int | None:
         """The follower's side: the end of the newest record both logs hold at the same position (the
         leader's records are listed newest first); None when none is found back to the shared epoch."""
+        chunk_ends = {int(a): int(b) for a, b in verify.get("chunkEnds") or []}
         while True:
-            found = await self._blocking(shared_end, verify, self.db.has_record)
+            found = await self._blocking(
+                shared_end, verify, self.db.has_record, self.db.chunk_end_after, chunk_ends
+            )
             if found is not None:
                 return found
             if verify.get("last") or not verify.get("records"):
@@ -985,6 +1024,8 @@ class ClusterService:
             await self._serve_follower(channel)
         except PeerError as exc:  # the follower went away mid-handshake: it connects again
             self.logger.info("A replication stream ended early: %s", exc)
+        except (EvdbError, TimeoutError, ValueError, TypeError, KeyError) as exc:
+            self.logger.warning("A replication stream from a follower failed: %s", exc)
 
     async def _serve_follower(self, channel: Channel) -> None:
         hello_message = await channel.receive(timeout=10)
@@ -1000,6 +1041,7 @@ class ClusterService:
         except (TypeError, ValueError) as exc:
             await channel.send_json({"error": f"bad hello: {exc}"})
             return
+        epoch = self.standing().epoch_number
         if verdict == "refuse":
             self.logger.warning(
                 "Follower %s: its database shares no history with this cluster; refused", follower
@@ -1009,7 +1051,7 @@ class ClusterService:
         position = await self._verify_common_point(channel, point, floor)
         if position is None:
             return
-        if not self.is_leader:
+        if not self.is_leader or self.standing().epoch_number != epoch:  # no longer the same leader
             await channel.send_json({"error": "not the leader"})
             return
         self.logger.info("Follower %s subscribed from position %d", follower, position)
@@ -1127,6 +1169,9 @@ class ClusterService:
         if task is not None and task is not asyncio.current_task():
             task.cancel()
             await asyncio.wait((task,))  # the caller's own cancellation still propagates
+        reopening = self._reopening
+        if reopening is not None and not reopening.done():
+            await asyncio.wait((reopening,))  # the database is being reopened: let it finish
         self.leader_id = None
         if not self.is_leader:
             self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)  # type: ignore[arg-type]
@@ -1201,7 +1246,19 @@ class ClusterService:
                     raise EvdbError("no common record with the leader's log")
                 if common < end:
                     await channel.close()
-                    await self.node.truncate_and_reopen(common)
+                    if common < self.commit_position:
+                        # never cut what the cluster committed: something is wrong, say so and wait
+                        self.logger.error(
+                            "The leader's log and this node's differ at %d, below the commit position %d "
+                            "this node knows: not truncating; it takes nothing from this leader",
+                            common,
+                            self.commit_position,
+                        )
+                        raise EvdbError("the logs differ below the commit position")
+                    # shielded: a cancelled follower still finishes reopening its database (else the
+                    # node would be left without one); _stop_following waits for it
+                    self._reopening = asyncio.ensure_future(self.node.truncate_and_reopen(common))
+                    await asyncio.shield(self._reopening)
                     return
                 await channel.send_json({"from": end})
                 first = await channel.receive(timeout=10)

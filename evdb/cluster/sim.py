@@ -412,6 +412,15 @@ class SimDatabase:
                 break
         return out
 
+    def completed_chunk_ends(self, floor: int, point: int) -> list[tuple[int, int]]:
+        return []  # the simulated log has no chunks
+
+    def chunk_end_after(self, position: int) -> int | None:
+        return None
+
+    def record_commit_position(self, position: int) -> None:
+        pass
+
     def has_record(self, position: int, size: int, fingerprint: int) -> bool:
         index = self._index_at(position)
         if index is None:
@@ -672,9 +681,10 @@ class _Host:
         await node.service.detach_database()
         node.db.truncate(position)
         old = node.db
-        node.db = SimDatabase(node.sim, node, node.durable)
+        db = SimDatabase(node.sim, node, node.durable)
+        node.service.attach_database(db)
+        node.db = db
         old.closed = True
-        node.service.attach_database()
 
 
 # -- the simulation ----------------------------------------------------------------------------------------

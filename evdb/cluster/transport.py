@@ -148,11 +148,17 @@ class _WebSocketChannel:
             raise PeerError(f"the replication stream is closed: {exc}") from exc
 
     async def receive(self, timeout: float | None = None) -> Message | None:
-        message = await self._ws.receive(timeout=timeout)
+        try:
+            message = await self._ws.receive(timeout=timeout)
+        except TimeoutError:
+            return None  # as the Channel port says: nothing came, the stream is over
         if message.type == aiohttp.WSMsgType.TEXT:
             import json
 
-            return Message(text=json.loads(message.data))
+            try:
+                return Message(text=json.loads(message.data))
+            except ValueError:
+                return None  # not this protocol: the stream is over
         if message.type == aiohttp.WSMsgType.BINARY:
             return Message(binary=message.data)
         return None

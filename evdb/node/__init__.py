@@ -153,9 +153,10 @@ class Node:
     async def _open_database(self) -> None:
         """Open the database and the parts built on it (also after a truncation, see below)."""
         o = self.options
-        self.db = await asyncio.to_thread(
-            Database.open, self._db_config, clock=self.clock, logger=self.logger
-        )
+        db = await asyncio.to_thread(Database.open, self._db_config, clock=self.clock, logger=self.logger)
+        if self.cluster is not None:  # reopened: hooked into the cluster before any request sees it
+            self.cluster.attach_database(db)
+        self.db = db
         self.notifier = CommitNotifier(self.db)
         self.users = UserStore(self.db)
         self.scavenge = ScavengeService(
@@ -195,7 +196,6 @@ class Node:
         await asyncio.to_thread(self.db.truncate_on_next_open, position)
         await self._close_database()
         await self._open_database()
-        self.cluster.attach_database()
 
     async def on_became_leader(self) -> None:
         """Called by the cluster when this node takes office: create the default users if missing."""

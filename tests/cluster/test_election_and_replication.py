@@ -366,3 +366,41 @@ def test_reads_stop_at_the_read_limit_but_the_writer_sees_everything(tmp_path):
         assert db.commit_limit_at_open() == db.committed_position
     finally:
         db.close()
+
+
+def test_a_follower_that_stops_at_a_completed_chunks_end_is_not_cut_back_into_it(tmp_path):
+    """A follower whose log ends where a completed chunk ends (a scavenge point completes the chunk, say)
+    goes on from there: cutting it back to the chunk's last record would reopen it at the chunk's end
+    again, and again, at every reconnection."""
+    leader = Database.open(str(tmp_path / "leader"), chunk_size=1 << 16)
+    follower = Database.open(str(tmp_path / "follower"), chunk_size=1 << 16)
+    try:
+        leader.write_epoch(1, uuid.uuid4())
+        leader.append("s", events(5))
+        leader.call_in_writer(lambda ctx: ctx.complete_active_chunk())
+        end = copy_log(leader, follower, 0)
+        assert follower.committed_position == leader.committed_position == end == 1 << 16
+        assert resolve_common_point(leader, follower) == ("ok", end)
+        leader.append("s", events(2))  # and once the leader went on in the next chunk
+        assert resolve_common_point(leader, follower) == ("ok", end)
+    finally:
+        leader.close()
+        follower.close()
+
+
+def test_all_reads_reach_a_read_limit_at_a_chunk_boundary(tmp_path):
+    """A read limit at a completed chunk's end (past the chunk's last record): a forward read of $all
+    reports the end there instead of asking again from the same place for ever."""
+    db = Database.open(str(tmp_path / "n"), chunk_size=1 << 16)
+    try:
+        db.append("s", events(3))
+        db.call_in_writer(lambda ctx: ctx.complete_active_chunk())
+        limit = db.committed_position
+        db.append("s", events(2))
+        db.set_read_limit(limit)
+        page = db.read_all_forward(0, 100)
+        assert len(page.events) == 3 and page.is_end and page.next_position == limit
+        again = db.read_all_forward(page.next_position, 100)
+        assert again.events == [] and again.is_end
+    finally:
+        db.close()
