@@ -611,8 +611,11 @@ class Database:
 
         def apply(ctx: _WriterContext) -> int:
             log = self._log
-            if position != log.end and position == log.active_chunk.end_position:
-                ctx.complete_active_chunk()  # the leader went on in the next chunk
+            active = log.active_chunk
+            if position == active.end_position and not active.is_completed:
+                # the leader went on in the next chunk: this one is complete, also when its records
+                # filled it to the last byte (the leader then sends no completion of its own)
+                ctx.complete_active_chunk()
             if position != log.end:
                 raise StorageError(f"Replicated records start at {position} but this log ends at {log.end}.")
             records, end = rec.read_frames(frames, 0, len(frames), len(frames), where="replication")

@@ -404,3 +404,31 @@ def test_all_reads_reach_a_read_limit_at_a_chunk_boundary(tmp_path):
         assert again.events == [] and again.is_end
     finally:
         db.close()
+
+
+def test_a_chunk_filled_to_its_last_byte_is_completed_on_the_follower_too(tmp_path):
+    """Records that fill a chunk exactly: the leader goes on in the next chunk without a completion
+    message (the follower is already at the chunk's end); the follower completes its chunk there and
+    takes the next records (it used to fail 'data does not fit in the chunk' for good; found by the
+    real-process fault soak)."""
+    from evdb.storage import records as rec
+
+    size = 1 << 16
+    leader = Database.open(str(tmp_path / "leader"), chunk_size=size)
+    follower = Database.open(str(tmp_path / "follower"), chunk_size=size)
+    try:
+        frame = rec.event_frame_size(len("s"), len("t"), 1000, 0)
+        while size - leader.committed_position >= 2 * frame:
+            leader.append("s", events(1, size=1000))
+        left = size - leader.committed_position
+        leader.append("s", events(1, size=1000 + left - frame))  # ends exactly at the chunk's end
+        assert leader.committed_position == size
+        copy_log(leader, follower, 0)
+        assert follower.committed_position == size
+        leader.append("s", events(3))  # in the next chunk
+        end = copy_log(leader, follower, size)
+        assert follower.committed_position == leader.committed_position == end
+        assert log_content(follower) == log_content(leader)
+    finally:
+        leader.close()
+        follower.close()
