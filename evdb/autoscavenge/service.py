@@ -259,7 +259,7 @@ def create_auto_scavenge(node: Node) -> AutoScavengeService:
     """Decide (and log) whether auto-scavenge runs on ``node``; the service (not started yet).
 
     Raises AutoScavengeNotLicensed when the earlier plugin form is enabled without a valid licence."""
-    from evdb.node import VERSION
+    from evdb.version import VERSION
 
     enabling = decide(node.options, node.license, node.clock.time(), node.logger, VERSION)
     return AutoScavengeService(node, enabling)

@@ -10,7 +10,7 @@ from evdb.http.common import get_node, json_response
 
 
 async def info(request: web.Request) -> web.Response:
-    from evdb.node import DB_VERSION, VERSION
+    from evdb.version import DB_VERSION, VERSION
 
     node = get_node(request)
     return json_response(

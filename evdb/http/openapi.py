@@ -305,7 +305,7 @@ def build_document() -> dict[str, Any]:
     }
     for extra in EXTRA_PATHS:
         paths.update(extra)
-    from evdb.node import VERSION
+    from evdb.version import VERSION
 
     return {
         "openapi": "3.0.3",

@@ -88,7 +88,7 @@ async def to_page(request: web.Request) -> web.Response:
 
 
 async def page(request: web.Request) -> web.Response:
-    from evdb.node import VERSION
+    from evdb.version import VERSION
 
     return _html("page.html", version=VERSION)
 
