@@ -454,9 +454,12 @@ class Database:
     def record_commit_position(self, position: int) -> None:
         """Keep ``position`` as committed cluster-wide in ``replication.chk`` (a single node: all it
         has made durable), without changing what readers see."""
+        if self._closed:
+            return
         file = self._commit_file()
         if file is not None and position > file.value:
-            file.write(position, flush=False)
+            with contextlib.suppress(OSError):  # closed under us: the next open reads the last value kept
+                file.write(position, flush=False)
 
     def commit_limit_at_open(self) -> int:
         """The commit position this member knew when it stopped (``replication.chk``), never past its

@@ -27,6 +27,7 @@ Every error evdb raises on purpose derives from :class:`EvdbError`::
 from __future__ import annotations
 
 __all__ = [
+    "STATUSES",
     "AccessDenied",
     "CorruptedFile",
     "DatabaseClosed",
@@ -44,6 +45,7 @@ __all__ = [
     "StreamError",
     "StreamNotFound",
     "WrongExpectedVersion",
+    "status_of",
 ]
 
 
@@ -141,3 +143,26 @@ class ScavengeNotFound(ScavengeError):
 class DatabaseClosed(EvdbError):
     def __init__(self) -> None:
         super().__init__("The database is closed.")
+
+
+#: The one table of what each error answers: its HTTP status and its gRPC status name, most specific
+#: first. evdb/http/app.py and evdb/grpc/common.py both read it (bodies and headers stay theirs).
+STATUSES: tuple[tuple[type[EvdbError], int, str], ...] = (
+    (WrongExpectedVersion, 400, "FAILED_PRECONDITION"),
+    (StreamDeleted, 410, "FAILED_PRECONDITION"),
+    (StreamNotFound, 404, "NOT_FOUND"),
+    (InvalidInput, 400, "INVALID_ARGUMENT"),  # EventTooLarge too
+    (ScavengeAlreadyRunning, 400, "FAILED_PRECONDITION"),
+    (ScavengeNotFound, 404, "NOT_FOUND"),
+    (AccessDenied, 403, "PERMISSION_DENIED"),
+    (NotLeader, 503, "UNAVAILABLE"),
+    (DatabaseClosed, 503, "UNAVAILABLE"),
+)
+
+
+def status_of(exc: BaseException) -> tuple[int, str] | None:
+    """``(HTTP status, gRPC status name)`` of an evdb error from :data:`STATUSES`; None: unexpected."""
+    for kind, http, grpc in STATUSES:
+        if isinstance(exc, kind):
+            return http, grpc
+    return None

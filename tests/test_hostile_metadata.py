@@ -139,3 +139,20 @@ def test_an_unreadable_user_record_refuses_that_login_and_nothing_else(tmp_path)
         assert {u.login_name for u in users.list()} >= {"admin"}
     finally:
         db.close()
+
+
+def test_one_table_gives_each_error_its_http_and_grpc_status():
+    """HTTP and gRPC answer an error from the same table (evdb/errors.py STATUSES)."""
+    from evdb import errors
+
+    assert errors.status_of(errors.StreamDeleted("s")) == (410, "FAILED_PRECONDITION")
+    assert errors.status_of(errors.EventTooLarge("big")) == (400, "INVALID_ARGUMENT")
+    assert errors.status_of(errors.NotLeader()) == (503, "UNAVAILABLE")
+    assert errors.status_of(errors.EvdbError("?")) is None
+    import inspect
+
+    from evdb.grpc import common as grpc_common
+    from evdb.http import app as http_app
+
+    assert "status_of" in inspect.getsource(http_app.error_middleware)
+    assert "status_of" in inspect.getsource(grpc_common.grpc_error)

@@ -21,16 +21,7 @@ from kurrentdbclient.protos.kurrent.rpc import errors_pb2
 from kurrentdbclient.protos.v1 import shared_pb2
 
 from evdb.auth import ADMINS, OPS, Principal, parse_basic_authorization, stream_access
-from evdb.errors import (
-    AccessDenied,
-    DatabaseClosed,
-    EventTooLarge,
-    InvalidInput,
-    NotLeader,
-    StreamDeleted,
-    StreamNotFound,
-    WrongExpectedVersion,
-)
+from evdb.errors import InvalidInput, NotLeader, status_of
 from evdb.streams import ANY, NO_STREAM, STREAM_EXISTS, check_stream_name
 
 if TYPE_CHECKING:
@@ -126,22 +117,11 @@ def grpc_error(node: Node, exc: BaseException) -> GRPCError:
     """evdb's errors as the gRPC statuses KurrentDB answers with (messages included)."""
     if isinstance(exc, GRPCError):
         return exc
-    if isinstance(exc, WrongExpectedVersion):
-        return GRPCError(Status.FAILED_PRECONDITION, str(exc))
-    if isinstance(exc, StreamDeleted):
-        return GRPCError(Status.FAILED_PRECONDITION, str(exc))
-    if isinstance(exc, StreamNotFound):
-        return GRPCError(Status.NOT_FOUND, str(exc))
-    if isinstance(exc, EventTooLarge):
-        return GRPCError(Status.INVALID_ARGUMENT, str(exc))
-    if isinstance(exc, InvalidInput):
-        return GRPCError(Status.INVALID_ARGUMENT, str(exc))
-    if isinstance(exc, AccessDenied):
-        return GRPCError(Status.PERMISSION_DENIED, str(exc) or "Access denied.")
     if isinstance(exc, NotLeader):
-        return not_leader_error(node)
-    if isinstance(exc, DatabaseClosed):
-        return GRPCError(Status.UNAVAILABLE, str(exc))
+        return not_leader_error(node)  # with the leader's endpoint, as KurrentDB's clients expect
+    known = status_of(exc)  # the one table of statuses (evdb/errors.py), shared with HTTP
+    if known is not None:
+        return GRPCError(Status[known[1]], str(exc) or "Access denied.")
     if getattr(node, "db", None) is None:  # a follower cutting a diverged tail: a moment, not a fault
         return GRPCError(Status.UNAVAILABLE, "The node is reopening its database; try again in a moment.")
     node.logger.exception("gRPC call failed unexpectedly", exc_info=exc)

@@ -12,18 +12,7 @@ from aiohttp import web
 
 from evdb.auth import ANONYMOUS, parse_basic_authorization
 from evdb.autoscavenge.nodeauth import NODE_SCHEME, authenticate_node
-from evdb.errors import (
-    AccessDenied,
-    DatabaseClosed,
-    EvdbError,
-    InvalidInput,
-    NotLeader,
-    ScavengeAlreadyRunning,
-    ScavengeNotFound,
-    StreamDeleted,
-    StreamNotFound,
-    WrongExpectedVersion,
-)
+from evdb.errors import EvdbError, WrongExpectedVersion, status_of
 from evdb.http.common import NODE, PRINCIPAL, unauthorized
 
 if TYPE_CHECKING:
@@ -125,23 +114,11 @@ async def error_middleware(request: web.Request, handler):
                 "ES-CurrentVersion": str(exc.current_version),
             },
         )
-    except StreamDeleted as exc:
-        response = web.Response(status=410, text=str(exc))
-    except StreamNotFound as exc:
-        response = web.Response(status=404, text=str(exc))
-    except (ScavengeAlreadyRunning, InvalidInput) as exc:
-        response = web.Response(status=400, text=str(exc))
-    except ScavengeNotFound as exc:
-        response = web.Response(status=404, text=str(exc))
-    except AccessDenied as exc:
-        response = web.Response(status=403, text=str(exc))
-    except NotLeader as exc:
-        response = web.Response(status=503, text=str(exc))
-    except DatabaseClosed as exc:
-        response = web.Response(status=503, text=str(exc))
     except EvdbError as exc:
-        node.logger.error("Request %s %s failed: %s", request.method, request.path, exc)
-        response = web.Response(status=500, text=str(exc))
+        known = status_of(exc)  # the one table of statuses (evdb/errors.py), shared with gRPC
+        if known is None:
+            node.logger.error("Request %s %s failed: %s", request.method, request.path, exc)
+        response = web.Response(status=known[0] if known else 500, text=str(exc))
     except asyncio.CancelledError:
         raise
     except OSError as exc:
