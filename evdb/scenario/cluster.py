@@ -22,6 +22,10 @@ from evdb.tls.trust import FollowedTrust
 __all__ = ["ScenarioCluster", "ScenarioNode", "StepFailed", "program", "substitution_values"]
 
 
+#: how long a step naming a role (leader, follower2, ...) waits for a node in it
+ROLE_WAIT_SECONDS = 30.0
+
+
 class StepFailed(Exception):
     """A step could not do what it says, or what it checks did not hold."""
 
@@ -129,12 +133,20 @@ class ScenarioCluster:
             raise StepFailed(f"there is no node {name!r} (nodes: {', '.join(self.nodes)})")
         role, nth = roles[match.group(1)], int(match.group(2) or 1)
         main_nodes = [n for n in self.nodes.values() if n.cluster is self.main]
-        states = await asyncio.gather(*(self.gossip_state(n) for n in main_nodes))
-        found = [node for node, state in zip(main_nodes, states, strict=True) if state == role]
-        if len(found) >= nth:
-            return found[nth - 1]
+        # a role may be vacant for a moment (an election after a resign or a kill): wait, bounded
+        deadline = asyncio.get_running_loop().time() + ROLE_WAIT_SECONDS
+        while True:
+            states = await asyncio.gather(*(self.gossip_state(n) for n in main_nodes))
+            found = [node for node, state in zip(main_nodes, states, strict=True) if state == role]
+            if len(found) >= nth:
+                return found[nth - 1]
+            if asyncio.get_running_loop().time() >= deadline:
+                break
+            await asyncio.sleep(0.25)
         seen = ", ".join(f"{n.name}: {s or 'no answer'}" for n, s in zip(main_nodes, states, strict=True))
-        raise StepFailed(f"there is no {'' if nth == 1 else f'{nth}th '}{role} now ({seen})")
+        raise StepFailed(
+            f"there is no {'' if nth == 1 else f'{nth}th '}{role} after {ROLE_WAIT_SECONDS:.0f} s ({seen})"
+        )
 
     def name_node(self, name: str, node: ScenarioNode) -> None:
         if name in self.nodes or name in ("leader", "follower", "replica", "killed"):
