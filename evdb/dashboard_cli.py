@@ -7,7 +7,9 @@ to it; on quit it asks whether to stop that cluster.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
+from pathlib import Path
 
 __all__ = ["register_cli"]
 
@@ -133,7 +135,15 @@ def run(args: argparse.Namespace) -> int:
             cluster.down(log=lambda text: print(text, file=sys.stderr))
         else:
             print(
-                f"The local cluster keeps running; stop it with: evdb cluster down --data {cluster.data_dir}",
+                f"The local cluster keeps running; stop it with: {evdb_command()} cluster down "
+                f"--data {shlex.quote(str(cluster.data_dir))}",
                 file=sys.stderr,
             )
     return 0
+
+
+def evdb_command() -> str:
+    """How to run ``evdb`` from any shell: the script beside this interpreter (a virtual environment
+    need not be active), else plain ``evdb``."""
+    script = Path(sys.executable).with_name("evdb")
+    return shlex.quote(str(script)) if script.exists() else "evdb"
