@@ -4,13 +4,16 @@ mid-way, see the node's own validation messages, and auto-scavenge (not availabl
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import httpx
+import pytest
 from webui_helpers import ADMIN, SCREENSHOTS, delete_streams, log_in, node_options, write_orders
 
 from evdb.licensing.issuers import issue_demo_license
 from evdb.node import Node
+from evdb.scavenge.run import RunContext
 
 #: what the current-scavenge part shows: state, phase, chunk progress
 SHOWN = """() => {
@@ -32,7 +35,55 @@ async def confirm_dialog(page) -> str:
     return await page.inner_text("#confirm-call")
 
 
-async def test_log_in_start_a_scavenge_see_it_progress_and_finish(node, page):
+class PhaseGate:
+    """Holds the scavenge at the start of each phase until the test has seen the page show it.
+
+    A small scavenge finishes in well under the page's 1 s poll on a fast machine: without the gate,
+    whether the page shows two phases would depend on the machine's speed. The hold is bounded.
+    """
+
+    def __init__(self) -> None:
+        self._seen = threading.Condition()
+        self._shown: set[str] = set()
+        self.opened = False
+
+    def hold(self, phase: str, stop: threading.Event) -> None:
+        """Until the page has shown ``phase``, the gate is opened or the scavenge is stopped (≤ 30 s)."""
+        deadline = time.monotonic() + 30
+        with self._seen:
+            while not (self.opened or phase in self._shown or stop.is_set()):
+                if time.monotonic() > deadline:
+                    return
+                self._seen.wait(0.05)  # a stop sets its own event: look at it every 50 ms
+
+    def shown(self, text: str) -> None:
+        """The page shows ``text``: a phase's name, then ``(phase n of m)``."""
+        with self._seen:
+            self._shown.add(text.split(" (phase ")[0])
+            self._seen.notify_all()
+
+    def open(self) -> None:
+        with self._seen:
+            self.opened = True
+            self._seen.notify_all()
+
+
+@pytest.fixture
+def phase_gate(monkeypatch):
+    gate = PhaseGate()
+    enter = RunContext.enter_phase
+
+    def held(ctx: RunContext, name: str) -> float:
+        started = enter(ctx, name)
+        gate.hold(name, ctx.stop)
+        return started
+
+    monkeypatch.setattr(RunContext, "enter_phase", held)
+    yield gate
+    gate.open()
+
+
+async def test_log_in_start_a_scavenge_see_it_progress_and_finish(node, page, phase_gate):
     await write_orders(node.db, streams=40, events=20)
     await delete_streams(node.db, [f"order-{i}" for i in range(0, 40, 2)])
 
@@ -56,7 +107,7 @@ async def test_log_in_start_a_scavenge_see_it_progress_and_finish(node, page):
     await page.wait_for_selector("#auto-scavenge[data-auto-state=unavailable]")
     assert "not available" in await page.inner_text("#auto-scavenge")
 
-    await page.fill("#throttlePercent", "10")  # rests 9× its work: a few seconds to watch
+    await page.fill("#throttlePercent", "10")
     await page.click("#start-submit")
     call = await confirm_dialog(page)
     assert call == "POST /admin/scavenge?threads=1&threshold=0&throttlePercent=10&syncOnly=false"
@@ -76,6 +127,8 @@ async def test_log_in_start_a_scavenge_see_it_progress_and_finish(node, page):
                     await page.screenshot(
                         path=str(SCREENSHOTS / "admin-scavenge-running.png"), full_page=True
                     )
+                    phase_gate.open()
+            phase_gate.shown(phase)
         elif state == "idle" and seen:
             break
         await asyncio.sleep(0.05)
@@ -89,12 +142,12 @@ async def test_log_in_start_a_scavenge_see_it_progress_and_finish(node, page):
     await page.screenshot(path=str(SCREENSHOTS / "admin-page.png"), full_page=True)
 
 
-async def test_stop_a_scavenge_mid_way(node, page):
+async def test_stop_a_scavenge_mid_way(node, page, phase_gate):
     await write_orders(node.db, streams=40, events=20)
     await delete_streams(node.db, [f"order-{i}" for i in range(0, 40, 2)])
     await log_in(page, node.http_url)
     await open_admin(page)
-    await page.fill("#throttlePercent", "1")  # rests 99× its work: it is still running when stopped
+    # the gate holds the scavenge at its first phase: it is still running when stopped
     await page.click("#start-submit")
     await confirm_dialog(page)
     await page.click("#confirm-send")
