@@ -7,15 +7,11 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-import aiohttp
-
+from evdb.cluster.peers import PeerClient, PeerError
 from evdb.errors import StreamNotFound
 from evdb.scavenge.events import scavenge_stream
-
-if TYPE_CHECKING:
-    from evdb.cluster.peers import PeerClient
 
 __all__ = ["HttpNodeScavenger", "LastScavenge", "NodeScavenger", "NodeUnreachable"]
 
@@ -57,21 +53,19 @@ class HttpNodeScavenger:
         self.request_timeout = request_timeout
 
     async def _call(self, method: str, endpoint: str, path: str, timeout: float | None = None):
-        session = await self._peers.session()
         headers = {"Accept": "application/json", "Authorization": await self._authorization()}
-        url = f"{self._peers.scheme}://{endpoint}{path}"
         try:
-            async with session.request(
+            answer = await self._peers.request(
                 method,
-                url,
+                endpoint,
+                path,
                 headers=headers,
                 data=b"{}" if method == "POST" else None,
-                timeout=aiohttp.ClientTimeout(total=timeout or self.request_timeout),
-            ) as response:
-                text = await response.text()
-                return response.status, text
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise NodeUnreachable(f"{method} {url}: {exc or type(exc).__name__}") from exc
+                timeout=timeout or self.request_timeout,
+            )
+        except PeerError as exc:  # names the node and the reason (a certificate, say)
+            raise NodeUnreachable(str(exc)) from exc
+        return answer.status, answer.text()
 
     @staticmethod
     def _json(text: str) -> object:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
-
-import aiohttp
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from evdb.autoscavenge.enabling import Enabling, decide
 from evdb.autoscavenge.machine import AutoScavengeMachine, Member
@@ -25,9 +25,20 @@ from evdb.errors import StreamNotFound
 from evdb.streams import NewEvent
 
 if TYPE_CHECKING:
-    from evdb.node import Node
+    from evdb.clock import Clock
+    from evdb.cluster.peers import PeerClient
+    from evdb.database import Database
+    from evdb.licensing import License
+    from evdb.options import Options
 
-__all__ = ["AutoScavengeService", "create_auto_scavenge"]
+__all__ = [
+    "AutoScavengeService",
+    "AutoScavengeSettings",
+    "ClusterMembership",
+    "DatabaseStore",
+    "MembershipView",
+    "create_auto_scavenge",
+]
 
 
 def _endpoint(host: str, port: int | str) -> str:
@@ -35,27 +46,67 @@ def _endpoint(host: str, port: int | str) -> str:
     return f"[{host}]:{int(port)}" if ":" in host else f"{host}:{int(port)}"
 
 
-class NodeClusterView:
-    """The machine's view of the cluster, from the node's gossip."""
+class ClusterMembership(Protocol):
+    """What auto-scavenge needs of the node's cluster membership (evdb.cluster.ClusterService is one)."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    @property
+    def is_leader(self) -> bool: ...
+
+    cluster_size: int
+
+    def members(self) -> list[dict[str, Any]]:
+        """The gossip's members (``httpEndPointIp``, ``state``, ``isAlive``, ...)."""
+
+    async def resign(self) -> None: ...
+
+    def leader_http_endpoint(self) -> tuple[str, int] | None: ...
+
+
+@dataclass(frozen=True)
+class AutoScavengeSettings:
+    """The node options auto-scavenge reads (AutoScavenge*)."""
+
+    assess_interval: float  # seconds
+    allow_seconds: bool  # a six-field schedule with seconds (AutoScavengeScheduleSeconds)
+    node_timeout: float  # seconds
+
+    @classmethod
+    def from_options(cls, o: Options) -> AutoScavengeSettings:
+        return cls(
+            assess_interval=o.auto_scavenge_assess_interval_ms / 1000,
+            allow_seconds=bool(o.auto_scavenge_schedule_seconds),
+            node_timeout=float(o.auto_scavenge_node_timeout_sec),
+        )
+
+
+class MembershipView:
+    """The machine's view of the cluster (:class:`ClusterView`), from the node's gossip; a single node
+    (no cluster) is a leader of one."""
+
+    def __init__(self, cluster: Callable[[], ClusterMembership | None], self_endpoint: Callable[[], str]):
+        self._cluster = cluster
+        self._self_endpoint = self_endpoint
 
     @property
     def is_leader(self) -> bool:
-        cluster = self.node.cluster
+        cluster = self._cluster()
         return cluster is not None and cluster.is_leader
 
     @property
     def self_endpoint(self) -> str:
-        return _endpoint(self.node.advertised_host, self.node.port)
+        return self._self_endpoint()
 
     @property
     def cluster_size(self) -> int:
-        return self.node.cluster.cluster_size if self.node.cluster else 1
+        cluster = self._cluster()
+        return cluster.cluster_size if cluster is not None else 1
+
+    def leader_http_endpoint(self) -> tuple[str, int] | None:
+        cluster = self._cluster()
+        return cluster.leader_http_endpoint() if cluster is not None else None
 
     def members(self) -> list[Member]:
-        cluster = self.node.cluster
+        cluster = self._cluster()
         if cluster is None:
             return []
         out = []
@@ -74,20 +125,26 @@ class NodeClusterView:
         return out
 
     async def resign(self) -> None:
-        if self.node.cluster is not None:
-            await self.node.cluster.resign()
+        cluster = self._cluster()
+        if cluster is not None:
+            await cluster.resign()
 
 
 class DatabaseStore:
     """The two system streams in the node's database (writes go through the leader's writer)."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(self, db: Callable[[], Database | None]) -> None:
+        self._db = db
+
+    def db(self) -> Database:
+        db = self._db()
+        if db is None:
+            raise NodeUnreachable("the node's database is not open")
+        return db
 
     async def load(self) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]], int]:
         def read() -> tuple[list[tuple[str, dict]], list[tuple[str, dict]], int]:
-            db = self.node.db
-            assert db is not None
+            db = self.db()
             config: list[tuple[str, dict]] = []
             try:
                 for e in db.read_stream_backward(CONFIGURATION_STREAM, None, 1).events:
@@ -112,37 +169,50 @@ class DatabaseStore:
         return await asyncio.to_thread(read)
 
     async def append(self, stream: str, event_type: str, data: dict, expected_version: int) -> int:
-        db = self.node.db
-        assert db is not None
         event = NewEvent(event_type, json.dumps(data, separators=(",", ":")).encode(), is_json=True)
-        result = await asyncio.wrap_future(db.append_async(stream, [event], expected_version))
+        result = await asyncio.wrap_future(self.db().append_async(stream, [event], expected_version))
         return result.next_expected_version
 
 
 class AutoScavengeService:
-    def __init__(self, node: Node, enabling: Enabling) -> None:
-        o = node.options
-        self.node = node
+    """One node's auto-scavenge. Its ports: the settings, the clock, the licence in force, the database
+    (reopened after a truncation: a getter), the cluster membership and the node's one peer client."""
+
+    def __init__(
+        self,
+        *,
+        enabling: Enabling,
+        settings: AutoScavengeSettings,
+        clock: Clock,
+        logger: logging.Logger,
+        name: str,
+        license: Callable[[], License | None],
+        db: Callable[[], Database | None],
+        cluster: MembershipView,
+        peers: PeerClient,
+    ) -> None:
         self.enabling = enabling
         self.active = enabling.active
-        self.logger = node.logger
-        self.interval = o.auto_scavenge_assess_interval_ms / 1000
-        self.allow_seconds = bool(o.auto_scavenge_schedule_seconds)
+        self.logger = logger
+        self.name = name
+        self.clock = clock
+        self._license = license
+        self.store = DatabaseStore(db)
+        self.interval = settings.assess_interval
+        self.allow_seconds = settings.allow_seconds
         # every call to another node goes through the node's one peer client (evdb/cluster/peers.py):
         # a certificate reload reaches the forwarder and the node scavenges too
-        self.peers = node.peer_client
+        self.peers = peers
         self._token: str | None = None
-        self.scavenger = HttpNodeScavenger(
-            peers=self.peers, authorization=self._authorization, db=lambda: node.db
-        )
-        self.cluster = NodeClusterView(node)
+        self.scavenger = HttpNodeScavenger(peers=peers, authorization=self._authorization, db=db)
+        self.cluster = cluster
         self.machine = AutoScavengeMachine(
-            clock=node.clock,
-            store=DatabaseStore(node),
+            clock=clock,
+            store=self.store,
             scavenger=self.scavenger,
-            cluster=self.cluster,
-            logger=node.logger,
-            node_timeout=float(o.auto_scavenge_node_timeout_sec),
+            cluster=cluster,
+            logger=logger,
+            node_timeout=settings.node_timeout,
         )
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -150,7 +220,7 @@ class AutoScavengeService:
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
         if self.active:
-            self._task = asyncio.create_task(self._run(), name=f"{self.node.name}-auto-scavenge")
+            self._task = asyncio.create_task(self._run(), name=f"{self.name}-auto-scavenge")
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -177,7 +247,7 @@ class AutoScavengeService:
             await self._sleep()
 
     async def _sleep(self) -> None:
-        sleeper = asyncio.ensure_future(self.node.clock.sleep(self.interval))
+        sleeper = asyncio.ensure_future(self.clock.sleep(self.interval))
         waker = asyncio.ensure_future(self._wake.wait())
         try:
             await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
@@ -187,13 +257,13 @@ class AutoScavengeService:
             self._wake.clear()
 
     def _licensed(self) -> bool:
-        lic = self.node.license
-        if lic is not None and lic.allows("AUTO_SCAVENGE", self.node.clock.time()):
+        lic = self._license()
+        if lic is not None and lic.allows("AUTO_SCAVENGE", self.clock.time()):
             return True
         if self.active:
             why = (
                 "the licence has expired"
-                if lic is not None and lic.is_expired(self.node.clock.time())
+                if lic is not None and lic.is_expired(self.clock.time())
                 else ("no valid licence with the AUTO_SCAVENGE entitlement")
             )
             self.logger.error("AutoScavenge is not licensed, stopping. %s", why.capitalize())
@@ -221,7 +291,7 @@ class AutoScavengeService:
 
     async def _ensure_loaded(self) -> None:
         if not self.machine.loaded:
-            self._token = await asyncio.to_thread(ensure_node_token, self.node.db)
+            self._token = await asyncio.to_thread(ensure_node_token, self.store.db())
             await self.machine.load()
 
     @contextlib.asynccontextmanager
@@ -235,7 +305,7 @@ class AutoScavengeService:
     async def _authorization(self) -> str:
         token = self._token
         if token is None:
-            token = await asyncio.to_thread(current_token, self.node.db)
+            token = await asyncio.to_thread(current_token, self.store.db())
             if token is None:
                 raise NodeUnreachable("the cluster has no node token yet")
             self._token = token
@@ -245,21 +315,45 @@ class AutoScavengeService:
     async def forward(
         self, endpoint: tuple[str, int], method: str, path: str, body: bytes, headers: dict[str, str]
     ) -> tuple[int, bytes, str]:
-        """Send a request to the leader with the caller's credentials; (status, body, content type)."""
-        session = await self.peers.session()
-        url = f"{self.peers.scheme}://{_endpoint(*endpoint)}{path}"
-        async with session.request(
-            method, url, data=body or None, headers=headers, timeout=aiohttp.ClientTimeout(total=30)
-        ) as response:
-            data = await response.read()
-            return response.status, data, response.headers.get("Content-Type", "")
+        """Send a request to the leader with the caller's credentials; (status, body, content type).
+        PeerError (naming the leader and the reason) when the leader does not answer."""
+        answer = await self.peers.request(
+            method,
+            endpoint,
+            path,
+            data=body or None,
+            headers=headers,
+            timeout=30,
+            what=f"forwarding {method} {path} to the leader {_endpoint(*endpoint)}",
+        )
+        return answer.status, answer.body, answer.content_type
 
 
-def create_auto_scavenge(node: Node) -> AutoScavengeService:
-    """Decide (and log) whether auto-scavenge runs on ``node``; the service (not started yet).
+def create_auto_scavenge(
+    options: Options,
+    *,
+    license: Callable[[], License | None],
+    clock: Clock,
+    logger: logging.Logger,
+    name: str,
+    db: Callable[[], Database | None],
+    cluster: MembershipView,
+    peers: PeerClient,
+) -> AutoScavengeService:
+    """Decide (and log) whether auto-scavenge runs on this node; the service (not started yet).
 
     Raises AutoScavengeNotLicensed when the earlier plugin form is enabled without a valid licence."""
     from evdb.version import VERSION
 
-    enabling = decide(node.options, node.license, node.clock.time(), node.logger, VERSION)
-    return AutoScavengeService(node, enabling)
+    enabling = decide(options, license(), clock.time(), logger, VERSION)
+    return AutoScavengeService(
+        enabling=enabling,
+        settings=AutoScavengeSettings.from_options(options),
+        clock=clock,
+        logger=logger,
+        name=name,
+        license=license,
+        db=db,
+        cluster=cluster,
+        peers=peers,
+    )

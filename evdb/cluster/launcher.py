@@ -82,7 +82,7 @@ def _reap_when_done(process: subprocess.Popen) -> None:
 
 def _node_alive(node: dict) -> bool:
     pid = node.get("pid")
-    return bool(pid) and _pid_alive(int(pid), node.get("config"))
+    return _pid_alive(int(pid), node.get("config")) if pid else False
 
 
 class LocalCluster:

@@ -590,9 +590,7 @@ class ClusterService:
             body = await self.transport.gossip(peer.seed, max(self.gossip_interval, 0.5))
         except PeerError as exc:
             peer.last_error = str(exc)
-            if exc.certificate:
-                if peer.alive(self._now(), self.gossip_timeout) or peer.last_seen < 0:
-                    self.logger.error("Gossip with %s:%d failed: %s", *peer.seed, exc)
+            if exc.certificate:  # logged by the peer client, naming the peer (evdb/cluster/peers.py)
                 peer.last_seen = min(peer.last_seen, self._now() - self.gossip_timeout - 1)
             elif peer.alive(self._now(), self.gossip_timeout):
                 self.logger.warning("Gossip with %s:%d failed: %s", *peer.seed, exc)
@@ -1200,9 +1198,7 @@ class ClusterService:
                 raise
             except PeerError as exc:
                 leader.last_error = str(exc)
-                if exc.certificate:
-                    self.logger.error("Replication from the leader failed: %s", exc)
-                else:
+                if not exc.certificate:  # a certificate failure is logged by the peer client
                     self.logger.warning("Replication from the leader stopped: %s", exc)
             except (TimeoutError, OSError, EvdbError, ValueError, KeyError, TypeError) as exc:
                 self.logger.warning("Replication from the leader stopped: %s", exc or type(exc).__name__)

@@ -12,13 +12,14 @@ decision code runs under a seed with message delay, loss, partitions and crashes
 from __future__ import annotations
 
 import contextlib
-import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 from aiohttp import web
+
+from evdb.cluster.peers import PeerError, tls_failure
 
 if TYPE_CHECKING:
     import logging
@@ -34,15 +35,6 @@ __all__ = [
     "Transport",
     "tls_failure",
 ]
-
-
-class PeerError(Exception):
-    """A call to a peer failed: unreachable, timed out, refused, or a bad answer. ``certificate`` is
-    True when the TLS handshake failed on a certificate (the log says so, naming the peer)."""
-
-    def __init__(self, message: str, *, certificate: bool = False) -> None:
-        super().__init__(message)
-        self.certificate = certificate
 
 
 @dataclass(frozen=True)
@@ -99,34 +91,6 @@ class Transport(Protocol):
 
     async def reset(self) -> None:
         """Close every open connection (ConnectionResetInterval); new calls connect again."""
-
-
-def tls_failure(exc: ssl.SSLError) -> str:
-    """Why a node-to-node TLS handshake failed, in words an operator can search for."""
-    detail = getattr(exc, "certificate_error", None) or exc  # aiohttp wraps the ssl error
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return (
-            "certificate chain validation failed: the other node's certificate does not chain to a "
-            f"trusted root of this node ({detail})"
-        )
-    if "unknown ca" in str(detail).lower() or "certificate" in str(detail).lower():
-        return (
-            "certificate chain validation failed: the other node does not trust this node's "
-            f"certificate ({detail})"
-        )
-    return str(detail)
-
-
-def _peer_error(exc: BaseException, what: str) -> PeerError:
-    if isinstance(exc, ssl.SSLError):
-        return PeerError(f"{what}: certificate validation error: {tls_failure(exc)}", certificate=True)
-    cert = getattr(exc, "certificate_error", None)
-    if cert is not None:
-        return PeerError(f"{what}: certificate validation error: {tls_failure(exc)}", certificate=True)  # type: ignore[arg-type]
-    return PeerError(f"{what}: {exc or type(exc).__name__}")
-
-
-_FAILURES = (TimeoutError, aiohttp.ClientError, OSError, ValueError)
 
 
 class _WebSocketChannel:
@@ -274,38 +238,20 @@ class HttpTransport:
             await ws.close()
         return ws
 
-    # -- calling -----------------------------------------------------------------------------------
-    async def _client(self) -> aiohttp.ClientSession:
-        return await self.client.session()
-
+    # -- calling (through the node's one peer client: it names the peer in every failure) ----------
     async def reset(self) -> None:
         await self.client.reset()
 
-    def _url(self, endpoint: tuple[str, int], path: str, *, websocket: bool = False) -> str:
-        host, port = endpoint
-        host = f"[{host}]" if ":" in host else host
-        scheme = ("wss" if self.secure else "ws") if websocket else ("https" if self.secure else "http")
-        return f"{scheme}://{host}:{port}{path}"
-
     async def gossip(self, seed: tuple[str, int], timeout: float) -> dict:
-        session = await self._client()
-        try:
-            async with session.get(
-                self._url(seed, "/gossip"), timeout=aiohttp.ClientTimeout(total=timeout)
-            ) as response:
-                return await response.json()
-        except _FAILURES as exc:
-            raise _peer_error(exc, f"gossip with {seed[0]}:{seed[1]}") from exc
+        answer = await self.client.request(
+            "GET", seed, "/gossip", timeout=timeout, what=f"gossip with {seed[0]}:{seed[1]}"
+        )
+        return _json_answer(answer, f"gossip with {seed[0]}:{seed[1]}")
 
     async def _post(self, endpoint: tuple[str, int], path: str, body: dict, timeout: float) -> dict:
-        session = await self._client()
-        try:
-            async with session.post(
-                self._url(endpoint, path), json=body, timeout=aiohttp.ClientTimeout(total=timeout)
-            ) as response:
-                return await response.json()
-        except _FAILURES as exc:
-            raise _peer_error(exc, f"{path} on {endpoint[0]}:{endpoint[1]}") from exc
+        what = f"{path} on {endpoint[0]}:{endpoint[1]}"
+        answer = await self.client.request("POST", endpoint, path, json=body, timeout=timeout, what=what)
+        return _json_answer(answer, what)
 
     async def vote(self, endpoint: tuple[str, int], body: dict, timeout: float) -> dict:
         return await self._post(endpoint, "/internal/vote", body, timeout)
@@ -315,16 +261,23 @@ class HttpTransport:
 
     @contextlib.asynccontextmanager
     async def replicate(self, endpoint: tuple[str, int], heartbeat: float) -> AsyncIterator[Channel]:
-        session = await self._client()
-        try:
-            ws = await session.ws_connect(
-                self._url(endpoint, "/internal/replicate", websocket=True),
-                heartbeat=heartbeat,
-                max_msg_size=0,
-            )
-        except _FAILURES as exc:
-            raise _peer_error(exc, f"replication from {endpoint[0]}:{endpoint[1]}") from exc
+        ws = await self.client.websocket(
+            endpoint,
+            "/internal/replicate",
+            heartbeat=heartbeat,
+            what=f"replication from {endpoint[0]}:{endpoint[1]}",
+        )
         try:
             yield _WebSocketChannel(ws)
         finally:
             await ws.close()
+
+
+def _json_answer(answer: Any, what: str) -> dict:
+    """A peer's JSON answer; PeerError when it is not JSON (a proxy, a 403 page, a node mid-restart)."""
+    import json
+
+    try:
+        return json.loads(answer.body)
+    except ValueError:
+        raise PeerError(f"{what}: answered {answer.status} {answer.text()[:200]!r}, not JSON") from None

@@ -21,10 +21,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from evdb.autoscavenge.schedule import InvalidSchedule, parse_schedule
+from evdb.cluster.peers import PeerError
 from evdb.errors import InvalidInput
 from evdb.http.common import (
     get_node,
@@ -72,10 +72,9 @@ async def _on_leader(request: web.Request, local) -> web.Response:
     node = get_node(request)
     if not service.active:
         return problem(503, "AutoScavenge is not enabled")
-    cluster = node.cluster
-    if cluster is not None and cluster.is_leader:
+    if service.cluster.is_leader:
         return await local()
-    leader = cluster.leader_http_endpoint() if cluster is not None else None
+    leader = service.cluster.leader_http_endpoint()
     if leader is None or request.headers.get(FORWARDED):
         return problem(500, NO_LEADER)
     headers = {FORWARDED: service.cluster.self_endpoint, "Accept": request.headers.get("Accept", "*/*")}
@@ -87,11 +86,9 @@ async def _on_leader(request: web.Request, local) -> web.Response:
         status, data, content_type = await service.forward(
             leader, request.method, request.path, body, headers
         )
-    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        node.logger.warning(
-            "Could not forward %s %s to the leader %s:%d: %s", request.method, request.path, *leader, exc
-        )
-        return problem(500, f"{NO_LEADER} (the leader at {leader[0]}:{leader[1]} did not answer: {exc})")
+    except PeerError as exc:  # names the leader and the reason (a certificate, say)
+        node.logger.warning("Could not forward %s %s: %s", request.method, request.path, exc)
+        return problem(500, f"{NO_LEADER} ({exc})")
     response = web.Response(status=status, body=data)
     if content_type:
         response.headers["Content-Type"] = content_type

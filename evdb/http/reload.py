@@ -6,7 +6,8 @@ with the reason as a ``text/plain`` body, and the node keeps its current configu
 (evdb/tls/reload.py).
 
 Certificates: the node certificate in use (subject, names, issuer, validity, fingerprints, files), the CA
-it chains to, the trusted roots, and the time and result of the last reload, for the dashboard.
+it chains to, the trusted roots, the time and result of the last reload, and ``peerErrors``: the calls to
+other nodes failing now (peer, reason, whether a certificate is the cause, since when), for the dashboard.
 """
 
 from __future__ import annotations
@@ -29,7 +30,12 @@ async def reload_config(request: web.Request) -> web.Response:
 
 async def certificates(request: web.Request) -> web.Response:
     require_ops(request)
-    return json_response(get_node(request).reloader.describe())
+    node = get_node(request)
+    body = node.reloader.describe()
+    # the calls to other nodes failing now, each naming the peer and the reason (a certificate, say)
+    peers = node.peer_client
+    body["peerErrors"] = [failure.to_json() for failure in peers.failures()] if peers is not None else []
+    return json_response(body)
 
 
 def setup(app: web.Application) -> None:
@@ -60,12 +66,12 @@ EXTRA_PATHS.append(
                 "summary": "The certificate state of this node (evdb extension)",
                 "responses": {
                     "200": {
-                        "description": "Certificate in use, its CA, the trusted roots, the last reload",
+                        "description": "Certificate in use, its CA, the trusted roots, the last reload, failing peers",
                         "content": {
                             "application/json": {
                                 "schema": {
                                     "type": "object",
-                                    "required": ["secure", "certificate", "ca", "trustedRoots", "lastReload"],
+                                    "required": ["secure", "certificate", "ca", "trustedRoots", "lastReload", "peerErrors"],
                                     "properties": {
                                         "secure": {"type": "boolean"},
                                         "certificate": _NULLABLE_OBJECT,
@@ -75,6 +81,20 @@ EXTRA_PATHS.append(
                                         "connectionResetIntervalSeconds": {"type": "integer"},
                                         "loadedAt": {"type": "string", "nullable": True},
                                         "lastReload": _NULLABLE_OBJECT,
+                                        "peerErrors": {
+                                            "type": "array",
+                                            "items": {
+                                                "type": "object",
+                                                "properties": {
+                                                    "peer": {"type": "string"},
+                                                    "reason": {"type": "string"},
+                                                    "certificate": {"type": "boolean"},
+                                                    "since": {"type": "string"},
+                                                    "last": {"type": "string"},
+                                                    "failures": {"type": "integer"},
+                                                },
+                                            },
+                                        },
                                     },
                                 }
                             }

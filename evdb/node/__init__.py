@@ -23,7 +23,7 @@ from aiohttp import web
 from evdb.auth import UserStore
 from evdb.clock import Clock, SystemClock
 from evdb.cluster import ClusterService
-from evdb.cluster.peers import PeerClient
+from evdb.cluster.peers import PeerClient, peer_name
 from evdb.database import Database, DatabaseConfig
 from evdb.licensing import License, load_license
 from evdb.logs import close_node_logging, configure_node_logging
@@ -33,7 +33,7 @@ from evdb.redaction import start_redaction_service
 from evdb.scavenge.service import ScavengeService
 from evdb.streams import NewEvent
 from evdb.subscriptions import CommitNotifier
-from evdb.tls.reload import ConfigReloader, ReloadRecord, SwappableServerContext
+from evdb.tls.reload import ConfigReloader, NodeSettings, ReloadRecord, SwappableServerContext
 from evdb.version import DB_VERSION, VERSION
 
 __all__ = ["DB_VERSION", "VERSION", "Node"]
@@ -43,7 +43,9 @@ class Node:
     """A single evdb node. Start with ``await node.start()`` or ``async with``."""
 
     def __init__(self, options: Options, *, clock: Clock | None = None, name: str | None = None) -> None:
-        self.options = options
+        #: the options and certificates in effect; a reload replaces them (evdb/tls/reload.py)
+        self.settings = NodeSettings(options)
+        self.settings.on_change(self._settings_changed)
         self.clock = clock or SystemClock()
         self.instance_id = uuid.uuid4()
         self.name = name or f"node-{self.instance_id.hex[:8]}"
@@ -61,9 +63,11 @@ class Node:
         self.auto_scavenge: Any = None  # evdb.autoscavenge.AutoScavengeService (mapped or not)
         self.statuses: dict[str, tuple[str, float]] = {}
         self.metrics = NodeMetrics(self)
-        self.tls: Any = None
         self.server_tls: Any = None  # the HTTP port's swappable ssl context (evdb/tls/reload.py)
-        self.reloader = ConfigReloader(self)  # POST /admin/reloadconfig and SIGHUP
+        # POST /admin/reloadconfig and SIGHUP
+        self.reloader = ConfigReloader(
+            self.settings, clock=self.clock, logger=lambda: self.logger, listeners=self._tls_listeners
+        )
         self.grpc: Any = None  # the gRPC server sharing the HTTP port (evdb/grpc/dispatch.py)
         self._runner: web.AppRunner | None = None
         self._sites: list[web.BaseSite] = []
@@ -72,6 +76,31 @@ class Node:
         self.port = options.http_port
         self.shutdown_requested = asyncio.Event()
         self.started_at = self.clock.time()
+
+    # -- settings --------------------------------------------------------------------------------------
+    @property
+    def options(self) -> Options:
+        return self.settings.options
+
+    @property
+    def tls(self) -> Any:
+        """The node's certificates in use (evdb.tls.loading.NodeTls), None without TLS."""
+        return self.settings.tls
+
+    def _tls_listeners(self) -> list[SwappableServerContext]:
+        """The swappable ssl contexts a certificate reload swaps: the HTTP port, the node-to-node port."""
+        listeners = [self.server_tls]
+        if self.cluster is not None:
+            listeners.append(self.cluster.listener_tls)
+        return [listener for listener in listeners if listener is not None]
+
+    def _settings_changed(self, options: Options, tls: Any) -> None:
+        """A reload's new settings reach the parts that keep a copy: ConnectionResetInterval."""
+        interval = float(options.connection_reset_interval)
+        if self.peer_client is not None:
+            self.peer_client.reset_interval = interval
+        if self.cluster is not None:
+            self.cluster.reset_interval = interval
 
     # -- addresses -------------------------------------------------------------------------------------
     @property
@@ -136,7 +165,7 @@ class Node:
             )
             cert, key, roots = str(dev.cert_path), str(dev.key_path), str(dev.ca_path)
             self.logger.warning("DEV MODE: using throw-away certificates generated in %s", folder)
-        self.tls = load_node_tls(cert, key, roots)
+        self.settings.tls = load_node_tls(cert, key, roots)
         self.logger.info(
             "Loaded the node certificate %s (issuer %s, expires %s)",
             self.tls.subject,
@@ -231,9 +260,21 @@ class Node:
             lambda: self.tls, reset_interval=float(o.connection_reset_interval), logger=self.logger
         )
         self.license = load_license(o, self.logger, self.clock.time())
-        from evdb.autoscavenge import create_auto_scavenge
+        from evdb.autoscavenge.service import MembershipView, create_auto_scavenge
 
-        self.auto_scavenge = create_auto_scavenge(self)  # may refuse to start (earlier plugin form)
+        # may refuse to start (earlier plugin form)
+        self.auto_scavenge = create_auto_scavenge(
+            o,
+            license=lambda: self.license,
+            clock=self.clock,
+            logger=self.logger,
+            name=self.name,
+            db=lambda: self.db,
+            cluster=MembershipView(
+                lambda: self.cluster, lambda: peer_name((self.advertised_host, self.port))
+            ),
+            peers=self.peer_client,
+        )
         await self._open_database()
         sockets = self._bind_sockets()
         self.cluster = ClusterService(self)

@@ -20,7 +20,7 @@ import asyncio
 import datetime
 import logging
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,7 @@ from evdb.errors import EvdbError
 from evdb.tls.loading import CertificateError, NodeTls, common_name_matches, load_node_tls
 
 if TYPE_CHECKING:
-    from evdb.node import Node
+    from evdb.clock import Clock
     from evdb.options import Options
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "RELOAD_REQUESTED",
     "RELOAD_SUCCEEDED",
     "ConfigReloader",
+    "NodeSettings",
     "ReloadRecord",
     "SwappableServerContext",
     "describe_tls",
@@ -126,26 +127,52 @@ class _Plan:
     contexts: list[tuple[SwappableServerContext, ssl.SSLContext]] = field(default_factory=list)
 
 
-class ConfigReloader:
-    """One node's configuration reloads; one at a time (a second request waits for the first)."""
+class NodeSettings:
+    """The options and certificates a node runs with now: one holder, replaced whole by a reload.
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    Whatever depends on a setting either reads it here at each use (the peer client takes the
+    certificates at its next call) or subscribes with :meth:`on_change` and is told at once (the
+    ConnectionResetInterval of the peer client and of the replication stream, say)."""
+
+    def __init__(self, options: Options, tls: NodeTls | None = None) -> None:
+        self.options = options
+        self.tls = tls
+        self._subscribers: list[Callable[[Options, NodeTls | None], None]] = []
+
+    def on_change(self, subscriber: Callable[[Options, NodeTls | None], None]) -> None:
+        self._subscribers.append(subscriber)
+
+    def replace(self, options: Options, tls: NodeTls | None) -> None:
+        self.options, self.tls = options, tls
+        for subscriber in self._subscribers:
+            subscriber(options, tls)
+
+
+class ConfigReloader:
+    """One node's configuration reloads; one at a time (a second request waits for the first).
+
+    Its ports: the node's settings (which it replaces), the clock, the log, and the swappable ssl
+    contexts of the node's listeners (the HTTP port, the node-to-node port)."""
+
+    def __init__(
+        self,
+        settings: NodeSettings,
+        *,
+        clock: Clock,
+        logger: Callable[[], logging.Logger],
+        listeners: Callable[[], list[SwappableServerContext]],
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self._logger = logger
+        self.listeners = listeners
         self.last: ReloadRecord | None = None
         self.certificate_loaded_at: float | None = None
         self._lock = asyncio.Lock()
 
     @property
     def logger(self) -> logging.Logger:
-        return self.node.logger
-
-    def listeners(self) -> list[SwappableServerContext]:
-        """The ssl contexts of the node's listeners: the HTTP port, the node-to-node port."""
-        node = self.node
-        holders = [getattr(node, "server_tls", None)]
-        cluster = getattr(node, "cluster", None)
-        holders.append(getattr(cluster, "listener_tls", None) if cluster is not None else None)
-        return [h for h in holders if h is not None]
+        return self._logger()
 
     async def reload(self, trigger: str = "http") -> ReloadRecord:
         """Reload the configuration file, the environment and the certificates; never raises for a bad
@@ -160,7 +187,7 @@ class ConfigReloader:
             except (EvdbError, ssl.SSLError, OSError, ValueError) as exc:
                 reason = _sentence(str(exc) or type(exc).__name__)
                 self.logger.error(RELOAD_FAILED, reason)
-                record = ReloadRecord(self.node.clock.time(), label, False, error=reason)
+                record = ReloadRecord(self.clock.time(), label, False, error=reason)
                 self.last = record
                 return record
             record = self._apply(plan, label)
@@ -172,8 +199,8 @@ class ConfigReloader:
     def _prepare(self) -> _Plan:
         from evdb.options import reload_options
 
-        node, log = self.node, self.logger
-        current = node.options
+        settings, log = self.settings, self.logger
+        current = settings.options
         if current.config:
             log.info("Reloading: reading the configuration file %s and the environment", current.config)
         else:
@@ -183,7 +210,7 @@ class ConfigReloader:
             "Reloading: the options are valid%s",
             f"; changed: {', '.join(changed)}" if changed else "; no option value changed",
         )
-        plan = _Plan(options, changed, node.tls)
+        plan = _Plan(options, changed, settings.tls)
         if options.insecure:
             log.info("Reloading: TLS is off (Insecure); there are no certificates to reload")
             return plan
@@ -210,7 +237,7 @@ class ConfigReloader:
             tls.issuer,
             f"{tls.not_after:%Y-%m-%d %H:%M} UTC",
         )
-        self._check_common_name(node.tls, current, tls, options)
+        self._check_common_name(settings.tls, current, tls, options)
         plan.tls = tls
         for holder in self.listeners():
             try:
@@ -249,23 +276,19 @@ class ConfigReloader:
     def _apply(self, plan: _Plan, label: str) -> ReloadRecord:
         from evdb.logs import set_level
 
-        node, log = self.node, self.logger
-        old_options, old_tls = node.options, node.tls
-        node.options = plan.options
-        node.tls = plan.tls
+        settings, log = self.settings, self.logger
+        old_options, old_tls = settings.options, settings.tls
         for holder, context in plan.contexts:
             holder.install(context)
-        cluster = getattr(node, "cluster", None)
-        if cluster is not None:
-            cluster.reset_interval = float(plan.options.connection_reset_interval)
+        settings.replace(plan.options, plan.tls)  # its subscribers are told now
         for name in plan.changed:
             log.info("Reloading: option %s changed and is now in effect", name)
         if plan.options.log_level != old_options.log_level:
-            set_level(node.logger, plan.options.log_level)
+            set_level(log, plan.options.log_level)
             log.info("Reloading: the log level is now %s", plan.options.log_level)
         certificate_changed = False
         if plan.tls is not None and plan.tls is not old_tls:
-            self.certificate_loaded_at = node.clock.time()
+            self.certificate_loaded_at = self.clock.time()
             certificate_changed = old_tls is None or _certificate_differs(old_tls, plan.tls)
             log.info(
                 "Reloading: new connections are now served with the node certificate %s (thumbprint %s); "
@@ -275,7 +298,7 @@ class ConfigReloader:
                 plan.options.connection_reset_interval,
             )
         return ReloadRecord(
-            node.clock.time(),
+            self.clock.time(),
             label,
             True,
             changed_options=tuple(plan.changed),
@@ -285,11 +308,11 @@ class ConfigReloader:
     # -- state ------------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
         """The certificate state of the node (``GET /admin/certificates``)."""
-        node = self.node
-        out: dict[str, Any] = {"secure": node.tls is not None}
-        out.update(describe_tls(node.tls))
-        out["reservedNodeCommonName"] = node.options.certificate_reserved_node_common_name
-        out["connectionResetIntervalSeconds"] = node.options.connection_reset_interval
+        settings = self.settings
+        out: dict[str, Any] = {"secure": settings.tls is not None}
+        out.update(describe_tls(settings.tls))
+        out["reservedNodeCommonName"] = settings.options.certificate_reserved_node_common_name
+        out["connectionResetIntervalSeconds"] = settings.options.connection_reset_interval
         out["loadedAt"] = _iso(self.certificate_loaded_at) if self.certificate_loaded_at else None
         out["lastReload"] = self.last.to_json() if self.last is not None else None
         return out

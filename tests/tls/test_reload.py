@@ -192,6 +192,51 @@ async def test_the_node_to_node_listener_refuses_the_old_ca_after_a_reload(node,
     )
 
 
+@contextlib.asynccontextmanager
+async def peer_presenting(setup: Setup, gen: str):
+    """Another node's HTTP port, presenting the node certificate of ``gen``: its port."""
+    from aiohttp import web
+
+    async def info(request: web.Request) -> web.Response:
+        return web.json_response({"esVersion": "peer"})
+
+    app = web.Application()
+    app.router.add_get("/info", info)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(setup.gen[gen]["crt"]), str(setup.gen[gen]["key"]))
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    try:
+        yield site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_peer_refused_on_its_certificate_is_named_in_the_log_and_in_peer_errors(node, admin, setup):
+    from evdb.cluster.peers import PeerError
+
+    async with peer_presenting(setup, "gen2") as port:
+        peer = f"127.0.0.1:{port}"
+        with pytest.raises(PeerError) as failure:
+            await node.peer_client.request("GET", ("127.0.0.1", port), "/info", timeout=10)
+        assert failure.value.certificate and peer in str(failure.value)
+        state = (await admin.get("/admin/certificates")).json()
+        (error,) = state["peerErrors"]
+        assert error["peer"] == peer and error["certificate"] is True
+        assert "certificate chain validation failed" in error["reason"]
+        lines = [line for line in log_messages(node) if peer in line]
+        assert any("certificate chain validation failed" in line for line in lines), lines
+
+        # after a reload to the CA the peer's certificate chains to, the next call succeeds: no error left
+        setup.point("gen2")
+        assert (await reload(admin)).status_code == 200
+        answer = await node.peer_client.request("GET", ("127.0.0.1", port), "/info", timeout=10)
+        assert answer.status == 200
+        assert (await admin.get("/admin/certificates")).json()["peerErrors"] == []
+
+
 def _talk_as_peer(port: int, context: ssl.SSLContext) -> bytes:
     with (
         socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
@@ -212,6 +257,8 @@ async def test_log_level_and_connection_reset_interval_take_effect_on_reload(nod
     assert response.status_code == 200
     assert logger.getEffectiveLevel() == logging.DEBUG
     assert node.options.log_level == "Debug" and node.cluster.reset_interval == 5.0
+    # the one peer client (auto-scavenge forwarding, node scavenges, gossip) takes it too
+    assert node.peer_client.reset_interval == 5.0
     state = (await admin.get("/admin/certificates")).json()
     assert set(state["lastReload"]["changedOptions"]) == {"LogLevel", "ConnectionResetInterval"}
     assert state["lastReload"]["certificateChanged"] is False
