@@ -94,7 +94,7 @@ def _scavenge_start(args: argparse.Namespace) -> int:
     except InvalidInput as exc:
         print(f"evdb scavenge start: {exc}", file=sys.stderr)
         return 2
-    params = {
+    params: dict[str, int | str] = {
         "threads": request.threads,
         "threshold": request.threshold,
         "throttlePercent": request.throttle_percent,

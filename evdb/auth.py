@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import builtins
 import hashlib
 import hmac
 import json
@@ -258,7 +259,8 @@ class UserStore:
                 continue
         return out
 
-    def create(self, login: str, full_name: str, groups: list[str], password: str) -> UserInfo:
+    # `builtins.list` below: in this class, `list` is the method above
+    def create(self, login: str, full_name: str, groups: builtins.list[str], password: str) -> UserInfo:
         _check_login(login)
         _check_password(password)
         if (
@@ -300,7 +302,7 @@ class UserStore:
         self._db.append(f"$user-{login}", [event])
         self._forget(login)
 
-    def update(self, login: str, full_name: str, groups: list[str]) -> None:
+    def update(self, login: str, full_name: str, groups: builtins.list[str]) -> None:
         if (
             not isinstance(full_name, str)
             or not isinstance(groups, list)

@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import queue
-import struct
 import threading
 import uuid
 from collections import OrderedDict
@@ -29,11 +28,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import xxhash
-
 from evdb.clock import TICKS_PER_SECOND, Clock, SystemClock
 from evdb.errors import (
-    CorruptedFile,
     DatabaseClosed,
     DatabaseLocked,
     EvdbError,
@@ -49,7 +45,6 @@ from evdb.index.existence import StreamExistenceFilter
 from evdb.index.hashing import stream_hash
 from evdb.index.table_index import TableIndex
 from evdb.storage import records as rec
-from evdb.storage.chunk import HEADER_SIZE, Chunk
 from evdb.storage.log import TransactionLog
 from evdb.streams import (
     ANY,
@@ -83,22 +78,6 @@ _DATA = int(rec.RecordFlags.DATA)
 _COMMITTED = int(rec.RecordFlags.IS_COMMITTED)
 _JSON = int(rec.RecordFlags.IS_JSON)
 _BEGIN = int(rec.RecordFlags.TRANSACTION_BEGIN)
-
-
-def record_fingerprint(record: rec.EventRecord | rec.SystemRecord) -> int:
-    """What identifies a record at its position on every node: position, size and identity (stream,
-    number and event id; a system record's kind and payload), not its data, which a redaction may
-    have overwritten on one node and not yet on another."""
-    if isinstance(record, rec.EventRecord):
-        key = b"%d|%d|%d|%s|" % (
-            record.log_position,
-            record.size,
-            record.event_number,
-            record.stream.encode(),
-        )
-        return xxhash.xxh3_64_intdigest(key + record.event_id)
-    key = b"%d|%d|%d|" % (record.log_position, record.size, record.kind)
-    return xxhash.xxh3_64_intdigest(key + record.payload)
 
 
 _END = int(rec.RecordFlags.TRANSACTION_END)
@@ -154,7 +133,7 @@ class _Delete(_Request):
 class _Call(_Request):
     """Run a function in the writer thread (for maintenance work that must see the writer's order)."""
 
-    fn: Callable[[_WriterContext], Any] = lambda ctx: None
+    fn: Callable[[WriterContext], Any] = lambda ctx: None
 
 
 _STOP = object()
@@ -169,8 +148,9 @@ class _Pending:
     answers: list[tuple[concurrent.futures.Future, Any]] = field(default_factory=list)
 
 
-class _WriterContext:
-    """What a :class:`_Call` function may do inside the writer thread."""
+class WriterContext:
+    """What a function run by :meth:`Database.call_in_writer` may do inside the writer thread: the
+    typed seam through which evdb.cluster.replica writes a leader's records and chunk files."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
@@ -192,6 +172,35 @@ class _WriterContext:
         """Commit what is written so far and complete the active chunk."""
         self._db._commit_segment()
         self._db._log.complete_active_chunk()
+
+    def commit(self) -> None:
+        """Make what is written durable, index it, and tell the listeners (readers, subscriptions)."""
+        self._db._commit_segment()
+
+    def index(self, record: rec.EventRecord, *, follow_appends: bool = True) -> None:
+        """Index an event record written (or installed) by replication at the next :meth:`commit`;
+        ``follow_appends``: rebuild the recent-append cache from it (records in their log order)."""
+        pending = self._db._pending
+        pending.entries.append((stream_hash(record.stream), record.event_number, record.log_position))
+        pending.names.add(record.stream)
+        if follow_appends:
+            self._db._follow_replicated_append(record)
+
+    def forget_append_in_progress(self) -> None:
+        """The records that follow do not continue the append seen last (a chunk file replaced them)."""
+        self._db._replicated_batch = None
+
+    def index_up_to(self, position: int) -> None:
+        """Nothing before ``position`` is left to index (a chunk file whose records are all indexed)."""
+        if self._db._index.checkpoint < position:
+            self._db._index.add([], position)
+
+    def note_epoch(self, position: int, epoch_number: int) -> None:
+        """An epoch record was written at ``position``: the epoch (and proposal) checkpoints follow it."""
+        checkpoints = self._db._log.checkpoints
+        checkpoints.epoch.write(position)
+        if epoch_number > checkpoints.proposal.value:
+            checkpoints.proposal.write(epoch_number)
 
 
 class Database:
@@ -565,7 +574,7 @@ class Database:
         event = NewEvent("$metadata", json.dumps(raw, separators=(",", ":")).encode(), is_json=True)
         return self.append(metastream_of(stream), [event], expected_version)
 
-    def call_in_writer(self, fn: Callable[[_WriterContext], Any]) -> Any:
+    def call_in_writer(self, fn: Callable[[WriterContext], Any]) -> Any:
         """Run ``fn`` in the writer thread, in order with appends, and return its result."""
         return self._run_here_or_queue(_Call(fn=fn)).result()
 
@@ -575,7 +584,7 @@ class Database:
         keeps the event ids of recent appends, which a new leader needs to recognise a client's retry
         of a write the old leader took."""
 
-        def forget(ctx: _WriterContext) -> None:
+        def forget(ctx: WriterContext) -> None:
             self._states.clear()
             if recent_appends:
                 self._recent_appends.clear()
@@ -585,7 +594,7 @@ class Database:
     def write_epoch(self, epoch_number: int, leader_instance_id: uuid.UUID, extra: dict | None = None) -> int:
         """Write an epoch: a system record plus an ``$epoch-information`` event in ``$epochs``."""
 
-        def write(ctx: _WriterContext) -> int:
+        def write(ctx: WriterContext) -> int:
             body = {
                 "epochNumber": epoch_number,
                 "epochId": str(uuid.uuid4()),
@@ -604,54 +613,7 @@ class Database:
 
         return self.call_in_writer(write)
 
-    # -- replication (evdb.cluster) -------------------------------------------------------------------
-    def apply_replicated(self, position: int, frames: bytes) -> int:
-        """Write records copied from the leader's log at exactly the positions they have there.
-
-        ``frames`` are whole framed records starting at ``position``; a position at the start of the
-        next chunk completes the active one first, as the leader did. Returns the committed end.
-        """
-
-        def apply(ctx: _WriterContext) -> int:
-            log = self._log
-            active = log.active_chunk
-            if position == active.end_position and not active.is_completed:
-                # the leader went on in the next chunk: this one is complete, also when its records
-                # filled it to the last byte (the leader then sends no completion of its own)
-                ctx.complete_active_chunk()
-            if position != log.end:
-                raise StorageError(f"Replicated records start at {position} but this log ends at {log.end}.")
-            records, end = rec.read_frames(frames, 0, len(frames), len(frames), where="replication")
-            if end != len(frames):
-                raise StorageError("Replicated data does not end on a record boundary.")
-            pending = self._pending
-            epoch_position = epoch_number = None
-            expected = position
-            for record in records:
-                if record.log_position != expected:
-                    raise StorageError(
-                        f"Replicated record at {record.log_position} was expected at {expected}."
-                    )
-                expected = record.next_position
-                if isinstance(record, rec.EventRecord):
-                    pending.entries.append(
-                        (stream_hash(record.stream), record.event_number, record.log_position)
-                    )
-                    pending.names.add(record.stream)
-                    self._follow_replicated_append(record)
-                elif record.kind == rec.SystemRecordKind.EPOCH:
-                    epoch_position = record.log_position
-                    epoch_number = int(json.loads(record.payload).get("epochNumber", 0))
-            log.write(frames)
-            self._commit_segment()
-            if epoch_position is not None and epoch_number is not None:
-                log.checkpoints.epoch.write(epoch_position)
-                if epoch_number > log.checkpoints.proposal.value:
-                    log.checkpoints.proposal.write(epoch_number)
-            return log.committed
-
-        return self.call_in_writer(apply)
-
+    # -- replication (evdb.cluster.replica: its writes run here, through the WriterContext) -----------
     def _follow_replicated_append(self, record: rec.EventRecord) -> None:
         """Rebuild the recent-append cache from replicated records (their TransactionBegin/End flags
         mark each append), so that this node, once leader, answers a retried append idempotently."""
@@ -671,129 +633,6 @@ class Database:
             self._remember_append(batch[2], batch[0], batch[1], batch[3])
             self._replicated_batch = None
 
-    def complete_replicated_chunk(self, chunk_end: int) -> None:
-        """The leader completed the chunk ending at ``chunk_end``: complete ours at the same point."""
-
-        def complete(ctx: _WriterContext) -> None:
-            if self._log.end < chunk_end and self._log.active_chunk.end_position == chunk_end:
-                ctx.complete_active_chunk()
-
-        self.call_in_writer(complete)
-
-    def replication_chunk(self, position: int) -> Chunk | None:
-        """The completed chunk a follower whose log ends at ``position`` takes as a whole file, or None
-        when records are streamed to it (:meth:`read_raw`).
-
-        A whole file goes when the follower has none of the chunk (``position`` is its start: one
-        sequential copy instead of record by record), and whenever the chunk was scavenged or merged:
-        its removed records cannot be streamed, and the follower's partial copy of it is an older
-        version that the file replaces. A follower in the middle of a completed chunk that was not
-        scavenged gets the rest of it as records, so a short disconnect never costs a whole chunk.
-        """
-        chunk = self._log.chunk_for(position)
-        if chunk is None or not chunk.is_completed or position >= self._log.committed:
-            return None
-        if chunk.is_scavenged or position == chunk.start_position:
-            return chunk
-        return None
-
-    def install_replicated_chunk(
-        self,
-        source: str | bytes,
-        *,
-        start_number: int,
-        end_number: int,
-        checksum: bytes | None = None,
-    ) -> int:
-        """Install a completed chunk file sent whole by the leader; returns the new committed end.
-
-        ``source`` is the received file (written under a temporary ``*.tmp`` name in the database
-        folder and fsynced) or, for an in-memory database, its bytes. It is checked before anything
-        is changed: footer checksum (and ``checksum``, the leader's footer checksum, when given),
-        sizes, chunk size, the chunk numbers it was announced for, and every record (decodable, at a
-        position inside the chunk, the position map in step). A refused file is deleted and nothing
-        changes. Then :meth:`TransactionLog.install_chunk` renames it into place (replacing this
-        node's older versions and partial copy of those chunks), the records this node did not have
-        are indexed with their logical positions, and the writer and chaser checkpoints move to the
-        chunk's end (see docs/storage-format.md, "Chunk files sent by the leader").
-        """
-        where = source if isinstance(source, str) else f"chunk {start_number}-{end_number} from the leader"
-        try:
-            chunk = _verified_replicated_chunk(source, where, self.config, start_number, end_number, checksum)
-        except BaseException:
-            if isinstance(source, str):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(source)
-            raise
-
-        def install(ctx: _WriterContext) -> int:
-            log = self._log
-            self._commit_segment()
-            if log.end == chunk.start_position and log.active_chunk.end_position == log.end:
-                ctx.complete_active_chunk()  # a full active chunk just before the installed one
-            try:
-                before = log.install_chunk(chunk, source if isinstance(source, str) else None)
-            except ValueError as exc:
-                raise StorageError(f"Cannot install chunk file {chunk.file_name}: {exc}") from None
-            self._replicated_batch = None
-            pending = self._pending
-            epoch_position = epoch_number = None
-            for record in chunk.iter_records(chunk.physical_offset_at_or_after(before)):
-                if isinstance(record, rec.EventRecord):
-                    pending.entries.append(
-                        (stream_hash(record.stream), record.event_number, record.log_position)
-                    )
-                    pending.names.add(record.stream)
-                elif record.kind == rec.SystemRecordKind.EPOCH:
-                    epoch_position = record.log_position
-                    epoch_number = int(json.loads(record.payload).get("epochNumber", 0))
-            self._commit_segment()
-            if self._index.checkpoint < log.committed:
-                self._index.add([], log.committed)  # nothing of the chunk left to index
-            log.checkpoints.chaser.write(log.committed)
-            if epoch_position is not None and epoch_number is not None:
-                log.checkpoints.epoch.write(epoch_position)
-                if epoch_number > log.checkpoints.proposal.value:
-                    log.checkpoints.proposal.write(epoch_number)
-            return log.committed
-
-        try:
-            return self.call_in_writer(install)
-        finally:
-            if isinstance(source, str):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(source)  # still there only when the install failed before its rename
-
-    def read_raw(self, position: int, max_bytes: int) -> tuple[int, bytes, int | None]:
-        """Framed records of the committed log from ``position`` (a record boundary), for followers.
-
-        Returns ``(position, frames, completed_chunk_end)``: ``frames`` may be empty; when ``position``
-        is the end of a completed chunk the position moves to the next chunk and its end is returned so
-        the follower completes its chunk there too.
-        """
-        log = self._log
-        committed = log.committed
-        chunk = log.chunk_for(position)
-        if chunk is None or position >= committed:
-            return position, b"", None
-        if chunk.is_completed and position >= chunk.data_end_position:
-            return chunk.end_position, b"", chunk.end_position
-        if chunk.is_scavenged:
-            raise StorageError(
-                f"Chunk {chunk.file_name} was scavenged: its records cannot be streamed from position {position}."
-            )
-        offset = position - chunk.start_position
-        limit = (
-            chunk.physical_end
-            if chunk.is_completed
-            else min(chunk.physical_end, committed - chunk.start_position)
-        )
-        buf = chunk.buffer
-        end = offset
-        while end < limit and end - offset < max_bytes:
-            end += rec.frame_size_at(buf, HEADER_SIZE + end)
-        return position, bytes(buf[HEADER_SIZE + offset : HEADER_SIZE + end]), None
-
     def epochs(self, max_count: int = 64) -> list[dict]:
         """The newest epochs of this log, newest first: ``{"epochNumber", "epochId", "position", ...}``."""
         out: list[dict] = []
@@ -810,55 +649,6 @@ class Database:
                 break
             position = previous
         return out
-
-    def record_checks(self, point: int, floor: int, max_count: int) -> list[tuple[int, int, int]]:
-        """``(position, size, fingerprint)`` of the committed records that end at or before ``point``,
-        newest first, none starting before ``floor``, at most ``max_count``: what a leader sends a
-        follower to find the last record both logs share (see :meth:`has_record`)."""
-        out: list[tuple[int, int, int]] = []
-        if max_count <= 0:
-            return out
-        for record in self._log.iter_backward(min(point, self._log.committed)):
-            if record.log_position < floor:
-                break
-            if record.next_position > point:
-                continue
-            out.append((record.log_position, record.size, record_fingerprint(record)))
-            if len(out) >= max_count:
-                break
-        return out
-
-    def has_record(self, position: int, size: int, fingerprint: int) -> bool:
-        """Whether this log holds, at ``position``, a committed record of ``size`` bytes with that
-        fingerprint (a record boundary both logs share). Never raises for a position inside a record."""
-        if position < 0 or position + size > self._log.committed:
-            return False
-        try:
-            record = self._log.read_record(position)
-        except (CorruptedFile, ValueError, IndexError, struct.error, UnicodeDecodeError):
-            return False  # not a record boundary in this log: its bytes are no record (an I/O error raises)
-        return record is not None and record.size == size and record_fingerprint(record) == fingerprint
-
-    def completed_chunk_ends(self, floor: int, point: int) -> list[tuple[int, int]]:
-        """``(data end, chunk end)`` of this log's completed, unscavenged chunks ending in
-        ``(floor, point]``: where a log that stops at a chunk's end agrees past its last record."""
-        return [
-            (chunk.data_end_position, chunk.end_position)
-            for chunk in self._log.distinct_chunks()
-            if chunk.is_completed and not chunk.is_scavenged and floor < chunk.end_position <= point
-        ]
-
-    def chunk_end_after(self, position: int) -> int | None:
-        """The end of this log's completed, unscavenged chunk whose records end exactly at
-        ``position``, or None."""
-        if position <= 0 or position > self._log.committed:
-            return None
-        chunk = self._log.chunk_for(position - 1)
-        if chunk is None or not chunk.is_completed or chunk.is_scavenged:
-            return None
-        if chunk.data_end_position != position or chunk.end_position > self._log.committed:
-            return None
-        return chunk.end_position
 
     def truncate_on_next_open(self, position: int) -> None:
         """Ask the next open to cut the log at ``position`` (a follower whose tail diverged)."""
@@ -954,7 +744,7 @@ class Database:
             elif isinstance(request, _Delete):
                 result = self._apply_delete(request)
             elif isinstance(request, _Call):
-                result = request.fn(_WriterContext(self))
+                result = request.fn(WriterContext(self))
             else:  # pragma: no cover - programming error
                 raise TypeError(request)
         except EvdbError as exc:
@@ -1055,7 +845,7 @@ class Database:
         events = request.events
         if not events or any(e.event_id is None for e in events):
             return None  # events without ids cannot be recognised as repeats
-        ids = [e.event_id.bytes for e in events]
+        ids = [e.event_id.bytes for e in events if e.event_id is not None]
         expected = request.expected_version
         stream = request.stream
         if expected < NO_STREAM:  # any, stream exists: ask the recent-append cache
@@ -1110,7 +900,7 @@ class Database:
         stream_bytes = stream.encode()
         n = len(events)
         client_ids = all(e.event_id is not None for e in events)
-        ids = [e.event_id.bytes for e in events] if client_ids else _event_ids(events)
+        ids = _event_ids(events)  # the client's ids, fresh ones where it gave none
         base_flags = _DATA | _COMMITTED
         if request.event_types is None:
             request.event_types, request.payload_size = self._check_events(list(events))
@@ -1524,50 +1314,10 @@ class Database:
                 yield record
 
 
-def _verified_replicated_chunk(
-    source: str | bytes,
-    where: str,
-    config: DatabaseConfig,
-    start_number: int,
-    end_number: int,
-    checksum: bytes | None,
-) -> Chunk:
-    """Open a chunk file received from the leader and check everything about it before it is used."""
-    chunk = Chunk.open(source, verify=True) if isinstance(source, str) else Chunk.from_bytes(source, where)
-    footer = chunk.footer
-    assert footer is not None  # Chunk.open/from_bytes refuse an incomplete chunk file
-    if checksum is not None and footer.checksum != checksum:
-        raise CorruptedFile(where, "chunk checksum differs from the one the leader announced")
-    if (chunk.start_number, chunk.end_number) != (start_number, end_number):
-        raise CorruptedFile(
-            where,
-            f"chunk covers {chunk.start_number}-{chunk.end_number}, announced as {start_number}-{end_number}",
-        )
-    if chunk.chunk_size != config.chunk_size:
-        raise CorruptedFile(
-            where, f"chunk size {chunk.chunk_size} differs from this node's ChunkSize {config.chunk_size}"
-        )
-    if not chunk.start_position <= footer.data_end_position <= chunk.end_position:
-        raise CorruptedFile(where, f"data end position {footer.data_end_position} is outside the chunk")
-    offset = 0
-    previous = -1
-    while offset < chunk.physical_end:
-        record, after = chunk.read_at(offset)
-        position = record.log_position
-        if not max(previous + 1, chunk.start_position) <= position < footer.data_end_position or (
-            chunk.physical_offset(position) != offset
-        ):
-            raise CorruptedFile(where, f"record at offset {offset} claims position {position}")
-        previous, offset = position, after
-    return chunk
-
-
 def _event_ids(events: Sequence[NewEvent]) -> list[bytes]:
-    ids = [e.event_id.bytes if e.event_id is not None else None for e in events]
-    if None in ids:
-        fresh = iter(random_ids(ids.count(None)))
-        ids = [i if i is not None else next(fresh) for i in ids]
-    return ids
+    missing = sum(e.event_id is None for e in events)
+    fresh = iter(random_ids(missing) if missing else ())
+    return [e.event_id.bytes if e.event_id is not None else next(fresh) for e in events]
 
 
 def _check_count(max_count: int) -> None:

@@ -19,6 +19,7 @@ Every error evdb raises on purpose derives from :class:`EvdbError`::
     │   ├── ScavengeAlreadyRunning
     │   └── ScavengeNotFound
     ├── DatabaseClosed                the database was closed while a call was under way
+    │   └── DatabaseReopening         a follower is reopening it after cutting a diverged tail
     ├── BackupError                   (evdb.backup.errors) a refused or failed backup, verify or restore
     ├── LicenseError                  (evdb.licensing) missing, malformed, tampered, wrong issuer, expired, not entitled
     └── RedactionError                (evdb.redaction) RedactionRefused: a switch or lookup the node refused
@@ -32,6 +33,7 @@ __all__ = [
     "CorruptedFile",
     "DatabaseClosed",
     "DatabaseLocked",
+    "DatabaseReopening",
     "EvdbError",
     "EventTooLarge",
     "InvalidInput",
@@ -141,8 +143,18 @@ class ScavengeNotFound(ScavengeError):
 
 
 class DatabaseClosed(EvdbError):
+    def __init__(self, message: str = "The database is closed.") -> None:
+        super().__init__(message)
+
+
+class DatabaseReopening(DatabaseClosed):
+    """The node has no open database for a moment: a follower cutting a diverged tail closes and
+    reopens it. Not a fault: the client tries again (HTTP 503 with Retry-After, gRPC UNAVAILABLE)."""
+
+    MESSAGE = "The node is reopening its database; try again in a moment."
+
     def __init__(self) -> None:
-        super().__init__("The database is closed.")
+        super().__init__(self.MESSAGE)
 
 
 #: The one table of what each error answers: its HTTP status and its gRPC status name, most specific

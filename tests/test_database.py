@@ -268,6 +268,25 @@ def test_truncate_checkpoint_rebuilds_the_index(tmp_path, clock):
     db.close()
 
 
+class CountingQueue:
+    """The writer's queue, counting what is put in it."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self._puts: list[int] = []  # list.append is atomic across threads; += on an int is not
+
+    @property
+    def count(self) -> int:
+        return len(self._puts)
+
+    def put(self, item) -> None:
+        self._puts.append(1)
+        self.inner.put(item)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
 def test_concurrent_appends_group_commit(db, monkeypatch):
     """Appends that arrive while the writer is busy are committed together: one commit (one fsync of
     the chunk on disk) answers them all. The writer is kept busy by a function run in it
@@ -302,14 +321,18 @@ def test_concurrent_appends_group_commit(db, monkeypatch):
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
+    queued = CountingQueue(db._queue)
+    db._queue = queued
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
     for t in threads:
         t.start()
-    # the writer is busy: the writer thread takes one request off the queue and waits; the others queue
+    # the writer is busy: the writer thread takes one request off the queue and waits; the others queue.
+    # Wait until all eight first appends were queued (counted as they are put: how many are still in
+    # the queue depends on whether the writer thread has taken one yet)
     deadline = time.monotonic() + 10
     try:
-        while db._queue.qsize() < 7:
-            assert time.monotonic() < deadline, f"only {db._queue.qsize()} appends queued"
+        while queued.count < 8:
+            assert time.monotonic() < deadline, f"only {queued.count} appends queued"
             time.sleep(0.001)
     finally:
         release.set()

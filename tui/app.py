@@ -15,6 +15,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import VerticalScroll
+from textual.notifications import SeverityLevel
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from evdb.clock import Clock, SystemClock
@@ -323,7 +324,7 @@ class DashboardApp(App[str | None]):
         self.query_one(f"#{widget_id}", Static).update(make())
 
     def render_panels(self, force: bool = False) -> None:
-        if not self.is_mounted or not self.screen_stack:
+        if not self.screen_stack:
             return
         try:
             tabs = self.query_one(TabbedContent)
@@ -481,7 +482,7 @@ class DashboardApp(App[str | None]):
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.help_rows()))
 
-    def action_back(self) -> None:
+    async def action_back(self) -> None:  # async, as App.action_back (the one it overrides)
         if self.log_filter != LogFilter():
             self.log_filter = LogFilter()
             self.notify("Log filter cleared", timeout=2)
@@ -640,7 +641,7 @@ class DashboardApp(App[str | None]):
         self.state.activity.append(
             Activity(self.clock.time(), label, call.request_line(), response.status_code, body)
         )
-        severity = "information" if response.status_code < 300 else "error"
+        severity: SeverityLevel = "information" if response.status_code < 300 else "error"
         self.notify(
             f"{call.request_line()}\n→ {response.status_code} {response.reason_phrase}\n{body[:300]}",
             title=label,

@@ -118,11 +118,13 @@ class BackupForm:
     stop_scavenge: bool = False
 
     def call(self, node_url: str) -> PlannedCall:
-        destination = self.destination.strip()
-        if not destination:
-            raise FormError("destination", "Name the backup folder (an absolute path on the node's host)")
-        if not destination.startswith("/"):
-            raise FormError("destination", f"The backup folder must be an absolute path, not {destination!r}")
+        from evdb.backup.errors import InvalidBackupFolder
+        from evdb.backup.layout import backup_target
+
+        try:  # the node's own rule (evdb/backup/layout.py), checked before anything is sent
+            destination = backup_target(self.destination.strip())
+        except InvalidBackupFolder as exc:
+            raise FormError("destination", str(exc)) from None
         return PlannedCall(
             node_url,
             "POST",
@@ -157,19 +159,22 @@ def resume_auto_scavenge(node_url: str) -> PlannedCall:
 
 
 def next_cron_runs(schedule: str, now: float, count: int = 3) -> list[datetime]:
-    """The next run times of a five-field CRON expression (UTC); FormError when it is not one."""
-    from croniter import croniter
+    """The next run times of a five-field CRON expression (UTC); FormError when it is not one. The rule
+    is the node's own (evdb/autoscavenge/schedule.py, as ``POST /auto-scavenge/configure`` checks it)."""
+    from evdb.autoscavenge.schedule import InvalidSchedule, parse_schedule
 
-    schedule = schedule.strip()
-    if len(schedule.split()) != 5:
-        raise FormError(
-            "schedule", "Invalid CRON expression: use five fields (minute hour day month weekday)"
-        )
     try:
-        it = croniter(schedule, datetime.fromtimestamp(now, UTC))
-        return [it.get_next(datetime) for _ in range(count)]
-    except (ValueError, KeyError) as exc:
-        raise FormError("schedule", f"Invalid CRON expression: {exc}") from None
+        parsed = parse_schedule(schedule.strip())
+    except InvalidSchedule as exc:
+        raise FormError(
+            "schedule", f"{exc}: use five fields (minute hour day month weekday), as 0 3 * * *"
+        ) from None
+    runs: list[datetime] = []
+    when = now
+    for _ in range(count):
+        when = parsed.next_after(when)
+        runs.append(datetime.fromtimestamp(when, UTC))
+    return runs
 
 
 def configure_auto_scavenge(node_url: str, schedule: str, now: float) -> PlannedCall:

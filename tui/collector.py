@@ -362,7 +362,7 @@ class NodeCollector:
         rows = []
         saved = 0
         for e in entries:
-            data = e.get("data") if isinstance(e.get("data"), dict) else {}
+            data = _object(e.get("data"))
             if e.get("eventType") == "$scavengeChunksCompleted":
                 rows.append(
                     ChunkRow(
@@ -670,9 +670,9 @@ def node_certificates(response: httpx.Response) -> NodeCertificates:
         body = None
     if not isinstance(body, dict):
         return NodeCertificates(available=True, error="/admin/certificates did not answer a JSON object")
-    cert = body.get("certificate") if isinstance(body.get("certificate"), dict) else {}
-    ca = body.get("ca") if isinstance(body.get("ca"), dict) else {}
-    last = body.get("lastReload") if isinstance(body.get("lastReload"), dict) else {}
+    cert = _object(body.get("certificate"))
+    ca = _object(body.get("ca"))
+    last = _object(body.get("lastReload"))
     return NodeCertificates(
         available=True,
         secure=bool(body.get("secure")),
@@ -694,7 +694,7 @@ def cycle_from_progress(body: Any) -> AutoScavengeCycle | None:
     """evdb's ``GET /auto-scavenge/progress`` (``AutoScavengeState.describe`` in evdb/autoscavenge/state.py)."""
     if not isinstance(body, dict):
         return None
-    done = body.get("done") if isinstance(body.get("done"), dict) else {}
+    done = _object(body.get("done"))
     return AutoScavengeCycle(
         cycle_id=str(body["clusterScavengeId"]) if body.get("clusterScavengeId") else None,
         status=str(body.get("status") or ""),
@@ -707,6 +707,11 @@ def cycle_from_progress(body: Any) -> AutoScavengeCycle | None:
         started_at=parse_iso(body.get("startedAt")),
         last_problem=str(body["lastProblem"]) if body.get("lastProblem") else None,
     )
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """A JSON object of an answer, or an empty one when the answer has something else there."""
+    return value if isinstance(value, dict) else {}
 
 
 def parse_iso(text: Any) -> float | None:

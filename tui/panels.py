@@ -507,9 +507,9 @@ def endpoint_labels(state: DashboardState) -> dict[str, tuple[str, str]]:
         for m in node.members:
             roles[_bracketed(m.host, m.port)] = m.state
     for key, label in labels.items():  # a polled node's own word about its role
-        node = next((n for n in nodes if n.label == label), None)
-        if node is not None and node.reachable and node.role:
-            roles[key] = node.role
+        polled = next((n for n in nodes if n.label == label), None)
+        if polled is not None and polled.reachable and polled.role:
+            roles[key] = polled.role
     return {key: (labels.get(key, key), roles.get(key, "")) for key in {*labels, *roles}}
 
 

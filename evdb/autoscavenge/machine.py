@@ -508,7 +508,8 @@ class AutoScavengeMachine:
                 return
             result = last.result
         else:
-            result = await asyncio.to_thread(self.scavenger.result_from_stream, scavenge_id) or "no result"
+            found = await asyncio.to_thread(self.scavenger.result_from_stream, scavenge_id)
+            result = found or "no result"
             if result in FINAL_RESULTS:
                 await self._completed(endpoint, scavenge_id, result)
                 return

@@ -57,7 +57,8 @@ class ClusterMembership(Protocol):
     def members(self) -> list[dict[str, Any]]:
         """The gossip's members (``httpEndPointIp``, ``state``, ``isAlive``, ...)."""
 
-    async def resign(self) -> None: ...
+    async def resign(self) -> bool:
+        """Step down as leader (False when this node does not lead)."""
 
     def leader_http_endpoint(self) -> tuple[str, int] | None: ...
 

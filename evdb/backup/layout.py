@@ -62,6 +62,18 @@ def check_folder(path: object, what: str = "backup folder") -> str:
     return path
 
 
+def backup_target(value: object) -> str:
+    """The rule for the folder a node is asked to back up into (``POST /admin/backup``'s ``to``, the
+    dashboard's and web UI's backup dialogs): a folder on the node's host, named by an absolute path
+    (:func:`check_folder` too); returned normalised. Raises InvalidBackupFolder (HTTP 400)."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidBackupFolder("Name the backup folder (an absolute path on the node's host).")
+    check_folder(value)
+    if not os.path.isabs(value):
+        raise InvalidBackupFolder(f"The backup folder must be an absolute path, not {value!r}.")
+    return os.path.normpath(value)
+
+
 _GUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _TABLE_FILE = re.compile(_GUID + r"(\.bloomfilter)?")
 

@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from evdb.cluster.election import LogStanding, VoteRequest, grant_vote, majority
 from evdb.cluster.forwarding import RemoteWriter, decode_write, encode_error, encode_result
+from evdb.cluster.replica import ChunkLogReplication, ReplicationLog
 from evdb.cluster.transport import Channel, HttpTransport, PeerError, Transport
-from evdb.errors import CorruptedFile, EvdbError, InvalidOption, NotLeader
+from evdb.errors import CorruptedFile, DatabaseReopening, EvdbError, InvalidOption, NotLeader
 from evdb.storage.chunk import FOOTER_SIZE, HEADER_SIZE, Chunk
 from evdb.streams import AppendResult
 
@@ -70,7 +71,7 @@ _CHUNK_PIECE = 1 << 20  # bytes of a chunk file per WebSocket message
 # -- whole chunk files (a follower behind by a completed chunk) --------------------------------------
 # The leader sends {"chunkFile": {...}} then the file's exact bytes in binary messages of
 # ``int64 offset in the file | bytes``; the follower writes them to a temporary file, and installs it
-# once all ``size`` bytes are there and verified (Database.install_replicated_chunk).
+# once all ``size`` bytes are there and verified (ChunkLogReplication.install_replicated_chunk).
 
 
 def chunk_file_header(chunk: Chunk) -> dict:
@@ -100,7 +101,7 @@ class ChunkFileReceiver:
     """The follower's side of one chunk file transfer: the pieces go to a temporary file in the
     database folder (or memory, for an in-memory database) until all have come."""
 
-    def __init__(self, db: Database, header: dict) -> None:
+    def __init__(self, db: Database, header: dict, replica: ReplicationLog | None = None) -> None:
         try:
             info = header["chunkFile"]
             self.file_name = str(info["fileName"])
@@ -116,6 +117,7 @@ class ChunkFileReceiver:
         if self.start_number < 0 or chunks < 1 or not HEADER_SIZE + FOOTER_SIZE <= self.size <= largest:
             raise ValueError(f"bad chunk file header from the leader: {header}")
         self.db = db
+        self.replica: ReplicationLog = replica if replica is not None else ChunkLogReplication(db)
         self.received = 0
         self.path: str | None = None
         self._file = None
@@ -158,7 +160,7 @@ class ChunkFileReceiver:
             source = self.path
         else:
             source = bytes(self._memory)
-        return self.db.install_replicated_chunk(
+        return self.replica.install_replicated_chunk(
             source, start_number=self.start_number, end_number=self.end_number, checksum=self.checksum
         )
 
@@ -221,18 +223,27 @@ class Peer:
 class ClusterHost(Protocol):
     """What the cluster needs of its node (evdb.node.Node is one; the simulator has its own)."""
 
-    options: Any
     logger: logging.Logger
     instance_id: uuid.UUID
-    tls: Any
     host: str
-    advertised_host: str
     port: int
     name: str
     clock: Any
 
     @property
-    def db(self) -> Database: ...
+    def options(self) -> Any: ...
+
+    @property
+    def tls(self) -> Any: ...
+
+    @property
+    def advertised_host(self) -> str: ...
+
+    @property
+    def db(self) -> Database | None: ...
+
+    def replication_log(self) -> ReplicationLog:
+        """The replication side of the database open now (evdb/cluster/replica.py)."""
 
     async def on_became_leader(self) -> None: ...
 
@@ -279,28 +290,22 @@ def resolve_common_point(leader: Database, follower: Database) -> tuple[str, int
         {k: e.get(k, -1) for k in ("epochId", "position", "epochNumber", "previousEpochPosition")}
         for e in follower.epochs(64)
     ]
-    verdict, point, floor = ClusterService._common_point(
-        _DatabaseOnly(leader), hello, follower.committed_position
-    )
+    verdict, point, floor = ClusterService._common_point(leader, hello, follower.committed_position)
     if verdict == "refuse":
         return "refuse", 0
     before = point
-    chunk_ends = dict(leader.completed_chunk_ends(floor, point))
+    sender, receiver = ChunkLogReplication(leader), ChunkLogReplication(follower)
+    chunk_ends = dict(sender.completed_chunk_ends(floor, point))
     while True:
-        checks = leader.record_checks(before, floor, _CHECKS_PER_MESSAGE)
+        checks = sender.record_checks(before, floor, _CHECKS_PER_MESSAGE)
         page = {"point": point, "floor": floor, "records": checks}
-        found = shared_end(page, follower.has_record, follower.chunk_end_after, chunk_ends)
+        found = shared_end(page, receiver.has_record, receiver.chunk_end_after, chunk_ends)
         if found is not None:
             end = follower.committed_position
             return ("truncate", found) if found < end else ("ok", end)
         if len(checks) < _CHECKS_PER_MESSAGE:
             return "refuse", 0
         before = checks[-1][0]
-
-
-@dataclass
-class _DatabaseOnly:
-    db: Database
 
 
 @dataclass
@@ -382,7 +387,15 @@ class ClusterService:
     # -- facts -----------------------------------------------------------------------------------------
     @property
     def db(self) -> Database:
-        return self.node.db
+        db = self.node.db
+        if db is None:  # between a truncation's close and reopen: callers see a moment's unavailability
+            raise DatabaseReopening()
+        return db
+
+    @property
+    def replica(self) -> ReplicationLog:
+        """The replication side of the node's log now (evdb/cluster/replica.py)."""
+        return self.node.replication_log()
 
     @property
     def listener_tls(self) -> Any:
@@ -937,13 +950,14 @@ class ClusterService:
         return True
 
     # -- the common point ------------------------------------------------------------------------------
-    def _common_point(self, follower_epochs: list[dict], follower_end: int) -> tuple[str, int, int]:
+    @staticmethod
+    def _common_point(db: Database, follower_epochs: list[dict], follower_end: int) -> tuple[str, int, int]:
         """Where a follower's log may stop agreeing with ours, from the epochs alone:
         ``("check", point, floor)``: the logs can agree at most up to ``point``, and they share the
         epoch record at ``floor``; the records in between are then compared one by one
         (_verify_common_point), never assumed. ``("refuse", 0, 0)``: no epoch in common."""
-        ours = self.db.epochs(64)
-        committed = self.db.committed_position
+        ours = db.epochs(64)
+        committed = db.committed_position
         if not follower_epochs:
             return ("check", 0, 0) if follower_end == 0 else ("refuse", 0, 0)
         by_key = {(e["epochId"], e["position"]): i for i, e in enumerate(ours)}
@@ -965,9 +979,9 @@ class ClusterService:
         """The leader's side: send the follower our records' checks, newest first from ``point`` down to
         ``floor``, a page at a time, until it answers where it goes on from. None when it went away."""
         before = point
-        chunk_ends = await self._blocking(self.db.completed_chunk_ends, floor, point)
+        chunk_ends = await self._blocking(self.replica.completed_chunk_ends, floor, point)
         while True:
-            checks = await self._blocking(self.db.record_checks, before, floor, _CHECKS_PER_MESSAGE)
+            checks = await self._blocking(self.replica.record_checks, before, floor, _CHECKS_PER_MESSAGE)
             await channel.send_json(
                 {
                     "verify": {
@@ -1002,7 +1016,7 @@ class ClusterService:
         chunk_ends = {int(a): int(b) for a, b in verify.get("chunkEnds") or []}
         while True:
             found = await self._blocking(
-                shared_end, verify, self.db.has_record, self.db.chunk_end_after, chunk_ends
+                shared_end, verify, self.replica.has_record, self.replica.chunk_end_after, chunk_ends
             )
             if found is not None:
                 return found
@@ -1035,7 +1049,9 @@ class ClusterService:
             await channel.send_json({"error": "not the leader"})
             return
         try:
-            verdict, point, floor = self._common_point(hello.get("epochs") or [], int(hello.get("writer", 0)))
+            verdict, point, floor = self._common_point(
+                self.db, hello.get("epochs") or [], int(hello.get("writer", 0))
+            )
         except (TypeError, ValueError) as exc:
             await channel.send_json({"error": f"bad hello: {exc}"})
             return
@@ -1087,12 +1103,12 @@ class ClusterService:
         commit_sent = -1
         while not channel.closed and self.state in ("Leader", "ResigningLeader"):
             waiter = self._committed
-            chunk = self.db.replication_chunk(position)
+            chunk = self.replica.replication_chunk(position)
             if chunk is not None:
                 await self._send_chunk_file(channel, chunk, follower, position)
                 position = chunk.end_position
                 continue
-            start, frames, completed = self.db.read_raw(position, _MAX_SEND)
+            start, frames, completed = self.replica.read_raw(position, _MAX_SEND)
             if completed is not None:
                 await channel.send_json({"complete": completed})
                 position = start
@@ -1117,7 +1133,7 @@ class ClusterService:
         await channel.close()
 
     async def _send_chunk_file(self, channel: Channel, chunk: Chunk, follower: str, position: int) -> None:
-        """A follower behind by a completed chunk gets the whole file (see Database.replication_chunk)."""
+        """A follower behind by a completed chunk gets the whole file (see ChunkLogReplication.replication_chunk)."""
         self.logger.info(
             "Sending chunk file %s to follower %s (chunks %d-%d, %d bytes%s; the follower is at %d)",
             chunk.file_name,
@@ -1320,7 +1336,9 @@ class ClusterService:
             elif message.binary is not None:
                 (position,) = _POSITION.unpack_from(message.binary)
                 committed = await self._blocking(
-                    self.db.apply_replicated, position, bytes(memoryview(message.binary)[_POSITION.size :])
+                    self.replica.apply_replicated,
+                    position,
+                    bytes(memoryview(message.binary)[_POSITION.size :]),
                 )
                 await channel.send_json({"ack": committed})
             elif isinstance(message.text, dict):
@@ -1331,9 +1349,9 @@ class ClusterService:
                         f"{self._receiver.file_name}"
                     )
                 if "chunkFile" in body:
-                    self._receiver = await self._blocking(ChunkFileReceiver, self.db, body)
+                    self._receiver = await self._blocking(ChunkFileReceiver, self.db, body, self.replica)
                 elif "complete" in body:
-                    await self._blocking(self.db.complete_replicated_chunk, int(body["complete"]))
+                    await self._blocking(self.replica.complete_replicated_chunk, int(body["complete"]))
                     await channel.send_json({"ack": self.db.committed_position})
                 if "commit" in body:
                     # what the leader's majority holds: reads here go no further (nor past this log)

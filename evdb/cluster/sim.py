@@ -334,7 +334,7 @@ class SimDatabase:
             last = self._stream_last(stream)
             if expected_version >= -1 and expected_version != last:
                 raise WrongExpectedVersion(stream, expected_version, last)
-            records = []
+            records: list[SimRecord] = []
             for i, event_id in enumerate(ids):
                 record = SimRecord(
                     self.end + sum(r.size for r in records), 160, "event", stream, last + 1 + i, event_id
@@ -672,6 +672,9 @@ class _Host:
     @property
     def db(self) -> SimDatabase:
         return self._node.db
+
+    def replication_log(self) -> SimDatabase:
+        return self._node.db  # the simulated log replicates itself (a ReplicationLog of records)
 
     async def on_became_leader(self) -> None:
         pass

@@ -1,4 +1,5 @@
-"""Regenerate ``evdb/grpc/operations_pb2.py`` from ``operations.proto`` (a development step).
+"""Regenerate ``evdb/grpc/operations_pb2.py`` and its type stub ``operations_pb2.pyi`` (what mypy reads)
+from ``operations.proto`` (a development step).
 
 kurrentdbclient ships compiled modules, not ``.proto`` files, so the imported ``shared.proto`` is
 handed to protoc as a descriptor set taken from ``kurrentdbclient.protos.v1.shared_pb2`` itself: the
@@ -41,12 +42,19 @@ def main() -> int:
         deps = os.path.join(tmp, "deps.pb")
         Path(deps).write_bytes(_descriptor_set())
         code = protoc.main(
-            ["protoc", f"--descriptor_set_in={deps}", f"-I{ROOT}", f"--python_out={ROOT}", PROTO]
+            [
+                "protoc",
+                f"--descriptor_set_in={deps}",
+                f"-I{ROOT}",
+                f"--python_out={ROOT}",
+                f"--pyi_out={ROOT}",
+                PROTO,
+            ]
         )
     if code != 0:
         print(f"protoc failed on {PROTO} (exit {code})", file=sys.stderr)
         return 1
-    print(f"wrote {ROOT / PROTO.replace('.proto', '_pb2.py')}")
+    print(f"wrote {ROOT / PROTO.replace('.proto', '_pb2.py')} and its .pyi")
     return 0
 
 

@@ -19,7 +19,14 @@ from kurrentdbclient.protos.v1 import gossip_pb2, persistent_pb2, shared_pb2
 
 from evdb.errors import EvdbError, InvalidInput, ScavengeAlreadyRunning, ScavengeNotFound
 from evdb.grpc import operations_pb2
-from evdb.grpc.common import call_context, check_leader, grpc_error, require_ops
+from evdb.grpc.common import (
+    call_context,
+    check_leader,
+    database,
+    grpc_error,
+    require_ops,
+    scavenge_service,
+)
 from evdb.scavenge.params import parse_scavenge_request
 
 if TYPE_CHECKING:
@@ -160,10 +167,10 @@ class OperationsService:
         if options.start_from_chunk:
             node.logger.warning("startFromChunk is deprecated and ignored (it will be removed).")
         try:
-            scavenge_id = await asyncio.to_thread(node.scavenge.start, scavenge_request)
+            scavenge_id = await asyncio.to_thread(scavenge_service(node).start, scavenge_request)
             result = ScavengeResp.Started
         except ScavengeAlreadyRunning:
-            scavenge_id = node.scavenge.current_id() or ""
+            scavenge_id = scavenge_service(node).current_id() or ""
             result = ScavengeResp.InProgress
         except EvdbError as exc:
             raise grpc_error(node, exc) from None
@@ -177,7 +184,7 @@ class OperationsService:
             "Stopping scavenge because StopScavenge gRPC request has been received for %s.", scavenge_id
         )
         try:
-            stopped = await node.scavenge.stop_async(scavenge_id)
+            stopped = await scavenge_service(node).stop_async(scavenge_id)
         except ScavengeNotFound:
             raise GRPCError(Status.NOT_FOUND, "Scavenge Id does not exist") from None
         await stream.send_message(ScavengeResp(scavenge_id=stopped, scavenge_result=ScavengeResp.Stopped))
@@ -193,7 +200,7 @@ class OperationsService:
         node = self.node
         await self._begin(stream)
         node.logger.info("Merging indexes because MergeIndexes gRPC request has been received.")
-        await asyncio.to_thread(node.db.index.merge_indexes)
+        await asyncio.to_thread(database(node).index.merge_indexes)
         await stream.send_message(shared_pb2.Empty())
 
     async def resign_node(self, stream: Stream) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from google.protobuf import timestamp_pb2
@@ -21,19 +22,23 @@ from kurrentdbclient.protos.kurrent.rpc import errors_pb2
 from kurrentdbclient.protos.v1 import shared_pb2
 
 from evdb.auth import ADMINS, OPS, Principal, parse_basic_authorization, stream_access
-from evdb.errors import InvalidInput, NotLeader, status_of
+from evdb.errors import DatabaseReopening, InvalidInput, NotLeader, status_of
 from evdb.streams import ANY, NO_STREAM, STREAM_EXISTS, check_stream_name
 
 if TYPE_CHECKING:
+    from evdb.database import Database
     from evdb.node import Node
+    from evdb.scavenge.service import ScavengeService
 
 __all__ = [
     "SYSTEM",
     "call_context",
     "check_stream_access",
+    "database",
     "expected_version",
     "grpc_error",
     "require_ops",
+    "scavenge_service",
     "timestamp_now",
     "uuid_message",
 ]
@@ -58,7 +63,7 @@ class CallContext:
 
 async def call_context(node: Node, stream: Stream) -> CallContext:
     """Authenticate the call (``authorization: Basic``); wrong credentials are UNAUTHENTICATED."""
-    metadata = stream.metadata or {}
+    metadata: Mapping[str, Any] = stream.metadata or {}
     header = metadata.get("authorization")
     requires_leader = str(metadata.get("requires-leader", "false")).lower() == "true"
     if isinstance(header, bytes):
@@ -76,11 +81,27 @@ async def call_context(node: Node, stream: Stream) -> CallContext:
 
 def check_stream_access(node: Node, principal: Principal, stream: str, action: str) -> None:
     """The HTTP API's stream access rules (evdb.auth.stream_access); blocking (reads metadata)."""
-    verdict = stream_access(node.db, principal, stream, action)
+    verdict = stream_access(database(node), principal, stream, action)
     if verdict == "unauthenticated":
         raise GRPCError(Status.UNAUTHENTICATED, "Authentication is required.")
     if verdict == "denied":
         raise GRPCError(Status.PERMISSION_DENIED, "Access denied.")
+
+
+def database(node: Node) -> Database:
+    """The node's open database (Node.open_db); UNAVAILABLE while a follower reopens it."""
+    try:
+        return node.open_db()
+    except DatabaseReopening as exc:
+        raise GRPCError(Status.UNAVAILABLE, str(exc)) from None
+
+
+def scavenge_service(node: Node) -> ScavengeService:
+    """The node's scavenge service (Node.open_scavenge); UNAVAILABLE while a follower reopens it."""
+    try:
+        return node.open_scavenge()
+    except DatabaseReopening as exc:
+        raise GRPCError(Status.UNAVAILABLE, str(exc)) from None
 
 
 def require_ops(principal: Principal) -> None:
@@ -123,7 +144,7 @@ def grpc_error(node: Node, exc: BaseException) -> GRPCError:
     if known is not None:
         return GRPCError(Status[known[1]], str(exc) or "Access denied.")
     if getattr(node, "db", None) is None:  # a follower cutting a diverged tail: a moment, not a fault
-        return GRPCError(Status.UNAVAILABLE, "The node is reopening its database; try again in a moment.")
+        return GRPCError(Status.UNAVAILABLE, DatabaseReopening.MESSAGE)
     node.logger.exception("gRPC call failed unexpectedly", exc_info=exc)
     return GRPCError(Status.INTERNAL, f"Internal error: {exc}")
 

@@ -18,6 +18,7 @@ from google.protobuf import any_pb2, empty_pb2
 from grpclib import GRPCError
 from grpclib.const import Cardinality, Handler, Status
 from grpclib.server import Stream
+from kurrentdbclient.protos.google.rpc import code_pb2
 from kurrentdbclient.protos.v1 import shared_pb2, status_pb2, streams_pb2
 
 from evdb.errors import (
@@ -33,6 +34,7 @@ from evdb.grpc.common import (
     call_context,
     check_leader,
     check_stream_access,
+    database,
     expected_version,
     grpc_error,
     parse_uuid,
@@ -201,7 +203,7 @@ class StreamsService:
             raise grpc_error(node, exc) from None
 
     async def _read_stream(self, stream: Stream, name: str, options: Any, structured: bool) -> None:
-        db = self.node.db
+        db = database(self.node)
         remaining = options.count
         which = options.stream.WhichOneof("revision_option")
         forwards = options.read_direction == _FORWARDS
@@ -246,7 +248,7 @@ class StreamsService:
         event_filter: Callable[[EventRecord], bool] | None,
         structured: bool,
     ) -> None:
-        db = self.node.db
+        db = database(self.node)
         remaining = options.count
         which = options.all.WhichOneof("all_option")
         forwards = options.read_direction == _FORWARDS
@@ -262,7 +264,8 @@ class StreamsService:
             batch = min(remaining, PAGE)
             try:
                 if forwards:
-                    page = await asyncio.to_thread(db.read_all_forward, position, batch, event_filter)
+                    # forwards, position is never None (see above)
+                    page = await asyncio.to_thread(db.read_all_forward, position or 0, batch, event_filter)
                 else:
                     page = await asyncio.to_thread(db.read_all_backward, position, batch, event_filter)
             except InvalidInput:
@@ -276,7 +279,7 @@ class StreamsService:
 
     async def _subscribe_stream(self, stream: Stream, name: str, options: Any, structured: bool) -> None:
         node = self.node
-        state = await asyncio.to_thread(node.db.stream_state, name)
+        state = await asyncio.to_thread(database(node).stream_state, name)
         if state.tombstoned:
             raise StreamDeleted(name)
         which = options.WhichOneof("revision_option")
@@ -286,7 +289,7 @@ class StreamsService:
         )
         last = after
         async for item in subscribe_to_stream(
-            node.db, node.notifier, name, after=after, from_end=which == "end"
+            database(node), node.notifier, name, after=after, from_end=which == "end"
         ):
             if isinstance(item, CaughtUp):
                 caught_up = ReadResp.CaughtUp(timestamp=timestamp_now(node))
@@ -309,7 +312,7 @@ class StreamsService:
         after = options.all.position.commit_position if which == "position" else None
         if after is not None:
             try:  # the position must be an event's (or the end)
-                await asyncio.to_thread(node.db.read_all_forward, after, 1)
+                await asyncio.to_thread(database(node).read_all_forward, after, 1)
             except InvalidInput:
                 raise _invalid_position(event_filter is not None) from None
         interval = 0
@@ -320,7 +323,9 @@ class StreamsService:
         )
         last = after
         scanned = 0
-        async for item in subscribe_to_all(node.db, node.notifier, after=after, from_end=which == "end"):
+        async for item in subscribe_to_all(
+            database(node), node.notifier, after=after, from_end=which == "end"
+        ):
             if isinstance(item, CaughtUp):
                 caught_up = ReadResp.CaughtUp(timestamp=timestamp_now(node))
                 if last is not None:
@@ -350,7 +355,7 @@ class StreamsService:
         node = self.node
         check_metadata_events(name, events)  # how kurrentdbclient sets stream metadata
         started = node.clock.monotonic()
-        result = await asyncio.wrap_future(node.db.append_async(name, events, expected))
+        result = await asyncio.wrap_future(database(node).append_async(name, events, expected))
         node.metrics.append_latency.observe(max(0.0, node.clock.monotonic() - started))
         if not result.duplicate:
             node.metrics.events_written.inc(len(events))
@@ -465,7 +470,7 @@ class StreamsService:
             response.error.CopyFrom(_status(Status.FAILED_PRECONDITION, str(exc), detail))
             return response
         except EventTooLarge as exc:
-            limit = min(self.node.db.config.max_append_size, 2**32 - 1)
+            limit = min(database(self.node).config.max_append_size, 2**32 - 1)
             detail = shared_pb2.MaximumAppendSizeExceeded(maxAppendSize=limit)
             response.error.CopyFrom(_status(Status.INVALID_ARGUMENT, str(exc), detail))
             return response
@@ -512,7 +517,7 @@ class StreamsService:
         check_leader(node, ctx)
         await self._check_access(ctx, name, "delete")
         try:
-            result = await asyncio.wrap_future(node.db.delete_stream_async(name, expected, hard=hard))
+            result = await asyncio.wrap_future(database(node).delete_stream_async(name, expected, hard=hard))
         except StreamNotFound:
             # KurrentDB's wording; kurrentdbclient reads "Actual version: -1" as "not found"
             raise GRPCError(
@@ -529,4 +534,5 @@ class StreamsService:
 def _status(status: Status, message: str, detail: Any) -> status_pb2.Status:
     packed = any_pb2.Any()
     packed.Pack(detail)
-    return status_pb2.Status(code=status.value, message=message, details=packed)
+    code = code_pb2.Code.Value(status.name)  # grpclib's Status as google.rpc.Code (same names, numbers)
+    return status_pb2.Status(code=code, message=message, details=packed)

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from evdb.auth import ANONYMOUS, parse_basic_authorization
 from evdb.autoscavenge.nodeauth import NODE_SCHEME, authenticate_node
-from evdb.errors import EvdbError, WrongExpectedVersion, status_of
+from evdb.errors import DatabaseReopening, EvdbError, WrongExpectedVersion, status_of
 from evdb.http.common import NODE, PRINCIPAL, unauthorized
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ async def error_middleware(request: web.Request, handler):
         # a follower cut its diverged log and is reopening the database: a moment's unavailability
         response = web.Response(
             status=503,
-            text="The node is reopening its database; try again in a moment.",
+            text=DatabaseReopening.MESSAGE,
             headers={"Retry-After": "1"},
         )
         node.metrics.observe_http(request, response.status, time.perf_counter() - started)
@@ -99,7 +99,7 @@ async def error_middleware(request: web.Request, handler):
         )
         response = web.Response(
             status=503,
-            text="The node is reopening its database; try again in a moment.",
+            text=DatabaseReopening.MESSAGE,
             headers={"Retry-After": "1"},
         )
     except web.HTTPException as exc:

@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from evdb.backup.errors import BackupError
-from evdb.backup.layout import check_folder
+from evdb.backup.layout import backup_target
 from evdb.backup.procedures import run_backup
 from evdb.backup.progress import Progress
 from evdb.backup.scavenge_guard import NodeScavengeGuard
@@ -63,19 +63,14 @@ def _parse(body: Any) -> tuple[str, bool, bool]:
     unknown = set(body) - {"to", "differential", "stopScavenge"}
     if unknown:
         raise InvalidInput(f"Unknown field(s): {', '.join(sorted(unknown))}")
-    dest = body.get("to")
-    if not isinstance(dest, str) or not dest.strip():
-        raise InvalidInput('"to" must name the backup folder (an absolute path on the node\'s host)')
-    check_folder(dest)
-    if not os.path.isabs(dest):
-        raise InvalidInput(f'"to" must be an absolute path, not {dest!r}')
+    dest = backup_target(body.get("to"))  # the one rule (evdb/backup/layout.py)
     flags = []
     for name in ("differential", "stopScavenge"):
         value = body.get(name, False)
         if not isinstance(value, bool):
             raise InvalidInput(f'"{name}" must be true or false')
         flags.append(value)
-    return os.path.normpath(dest), flags[0], flags[1]
+    return dest, flags[0], flags[1]
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -88,9 +83,9 @@ async def start(request: web.Request) -> web.Response:
     node = get_node(request)
     o = node.options
     dest, differential, stop_scavenge = _parse(await read_json(request))
-    if o.mem_db:
-        raise InvalidInput("This node keeps its database in memory (MemDb): there are no files to back up")
     index_dir = node._db_config.resolved_index_dir
+    if o.mem_db or not o.db or not index_dir:
+        raise InvalidInput("This node keeps its database in memory (MemDb): there are no files to back up")
     for folder in (o.db, index_dir):
         if _inside(dest, folder) or _inside(folder, dest):
             raise InvalidInput(f"The backup folder {dest} must be outside the node's folder {folder}")

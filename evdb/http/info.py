@@ -33,6 +33,7 @@ async def info(request: web.Request) -> web.Response:
 
 async def gossip(request: web.Request) -> web.Response:
     node = get_node(request)
+    assert node.cluster is not None  # Node.start makes it before it opens the HTTP port
     return json_response(
         {"members": node.cluster.members(), "serverIp": node.advertised_host, "serverPort": node.port}
     )

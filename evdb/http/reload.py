@@ -71,7 +71,14 @@ EXTRA_PATHS.append(
                             "application/json": {
                                 "schema": {
                                     "type": "object",
-                                    "required": ["secure", "certificate", "ca", "trustedRoots", "lastReload", "peerErrors"],
+                                    "required": [
+                                        "secure",
+                                        "certificate",
+                                        "ca",
+                                        "trustedRoots",
+                                        "lastReload",
+                                        "peerErrors",
+                                    ],
                                     "properties": {
                                         "secure": {"type": "boolean"},
                                         "certificate": _NULLABLE_OBJECT,

@@ -36,14 +36,14 @@ async def start(request: web.Request) -> web.Response:
         f"?{query}" if query else "",
     )
     scavenge_request = parse_request(request)
-    scavenge_id = await asyncio.to_thread(node.scavenge.start, scavenge_request)
+    scavenge_id = await asyncio.to_thread(node.open_scavenge().start, scavenge_request)
     return text_or_json(request, {"scavengeId": scavenge_id})
 
 
 async def current(request: web.Request) -> web.Response:
     require_ops(request)
     node = get_node(request)
-    scavenge_id = node.scavenge.current_id() or ""
+    scavenge_id = node.open_scavenge().current_id() or ""
     link = f"/admin/scavenge/{scavenge_id}" if scavenge_id else ""
     return text_or_json(request, {"scavengeId": scavenge_id, "scavengeLink": link})
 
@@ -51,7 +51,7 @@ async def current(request: web.Request) -> web.Response:
 async def last(request: web.Request) -> web.Response:
     require_ops(request)
     node = get_node(request)
-    found = await asyncio.to_thread(node.scavenge.last)
+    found = await asyncio.to_thread(node.open_scavenge().last)
     if found is None:
         return text_or_json(request, {"scavengeId": "", "scavengeLink": "", "scavengeResult": "Unknown"})
     scavenge_id, result = found
@@ -69,9 +69,9 @@ async def progress(request: web.Request) -> web.Response:
     """evdb extension: the live figures of the running scavenge (phase, chunks, weights, bytes)."""
     require_ops(request)
     node = get_node(request)
-    figures = node.scavenge.progress()
+    figures = node.open_scavenge().progress()
     if figures is None:
-        last_run = node.scavenge.last_progress()
+        last_run = node.open_scavenge().last_progress()
         body = {"running": False, "last": last_run.to_json(node.clock.time()) if last_run else None}
     else:
         body = {"running": True, **figures}
@@ -86,7 +86,7 @@ async def stop(request: web.Request) -> web.Response:
         "Stopping scavenge because /admin/scavenge/%s DELETE request has been received.", scavenge_id
     )
     try:
-        stopped = await node.scavenge.stop_async(scavenge_id)
+        stopped = await node.open_scavenge().stop_async(scavenge_id)
     except ScavengeNotFound:
         return web.Response(status=404, text="Scavenge Id does not exist", content_type="text/plain")
     if wants_json(request):

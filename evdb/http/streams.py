@@ -14,7 +14,7 @@ import contextlib
 import json
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from aiohttp import web
@@ -26,6 +26,9 @@ from evdb.http.common import bad_request, get_node, get_principal, json_response
 from evdb.storage.records import EventRecord
 from evdb.streams import ANY, NewEvent, StreamMetadata, check_metadata_events, is_metastream
 from evdb.subscriptions import CaughtUp, subscribe_to_all, subscribe_to_stream
+
+if TYPE_CHECKING:
+    from evdb.database import Database
 
 ATOM = "application/vnd.kurrent.atom+json"
 PAGE = 20
@@ -44,11 +47,17 @@ def header(request: web.Request, name: str) -> str | None:
     return request.headers.get(f"Kurrent-{name}") or request.headers.get(f"ES-{name}")
 
 
+def database(request: web.Request) -> Database:
+    """The node's open database. A follower cutting a diverged tail closes and reopens it: a request
+    that meets it closed is answered 503, try again (evdb.http.app's error middleware)."""
+    return get_node(request).open_db()
+
+
 # -- access control ----------------------------------------------------------------------------------
 def check_access(request: web.Request, stream: str, action: str) -> Principal:
     """Stream ACLs (evdb.auth.stream_access): 401 for anonymous callers refused, 403 for others."""
     principal = get_principal(request)
-    verdict = stream_access(get_node(request).db, principal, stream, action)
+    verdict = stream_access(database(request), principal, stream, action)
     if verdict == "unauthenticated":
         raise unauthorized()
     if verdict == "denied":
@@ -150,7 +159,7 @@ async def _feed(
     check_access(request, stream, "read")
     embed = request.query.get("embed")
     long_poll = header(request, "LongPoll")
-    db = node.db
+    db = database(request)
     if direction == "forward":
         assert start is not None
         page = await asyncio.to_thread(db.read_stream_forward, stream, start, count)
@@ -231,8 +240,7 @@ async def read_event(request: web.Request) -> web.Response:
         number = int(number_text)
     else:
         raise InvalidInput(f"'{number_text}' is not an event number.")
-    node = get_node(request)
-    record = await asyncio.to_thread(node.db.read_event, stream, number)
+    record = await asyncio.to_thread(database(request).read_event, stream, number)
     accept = request.headers.get("Accept", "")
     if "atom" in accept or request.query.get("embed"):
         entry = _entry(request, record, "body")
@@ -245,7 +253,7 @@ async def read_event(request: web.Request) -> web.Response:
 async def _all_feed(request: web.Request, start: int | None, direction: str, count: int) -> web.Response:
     node = get_node(request)
     check_access(request, ALL, "read")
-    db = node.db
+    db = database(request)
     embed = request.query.get("embed")
     if direction == "forward":
         page = await asyncio.to_thread(db.read_all_forward, start or 0, count)
@@ -374,11 +382,12 @@ async def append(request: web.Request) -> web.Response:
     check_metadata_events(stream, events)
     expected = _expected_version(request)
     started = node.clock.monotonic()
+    db = database(request)
     try:
-        future = node.db.append_async(stream, events, expected)
+        future = db.append_async(stream, events, expected)
     except EventTooLarge as exc:
         raise web.HTTPRequestEntityTooLarge(
-            max_size=node.db.config.max_append_size, actual_size=request.content_length or 0, text=str(exc)
+            max_size=db.config.max_append_size, actual_size=request.content_length or 0, text=str(exc)
         ) from None
     result = await asyncio.wrap_future(future)
     node.metrics.append_latency.observe(max(0.0, node.clock.monotonic() - started))
@@ -399,9 +408,10 @@ async def delete(request: web.Request) -> web.Response:
     if stream == ALL:
         raise web.HTTPMethodNotAllowed("DELETE", ["GET"])
     check_access(request, stream, "delete")
-    node = get_node(request)
     hard = (header(request, "HardDelete") or "").lower() == "true"
-    await asyncio.wrap_future(node.db.delete_stream_async(stream, _expected_version(request), hard=hard))
+    await asyncio.wrap_future(
+        database(request).delete_stream_async(stream, _expected_version(request), hard=hard)
+    )
     return web.Response(status=204)
 
 
@@ -409,8 +419,7 @@ async def delete(request: web.Request) -> web.Response:
 async def get_metadata(request: web.Request) -> web.Response:
     stream = request.match_info["stream"]
     check_access(request, stream, "metaread")
-    node = get_node(request)
-    metadata, version = await asyncio.to_thread(node.db.get_stream_metadata, stream)
+    metadata, version = await asyncio.to_thread(database(request).get_stream_metadata, stream)
     if version < 0:
         return json_response({})
     return json_response(metadata.raw, headers={"Kurrent-MetadataVersion": str(version)})
@@ -419,7 +428,6 @@ async def get_metadata(request: web.Request) -> web.Response:
 async def set_metadata(request: web.Request) -> web.Response:
     stream = request.match_info["stream"]
     check_access(request, stream, "metawrite")
-    node = get_node(request)
     parsed = parse_json(await request.read(), "The metadata body")
     if isinstance(parsed, list):
         if len(parsed) != 1 or not isinstance(parsed[0], dict):
@@ -428,7 +436,9 @@ async def set_metadata(request: web.Request) -> web.Response:
     if not isinstance(parsed, dict):
         raise InvalidInput("Stream metadata must be a JSON object.")
     StreamMetadata.from_dict(parsed)
-    result = await asyncio.to_thread(node.db.set_stream_metadata, stream, parsed, _expected_version(request))
+    result = await asyncio.to_thread(
+        database(request).set_stream_metadata, stream, parsed, _expected_version(request)
+    )
     return web.Response(
         status=201,
         headers={
@@ -465,7 +475,7 @@ async def subscribe_stream(request: web.Request) -> web.StreamResponse:
         return await _sse(
             request,
             subscribe_to_all(
-                node.db,
+                database(request),
                 node.notifier,
                 after=parse_position(after) if after else None,
                 from_end=request.query.get("from") == "end",
@@ -478,7 +488,7 @@ async def subscribe_stream(request: web.Request) -> web.StreamResponse:
     return await _sse(
         request,
         subscribe_to_stream(
-            node.db,
+            database(request),
             node.notifier,
             stream,
             after=int(after) if after is not None else None,

@@ -12,6 +12,7 @@ import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
+from functools import partial
 
 from evdb.index.hashing import stream_hash
 from evdb.index.memtable import MemTable
@@ -44,6 +45,11 @@ def timed(label: str, action: Callable[[], object]) -> float:
     return took
 
 
+def add_batches(index: TableIndex, batches: list[list[tuple[int, int, int]]]) -> None:
+    for batch in batches:
+        index.add(batch, batch[-1][2] + 1)
+
+
 def memtable_memory(batches: list[list[tuple[int, int, int]]]) -> float:
     gc.collect()
     tracemalloc.start()
@@ -74,14 +80,14 @@ def main(folder: str) -> None:
             index = TableIndex.open(directory)
             timed(
                 "add 1M (memtable 1M: one dump, after)",
-                lambda b=batches, i=index: [i.add(x, x[-1][2] + 1) for x in b],
+                partial(add_batches, index, batches),
             )
             timed("dump 1M entries to a PTable (background)", index.wait_idle)
             index.close()
             index = TableIndex.open(directory, max_memtable_entries=100_000)
             timed(
                 "add 1M (memtable 100k: dumps and merges meanwhile)",
-                lambda b=batches, i=index: [i.add(x, x[-1][2] + 1) for x in b],
+                partial(add_batches, index, batches),
             )
             timed("then wait for the background work", index.wait_idle)
             index.close()
@@ -109,7 +115,7 @@ def main(folder: str) -> None:
                 name = tables[0].name
                 timed(
                     f"open (map + verify xxh3-128) a {len(tables[0]):,}-entry table",
-                    lambda d=directory, n=name: PTable.open(d, n),
+                    partial(PTable.open, directory, name),
                 )
 
     print("merge of four 1M-entry level-0 tables into a level-1 table")

@@ -40,7 +40,7 @@ class MemTable:
         self._hashes = array("Q")
         self._numbers = array("q")
         self._positions = array("q")
-        self._streams: dict[int, int | array] = {}
+        self._streams: dict[int, int | array[int]] = {}
         self._unordered: set[int] = set()
         self._lock = threading.Lock()
         self.last_position = -1
@@ -82,7 +82,7 @@ class MemTable:
                     slot = streams.get(h)
                     if slot is None:
                         streams[h] = i
-                    elif slot.__class__ is int:
+                    elif isinstance(slot, int):
                         if number < numbers[slot]:
                             unordered.add(h)
                         streams[h] = array("i", (slot, i))
@@ -102,7 +102,7 @@ class MemTable:
                 return
             slot = self._streams[h] = array("i")
             previous = None
-        elif slot.__class__ is int:
+        elif isinstance(slot, int):
             previous = numbers[slot]
             slot = self._streams[h] = array("i", (slot,))
         else:
@@ -125,7 +125,7 @@ class MemTable:
             slot = self._streams.get(h)
             if slot is None:
                 return None
-            if slot.__class__ is int:
+            if isinstance(slot, int):
                 return (slot,), 1, True
             return slot, len(slot), h not in self._unordered
 

@@ -314,9 +314,7 @@ class TableWriter:
         else:
             assert self._fd is not None
             for k, column in enumerate(columns):
-                _pwrite_all(
-                    self._fd, memoryview(column).cast("B"), HEADER_SIZE + 8 * (k * self.count + start)
-                )
+                _pwrite_all(self._fd, column.data.cast("B"), HEADER_SIZE + 8 * (k * self.count + start))
         self._cursor += n
 
     def _check_order(self, hashes: np.ndarray, numbers: np.ndarray, positions: np.ndarray) -> None:
@@ -337,7 +335,7 @@ class TableWriter:
         if self._arrays is not None:
             hasher = xxhash.xxh3_128(header)
             for column in self._arrays:
-                hasher.update(memoryview(column).cast("B"))
+                hasher.update(column.data.cast("B"))
             hasher.update(footer_head)
             digest = hasher.digest()
             sidecar = _sidecar_for(self._arrays[0], digest)

@@ -385,10 +385,9 @@ class TableIndex:
         started = time.perf_counter()
         old = self._view.levels[level][:MERGE_FANOUT]
         merged = _merge_tables(self.directory, level + 1, old)
-        levels = list(self._view.levels)
-        levels[level] = levels[level][MERGE_FANOUT:]
-        levels = _with_table(tuple(levels), level + 1, merged)
-        self._replace_tables(levels, old)
+        remaining = list(self._view.levels)
+        remaining[level] = remaining[level][MERGE_FANOUT:]
+        self._replace_tables(_with_table(tuple(remaining), level + 1, merged), old)
         _log.debug(
             "Merged %d level-%d tables into %s (%d entries) in %.3fs",
             len(old),

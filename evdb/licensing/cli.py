@@ -226,8 +226,8 @@ def _inspect(args: argparse.Namespace) -> int:
     try:
         lic = verify_license(token, trusted, SystemClock().time())
     except LicenseError as error:
-        exc = explain_wrong_issuer(token, error) if isinstance(error, LicenseWrongIssuer) else error
-        out = {"valid": False, "reason": exc.reason, "message": str(exc)}
+        shown = explain_wrong_issuer(token, error) if isinstance(error, LicenseWrongIssuer) else error
+        out = {"valid": False, "reason": shown.reason, "message": str(shown)}
         if claimed is not None:
             out["claims"] = claimed
         print(json.dumps(out, indent=2))

@@ -110,7 +110,7 @@ class Side:
     def __init__(self, endpoint: Endpoint, read_timeout: float | None) -> None:
         self.endpoint = endpoint
         self.base = endpoint.url.rstrip("/")
-        tls: ssl.SSLContext | bool | None = None if endpoint.verify_tls else False
+        tls: ssl.SSLContext | bool = endpoint.verify_tls  # True: aiohttp's default verification
         if endpoint.ca:
             tls = ssl.create_default_context(cafile=endpoint.ca)
         headers = {}
@@ -464,7 +464,7 @@ class Mirror:
                         items.append(queue.get_nowait())
                     except asyncio.QueueEmpty:
                         break
-                events = []
+                events: list[dict] = []
                 for item in items:
                     if isinstance(item, BaseException):
                         await self._apply(target, events, stop)

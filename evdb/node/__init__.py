@@ -24,7 +24,9 @@ from evdb.auth import UserStore
 from evdb.clock import Clock, SystemClock
 from evdb.cluster import ClusterService
 from evdb.cluster.peers import PeerClient, peer_name
+from evdb.cluster.replica import ChunkLogReplication
 from evdb.database import Database, DatabaseConfig
+from evdb.errors import DatabaseReopening
 from evdb.licensing import License, load_license
 from evdb.logs import close_node_logging, configure_node_logging
 from evdb.metrics import NodeMetrics
@@ -56,6 +58,7 @@ class Node:
         self.scavenge: ScavengeService | None = None
         self.cluster: ClusterService | None = None
         self.peer_client: PeerClient | None = None
+        self._replica: ChunkLogReplication | None = None
         #: grows each time the database is closed and reopened under running requests (truncation)
         self.db_generation = 0
         self.license: License | None = None
@@ -220,11 +223,36 @@ class Node:
             "Truncating the log to position %d (it diverged from the leader's) and reopening the database",
             position,
         )
-        await self.cluster.detach_database()
+        db = self.open_db()
+        if self.cluster is not None:
+            await self.cluster.detach_database()
         self.db_generation += 1  # requests that began before see their failure as a 503, not a 500
-        await asyncio.to_thread(self.db.truncate_on_next_open, position)
+        await asyncio.to_thread(db.truncate_on_next_open, position)
         await self._close_database()
         await self._open_database()
+
+    def open_db(self) -> Database:
+        """The database open now; DatabaseReopening while a follower reopens it (HTTP 503, gRPC
+        UNAVAILABLE: every surface asks here)."""
+        db = self.db
+        if db is None:
+            raise DatabaseReopening()
+        return db
+
+    def open_scavenge(self) -> ScavengeService:
+        """The scavenge service of the database open now (it lives as long as the database)."""
+        service = self.scavenge
+        if service is None:
+            raise DatabaseReopening()
+        return service
+
+    def replication_log(self) -> ChunkLogReplication:
+        """The replication side of the database open now: what the cluster reads for followers and
+        writes for the leader (evdb/cluster/replica.py)."""
+        db = self.open_db()
+        if self._replica is None or self._replica.db is not db:
+            self._replica = ChunkLogReplication(db)
+        return self._replica
 
     async def on_became_leader(self) -> None:
         """Called by the cluster when this node takes office: create the default users if missing."""
@@ -347,7 +375,11 @@ class Node:
         """Start a reload from a signal handler (the outcome is logged)."""
         task = asyncio.create_task(self.reload_configuration(trigger), name=f"{self.name}-reload")
         self._tasks.append(task)
-        task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
+        task.add_done_callback(self._forget_task)
+
+    def _forget_task(self, task: asyncio.Task) -> None:
+        if task in self._tasks:
+            self._tasks.remove(task)
 
     async def run_until_shutdown(self) -> None:
         await self.shutdown_requested.wait()

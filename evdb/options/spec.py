@@ -7,6 +7,7 @@ attribute of :class:`~evdb.options.Options` is ``chunk_size``.
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -133,7 +134,7 @@ class OptionSpec:
 
     # -- descriptions --------------------------------------------------------------------------------
     @property
-    def python_type(self) -> type:
+    def python_type(self) -> builtins.type:  # `type` is also a field of this class
         return _PYTHON_TYPES[self.type]
 
     @property

@@ -40,20 +40,20 @@ def accumulate(ctx: RunContext) -> None:
         ctx.progress.current_chunk = f"chunk {chunk_number}"
         rows: dict[str, StreamRow] = {}
         physical = log.chunk_for(position)
-        completed = physical is not None and physical.is_completed
-        if completed and chunk_number not in summaries:
+        completed = physical if physical is not None and physical.is_completed else None
+        if completed is not None and chunk_number not in summaries:
             # a merged chunk file covers several logical chunks: read it once for all of them
-            numbers = list(range(chunk_number, min(physical.end_number, last_chunk) + 1))
+            numbers = list(range(chunk_number, min(completed.end_number, last_chunk) + 1))
             ranges = [
                 (max(position, n * chunk_size), min((n + 1) * chunk_size, point.position)) for n in numbers
             ]
             try:
-                summaries = dict(zip(numbers, ctx.workers.summarise(physical, ranges), strict=True))
+                summaries = dict(zip(numbers, ctx.workers.summarise(completed, ranges), strict=True))
             except InterruptedError:
                 raise ScavengeStopped() from None
         with state.transaction():
-            if completed:
-                lo, hi = _accumulate_summary(state, rows, users, physical, summaries.pop(chunk_number))
+            if completed is not None:
+                lo, hi = _accumulate_summary(state, rows, users, completed, summaries.pop(chunk_number))
                 position = chunk_end
             else:
                 position, lo, hi = _accumulate_records(ctx, state, rows, users, position, chunk_end)

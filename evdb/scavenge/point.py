@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from typing import Protocol, cast
 
 from evdb.clock import TICKS_PER_SECOND
 from evdb.database import Database
@@ -67,11 +68,18 @@ def latest_point(db: Database) -> ScavengePoint | None:
     return ScavengePoint.from_record(events[0]) if events else None
 
 
+class _PointForwarder(Protocol):
+    """What a follower's ``Database.remote_writer`` (evdb.cluster.forwarding.RemoteWriter) does here."""
+
+    def write_scavenge_point(self, threshold: int) -> int: ...
+
+
 def write_point(db: Database, threshold: int) -> ScavengePoint:
     """Write a new scavenge point and complete the active chunk, in one step of the writer, so the
     chunk holding the point (and everything before it) can be scavenged."""
 
-    remote = db.remote_writer
+    # Database annotates remote_writer as a bare callable; the cluster installs a RemoteWriter
+    remote = cast("_PointForwarder | None", db.remote_writer)
     if remote is not None:  # a follower: the leader writes the point; wait until its chunk is complete here
         position = remote.write_scavenge_point(threshold)
         _wait_for_completed_chunk(db, position)
@@ -79,7 +87,7 @@ def write_point(db: Database, threshold: int) -> ScavengePoint:
         assert point is not None
         return point
 
-    def write(ctx) -> ScavengePoint:
+    def write(ctx) -> None:
         event = NewEvent(SCAVENGE_POINT_TYPE, json.dumps({"threshold": threshold}).encode(), is_json=True)
         ctx.append(SCAVENGE_POINTS_STREAM, [event])
         ctx.complete_active_chunk()

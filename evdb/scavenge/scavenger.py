@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from evdb.database import Database
+from evdb.errors import ScavengeError
 from evdb.scavenge.accumulator import accumulate
 from evdb.scavenge.calculator import calculate
 from evdb.scavenge.decisions import Decider
@@ -228,12 +229,17 @@ class Scavenger:
     def _run_stages(self, ctx: RunContext) -> None:
         decider: Decider | None = None
         stage_names = [s for s, _ in STAGES]
+        phases = dict(STAGES)
         while True:
             ctx.check_stop()
             stage = self.state.checkpoint().get("stage")
             if stage == "Done":
                 return
-            phase = dict(STAGES)[stage]
+            if stage not in phases:  # _begin wrote one: the state file was changed under the run
+                raise ScavengeError(
+                    f"The scavenge state {self.state.path or '(in memory)'} names no known stage: {stage!r}"
+                )
+            phase = phases[stage]
             self.stage_hook(stage)
             ctx.check_stop()
             self.set_status(f"{phase} Phase")

@@ -21,12 +21,17 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from evdb.errors import CorruptedFile
 from evdb.scavenge.chunkscan import DecisionTable, discard_mask, record_table
 from evdb.storage.chunk import Chunk, ChunkBuilder
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.synchronize import Event
 
 __all__ = ["PROCESS_MIN_CHUNK_SIZE", "ChunkWorkers", "Summary", "build_copy", "summarise"]
 
@@ -103,7 +108,7 @@ def build_copy(
 
 
 # -- the worker processes ----------------------------------------------------------------------------
-_stop = None
+_stop: Event | None = None  # set by _init, the initializer of every worker process
 _parent = 0
 
 
@@ -111,7 +116,7 @@ class _Corrupted(Exception):
     """CorruptedFile, in a form that crosses the process boundary."""
 
 
-def _init(stop, parent: int, lifeline) -> None:
+def _init(stop: Event, parent: int, lifeline) -> None:
     global _stop, _parent
     _stop, _parent = stop, parent
     threading.Thread(target=_watch_parent, args=(lifeline,), name="evdb-parent-watch", daemon=True).start()
@@ -128,6 +133,7 @@ def _watch_parent(lifeline) -> None:
 
 
 def _should_stop() -> bool:
+    assert _stop is not None  # called in worker processes only, after _init
     return _stop.is_set() or os.getppid() != _parent
 
 
@@ -145,6 +151,7 @@ def _copy_files(paths: list[str], builder_args: dict, decisions: DecisionTable |
         new, removed = build_copy(chunks, builder, decisions, _should_stop)
     except CorruptedFile as exc:
         raise _Corrupted(exc.path, exc.reason) from None
+    assert new.path is not None  # builder_args name a folder: workers copy on-disk chunks only
     return new.path, removed
 
 
@@ -169,8 +176,9 @@ class ChunkWorkers:
         self.stop = stop
         self.logger = logger or logging.getLogger(__name__)
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
-        self._shared_stop = None
-        self._lifeline = None  # (read end, write end): the workers exit when the write end closes
+        self._shared_stop: Event | None = None
+        #: (read end, write end): the workers exit when the write end closes
+        self._lifeline: tuple[Connection, Connection] | None = None
         self._lock = threading.Lock()
         self._broken = False
 
@@ -191,20 +199,22 @@ class ChunkWorkers:
             if self._pool is None:
                 context = multiprocessing.get_context("spawn")  # never fork a node's threads
                 self._shared_stop = context.Event()
-                self._lifeline = context.Pipe(duplex=False)
+                self._lifeline = lifeline = context.Pipe(duplex=False)
                 self._pool = concurrent.futures.ProcessPoolExecutor(
                     max_workers=self.threads,
                     mp_context=context,
                     initializer=_init,
-                    initargs=(self._shared_stop, os.getpid(), self._lifeline[0]),
+                    initargs=(self._shared_stop, os.getpid(), lifeline[0]),
                 )
             future = self._pool.submit(fn, *args)
+            shared_stop = self._shared_stop
+        assert shared_stop is not None  # made with the pool, never dropped
         while True:
             try:
                 return future.result(timeout=0.05)
             except concurrent.futures.TimeoutError:
                 if self.stop.is_set():
-                    self._shared_stop.set()
+                    shared_stop.set()
             except _Corrupted as exc:
                 raise CorruptedFile(*exc.args) from None
 

@@ -276,7 +276,7 @@ class _Checker:
             self.problem(node, f"{where}: restart names a node (node1, …, or killed), not a role")
 
     def _check_screenshot_names(self, steps: list[Step]) -> None:
-        seen: dict[str, Step] = {}
+        seen: dict[str | None, Step] = {}  # by name (a screenshot may have none)
         for step in steps:
             if step.kind == "screenshot":
                 name = step.args.get("name")

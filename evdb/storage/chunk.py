@@ -466,14 +466,15 @@ class Chunk:
 
     def physical_offset(self, position: int) -> int | None:
         """Physical offset of the record at logical ``position``; None when no record starts there."""
-        if self._posmap_positions is None:
+        positions, offsets = self._posmap_positions, self._posmap_offsets  # both set, or neither
+        if positions is None or offsets is None:
             if self.is_scavenged:
                 return None  # a scavenged chunk that kept nothing
             offset = position - self.start_position
             return offset if 0 <= offset < self.physical_end else None
-        i = int(np.searchsorted(self._posmap_positions, position))
-        if i < len(self._posmap_positions) and int(self._posmap_positions[i]) == position:
-            return int(self._posmap_offsets[i])
+        i = int(np.searchsorted(positions, position))
+        if i < len(positions) and int(positions[i]) == position:
+            return int(offsets[i])
         return None
 
     def physical_offset_at_or_after(self, position: int) -> int:
@@ -481,12 +482,13 @@ class Chunk:
 
         For an unscavenged chunk ``position`` must be a record boundary (or the chunk start).
         """
-        if self._posmap_positions is None:
+        positions, offsets = self._posmap_positions, self._posmap_offsets  # both set, or neither
+        if positions is None or offsets is None:
             if self.is_scavenged:
                 return self.physical_end
             return max(0, min(position - self.start_position, self.physical_end))
-        i = int(np.searchsorted(self._posmap_positions, position))
-        return int(self._posmap_offsets[i]) if i < len(self._posmap_offsets) else self.physical_end
+        i = int(np.searchsorted(positions, position))
+        return int(offsets[i]) if i < len(offsets) else self.physical_end
 
     def read_at(
         self, offset: int, limit: int | None = None
@@ -658,6 +660,7 @@ class ChunkBuilder:
         self._emit(tail)
         checksum = self._hasher.digest()
         if self._file is not None:
+            assert self.path is not None  # the file was opened at self.path
             self._file.write(checksum)
             self._file.flush()
             disk.current.fsync(self._file.fd)

@@ -323,15 +323,12 @@ class TransactionLog:
                 return -1
             try:
                 record, _ = chunk.read_at(offset, limit)
+                if not isinstance(record, rec.SystemRecord) or record.kind != rec.SystemRecordKind.EPOCH:
+                    return -1
                 previous = json.loads(record.payload).get("previousEpochPosition", -1)
-            except (CorruptedFile, ValueError, AttributeError):
+            except (CorruptedFile, ValueError, AttributeError):  # AttributeError: JSON but not an object
                 return -1
-            if (
-                not isinstance(record, rec.SystemRecord)
-                or record.kind != rec.SystemRecordKind.EPOCH
-                or not isinstance(previous, int)
-                or previous >= epoch
-            ):
+            if not isinstance(previous, int) or previous >= epoch:
                 return -1
             epoch = previous
         return epoch
@@ -480,7 +477,7 @@ class TransactionLog:
         if not new.is_completed:
             raise ValueError("only a completed chunk can be switched in")
         with self._lock:
-            old = []
+            old: list[Chunk] = []
             for number in range(new.start_number, new.end_number + 1):
                 chunk = self._chunks[number]
                 if not chunk.is_completed:
@@ -528,7 +525,7 @@ class TransactionLog:
                 )
             with self._lock:
                 table = list(self._chunks)
-            replaced = []
+            replaced: list[Chunk] = []
             for chunk in table[start:]:
                 if not replaced or replaced[-1] is not chunk:
                     replaced.append(chunk)

@@ -348,6 +348,8 @@ def _presented_fingerprint(url: str, trust: ssl.SSLContext) -> str:
         trust.wrap_socket(raw, server_hostname=host) as tls,
     ):
         der = tls.getpeercert(binary_form=True)
+    if der is None:  # only without verification (CERT_NONE) may a server present none
+        raise RotationError(f"{url}: the node presented no certificate.")
     return x509.load_der_x509_certificate(der).fingerprint(hashes.SHA256()).hex()
 
 

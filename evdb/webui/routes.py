@@ -26,7 +26,7 @@ from aiohttp import web
 from evdb.errors import InvalidInput
 from evdb.http.common import get_node, get_principal, require_authenticated, require_ops
 from evdb.http.openapi import EXTRA_PATHS
-from evdb.http.streams import check_access, is_number, parse_position
+from evdb.http.streams import check_access, database, is_number, parse_position
 from evdb.scavenge.scavenger import STAGES
 from evdb.webui import views
 
@@ -178,11 +178,12 @@ async def admin_fragment(request: web.Request) -> web.Response:
     """The Admin page: current scavenge, start form, auto-scavenge box, history from ``$scavenges``."""
     require_ops(request, legacy=False)
     node = get_node(request)
+    db = database(request)
 
     def gather() -> dict[str, Any]:
         values = _current_values(node)
         running = values["figures"]["scavengeId"] if values["figures"] else None
-        values["history"] = views.scavenge_history(node.db, 20, running)
+        values["history"] = views.scavenge_history(db, 20, running)
         return values
 
     values = await asyncio.to_thread(gather)
@@ -192,9 +193,8 @@ async def admin_fragment(request: web.Request) -> web.Response:
 async def streams_fragment(request: web.Request) -> web.Response:
     """Streams in order of their newest event (read from ``$all``: it needs ``$all`` read access)."""
     check_access(request, views.ALL, "read")
-    node = get_node(request)
     before = _position(request, "before")
-    listing = await asyncio.to_thread(views.stream_list, node.db, before)
+    listing = await asyncio.to_thread(views.stream_list, database(request), before)
     return _html("streams.html", listing=listing, before=before)
 
 
@@ -205,13 +205,12 @@ async def stream_fragment(request: web.Request) -> web.Response:
         raise InvalidInput("A stream name is needed.")
     count = _count(request)
     check_access(request, stream, "read")
-    node = get_node(request)
     if stream == views.ALL:
         before = _position(request, "before")
-        all_page = await asyncio.to_thread(views.read_all_page, node.db, before, count)
+        all_page = await asyncio.to_thread(views.read_all_page, database(request), before, count)
         return _html("all.html", page=all_page, user=get_principal(request).name)
     start = _event_number(request, "from")
-    stream_page = await asyncio.to_thread(views.read_stream_page, node.db, stream, start, count)
+    stream_page = await asyncio.to_thread(views.read_stream_page, database(request), stream, start, count)
     return _html("stream.html", page=stream_page)
 
 

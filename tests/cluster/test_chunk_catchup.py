@@ -2,7 +2,7 @@
 copy a scavenged chunk, whose removed records cannot be streamed), then streams records again.
 
 In process: two databases, driven with the same pieces the replication stream uses
-(``Database.replication_chunk``, ``chunk_file_header``/``chunk_file_pieces`` on the leader,
+(``ChunkLogReplication.replication_chunk``, ``chunk_file_header``/``chunk_file_pieces`` on the leader,
 ``ChunkFileReceiver`` on the follower). Then one real local cluster: a stopped follower comes back
 after every running node scavenged."""
 
@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from evdb.cluster.launcher import LocalCluster
+from evdb.cluster.replica import ChunkLogReplication
 from evdb.cluster.service import ChunkFileReceiver, chunk_file_header, chunk_file_pieces
 from evdb.database import Database
 from evdb.errors import CorruptedFile, EvdbError, StorageError
@@ -89,13 +90,13 @@ def copy_records(leader: Database, follower: Database, until: int) -> int:
     """Stream records (the pre-existing path) until the follower's log reaches ``until``."""
     position = follower.committed_position
     while position < until:
-        position, frames, completed = leader.read_raw(position, 300)
+        position, frames, completed = ChunkLogReplication(leader).read_raw(position, 300)
         if completed is not None:
-            follower.complete_replicated_chunk(completed)
+            ChunkLogReplication(follower).complete_replicated_chunk(completed)
             continue
         frames = frames[: until - position] if position + len(frames) > until else frames
         assert frames, "until must be a record boundary"
-        follower.apply_replicated(position, frames)
+        ChunkLogReplication(follower).apply_replicated(position, frames)
         position += len(frames)
     return position
 
@@ -120,20 +121,20 @@ def catch_up(leader: Database, follower: Database) -> list[tuple[int, int, bool,
     files = []
     position = follower.committed_position
     while True:
-        chunk = leader.replication_chunk(position)
+        chunk = ChunkLogReplication(leader).replication_chunk(position)
         if chunk is not None:
             files.append((chunk.start_number, chunk.end_number, chunk.is_scavenged, position))
             position = send_file(chunk, follower)
             assert position == chunk.end_position == follower.committed_position
             continue
-        position, frames, completed = leader.read_raw(position, 700)
+        position, frames, completed = ChunkLogReplication(leader).read_raw(position, 700)
         if completed is not None:
-            follower.complete_replicated_chunk(completed)
+            ChunkLogReplication(follower).complete_replicated_chunk(completed)
             continue
         if not frames:
             assert position == leader.committed_position == follower.committed_position
             return files
-        follower.apply_replicated(position, frames)
+        ChunkLogReplication(follower).apply_replicated(position, frames)
         position += len(frames)
 
 
@@ -193,7 +194,7 @@ def test_a_fresh_follower_catches_up_through_scavenged_chunk_files(tmp_path, clo
         fill(leader.db, rounds=2, first=8)  # the active chunk: streamed as records
         assert any(c.is_scavenged for c in leader.db.log.distinct_chunks())
         with pytest.raises(StorageError, match="was scavenged"):
-            leader.db.read_raw(0, 1000)  # why the whole files are needed
+            ChunkLogReplication(leader.db).read_raw(0, 1000)  # why the whole files are needed
 
         files = catch_up(leader.db, follower)
         completed = [c for c in leader.db.log.distinct_chunks() if c.is_completed]
@@ -326,7 +327,7 @@ def test_a_followers_own_merged_chunk_reaching_into_the_file_is_cut(tmp_path, cl
         merge(follower, 0, 1)
         fill(leader.db, rounds=3, first=7)
         merge(leader.db, 1, 2)
-        assert leader.db.replication_chunk(middle).start_number == 1
+        assert ChunkLogReplication(leader.db).replication_chunk(middle).start_number == 1
         before = reads(follower)
 
         files = catch_up(leader.db, follower)
@@ -390,7 +391,7 @@ def test_a_corrupted_transfer_is_refused_then_the_retry_is_installed(tmp_path, c
         fill(leader.db, rounds=4)
         delete_some(leader.db)
         leader.scavenge()
-        chunk = leader.db.replication_chunk(0)
+        chunk = ChunkLogReplication(leader.db).replication_chunk(0)
         assert chunk is not None and chunk.is_scavenged
         before_files = chunk_files(tmp_path / "follower")
         before_reads = reads(follower)
@@ -446,7 +447,7 @@ def test_a_crash_at_any_step_of_an_install_leaves_a_log_that_opens(tmp_path, clo
         delete_some(leader.db)
         leader.db.write_epoch(2, uuid.uuid4())  # an epoch inside the installed chunk
         leader.scavenge()
-        chunk = leader.db.replication_chunk(middle)
+        chunk = ChunkLogReplication(leader.db).replication_chunk(middle)
         assert chunk is not None and chunk.is_scavenged and chunk.start_position < middle
         old_reads = reads(follower)
 

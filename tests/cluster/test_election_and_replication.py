@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from evdb.cluster.election import LogStanding, VoteRequest, grant_vote, majority
+from evdb.cluster.replica import ChunkLogReplication
 from evdb.cluster.service import parse_gossip_seeds, resolve_common_point
 from evdb.database import Database
 from evdb.errors import InvalidOption, NotLeader, WrongExpectedVersion
@@ -71,13 +72,13 @@ def copy_log(leader: Database, follower: Database, start: int, max_bytes: int = 
     """What the replication stream does: read raw records on one side, apply them on the other."""
     position = start
     while True:
-        position, frames, completed = leader.read_raw(position, max_bytes)
+        position, frames, completed = ChunkLogReplication(leader).read_raw(position, max_bytes)
         if completed is not None:
-            follower.complete_replicated_chunk(completed)
+            ChunkLogReplication(follower).complete_replicated_chunk(completed)
             continue
         if not frames:
             return position
-        follower.apply_replicated(position, frames)
+        ChunkLogReplication(follower).apply_replicated(position, frames)
         position += len(frames)
 
 
@@ -122,10 +123,12 @@ def test_records_that_do_not_start_at_the_followers_end_are_refused(tmp_path):
     follower = Database.open(str(tmp_path / "b"), chunk_size=4096)
     try:
         leader.append("s", events(3))
-        position, frames, _ = leader.read_raw(0, 10_000)
-        follower.apply_replicated(position, frames)
+        position, frames, _ = ChunkLogReplication(leader).read_raw(0, 10_000)
+        ChunkLogReplication(follower).apply_replicated(position, frames)
         with pytest.raises(Exception, match="ends at"):
-            follower.apply_replicated(position, frames)  # the same records again: not at the end
+            ChunkLogReplication(follower).apply_replicated(
+                position, frames
+            )  # the same records again: not at the end
         assert log_content(follower) == log_content(leader)
     finally:
         leader.close()

@@ -61,7 +61,7 @@ async def test_full_then_differential_backup_through_the_node(node, client, tmp_
 async def test_bad_backup_requests_are_refused_and_write_nothing(node, client, tmp_path):
     cases = [
         ({"to": "relative/folder"}, "absolute path"),
-        ({"to": ""}, "must name the backup folder"),
+        ({"to": ""}, "Name the backup folder"),
         ({"to": str(tmp_path / "db" / "inside")}, "must be outside"),
         ({"to": str(tmp_path / "x"), "differential": "yes"}, '"differential" must be true or false'),
         ({"to": str(tmp_path / "x"), "extra": 1}, "Unknown field"),
