@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import psutil
@@ -11,21 +12,35 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from evdb.node import Node
+    from evdb.database import Database
+    from evdb.scavenge.service import ScavengeService
 
-__all__ = ["NodeMetrics"]
+__all__ = ["NodeMetrics", "NodeSources"]
+
+
+class NodeSources:
+    """What the metrics read from their node at each scrape: the database and the scavenge service
+    open now (None while a follower reopens), and the statuses of its components."""
+
+    def __init__(
+        self,
+        db: Callable[[], Database | None],
+        scavenge: Callable[[], ScavengeService | None],
+        statuses: Callable[[], dict[str, tuple[str, float]]],
+    ) -> None:
+        self.db, self.scavenge, self.statuses = db, scavenge, statuses
 
 
 class _NodeCollector:
-    """Figures read at scrape time from the node itself."""
+    """Figures read at scrape time from the node's sources."""
 
-    def __init__(self, node: Node) -> None:
-        self._node = node
+    def __init__(self, sources: NodeSources) -> None:
+        self._sources = sources
         self._process = psutil.Process()
 
     def collect(self):
-        node = self._node
-        db = node.db
+        sources = self._sources
+        db = sources.db()
         if db is not None:
             chk = db.log.checkpoints
             g = GaugeMetricFamily("kurrentdb_checkpoints", "Checkpoint positions", labels=["name", "read"])
@@ -47,10 +62,10 @@ class _NodeCollector:
             "Status of node components; the value is the Unix time the status was entered",
             labels=["name", "status"],
         )
-        for name, (status, since) in node.statuses.items():
+        for name, (status, since) in sources.statuses().items():
             statuses.add_metric([name, status], since)
         yield statuses
-        service = getattr(node, "scavenge", None)
+        service = sources.scavenge()
         if service is not None:
             for key, value in service.totals.items():
                 yield CounterMetricFamily(
@@ -79,7 +94,7 @@ class _NodeCollector:
 
 
 class NodeMetrics:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, sources: NodeSources) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.events_written = Counter("evdb_events_written", "Events appended through this node", registry=r)
@@ -103,7 +118,7 @@ class NodeMetrics:
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1),
         )
         self.node_up = Gauge("evdb_node_up", "1 while the node serves requests", registry=r)
-        r.register(_NodeCollector(node))
+        r.register(_NodeCollector(sources))
 
     def observe_http(self, request: web.Request, status: int, seconds: float) -> None:
         self.http_requests.labels(request.method, str(status)).inc()

@@ -31,6 +31,7 @@ from tui.state import (
     MirrorState,
     NodeCertificates,
     NodeState,
+    PeerFailure,
     ProcessFigures,
     ScavengeHistoryEntry,
     ScavengeState,
@@ -687,6 +688,17 @@ def node_certificates(response: httpx.Response) -> NodeCertificates:
         reload_result=str(last.get("result") or ""),
         reload_error=str(last["error"]) if last.get("error") else None,
         certificate_changed=bool(last.get("certificateChanged")),
+        peer_failures=tuple(
+            PeerFailure(
+                peer=str(f.get("peer") or "?"),
+                reason=str(f.get("reason") or ""),
+                certificate=bool(f.get("certificate")),
+                since=parse_iso(f.get("since")),
+                failures=int(f.get("failures") or 1),
+            )
+            for f in body.get("peerErrors") or ()
+            if isinstance(f, dict)
+        ),
     )
 
 

@@ -581,7 +581,7 @@ def render_certificates(
             expires = Text(f"{when} ({'expired' if left < 0 else 'in ' + duration(left)})", style=style)
         chain = Text("valid", style="green") if c.verified else Text(f"INVALID: {c.error}", style="bold red")
         table.add_row(node.label, c.subject, c.issuer, expires, chain)
-    parts: list[RenderableType] = [table, Text(""), _reload_table(state, now)]
+    parts: list[RenderableType] = [table, Text(""), *_peer_failures(state, now), _reload_table(state, now)]
     fingerprints = {
         n.certificates.ca_fingerprint
         for n in state.ordered()
@@ -603,6 +603,27 @@ def render_certificates(
         parts.append(Text("\nCertificate errors", style="bold"))
         parts.extend([_log_text(line) for line in errors] or [Text("none seen", style="dim")])
     return Group(*parts)
+
+
+def _peer_failures(state: DashboardState, now: float) -> list[RenderableType]:
+    """What each node reports of its calls to other nodes failing now (``peerErrors``): the peer and
+    the reason, certificate refusals in red. Nothing when every call succeeds."""
+    lines: list[RenderableType] = []
+    for node in state.ordered():
+        info = node.certificates
+        if info is None or not info.peer_failures:
+            continue
+        for failure in info.peer_failures:
+            line = Text()
+            line.append(node.label, style="bold")
+            line.append(f" → {failure.peer}: ")
+            line.append(failure.reason, style="bold red" if failure.certificate else "yellow")
+            if failure.since is not None:
+                line.append(f"  (for {ago(now - failure.since)}, {failure.failures}×)", style="dim")
+            lines.append(line)
+    if not lines:
+        return []
+    return [Text("Calls to other nodes failing now (peerErrors)", style="bold"), *lines, Text("")]
 
 
 def _reload_table(state: DashboardState, now: float) -> Table:

@@ -221,6 +221,17 @@ class CertificateState:
 
 
 @dataclass(frozen=True)
+class PeerFailure:
+    """A call from a node to another that fails now (``peerErrors`` of ``/admin/certificates``)."""
+
+    peer: str  # host:port called
+    reason: str
+    certificate: bool  # refused on a certificate
+    since: float | None = None  # epoch seconds of the first failure of this run
+    failures: int = 1
+
+
+@dataclass(frozen=True)
 class NodeCertificates:
     """evdb's ``GET /admin/certificates``: the CA in use and the last configuration reload."""
 
@@ -238,6 +249,7 @@ class NodeCertificates:
     reload_result: str = ""  # Success or Failed
     reload_error: str | None = None
     certificate_changed: bool = False
+    peer_failures: tuple[PeerFailure, ...] = ()  # the node's calls to other nodes failing now
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,9 @@ from evdb.cluster.replica import ChunkLogReplication
 from evdb.database import Database, DatabaseConfig
 from evdb.errors import DatabaseReopening
 from evdb.licensing import License, load_license
+from evdb.licensing.loading import check_license
 from evdb.logs import close_node_logging, configure_node_logging
-from evdb.metrics import NodeMetrics
+from evdb.metrics import NodeMetrics, NodeSources
 from evdb.options import Options, deprecation_warnings, effective_configuration
 from evdb.redaction import start_redaction_service
 from evdb.scavenge.service import ScavengeService
@@ -65,7 +66,7 @@ class Node:
         self.redaction: Any = None  # the unix-socket redaction service (EnableUnixSocket)
         self.auto_scavenge: Any = None  # evdb.autoscavenge.AutoScavengeService (mapped or not)
         self.statuses: dict[str, tuple[str, float]] = {}
-        self.metrics = NodeMetrics(self)
+        self.metrics = NodeMetrics(NodeSources(lambda: self.db, lambda: self.scavenge, lambda: self.statuses))
         self.server_tls: Any = None  # the HTTP port's swappable ssl context (evdb/tls/reload.py)
         # POST /admin/reloadconfig and SIGHUP
         self.reloader = ConfigReloader(
@@ -308,7 +309,14 @@ class Node:
         self.cluster = ClusterService(self)
         await self.cluster.start()
         await self.auto_scavenge.start()
-        self.redaction = await start_redaction_service(self)
+        self.redaction = await start_redaction_service(
+            o,
+            logger=self.logger,
+            clock=self.clock,
+            db=lambda: self.db,
+            # the node logged its licence check at start (load_license): the service checks quietly
+            license_check=lambda: check_license(self.options, self.clock.time()),
+        )
         await self._start_http(ssl_context, sockets)
         self.metrics.node_up.set(1)
         if o.stats_period_sec > 0:

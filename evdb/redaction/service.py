@@ -16,7 +16,8 @@ import shutil
 import socket
 import struct
 import tempfile
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from evdb.licensing.loading import LicenseCheck, check_license, log_license_check
 from evdb.licensing.token import LicenseError
@@ -24,19 +25,32 @@ from evdb.redaction.protocol import MAX_LINE, RedactionError, bind_path, socket_
 from evdb.redaction.rules import check_redaction_target
 from evdb.redaction.switch import event_positions, switch_chunk
 
+if TYPE_CHECKING:
+    from evdb.clock import Clock
+    from evdb.database import Database
+
 __all__ = ["RedactionService", "start_redaction_service"]
 
 _PRIVATE_PREFIX = ".evdb-sock-"
 _UCRED = struct.Struct("3i")  # pid, uid, gid
 
 
-async def start_redaction_service(node: Any) -> RedactionService:
-    """Start serving redaction calls for ``node`` when its options ask for it (EnableUnixSocket).
+async def start_redaction_service(
+    options: Any,
+    *,
+    logger: logging.Logger,
+    clock: Clock,
+    db: Callable[[], Database | None],
+    license_check: Callable[[], LicenseCheck] | None = None,
+) -> RedactionService:
+    """Start serving redaction calls for a node when its options ask for it (EnableUnixSocket).
 
-    Returns the service; ``await service.close()`` at node stop, before the database closes. When
-    the socket is off (or the database is in memory) the service does nothing and close is a no-op.
+    Its ports: the node's options, log and clock, a getter of the database open now, and the node's
+    licence check (made from the options when not given). Returns the service; ``await
+    service.close()`` at node stop, before the database closes. When the socket is off (or the
+    database is in memory) the service does nothing and close is a no-op.
     """
-    service = RedactionService(node)
+    service = RedactionService(options, logger=logger, clock=clock, db=db, license_check=license_check)
     await service.start()
     return service
 
@@ -50,9 +64,20 @@ class _Session:
 
 
 class RedactionService:
-    def __init__(self, node: Any) -> None:
-        self.node = node
-        self.logger: logging.Logger = node.logger
+    def __init__(
+        self,
+        options: Any,
+        *,
+        logger: logging.Logger,
+        clock: Clock,
+        db: Callable[[], Database | None],
+        license_check: Callable[[], LicenseCheck] | None = None,
+    ) -> None:
+        self.options = options
+        self.logger = logger
+        self.clock = clock
+        self._db = db
+        self._license_check = license_check
         self.path: str | None = None
         self._server: asyncio.AbstractServer | None = None
         self._handlers: set[asyncio.Task] = set()
@@ -65,7 +90,7 @@ class RedactionService:
 
     # -- lifecycle -------------------------------------------------------------------------------------
     async def start(self) -> None:
-        options = self.node.options
+        options = self.options
         if not getattr(options, "enable_unix_socket", False):
             return
         if options.mem_db or not options.db:
@@ -86,13 +111,11 @@ class RedactionService:
         self.logger.info("Redaction service listening on unix socket %s (%s)", self.path, state)
 
     def _node_license(self) -> LicenseCheck:
-        """The node's licence check (the node's own when it made one, else made and logged here)."""
-        existing = getattr(self.node, "license_check", None)
-        if isinstance(existing, LicenseCheck):
-            return existing
-        check = check_license(self.node.options, self.node.clock.time())
-        if not hasattr(self.node, "license"):  # the node did not check (and log) its licence at start
-            log_license_check(check, self.logger)
+        """The node's licence check (the node's own when given, else made and logged here)."""
+        if self._license_check is not None:
+            return self._license_check()
+        check = check_license(self.options, self.clock.time())
+        log_license_check(check, self.logger)
         return check
 
     def _bind(self, db_dir: str) -> socket.socket:
@@ -216,17 +239,20 @@ class RedactionService:
     def _check_license(self) -> None:
         assert self._license is not None
         try:
-            self._license.require("REDACTION", self.node.clock.time())
+            self._license.require("REDACTION", self.clock.time())
         except LicenseError as exc:
             raise RedactionError(
                 "NotLicensed", f"Redaction requires a valid licence with the REDACTION entitlement: {exc}"
             ) from None
 
-    def _current_log(self) -> Any:
-        db = self.node.db
+    def _open_db(self) -> Database:
+        db = self._db()
         if db is None:
             raise RedactionError("Unavailable", "The node's database is not open.")
-        return db.log
+        return db
+
+    def _current_log(self) -> Any:
+        return self._open_db().log
 
     # -- the chunk lock ----------------------------------------------------------------------------------
     async def _acquire(self, session: _Session) -> None:
@@ -289,7 +315,7 @@ class RedactionService:
 
     async def _get_event_positions(self, session: _Session, request: dict) -> dict:
         stream, number = check_redaction_target(request.get("stream"), request.get("eventNumber"))
-        db = self.node.db
+        db = self._open_db()
         positions = await self._locked(session, lambda _log: event_positions(db, stream, number))
         if not positions:
             raise RedactionError("EventNotFound", f"Event {number}@{stream} is not in the log.")

@@ -214,7 +214,9 @@ async def test_the_redaction_socket_refuses_other_users(monkeypatch):
             os.chmod(os.path.join(root, "db"), 0o711)
             service = None
             if not getattr(node, "redaction", None) or not node.redaction.is_serving:
-                service = await start_redaction_service(node)
+                service = await start_redaction_service(
+                    node.options, logger=node.logger, clock=node.clock, db=lambda: node.db
+                )
             try:
                 path = socket_path(os.path.abspath(os.path.join(root, "db")))
                 st = os.lstat(path)

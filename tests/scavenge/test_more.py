@@ -107,15 +107,13 @@ def test_hash_collisions_never_remove_another_streams_events(tmp_path, make_harn
 
 
 def test_scavenge_metrics(harness):
-    from types import SimpleNamespace
-
-    from evdb.metrics import NodeMetrics
+    from evdb.metrics import NodeMetrics, NodeSources
 
     harness.db.append("s", [ev(i) for i in range(4)])
     harness.db.set_stream_metadata("s", {"$maxCount": 1})
     harness.scavenge()
-    node = SimpleNamespace(db=harness.db, statuses={"Scavenge": ("Idle", 1.0)}, scavenge=harness.service)
-    text = NodeMetrics(node).render().decode()
+    sources = NodeSources(lambda: harness.db, lambda: harness.service, lambda: {"Scavenge": ("Idle", 1.0)})
+    text = NodeMetrics(sources).render().decode()
     assert "evdb_scavenge_records_removed_total 3.0" in text
     assert "evdb_scavenge_chunks_executed_total" in text and "evdb_scavenge_runs_total 1.0" in text
     assert 'kurrentdb_statuses{name="Scavenge",status="Idle"}' in text

@@ -394,6 +394,40 @@ def test_certificates_panel_shows_the_last_reload_its_result_and_the_ca():
     assert "The nodes chain to 2 different CAs" in text
 
 
+def test_certificates_panel_names_each_failing_peer_and_why_above_the_reloads():
+    state = DashboardState()
+    failing = {
+        "peer": "127.0.0.1:2115",
+        "reason": "certificate validation error: certificate chain validation failed: the other node's "
+        "certificate does not chain to a trusted root of this node",
+        "certificate": True,
+        "since": datetime.fromtimestamp(NOW - 90, UTC).isoformat(),
+        "last": datetime.fromtimestamp(NOW - 1, UTC).isoformat(),
+        "failures": 12,
+    }
+    answers = {
+        "node1": {**certificates_body(), "peerErrors": [failing]},
+        "node2": {**certificates_body(), "peerErrors": []},
+    }
+    for i, (name, body) in enumerate(answers.items()):
+        node = NodeState(url=f"https://127.0.0.1:{2113 + i}", name=name, reachable=True)
+        node.certificates = node_certificates(httpx.Response(200, json=body))
+        state.nodes[node.url] = node
+    text = plain(render_certificates(state, NOW), width=200)
+    assert "Calls to other nodes failing now (peerErrors)" in text
+    assert _has(
+        text, "node1 → 127.0.0.1:2115: certificate validation error: certificate chain validation failed"
+    )
+    assert _has(text, "(for 1m 30s, 12×)")
+    assert "node2 →" not in text
+    assert text.index("peerErrors") < text.index("CA in use and last reload")
+    # every call succeeding: no such section
+    state.nodes["https://127.0.0.1:2113"].certificates = node_certificates(
+        httpx.Response(200, json={**certificates_body(), "peerErrors": []})
+    )
+    assert "peerErrors" not in plain(render_certificates(state, NOW), width=200)
+
+
 # -- mirrors -------------------------------------------------------------------------------------------
 async def test_mirror_status_from_its_url_without_the_nodes_credentials(clock):
     fake = FakeMirror(status=mirror_status(updated=iso(NOW)))
