@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import uuid
 
 import grpc
@@ -13,6 +12,7 @@ import pytest
 from kurrentdbclient import KurrentDBClient, NewEvent, StreamState
 from kurrentdbclient.exceptions import NotFoundError
 from kurrentdbclient.protos.v1 import shared_pb2
+from waiting import wait_until
 
 from evdb.grpc import operations_pb2
 
@@ -52,16 +52,6 @@ class Operations:
 
     def close(self) -> None:
         self.channel.close()
-
-
-def wait_until(condition, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_scavenge_through_operations_removes_what_metadata_hides(target):

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-import time
 import uuid
 
 import httpx
 import pytest
+from waiting import wait_until
 
 from evdb.cluster.launcher import LocalCluster
 
@@ -32,13 +32,7 @@ class Cluster:
         return next(n["name"] for n in self.nodes() if n["url"] == url)
 
     def wait_until(self, condition, timeout: float = 30.0, what: str = "condition"):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = condition()
-            if value:
-                return value
-            time.sleep(0.1)
-        raise AssertionError(f"timed out waiting for {what}; states: {self.states()}")
+        return wait_until(condition, timeout, what, detail=lambda: f"states: {self.states()}")
 
     def writers(self) -> dict[str, int]:
         return {r["name"]: r.get("writer", -1) for r in self.local.status() if r["state"] != "Down"}

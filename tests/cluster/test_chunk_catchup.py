@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from evdb.cluster.launcher import LocalCluster
 from evdb.cluster.replica import ChunkLogReplication
@@ -586,16 +587,6 @@ async def test_a_replica_refuses_a_corrupted_chunk_file_and_takes_it_again(tmp_p
 
 
 # -- a real cluster ------------------------------------------------------------------------------------
-def wait_until(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def read_stream(client, stream: str) -> tuple[int, list[str]]:
     """(status, event ids in event-number order) of a stream read through HTTP."""
     r = client.get(f"/streams/{stream}/0/forward/4096", headers={"Accept": "application/json"})

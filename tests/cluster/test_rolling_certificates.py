@@ -24,6 +24,7 @@ import httpx
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
+from waiting import wait_until
 
 from evdb.cluster.launcher import LocalCluster
 from evdb.tls import repoint_link
@@ -62,16 +63,6 @@ def certificate_errors(local: LocalCluster) -> list[tuple[datetime.datetime, str
                             when = datetime.datetime.fromisoformat(entry["@t"].replace("Z", "+00:00"))
                             found.append((when, node["name"], message))
     return sorted(found)
-
-
-def wait_until(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Writer(threading.Thread):

@@ -15,24 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import waiting
 
 ADMIN = ("admin", "changeit")
 READY = "Node is ready: "
 
 
 def wait_until(probe: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = probe()
-            if last:
-                return last
-        except (httpx.HTTPError, ValueError, KeyError) as exc:
-            last = exc
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
-        time.sleep(interval)
+    """tests/waiting.py's wait, taking a failed HTTP call or a half-written answer as "not yet"."""
+    return waiting.wait_until(
+        probe, timeout, what, interval=interval, tolerate=(httpx.HTTPError, ValueError, KeyError)
+    )
 
 
 class Process:

@@ -17,11 +17,11 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from evdb.cluster.launcher import LocalCluster
 from evdb.storage.chunk import parse_chunk_file_name
@@ -32,16 +32,6 @@ STREAM = "customer-secret"
 FILLERS = 160  # ~1 KiB each: the marker's event ends up in a completed 64 KiB chunk
 EVENTS_JSON = "application/vnd.eventstore.events+json"
 REDACT = str(Path(sys.executable).with_name("evdb-redact"))
-
-
-def wait_until(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def chunk_versions(db: str) -> dict[int, int]:

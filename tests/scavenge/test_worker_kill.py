@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
+import waiting
 
 from evdb.database import Database
 from evdb.scavenge.workers import PROCESS_MIN_CHUNK_SIZE
@@ -44,14 +45,7 @@ READY = "Node is ready: "
 def wait_until(
     probe: Callable[[], Any], timeout: float, what: str, interval: float = 0.01, last=lambda: ""
 ) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what} {last()}")
-        time.sleep(interval)
+    return waiting.wait_until(probe, timeout, what, interval=interval, detail=last)
 
 
 class NodeProcess:
