@@ -35,6 +35,7 @@ import json
 import os
 import random
 import signal
+import ssl
 import threading
 import time
 import uuid
@@ -58,7 +59,7 @@ from invariants import (
 
 from evdb.cluster.launcher import ClusterLaunchError, LocalCluster
 
-__all__ = ["FAULT_KINDS", "Fault", "SoakOptions", "SoakResult", "plan", "run_soak"]
+__all__ = ["FAULT_KINDS", "ClientLoad", "Fault", "SoakOptions", "SoakResult", "plan", "run_soak"]
 
 FAULT_KINDS = ("kill-leader", "pause-leader", "kill-leader-and-follower", "kill-follower", "resign")
 EVENTS_JSON = "application/vnd.kurrent.events+json"
@@ -89,6 +90,7 @@ class SoakOptions:
     settle: tuple[float, float] = (0.5, 1.5)
     settle_timeout: float = 90.0  # bound on waiting for a leader after a fault (and for healing)
     grace: float = 20.0  # after the schedule, how long a writer may retry the append it is in
+    pace: float = 0.0  # seconds a writer waits after each answered append (0: none)
 
 
 def plan(seed: int, count: int, options: SoakOptions = SoakOptions()) -> list[Fault]:
@@ -224,8 +226,9 @@ def log_context(
 class _Nodes:
     """The cluster's nodes through one HTTP client per node and thread (keep-alive, TLS set up once)."""
 
-    def __init__(self, local: LocalCluster) -> None:
+    def __init__(self, local: LocalCluster, verify: ssl.SSLContext | None = None) -> None:
         self.local = local
+        self.verify = verify  # None: the cluster's CA file as cluster.json names it now
         info = local.info()
         self.names = [n["name"] for n in info["nodes"]]
         self.urls = {n["name"]: n["url"] for n in info["nodes"]}
@@ -238,7 +241,17 @@ class _Nodes:
         clients = self._local.__dict__.setdefault("clients", {})
         key = (name, timeout)
         if key not in clients:
-            clients[key] = self.local.client(self.urls[name], timeout=httpx.Timeout(timeout, connect=2.0))
+            limits = httpx.Timeout(timeout, connect=2.0)
+            if self.verify is None:
+                clients[key] = self.local.client(self.urls[name], timeout=limits)
+            else:
+                info = self.local.info()
+                clients[key] = httpx.Client(
+                    base_url=self.urls[name],
+                    auth=(info["user"], info["password"]),
+                    verify=self.verify,
+                    timeout=limits,
+                )
             with self._lock:
                 self._all.append(clients[key])
         return clients[key]
@@ -258,12 +271,19 @@ class _Nodes:
 
 
 class _Run:
-    def __init__(self, local: LocalCluster, options: SoakOptions, result: SoakResult, log) -> None:
+    def __init__(
+        self,
+        local: LocalCluster,
+        options: SoakOptions,
+        result: SoakResult,
+        log,
+        verify: ssl.SSLContext | None = None,
+    ) -> None:
         self.local = local
         self.options = options
         self.result = result
         self.log = log
-        self.nodes = _Nodes(local)
+        self.nodes = _Nodes(local, verify)
         self.t0 = time.monotonic()
         self.stop = threading.Event()
         self.stopped_at: float | None = None
@@ -325,6 +345,8 @@ class _Run:
             with self.lock:
                 self.result.appends.append(record)
             i += len(ids)
+            if self.options.pace:
+                self.stop.wait(self.options.pace)
 
     def reader(self) -> None:
         rng = random.Random(f"{self.options.seed}-reader")
@@ -559,6 +581,55 @@ def _guarded(target: Callable[[], None], errors: list[str], what: str) -> Callab
             errors.append(f"{what} failed: {type(exc).__name__}: {exc}")
 
     return run
+
+
+class ClientLoad:
+    """The soak's writers (``options.writers`` threads, ``options.pace`` apart) on a cluster that someone
+    else drives (tests/cluster/operations_day.py): ``start``; ``appends`` (what they were answered so
+    far) and ``read_all`` (a node's ``$all``) for the checker at any moment; ``stop``. ``verify``: the
+    TLS trust of the clients (one that follows a certificate rotation), else the cluster's CA file."""
+
+    def __init__(
+        self,
+        local: LocalCluster,
+        options: SoakOptions,
+        verify: ssl.SSLContext | None = None,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.result = SoakResult(options.seed, str(local.data_dir))
+        self._run = _Run(local, options, self.result, log, verify)
+        self._threads = [
+            threading.Thread(
+                target=_guarded(lambda k=k: self._run.writer(k), self.result.errors, f"writer {k}"),
+                name=f"load-writer-{k}",
+                daemon=True,
+            )
+            for k in range(options.writers)
+        ]
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def now(self) -> float:
+        """Seconds since the load was made (``AppendRecord.at`` counts from there)."""
+        return self._run.now()
+
+    def appends(self) -> list[AppendRecord]:
+        with self._run.lock:
+            return list(self.result.appends)
+
+    def read_all(self, name: str) -> tuple[list[LogEntry], str]:
+        return self._run.read_all(name)
+
+    def stop(self) -> None:
+        self._run.stopped_at = self._run.now()
+        self._run.stop.set()
+        for t in self._threads:
+            t.join(self._run.options.grace + 30)
+            if t.is_alive():
+                self.result.errors.append(f"{t.name} did not stop")
+        self._run.nodes.close()
 
 
 def run_soak(
