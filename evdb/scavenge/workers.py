@@ -37,6 +37,9 @@ __all__ = ["PROCESS_MIN_CHUNK_SIZE", "ChunkWorkers", "Summary", "build_copy", "s
 
 #: chunks at least this big are read and copied in worker processes (when the database is on disk)
 PROCESS_MIN_CHUNK_SIZE = 16 * 1024 * 1024
+#: ... and only when they hold at least this much data: starting a worker process (importing numpy)
+#: costs more than reading a few MiB in the scavenge thread, so a near-empty database never pays it
+PROCESS_MIN_DATA = 8 * 1024 * 1024
 
 
 @dataclass
@@ -183,7 +186,12 @@ class ChunkWorkers:
         self._broken = False
 
     def wanted(self, chunk: Chunk) -> bool:
-        return not self._broken and chunk.path is not None and chunk.chunk_size >= PROCESS_MIN_CHUNK_SIZE
+        return (
+            not self._broken
+            and chunk.path is not None
+            and chunk.chunk_size >= PROCESS_MIN_CHUNK_SIZE
+            and chunk.physical_end >= PROCESS_MIN_DATA
+        )
 
     def _broke(self, exc: BaseException) -> None:
         """A worker process died (or could not start: an embedding whose main module cannot be

@@ -13,6 +13,18 @@ from tests.scavenge.test_runs import fill
 @pytest.fixture
 def in_processes(monkeypatch):
     monkeypatch.setattr(workers, "PROCESS_MIN_CHUNK_SIZE", 0)
+    monkeypatch.setattr(workers, "PROCESS_MIN_DATA", 0)
+
+
+def test_a_near_empty_database_starts_no_worker_process(tmp_path, make_harness, monkeypatch):
+    """Starting a worker process costs more than reading a few KiB: a near-empty database never pays it."""
+    monkeypatch.setattr(workers, "PROCESS_MIN_CHUNK_SIZE", 0)
+    h = make_harness(tmp_path / "small")
+    fill(h)
+    submitted = []
+    monkeypatch.setattr(workers.ChunkWorkers, "_submit", lambda self, fn, *args: submitted.append(fn))
+    assert h.scavenge()[1] == "Success"
+    assert submitted == []
 
 
 def test_a_scavenge_in_worker_processes_matches_one_in_the_thread(tmp_path, make_harness, monkeypatch):
@@ -22,6 +34,7 @@ def test_a_scavenge_in_worker_processes_matches_one_in_the_thread(tmp_path, make
     expected = control.survivors()
     names = sorted(n for n in os.listdir(control.path / "db") if n.startswith("chunk-"))
     monkeypatch.setattr(workers, "PROCESS_MIN_CHUNK_SIZE", 0)
+    monkeypatch.setattr(workers, "PROCESS_MIN_DATA", 0)
     h = make_harness(tmp_path / "processes", merging=True)
     fill(h)
     assert h.scavenge()[1] == "Success"
