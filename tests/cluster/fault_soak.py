@@ -629,6 +629,8 @@ class ClientLoad:
             t.join(self._run.options.grace + 30)
             if t.is_alive():
                 self.result.errors.append(f"{t.name} did not stop")
+
+    def close(self) -> None:
         self._run.nodes.close()
 
 
