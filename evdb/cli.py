@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "evdb.dashboard_cli",
     "evdb.mirror.cli",
     "evdb.scenario.cli",
+    "evdb.demo",
 )
 
 

@@ -53,6 +53,13 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--data", help="folder of the local cluster (default: the user's data folder)")
     parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a node option of every local node, as evdb cluster up --option (repeatable; kept for later starts)",
+    )
+    parser.add_argument(
         "--interval", type=float, default=1.0, help="seconds between polls of a node (default 1)"
     )
     parser.add_argument(
@@ -84,15 +91,28 @@ def run(args: argparse.Namespace) -> int:
         connection = Connection(args.user, args.password, args.ca, args.insecure_skip_verify)
         log_dirs = args.logs
     else:
-        from evdb.cluster.launcher import ClusterLaunchError, LocalCluster, default_data_dir
+        from evdb.cluster.launcher import (
+            ClusterLaunchError,
+            LocalCluster,
+            check_node_options,
+            default_data_dir,
+            parse_option_assignments,
+        )
 
         cluster = LocalCluster(args.data or default_data_dir())
-        print(f"Starting the local cluster in {cluster.data_dir} …", file=sys.stderr)
-        try:
-            info = cluster.up(log=lambda text: print(text, file=sys.stderr))
+        try:  # checked before anything is written: exit 2, as evdb cluster up
+            options = check_node_options(parse_option_assignments(args.option))
         except ClusterLaunchError as exc:
             print(f"evdb dashboard: {exc}", file=sys.stderr)
-            return 1
+            return exc.exit_code
+        from tui.launch import launch_message
+
+        print(launch_message(cluster), file=sys.stderr)  # "Attaching to" a cluster that runs
+        try:
+            info = cluster.up(options=options, log=lambda text: print(text, file=sys.stderr))
+        except ClusterLaunchError as exc:
+            print(f"evdb dashboard: {exc}", file=sys.stderr)
+            return exc.exit_code
         specs = [NodeSpec(n["url"], n["name"], n.get("pid"), n.get("log_dir")) for n in info["nodes"]]
         connection = Connection(
             args.user or info["user"], args.password or info["password"], args.ca or info.get("ca")

@@ -1,5 +1,5 @@
-"""The auto-scavenge process on the leader: commands (configure, pause, resume, status) and the
-periodic assessment that starts cluster scavenges and drives them node by node.
+"""The auto-scavenge process on the leader: commands (configure, pause, resume, cycle now, status) and
+the periodic assessment that starts cluster scavenges and drives them node by node.
 
 Every decision is first written as an event (see :mod:`evdb.autoscavenge.state`) and only then
 applied, so a leader elected later (after the resign, or after a crash) reads the streams and
@@ -23,14 +23,28 @@ from evdb.autoscavenge.scavenger import NodeScavenger, NodeUnreachable
 from evdb.autoscavenge.schedule import Schedule, format_timespan
 from evdb.autoscavenge.state import AutoScavengeState, InternalStatus, node_id, to_iso
 from evdb.clock import Clock
+from evdb.errors import EvdbError
 from evdb.streams import ANY
 
-__all__ = ["AutoScavengeMachine", "ClusterView", "EventStore", "Member"]
+__all__ = ["AutoScavengeMachine", "ClusterView", "CycleNowRefused", "CycleStarted", "EventStore", "Member"]
 
 #: node states in which a node can be scavenged (a leader resigns first)
 READY_STATES = ("Follower", "ReadOnlyReplica")
 FINAL_RESULTS = ("Success", "Stopped", "Errored")
 CANCELLED = "Cancelled"
+
+
+class CycleNowRefused(EvdbError):
+    """ "Cycle now" cannot start a cluster scavenge at this moment; the message says why and what to do
+    (HTTP: 400 with the message as a JSON string, as KurrentDB refuses a resume while pausing)."""
+
+
+@dataclass(frozen=True)
+class CycleStarted:
+    """A cluster scavenge that "cycle now" started: its id and the members it scavenges."""
+
+    cluster_scavenge_id: str
+    members: list[str]
 
 
 @dataclass(frozen=True)
@@ -207,6 +221,37 @@ class AutoScavengeMachine:
             )
         return None
 
+    async def cycle_now(self, requested_by: str) -> CycleStarted:
+        """evdb extension: start a cluster scavenge at once, as if the schedule fired now (also with no
+        schedule set). It then runs as a scheduled one does (followers first, the leader resigns and is
+        scavenged last) and the next due time follows its completion. Raises CycleNowRefused, and
+        writes nothing, while a cluster scavenge is in progress (also paused in one), while pausing or
+        paused, and while not every cluster member is alive."""
+        s = self.state
+        status = s.status
+        if status is InternalStatus.PAUSING:
+            raise CycleNowRefused("Auto scavenge process is currently pausing")
+        if status is InternalStatus.PAUSED_IN_CYCLE:
+            raise CycleNowRefused(
+                f"Cluster scavenge {s.cycle_id} is paused: resume it (POST /auto-scavenge/resume) to let "
+                "it finish"
+            )
+        if status is InternalStatus.PAUSED_IDLE:
+            raise CycleNowRefused("Auto-scavenge is paused: resume it first (POST /auto-scavenge/resume)")
+        if s.in_cycle:
+            raise CycleNowRefused(
+                f"Cluster scavenge {s.cycle_id} is already in progress ({len(s.done)} of {len(s.members)} "
+                "nodes done)"
+            )
+        members, alive = self._healthy_members()
+        if members is None:
+            raise CycleNowRefused(
+                f"The cluster is not healthy: {alive} of {self.cluster.cluster_size} cluster members are "
+                "alive; a cluster scavenge starts when all of them are"
+            )
+        cycle_id = await self._start_cycle(members, f"started now at the request of {requested_by}")
+        return CycleStarted(cycle_id, members)
+
     def status(self) -> dict[str, Any]:
         """The body of ``GET /auto-scavenge/status`` (KurrentDB's shape)."""
         s = self.state
@@ -306,40 +351,51 @@ class AutoScavengeMachine:
     def _view(self) -> dict[str, Member]:
         return {m.endpoint: m for m in self.cluster.members()}
 
+    def _healthy_members(self) -> tuple[list[str] | None, int]:
+        """(the endpoints of the alive members, replicas included, or None when fewer than
+        ``cluster_size`` voting members are alive; how many voting members are alive)."""
+        members = self.cluster.members()
+        voting = [m for m in members if m.alive and not m.read_only]
+        if len(voting) < self.cluster.cluster_size:
+            return None, len(voting)
+        return sorted(m.endpoint for m in members if m.alive), len(voting)
+
     async def _check_schedule(self) -> None:
         due = self.state.next_due
         now = self.clock.time()
         if due is None or now < due:
             return
-        members = self.cluster.members()
-        voting = [m for m in members if m.alive and not m.read_only]
-        if len(voting) < self.cluster.cluster_size:
+        chosen, alive = self._healthy_members()
+        if chosen is None:
             self._say_once(
                 "due",
                 logging.INFO,
                 "Auto-scavenge is due; waiting for a healthy cluster (%d of %d cluster members alive)",
-                len(voting),
+                alive,
                 self.cluster.cluster_size,
             )
             return
-        chosen = sorted(m.endpoint for m in members if m.alive)
+        await self._start_cycle(chosen, f"due at {to_iso(due)}")
+
+    async def _start_cycle(self, chosen: list[str], why: str) -> str:
         cycle_id = str(uuid.uuid4())
         await self._emit(
             ev.CLUSTER_SCAVENGE_STARTED,
             {
                 "clusterScavengeId": cycle_id,
                 "members": [node_id(e) for e in chosen],
-                "startedAt": to_iso(now),
+                "startedAt": to_iso(self.clock.time()),
             },
         )
         self.last_problem = None
         self.logger.info(
-            "Cluster scavenge %s started (due at %s): %d nodes, scavenged one at a time, the leader last: %s",
+            "Cluster scavenge %s started (%s): %d nodes, scavenged one at a time, the leader last: %s",
             cycle_id,
-            to_iso(due),
+            why,
             len(chosen),
             ", ".join(chosen),
         )
+        return cycle_id
 
     async def _pick_next_node(self) -> None:
         s = self.state

@@ -1,11 +1,19 @@
-"""``evdb cluster up|status|down``: a local cluster of real node processes on loopback ports.
+"""``evdb cluster up|status|down|stop-node|start-node|restore-node``: a local cluster of real node
+processes on loopback ports.
 
 The data folder holds everything: ``certs/`` (a CA and one certificate per node, in generations
 ``certs/gen-N/`` read through the symlinks ``certs/ca`` and ``certs/nodeN/{ca,node.crt,node.key}``
 that ``evdb certs rotate`` repoints), ``nodeN/`` (the
 node's ``node.yaml``, ``db/``, ``log/`` and ``stdout.log``) and ``cluster.json``, which names the
-nodes (http url, pid, folders), the CA file and the admin credentials. ``up`` on a folder whose
+nodes (http url, pid, folders), the CA file, the admin credentials and the node options given with
+``--option`` (also written into every ``node.yaml``, so a restart keeps them). ``up`` on a folder whose
 cluster is running reuses it; on a stopped one it starts the same nodes again on the same ports.
+
+The jobs on one node (the dashboard's keys call these): :meth:`LocalCluster.stop_node`,
+:meth:`LocalCluster.start_node`, :meth:`LocalCluster.wait_for_node` and
+:meth:`LocalCluster.restore_node`; the node options: :func:`check_node_options`,
+:meth:`LocalCluster.set_node_options`, :meth:`LocalCluster.node_options`. Each refuses with a
+:class:`ClusterLaunchError` whose ``exit_code`` the CLI returns, before it changes anything.
 """
 
 from __future__ import annotations
@@ -19,18 +27,183 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-__all__ = ["ClusterLaunchError", "LocalCluster", "default_data_dir"]
+from evdb.errors import InvalidOption
+
+if TYPE_CHECKING:
+    from evdb.backup.restore import RestoreResult
+
+__all__ = [
+    "LAUNCHER_DEFAULTS",
+    "MANAGED_OPTIONS",
+    "ClusterLaunchError",
+    "InvalidNodeOptions",
+    "LocalCluster",
+    "NodeIsRunning",
+    "UnknownNode",
+    "check_node_options",
+    "default_data_dir",
+    "parse_option_assignments",
+]
 
 ADMIN = ("admin", "changeit")
 
+#: Options the local cluster writes into every node.yaml unless --option gives another value (an
+#: empty --option value brings these back)
+LAUNCHER_DEFAULTS: dict[str, Any] = {"GossipIntervalMs": 500, "GossipTimeoutMs": 2000, "StatsPeriodSec": 0}
+
+#: Options the local cluster sets itself for each node (its folders, ports, membership, certificates):
+#: --option refuses them; the cluster's own flags (--nodes, --replicas, --insecure) decide them
+MANAGED_OPTIONS = frozenset(
+    {
+        "Config",
+        "Db",
+        "Index",
+        "Log",
+        "HttpIp",
+        "HttpPort",
+        "ReplicationIp",
+        "ReplicationPort",
+        "ClusterSize",
+        "GossipSeed",
+        "ReadOnlyReplica",
+        "Insecure",
+        "CertificateFile",
+        "CertificatePrivateKeyFile",
+        "TrustedRootCertificatesPath",
+        "CertificateReservedNodeCommonName",
+    }
+)
+
+Log = Callable[[str], None]
+
 
 class ClusterLaunchError(Exception):
-    pass
+    """The local cluster cannot do what was asked; ``exit_code`` is what the CLI exits with."""
+
+    exit_code = 1
+
+
+class InvalidNodeOptions(ClusterLaunchError, InvalidOption):
+    """A node option given to the local cluster is unknown, has a value its option refuses, or is one
+    the cluster sets itself (exit code 2). Raised before any file is written."""
+
+    exit_code = 2
+
+
+class UnknownNode(ClusterLaunchError):
+    """No node of the cluster has that name (exit code 2)."""
+
+    exit_code = 2
+
+
+class NodeIsRunning(ClusterLaunchError):
+    """The node must be stopped for this (a restore); exit code 6, as ``evdb restore``'s."""
+
+    exit_code = 6
+
+
+def parse_option_assignments(texts: Iterable[str]) -> dict[str, str]:
+    """``["Key=Value", ...]`` (the ``--option`` arguments) as a dict, in order; ``Key=`` (nothing after
+    the ``=``) asks for the option's default again. Raises InvalidNodeOptions for text without a key
+    and an ``=``. The names and values are checked by :func:`check_node_options`."""
+    out: dict[str, str] = {}
+    for text in texts:
+        key, equals, value = text.partition("=")
+        if not equals or not key.strip():
+            raise InvalidNodeOptions(
+                f"--option {text!r}: write a node option as Key=Value (e.g. --option EnableUnixSocket=true)."
+            )
+        if key.strip() in out:
+            raise InvalidNodeOptions(f"{key.strip()} is given twice with --option.")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def check_node_options(options: Mapping[str, Any]) -> dict[str, str]:
+    """The rule for node options given to a local cluster (``--option``, ``LocalCluster.up(options=)``,
+    the dashboard's launcher): each key names an option of the node's table (any case, an alias or
+    the nested ``AutoScavenge:Enabled`` form), each value is one that option accepts, read as the node
+    reads it from its YAML file, and none is an option the cluster sets itself (MANAGED_OPTIONS). An
+    empty value asks for the default again. Returns ``{PascalCase name: value}``; raises
+    InvalidNodeOptions naming every problem at once."""
+    from evdb.options.model import BY_NAME
+    from evdb.options.sources import option_name, suggest
+    from evdb.options.table import OPTIONS
+
+    problems: list[str] = []
+    out: dict[str, str] = {}
+    given_as: dict[str, str] = {}
+    for key, raw in options.items():
+        value = _option_text(raw)
+        name = option_name(str(key))
+        if name is None:
+            known = [o.name for o in OPTIONS if o.name not in MANAGED_OPTIONS]
+            problems.append(
+                f"Unknown node option {str(key)!r}{suggest(str(key), known)}; see docs/options.md for the "
+                "options and what they accept."
+            )
+            continue
+        if name in MANAGED_OPTIONS:
+            problems.append(
+                f"{name} is set by the local cluster itself (its folders, ports, membership and "
+                "certificates); it cannot be given with --option."
+            )
+            continue
+        if name in given_as:
+            problems.append(f"{name} is given twice ({given_as[name]!r} and {str(key)!r}).")
+            continue
+        given_as[name] = str(key)
+        if value != "":
+            try:
+                BY_NAME[name].parse(value, f"--option {key}")
+            except InvalidOption as exc:
+                problems.append(str(exc))
+                continue
+        out[name] = value
+    if problems:
+        if len(problems) == 1:
+            raise InvalidNodeOptions(problems[0])
+        raise InvalidNodeOptions(
+            f"{len(problems)} problems with the node options:\n" + "\n".join(f"- {p}" for p in problems)
+        )
+    return out
+
+
+def _option_text(raw: Any) -> str:
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    return "" if raw is None else str(raw).strip()
+
+
+def _yaml_value(name: str, value: str) -> Any:
+    """A checked option value as node.yaml holds it (``true``, ``1048576``, ``Debug``)."""
+    from evdb.options.model import BY_NAME
+
+    return BY_NAME[name].parse(value, f"--option {name}")
+
+
+def _set_yaml_option(config: dict[str, Any], name: str, value: Any) -> None:
+    """Set option ``name`` in a node.yaml mapping (``None``: remove it), whatever spelling it had."""
+    from evdb.options.sources import option_name
+
+    for key in list(config):
+        inner = config[key]
+        if isinstance(inner, dict):
+            for sub in list(inner):
+                if option_name(f"{key}{sub}") == name:
+                    del inner[sub]
+            if not inner:
+                del config[key]
+        elif option_name(str(key)) == name:
+            del config[key]
+    if value is not None:
+        config[name] = value
 
 
 def default_data_dir() -> Path:
@@ -86,6 +259,8 @@ def _node_alive(node: dict) -> bool:
 
 
 class LocalCluster:
+    """The local cluster in one data folder: create, start, inspect and stop it, and act on one node."""
+
     def __init__(self, data_dir: str | os.PathLike[str]) -> None:
         self.data_dir = Path(data_dir).expanduser().resolve()
         self.info_path = self.data_dir / "cluster.json"
@@ -143,15 +318,24 @@ class LocalCluster:
         insecure: bool = False,
         chunk_size: str | None = None,
         extra: dict[str, Any] | None = None,
+        options: Mapping[str, str] | None = None,
         timeout: float = 60.0,
-        log=print,
+        log: Log = print,
     ) -> dict[str, Any]:
-        """Start the cluster (creating it on first use) and wait until it has a leader."""
+        """Start the cluster (creating it on first use) and wait until it has a leader.
+
+        ``options`` are node options by their KurrentDB names (``{"EnableUnixSocket": "true"}``),
+        checked (:func:`check_node_options`) before any file is written and kept in the cluster's
+        configuration. On an existing cluster they change its stored options (an empty value removes
+        one); nodes already running keep theirs until restarted (``log`` says which)."""
         if not self.exists():
-            self._create(nodes, replicas, insecure, chunk_size, extra or {})
+            self._create(nodes, replicas, insecure, chunk_size, extra or {}, options or {})
             log(
                 f"Created a {nodes}-node cluster{f' with {replicas} read-only replica(s)' if replicas else ''} in {self.data_dir}"
             )
+        elif options:
+            for note in self.set_node_options(options):
+                log(note)
         info = self.info()
         for node in info["nodes"]:
             if _node_alive(node):  # exactly the nodes that are not running are started
@@ -170,17 +354,36 @@ class LocalCluster:
         insecure: bool = False,
         chunk_size: str | None = None,
         extra: dict[str, Any] | None = None,
+        options: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Write the cluster's folders, certificates and node configurations without starting it (to
         restore a backup into every node's folders first, say); ``up`` then starts it."""
         if self.exists():
             raise ClusterLaunchError(f"A cluster already exists in {self.data_dir}.")
-        self._create(nodes, replicas, insecure, chunk_size, extra or {})
+        self._create(nodes, replicas, insecure, chunk_size, extra or {}, options or {})
         return self.info()
 
-    def _create(self, nodes: int, replicas: int, insecure: bool, chunk_size: str | None, extra: dict) -> None:
+    def _create(
+        self,
+        nodes: int,
+        replicas: int,
+        insecure: bool,
+        chunk_size: str | None,
+        extra: dict,
+        options: Mapping[str, str],
+    ) -> None:
         if nodes < 1 or replicas < 0 or nodes + replicas > 9:
             raise ClusterLaunchError("A local cluster has 1 to 9 nodes and replicas in all.")
+        given = check_node_options(options)  # before any file is written
+        if chunk_size and given.get("ChunkSize"):
+            if _yaml_value("ChunkSize", chunk_size) != _yaml_value("ChunkSize", given["ChunkSize"]):
+                raise InvalidNodeOptions(
+                    f"ChunkSize is given twice: --chunk-size {chunk_size} and --option "
+                    f"ChunkSize={given['ChunkSize']}; give one."
+                )
+        elif chunk_size:
+            _yaml_value("ChunkSize", chunk_size)  # checked as the option is
+        given = {name: value for name, value in given.items() if value != ""}
         self.data_dir.mkdir(parents=True, exist_ok=True)
         ca_file = None
         if not insecure:
@@ -215,15 +418,15 @@ class LocalCluster:
                 "ClusterSize": nodes,
                 "GossipSeed": ",".join(s for j, s in enumerate(seeds) if j != i),
                 "ReadOnlyReplica": member["replica"],
-                "GossipIntervalMs": 500,
-                "GossipTimeoutMs": 2000,
-                "StatsPeriodSec": 0,
+                **LAUNCHER_DEFAULTS,
                 "LicenseKey": demo_license,
                 "LicenseTrustedIssuers": "demo",  # a local cluster only: anyone can sign demo licences
                 **extra,
             }
             if chunk_size:
                 config["ChunkSize"] = chunk_size
+            for option, value in given.items():
+                _set_yaml_option(config, option, _yaml_value(option, value))
             if insecure:
                 config["Insecure"] = True
             else:
@@ -254,7 +457,54 @@ class LocalCluster:
                     "pid": None,
                 }
             )
-        self._write_info({"nodes": entries, "ca": ca_file, "user": ADMIN[0], "password": ADMIN[1]})
+        self._write_info(
+            {"nodes": entries, "ca": ca_file, "user": ADMIN[0], "password": ADMIN[1], "options": given}
+        )
+
+    # -- node options ----------------------------------------------------------------------------------
+    def node_options(self) -> dict[str, str]:
+        """The node options given with ``--option`` (``options=``), as given: what the cluster's nodes
+        run with beyond the local cluster's own settings."""
+        return dict(self.info().get("options") or {})
+
+    def set_node_options(self, options: Mapping[str, str]) -> list[str]:
+        """Change the stored node options of an existing cluster and every node's node.yaml (an empty
+        value removes an option: the node's default, or the local cluster's own value, again). Checked
+        first (InvalidNodeOptions, nothing written). Returns a note for each running node: it keeps
+        its earlier options until it is restarted."""
+        given = check_node_options(options)
+        info = self.info()
+        stored = dict(info.get("options") or {})
+        changed = {name: value for name, value in given.items() if stored.get(name, "") != value}
+        if not changed:
+            return []
+        import yaml
+
+        for node in info["nodes"]:
+            path = Path(node["config"])
+            config = yaml.safe_load(path.read_text()) or {}
+            for name, value in changed.items():
+                if value == "":
+                    _set_yaml_option(config, name, LAUNCHER_DEFAULTS.get(name))
+                else:
+                    _set_yaml_option(config, name, _yaml_value(name, value))
+            tmp = path.with_suffix(".yaml.tmp")
+            tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+            os.replace(tmp, path)
+        for name, value in changed.items():
+            if value == "":
+                stored.pop(name, None)
+            else:
+                stored[name] = value
+        info["options"] = stored
+        self._write_info(info)
+        what = ", ".join(f"{k}={v}" if v else f"{k} (default)" for k, v in changed.items())
+        return [
+            f"{n['name']} runs with its earlier options: restart it for {what} to take effect "
+            f"(evdb cluster stop-node {n['name']}, then start-node)"
+            for n in info["nodes"]
+            if _node_alive(n)
+        ]
 
     def _write_info(self, info: dict) -> None:
         tmp = self.info_path.with_suffix(".json.tmp")
@@ -278,15 +528,110 @@ class LocalCluster:
         _reap_when_done(process)
         return process.pid
 
-    def start_node(self, name: str) -> int:
-        """(Re)start one node of the cluster; returns its pid."""
-        info = self.info()
-        node = next(n for n in info["nodes"] if n["name"] == name)
-        if _node_alive(node):
-            return node["pid"]
-        node["pid"] = self._start_node(node)
+    # -- one node --------------------------------------------------------------------------------------
+    def _node(self, info: dict[str, Any], name: str) -> dict[str, Any]:
+        for node in info["nodes"]:
+            if node["name"] == name:
+                return node
+        names = ", ".join(n["name"] for n in info["nodes"])
+        raise UnknownNode(f"No node named {name!r} in the cluster in {self.data_dir}; its nodes are {names}.")
+
+    def _set_pid(self, name: str, pid: int | None) -> None:
+        info = self.info()  # read again: only this node's entry changes
+        self._node(info, name)["pid"] = pid
         self._write_info(info)
-        return node["pid"]
+
+    def is_running(self, name: str) -> bool:
+        """Whether node ``name``'s process runs (UnknownNode for a name the cluster does not have)."""
+        return _node_alive(self._node(self.info(), name))
+
+    def start_node(self, name: str) -> int:
+        """(Re)start one node of the cluster with its node.yaml; returns its pid (the running one's
+        when it runs already). It does not wait: :meth:`wait_for_node` does. UnknownNode for a name
+        the cluster does not have."""
+        node = self._node(self.info(), name)
+        if _node_alive(node):
+            return int(node["pid"])
+        pid = self._start_node(node)
+        self._set_pid(name, pid)
+        return pid
+
+    def stop_node(self, name: str, *, timeout: float = 15.0, log: Log = print) -> bool:
+        """Stop one node: ask it to shut down (``POST /admin/shutdown``; SIGTERM when it does not
+        answer), wait up to ``timeout`` seconds, then kill it (SIGKILL). Returns once its process has
+        ended; False when it was not running. UnknownNode for a name the cluster does not have."""
+        node = self._node(self.info(), name)
+        if not _node_alive(node):
+            self._set_pid(name, None)
+            return False
+        self._stop([node], timeout, log)
+        self._set_pid(name, None)
+        log(f"Stopped {name}")
+        return True
+
+    def wait_for_node(
+        self,
+        name: str,
+        timeout: float = 60.0,
+        states: tuple[str, ...] = ("Leader", "Follower", "ReadOnlyReplica"),
+    ) -> dict[str, Any]:
+        """Wait until node ``name`` reports one of ``states`` in its own gossip; its status row
+        (:meth:`status`). ClusterLaunchError when its process ends (with the end of its stdout.log)
+        or after ``timeout`` seconds (naming the state it was in)."""
+        node = self._node(self.info(), name)
+        deadline = time.monotonic() + timeout
+        row: dict[str, Any] = {}
+        while True:
+            row = next(r for r in self.status() if r["name"] == name)
+            if row["state"] in states:
+                return row
+            if row["state"] == "Down":
+                raise ClusterLaunchError(f"{name} is not running. {self._stdout_tail(node)}")
+            if time.monotonic() > deadline:
+                raise ClusterLaunchError(
+                    f"{name} did not become {' or '.join(states)} within {timeout:.0f} s (it is "
+                    f"{row['state']}). {self._stdout_tail(node)}"
+                )
+            time.sleep(0.2)
+
+    @staticmethod
+    def _stdout_tail(node: dict[str, Any], lines: int = 5) -> str:
+        path = Path(node["config"]).parent / "stdout.log"
+        try:
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return f"See {path}."
+        return f"The end of {path}:\n" + "\n".join(tail) if tail else f"{path} is empty."
+
+    def restore_node(
+        self, name: str, backup_folder: str | os.PathLike[str], *, start: bool = True, log: Log = print
+    ) -> RestoreResult:
+        """Restore a stopped node from a backup folder with ``evdb restore``'s procedure
+        (evdb/backup/restore.py: the node's files are replaced, ``chaser.chk`` is copied over
+        ``truncate.chk``), then (``start``) start it: it truncates to the backup's position and catches
+        up from the leader by replication (:meth:`wait_for_node` waits for it to follow).
+
+        Refuses before any file is touched: UnknownNode, NodeIsRunning (stop it first), and the
+        restore's own BackupError (exit codes as ``evdb restore``: a folder that is not a finished,
+        whole backup, or a process that holds the node's database)."""
+        from evdb.backup.restore import restore_backup
+
+        node = self._node(self.info(), name)
+        if _node_alive(node):
+            raise NodeIsRunning(
+                f"{name} is running (pid {node['pid']}): stop it first (evdb cluster stop-node {name} "
+                f"--data {self.data_dir}); nothing was restored."
+            )
+        folder = os.fspath(backup_folder)
+        result = restore_backup(folder, node["db"], overwrite=True)
+        log(
+            f"Restored {name} from {folder}: {result.files_copied} files, {result.bytes_copied} bytes; it "
+            f"truncates its log to {result.truncate_to} at start"
+        )
+        if start:
+            pid = self.start_node(name)
+            log(f"Started {name} (pid {pid}); it catches up from the leader")
+        return result
 
     def wait_for_leader(self, timeout: float = 60.0) -> str:
         """Wait until one running node is Leader and every other running node follows it; its url."""
@@ -313,24 +658,39 @@ class LocalCluster:
             return False
 
     # -- down ------------------------------------------------------------------------------------------
-    def down(self, timeout: float = 15.0, log=print) -> None:
+    def down(self, timeout: float = 15.0, log: Log = print) -> None:
         """Stop every node: /admin/shutdown, then SIGTERM, then SIGKILL for any still running."""
         info = self.info()
         running = [n for n in info["nodes"] if _node_alive(n)]
-        for node in running:
-            try:
-                with self.client(node["url"], timeout=2) as c:
-                    c.post("/admin/shutdown")
-            except httpx.HTTPError:
-                os.kill(node["pid"], signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and any(_pid_alive(n["pid"]) for n in running):
-            time.sleep(0.1)
-        for node in running:
-            if _pid_alive(node["pid"]):
-                log(f"{node['name']} did not stop in {timeout:.0f} s: killing it")
-                os.kill(node["pid"], signal.SIGKILL)
+        self._stop(running, timeout, log)
         for node in info["nodes"]:
             node["pid"] = None
         self._write_info(info)
         log(f"Stopped {len(running)} node(s)")
+
+    def _stop(self, nodes: list[dict[str, Any]], timeout: float, log: Log) -> None:
+        """Ask each node to shut down (SIGTERM when it does not answer), wait up to ``timeout`` s,
+        kill those still running, and return once every process has ended."""
+        for node in nodes:
+            try:
+                with self.client(node["url"], timeout=2) as c:
+                    c.post("/admin/shutdown")
+            except httpx.HTTPError:
+                _signal(node["pid"], signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(_pid_alive(n["pid"]) for n in nodes):
+            time.sleep(0.1)
+        killed = [n for n in nodes if _pid_alive(n["pid"])]
+        for node in killed:
+            log(f"{node['name']} did not stop in {timeout:.0f} s: killing it")
+            _signal(node["pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 10  # SIGKILL is not refused: only the kernel's own time
+        while time.monotonic() < deadline and any(_pid_alive(n["pid"]) for n in killed):
+            time.sleep(0.05)
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass  # it ended meanwhile

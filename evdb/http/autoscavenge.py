@@ -10,6 +10,9 @@ with no leader known the answer is KurrentDB's 500 problem ``No leader node was 
 - ``POST /auto-scavenge/resume`` → 200 ``{}``; 400 ``"Auto scavenge process is currently pausing"``
 - ``POST /auto-scavenge/configure`` ``{"schedule": "<cron>"}`` → 200 ``{}``; 400 JSON string
 - ``GET /auto-scavenge/progress`` (evdb) → the cycle node by node and the last problem seen
+- ``POST /auto-scavenge/cycle-now`` (evdb) → 200 ``{"clusterScavengeId", "members"}``: a cluster
+  scavenge starts at once, as if the schedule fired now; 400 JSON string when it cannot (one is in
+  progress, paused or pausing, the cluster is not healthy)
 
 Reads need an authenticated user, commands ``$ops`` or ``$admins`` (401 without credentials, 403
 without the role). With the earlier plugin form (plugin 0.0.1), ``/enabled`` is anonymous and every
@@ -23,6 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
+from evdb.autoscavenge.machine import CycleNowRefused
 from evdb.autoscavenge.schedule import InvalidSchedule, parse_schedule
 from evdb.cluster.peers import PeerError
 from evdb.errors import InvalidInput
@@ -149,6 +153,23 @@ async def resume(request: web.Request) -> web.Response:
     return await _on_leader(request, local)
 
 
+async def cycle_now(request: web.Request) -> web.Response:
+    """evdb extension: start a cluster scavenge now; the roles of the other commands."""
+    require_ops(request, legacy=False)
+
+    async def local() -> web.Response:
+        who = get_principal(request).name
+        try:
+            async with _service(request).leading() as machine:
+                started = await machine.cycle_now(who)
+        except CycleNowRefused as exc:
+            get_node(request).logger.info("Auto-scavenge cycle-now requested by %s refused: %s", who, exc)
+            return _json_string(str(exc))
+        return json_response({"clusterScavengeId": started.cluster_scavenge_id, "members": started.members})
+
+    return await _on_leader(request, local)
+
+
 def _is_json(content_type: str) -> bool:
     return content_type == "application/json" or content_type.endswith("+json")
 
@@ -202,6 +223,7 @@ def setup(app: web.Application) -> None:
     r.add_post("/auto-scavenge/pause", pause)
     r.add_post("/auto-scavenge/resume", resume)
     r.add_post("/auto-scavenge/configure", configure)
+    r.add_post("/auto-scavenge/cycle-now", cycle_now)
     app[APP_PATHS] = [*app.get(APP_PATHS, []), _openapi_paths()]
 
 
@@ -287,6 +309,39 @@ def _openapi_paths() -> dict[str, Any]:
                 "responses": {
                     "200": {"description": "Resumed", "content": _EMPTY_OBJECT},
                     "400": {"description": "Still pausing", "content": _JSON_STRING},
+                    "403": _FORBIDDEN,
+                    **common,
+                },
+            }
+        },
+        "/auto-scavenge/cycle-now": {
+            "post": {
+                "summary": (
+                    "Start a cluster scavenge now, as if the schedule fired (evdb extension; $ops or $admins)"
+                ),
+                "responses": {
+                    "200": {
+                        "description": "Started: the cluster scavenge's id and the members it scavenges",
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["clusterScavengeId", "members"],
+                                    "properties": {
+                                        "clusterScavengeId": {"type": "string"},
+                                        "members": {"type": "array", "items": {"type": "string"}},
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    "400": {
+                        "description": (
+                            "Not started: a cluster scavenge is in progress, auto-scavenge is paused or "
+                            "pausing, or not every cluster member is alive"
+                        ),
+                        "content": _JSON_STRING,
+                    },
                     "403": _FORBIDDEN,
                     **common,
                 },

@@ -20,6 +20,7 @@ from evdb.options.table import OPTIONS
 __all__ = [
     "IGNORED_ENVIRONMENT",
     "RawValues",
+    "option_name",
     "read_environment",
     "read_yaml_file",
     "suggest",
@@ -50,6 +51,12 @@ def suggest(unknown: str, known: list[str], prefix: str = "") -> str:
     by_bare = {bare(k): k for k in known}
     close = difflib.get_close_matches(bare(unknown), list(by_bare), n=1, cutoff=0.6)
     return f" (did you mean {by_bare[close[0]]}?)" if close else ""
+
+
+def option_name(key: str) -> str | None:
+    """The PascalCase name of the option ``key`` names as the YAML file would (any case, an alias, or
+    a nested ``Section: Key`` / ``Section:Key`` written on one line), or None when no option has it."""
+    return _NAMES.get(re.sub(r"[\s:]", "", key).lower())
 
 
 def _ignored(key: str, value: str) -> bool:

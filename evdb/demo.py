@@ -1,0 +1,320 @@
+"""``evdb demo-load``: write demo data that gives a scavenge something to reclaim.
+
+:func:`write_demo_data` writes events across ten streams of one run (``demo-<run>-...``, a new run id
+each time, so it can be run again), then sets ``$maxCount`` on three of them, soft-deletes two and
+hard-deletes two; three are left whole. Its :class:`DemoReport` says what was written and how many
+bytes a scavenge should reclaim on each node: the log records of the deleted streams' events and of
+the events beyond ``$maxCount`` (record frames as the node stores them; the deletion records and
+the newest ``$maxCount`` events stay). A scavenge writes a scavenge point, which completes the active
+chunk, so even data written into a fresh database's first chunk is reclaimed.
+
+The dashboard's demo key calls :func:`write_demo_data` (in a worker thread: it is synchronous) with
+``LocalCluster(...).client(url)``; the command line finds the local cluster's CA and credentials
+itself (:func:`connection_settings`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from os import PathLike
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httpx
+
+from evdb.errors import EvdbError, InvalidInput
+from evdb.storage.records import event_frame_size
+
+__all__ = [
+    "MAX_COUNT",
+    "ConnectionSettings",
+    "DemoLoadError",
+    "DemoReport",
+    "check_event_count",
+    "connection_settings",
+    "register_cli",
+    "write_demo_data",
+]
+
+MIN_EVENTS, MAX_EVENTS, DEFAULT_EVENTS = 10, 1_000_000, 1000
+MAX_COUNT = 10  # the $maxCount set on the streams of that kind
+BATCH = 200  # events a request
+EVENTS_TYPE = "application/vnd.kurrent.events+json"
+
+#: the ten streams of a run: (name, kind, event type); kinds: kept, max-count, soft-deleted, hard-deleted
+STREAMS = (
+    ("orders-1", "kept", "OrderPlaced"),
+    ("orders-2", "kept", "OrderPlaced"),
+    ("orders-3", "kept", "OrderPlaced"),
+    ("sensor-1", "max-count", "TemperatureRead"),
+    ("sensor-2", "max-count", "TemperatureRead"),
+    ("sensor-3", "max-count", "TemperatureRead"),
+    ("cart-1", "soft-deleted", "ItemAdded"),
+    ("cart-2", "soft-deleted", "ItemAdded"),
+    ("session-1", "hard-deleted", "SessionStarted"),
+    ("session-2", "hard-deleted", "SessionStarted"),
+)
+_FILLER = "The quick brown fox jumps over the lazy dog. " * 4  # about 180 bytes an event
+
+
+class DemoLoadError(EvdbError):
+    """The node refused a demo write or did not answer; names the node, the request and the answer."""
+
+
+def check_event_count(events: object) -> int:
+    """The rule for how many demo events to write: a whole number from 10 (one a stream) to 1,000,000.
+    Raises InvalidInput (exit code 2) before anything is sent."""
+    if isinstance(events, bool) or not isinstance(events, int) or not MIN_EVENTS <= events <= MAX_EVENTS:
+        raise InvalidInput(
+            f"The number of demo events must be a whole number from {MIN_EVENTS} to {MAX_EVENTS:,}, "
+            f"not {events!r}."
+        )
+    return events
+
+
+@dataclass(frozen=True)
+class DemoReport:
+    """What :func:`write_demo_data` wrote, and what a scavenge of each node should reclaim."""
+
+    run: str  # the run id in every stream name: demo-<run>-...
+    events_written: int
+    bytes_written: int  # the events' record frames in the log
+    kept: list[str] = field(default_factory=list)
+    max_count: list[str] = field(default_factory=list)  # $maxCount = MAX_COUNT
+    soft_deleted: list[str] = field(default_factory=list)
+    hard_deleted: list[str] = field(default_factory=list)
+    reclaimable_events: int = 0
+    reclaimable_bytes: int = 0
+
+    def summary(self) -> list[str]:
+        """The lines ``evdb demo-load`` prints."""
+        return [
+            f"Wrote {self.events_written:,} events ({_size(self.bytes_written)}) to 10 streams demo-{self.run}-*:",
+            f"  kept whole:                {', '.join(self.kept)}",
+            f"  $maxCount {MAX_COUNT} (older events go): {', '.join(self.max_count)}",
+            f"  soft-deleted:              {', '.join(self.soft_deleted)}",
+            f"  hard-deleted (tombstoned): {', '.join(self.hard_deleted)}",
+            f"On each node a scavenge should reclaim about {_size(self.reclaimable_bytes)} "
+            f"({self.reclaimable_events:,} events), e.g. evdb scavenge start --node URL --wait.",
+        ]
+
+
+def _size(n: int) -> str:
+    for unit, factor in (("MiB", 1024**2), ("KiB", 1024)):
+        if n >= factor:
+            return f"{n / factor:,.1f} {unit}"
+    return f"{n:,} bytes"
+
+
+def _check(response: httpx.Response, what: str) -> httpx.Response:
+    if response.status_code >= 300:
+        raise DemoLoadError(
+            f"{what}: {response.request.method} {response.request.url} answered {response.status_code} "
+            f"{response.text[:200]}"
+        )
+    return response
+
+
+def write_demo_data(
+    client: httpx.Client,
+    *,
+    events: int = DEFAULT_EVENTS,
+    progress: Callable[[int, int], None] | None = None,
+) -> DemoReport:
+    """Write ``events`` demo events (10 to 1,000,000) with ``client`` (base URL and credentials of a
+    node; a follower forwards the writes), spread evenly over ten new streams, then the metadata and
+    deletions. ``progress(done, total)`` is called after each batch. Raises InvalidInput for a bad
+    count (nothing is sent) and DemoLoadError when the node refuses a request or does not answer."""
+    total = check_event_count(events)
+    run = uuid.uuid4().hex[:6]
+    names = {short: f"demo-{run}-{short}" for short, _, _ in STREAMS}
+    counts = {
+        short: total // len(STREAMS) + (1 if i < total % len(STREAMS) else 0)
+        for i, (short, _, _) in enumerate(STREAMS)
+    }
+    frames: dict[str, list[int]] = {short: [] for short in names}
+    done = 0
+    try:
+        for short, _kind, event_type in STREAMS:
+            stream = names[short]
+            for first in range(0, counts[short], BATCH):
+                batch = []
+                for n in range(first, min(first + BATCH, counts[short])):
+                    data = {"stream": short, "n": n, "note": _FILLER}
+                    stored = json.dumps(data, separators=(",", ":")).encode()  # as the node stores it
+                    frames[short].append(
+                        event_frame_size(len(stream.encode()), len(event_type), len(stored), 0)
+                    )
+                    batch.append({"eventId": str(uuid.uuid4()), "eventType": event_type, "data": data})
+                response = client.post(
+                    f"/streams/{quote(stream)}", json=batch, headers={"Content-Type": EVENTS_TYPE}
+                )
+                _check(response, f"writing demo events to {stream}")
+                done += len(batch)
+                if progress is not None:
+                    progress(done, total)
+        for short, kind, _ in STREAMS:
+            stream = quote(names[short])
+            if kind == "max-count":
+                response = client.post(f"/streams/{stream}/metadata", json={"$maxCount": MAX_COUNT})
+                _check(response, f"setting $maxCount on {names[short]}")
+            elif kind == "soft-deleted":
+                _check(client.delete(f"/streams/{stream}"), f"soft-deleting {names[short]}")
+            elif kind == "hard-deleted":
+                response = client.delete(f"/streams/{stream}", headers={"Kurrent-HardDelete": "true"})
+                _check(response, f"hard-deleting {names[short]}")
+    except httpx.HTTPError as exc:
+        raise DemoLoadError(f"The node at {client.base_url} did not answer: {exc!r}") from None
+    reclaimable: list[int] = []
+    by_kind: dict[str, list[str]] = {"kept": [], "max-count": [], "soft-deleted": [], "hard-deleted": []}
+    for short, kind, _ in STREAMS:
+        by_kind[kind].append(names[short])
+        if kind in ("soft-deleted", "hard-deleted"):
+            reclaimable += frames[short]
+        elif kind == "max-count":
+            reclaimable += frames[short][: max(0, counts[short] - MAX_COUNT)]
+    return DemoReport(
+        run=run,
+        events_written=done,
+        bytes_written=sum(sum(f) for f in frames.values()),
+        kept=by_kind["kept"],
+        max_count=by_kind["max-count"],
+        soft_deleted=by_kind["soft-deleted"],
+        hard_deleted=by_kind["hard-deleted"],
+        reclaimable_events=len(reclaimable),
+        reclaimable_bytes=sum(reclaimable),
+    )
+
+
+# -- connecting ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ConnectionSettings:
+    url: str
+    user: str
+    password: str
+    verify: bool | str  # a CA file, True (the system's roots) or False (no verification)
+
+    def client(self, timeout: float = 60.0) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url, auth=(self.user, self.password), verify=self.verify, timeout=timeout
+        )
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port
+
+
+def connection_settings(
+    url: str | None,
+    *,
+    data_dir: str | PathLike[str] | None = None,
+    user: str | None = None,
+    password: str | None = None,
+    ca: str | None = None,
+    insecure_skip_verify: bool = False,
+) -> ConnectionSettings:
+    """How to reach ``url``: a node of the local cluster in ``data_dir`` (default: the user's, as
+    ``evdb cluster up`` and the dashboard use) is verified with that cluster's CA and reached with its
+    credentials, as the dashboard does; any other node with the system's roots and admin/changeit.
+    ``ca``, ``user``, ``password`` and ``insecure_skip_verify`` win over both. Without ``url``: a
+    running node of the local cluster (ClusterLaunchError when none runs). InvalidInput for a URL
+    that is not http(s)://host:port."""
+    from evdb.cluster.launcher import ClusterLaunchError, LocalCluster, default_data_dir
+
+    cluster = LocalCluster(data_dir if data_dir is not None else default_data_dir())
+    info: dict[str, Any] | None = cluster.info() if cluster.exists() else None
+    if url is None:
+        running = cluster.running_nodes() if info is not None else []
+        if not running:
+            raise ClusterLaunchError(
+                f"no node of the local cluster in {cluster.data_dir} is running: start it (evdb cluster up "
+                f"--data {cluster.data_dir}) or give --url"
+            )
+        url = str(running[0]["url"])
+    scheme, host, _port = _origin(url)
+    if scheme not in ("http", "https") or not host:
+        raise InvalidInput(
+            f"--url must be a node's http:// or https:// address (host and port), not {url!r}."
+        )
+    url = url.rstrip("/")
+    ours = info is not None and any(_origin(n["url"]) == _origin(url) for n in info["nodes"])
+    verify: bool | str = True
+    if ours and info is not None and info.get("ca"):
+        verify = str(info["ca"])
+    if ca:
+        verify = ca
+    if insecure_skip_verify:
+        verify = False
+    return ConnectionSettings(
+        url=url,
+        user=user or (str(info["user"]) if ours and info is not None else "admin"),
+        password=password or (str(info["password"]) if ours and info is not None else "changeit"),
+        verify=verify,
+    )
+
+
+# -- the command --------------------------------------------------------------------------------------
+def register_cli(subparsers: argparse._SubParsersAction) -> None:
+    from evdb.cluster.launcher import default_data_dir
+
+    parser = subparsers.add_parser(
+        "demo-load",
+        help="write demo events, deletions and $maxCount metadata so a scavenge has something to reclaim",
+        description=(
+            "Write demo events across ten new streams, set $maxCount on three, soft-delete two and "
+            "hard-delete two, then print how much a scavenge should reclaim on each node."
+        ),
+    )
+    parser.add_argument(
+        "--url", help="a node's address (default: a running node of the local cluster in --data)"
+    )
+    parser.add_argument(
+        "--events", type=int, default=DEFAULT_EVENTS, help=f"events to write (default {DEFAULT_EVENTS})"
+    )
+    parser.add_argument(
+        "--data",
+        default=str(default_data_dir()),
+        help=f"folder of the local cluster whose CA and credentials to use (default: {default_data_dir()})",
+    )
+    parser.add_argument("--user", help="user (default: the local cluster's, else admin)")
+    parser.add_argument("--password", help="password of --user (default: the local cluster's, else changeit)")
+    parser.add_argument(
+        "--ca", metavar="FILE", help="CA certificate of the node (default: the local cluster's)"
+    )
+    parser.add_argument(
+        "--insecure-skip-verify", action="store_true", help="do not verify the node's certificate"
+    )
+    parser.set_defaults(func=_demo_load)
+
+
+def _demo_load(args: argparse.Namespace) -> int:
+    from evdb.cluster.launcher import ClusterLaunchError
+
+    try:
+        events = check_event_count(args.events)
+        settings = connection_settings(
+            args.url,
+            data_dir=args.data,
+            user=args.user,
+            password=args.password,
+            ca=args.ca,
+            insecure_skip_verify=args.insecure_skip_verify,
+        )
+    except (InvalidInput, ClusterLaunchError) as exc:
+        print(f"evdb demo-load: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, InvalidInput) else 1
+    print(f"Writing {events:,} demo events to {settings.url} …", file=sys.stderr)
+    try:
+        with settings.client() as client:
+            report = write_demo_data(client, events=events)
+    except DemoLoadError as exc:
+        print(f"evdb demo-load: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(report.summary()))
+    return 0
