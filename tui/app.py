@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -16,7 +16,7 @@ from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import VerticalScroll
 from textual.notifications import SeverityLevel
-from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+from textual.widgets import Header, Static, TabbedContent, TabPane
 
 from evdb.clock import Clock, SystemClock
 from evdb.tls.trust import FollowedTrust
@@ -31,7 +31,7 @@ from tui.calls import (
     resume_auto_scavenge,
     stop_scavenge,
 )
-from tui.collector import MirrorCollector, NodeCollector, member_url, normalise_url
+from tui.collector import MirrorCollector, NodeCollector, json_or_text, member_url, normalise_url
 from tui.dialogs import (
     BackupDialog,
     ConfirmCall,
@@ -44,6 +44,7 @@ from tui.dialogs import (
 from tui.event_browser import EventBrowser, EventSource
 from tui.logtail import LogBook, LogFilter, LogTail
 from tui.panels import (
+    duration,
     render_activity,
     render_auto_scavenge,
     render_backup,
@@ -52,8 +53,10 @@ from tui.panels import (
     render_cluster,
     render_logs,
     render_scavenge,
+    size,
 )
 from tui.state import Activity, DashboardState, NodeState
+from tui.widgets import KeyBar
 
 __all__ = ["CHANGING_ACTIONS", "DashboardApp", "NodeSpec"]
 
@@ -71,6 +74,12 @@ CHANGING_ACTIONS = frozenset(
     }
 )
 TABS = ("scavenge", "chunks", "auto", "backup", "certs", "logs", "activity")
+#: the tabs' labels, and shorter ones where the terminal is narrow (below 100 columns)
+TAB_LABELS = ("Scavenge", "Chunks", "Auto-scavenge", "Backup", "Certificates", "Logs", "Activity")
+SHORT_TAB_LABELS = ("Scavenge", "Chunks", "Auto", "Backup", "Certs", "Logs", "Activity")
+#: actions whose key can be refused now: the refusal is told (a notice saying why)
+GATED_ACTIONS = CHANGING_ACTIONS | {"next_node", "filter_logs", "browse_events"}
+_BACKUP_ENDED = ("completed", "failed", "stopped")
 
 
 @dataclass(frozen=True)
@@ -140,20 +149,22 @@ class DashboardApp(App[str | None]):
     TabbedContent { height: 1fr; }
     TabPane { padding: 0 1; }
     """
+    # in order of importance: in a narrow terminal the key bar keeps the first ones (? lists them all)
     BINDINGS = [
         Binding("s", "start_scavenge", "Scavenge"),
         Binding("x", "stop_scavenge", "Stop scavenge"),
         Binding("n", "next_node", "Next node"),
+        Binding("b", "start_backup", "Backup"),
         Binding("r", "resign", "Resign leader"),
-        Binding("l", "reload", "Reload config"),
-        Binding("R", "reload_all", "Rolling reload"),
         Binding("p", "pause_resume_auto", "Pause/resume auto"),
         Binding("c", "configure_auto", "Schedule auto"),
-        Binding("b", "start_backup", "Backup"),
+        Binding("l", "reload", "Reload config"),
+        Binding("R", "reload_all", "Rolling reload"),
         Binding("e", "browse_events", "Events"),
         Binding("slash", "filter_logs", "Filter logs", key_display="/"),
-        Binding("question_mark", "help", "Help", key_display="?"),
         Binding("colon", "command_palette", "Commands", key_display=":"),
+        Binding("a", "toggle_history", "History of every node / this node", show=False),
+        Binding("question_mark", "help", "Help", key_display="?"),
         Binding("escape", "back", "Back", show=False),
         Binding("q", "quit_dashboard", "Quit"),
         *(Binding(str(i + 1), f"show_tab('{tab}')", f"{tab} tab", show=False) for i, tab in enumerate(TABS)),
@@ -197,6 +208,9 @@ class DashboardApp(App[str | None]):
         self._last_backup: dict[str, BackupForm] = {}  # per node: the dialog starts from the last one
         self._first_frame_at: float | None = None
         self._started_at = self.clock.monotonic()
+        #: backups this dashboard started, by node: the id the node answered (their end is told)
+        self._backup_watch: dict[str, str | None] = {}
+        self._backups_told: set[tuple] = set()
         #: ``evdb dashboard --record``: an ``evdb.scenario.Recorder`` that sees every key and click
         self.recorder: Any = None
         for spec in self._specs:
@@ -225,7 +239,21 @@ class DashboardApp(App[str | None]):
                 yield Static(id="logs-panel")
             with TabPane("7 Activity", id="activity"), VerticalScroll():
                 yield Static(id="activity-panel")
-        yield Footer()
+        yield KeyBar()
+
+    def on_resize(self, event: events.Resize) -> None:
+        labels = SHORT_TAB_LABELS if event.size.width < 100 else TAB_LABELS
+        try:
+            tabs = self.query_one(TabbedContent)
+        except Exception:
+            return
+        for i, (tab, label) in enumerate(zip(TABS, labels, strict=True), 1):
+            tabs.get_tab(tab).label = f"{i} {label}"
+        self.render_panels()
+
+    def _panel_width(self) -> int:
+        """Columns a panel has: the terminal less the tab's padding and a scroll bar."""
+        return max(40, self.size.width - 4)
 
     async def on_mount(self) -> None:
         self.client = self.connection.client()
@@ -301,7 +329,43 @@ class DashboardApp(App[str | None]):
                     self._start_collector(self._add_node(NodeSpec(url)))
         if self._seen_versions.get(node.url) != node.version:
             self._seen_versions[node.url] = node.version
+            self._tell_backup_end(node)
             self.render_panels()
+
+    def _tell_backup_end(self, node: NodeState) -> None:
+        """A backup that ended (one this dashboard started, or one it saw running) is told once."""
+        backup = node.backup
+        if backup is None or not backup.available or backup.body.get("state") not in _BACKUP_ENDED:
+            return
+        body = backup.body
+        key = (node.url, body.get("backupId"), body.get("startedAt"), body.get("destination"))
+        if key in self._backups_told:
+            return
+        watched = node.url in self._backup_watch
+        if (
+            watched
+            and self._backup_watch[node.url] not in (None, body.get("backupId"))
+            and body.get("backupId")
+        ):
+            return  # still the answer of an earlier backup
+        if not watched and not backup.seen_running:
+            return
+        self._backups_told.add(key)
+        self._backup_watch.pop(node.url, None)
+        from tui.calls import explain_backup_error
+
+        state = str(body.get("state"))
+        if state == "completed":
+            seconds = body.get("seconds")
+            message = (
+                f"{body.get('kind') or body.get('operation', '')} backup completed into {body.get('destination', '?')}: "
+                f"{body.get('filesCopied', 0)} files, {size(body.get('bytesCopied'))}"
+                + (f", took {duration(seconds)}" if isinstance(seconds, (int, float)) else "")
+            )
+            self.notify(message, title=node.label, timeout=10)
+        else:
+            error = explain_backup_error(str(body.get("error") or "no reason given"))
+            self.notify(f"The backup {state}: {error}", title=node.label, severity="error", timeout=20)
 
     async def poll_all(self) -> None:
         """One poll of every node now (tests, and the first frame)."""
@@ -338,30 +402,45 @@ class DashboardApp(App[str | None]):
         node = self.state.node()
         versions = tuple(n.version for n in self.state.ordered())
         nv = node.version if node else -1
+        width = self._panel_width()
+        # a panel showing stale figures tells their age: redrawn each second while a read fails
+        ticking = int(now) if node is not None and node.errors else 0
         self._update(
             "cluster",
-            (versions, self.state.mirrors_version, self.state.selected, int(now) // 5),
-            lambda: render_cluster(self.state, now),
+            (versions, self.state.mirrors_version, self.state.selected, int(now) // 5, width),
+            lambda: render_cluster(self.state, now, width),
         )
         active = tabs.active
         if active == "scavenge":
-            self._update("scavenge-panel", (nv, self.state.selected), lambda: render_scavenge(node))
+            self._update(
+                "scavenge-panel",
+                (nv, versions, self.state.selected, self.state.all_history, width, ticking),
+                lambda: render_scavenge(node, state=self.state, now=now, width=width),
+            )
         elif active == "chunks":
-            self._update("chunks-panel", (nv, self.state.selected), lambda: render_chunks(node))
+            self._update(
+                "chunks-panel",
+                (nv, self.state.selected, width, ticking),
+                lambda: render_chunks(node, panel_width=width, now=now),
+            )
         elif active == "auto":
             self._update(
                 "auto-panel",
-                (versions, self.state.selected, int(mono)),
-                lambda: render_auto_scavenge(self.state, mono),
+                (versions, self.state.selected, int(mono), width),
+                lambda: render_auto_scavenge(self.state, mono, now, width),
             )
         elif active == "backup":
-            self._update("backup-panel", (nv, self.state.selected), lambda: render_backup(node))
+            self._update(
+                "backup-panel",
+                (nv, self.state.selected, width, int(now) // 10, ticking),
+                lambda: render_backup(node, now=now, width=width),
+            )
         elif active == "certs":
             self._update(
                 "certs-panel",
-                (versions, self.logbook.version, int(now) // 60),
+                (versions, self.logbook.version, int(now) // 60, width, ticking),
                 lambda: render_certificates(
-                    self.state, now, list(self.logbook.lines) if self.logbook.tails else None
+                    self.state, now, list(self.logbook.lines) if self.logbook.tails else None, width
                 ),
             )
         elif active == "logs":
@@ -370,9 +449,7 @@ class DashboardApp(App[str | None]):
             self._update("activity-panel", len(self.state.activity), lambda: render_activity(self.state))
         if self._first_frame_at is None and all(n.reachable is not None for n in self.state.ordered()):
             self._first_frame_at = self.clock.monotonic() - self._started_at
-        gates = tuple(
-            self.why_not(a) for a in (*CHANGING_ACTIONS, "next_node", "filter_logs", "browse_events")
-        )
+        gates = tuple(self.why_not(a) for a in sorted(GATED_ACTIONS))
         if gates != self._gates:  # the footer only needs redrawing when a key's state changed
             self._gates = gates
             self.refresh_bindings()
@@ -393,37 +470,58 @@ class DashboardApp(App[str | None]):
 
     # -- what can act now ------------------------------------------------------------------------------
     def why_not(self, action: str) -> str | None:
-        """None when the action can act now, else the reason (shown in help and as a disabled key)."""
+        """None when the action can act now, else the reason, naming the node (shown in help, and as a
+        notice when its key is pressed)."""
         node = self.state.node()
         if action in CHANGING_ACTIONS and self.state.readonly:
             return "read-only mode"
         if action in CHANGING_ACTIONS and (node is None or not node.reachable):
-            return "the selected node is not reachable"
+            return f"{node.label if node else 'the selected node'} is not reachable"
         assert node is not None or action not in CHANGING_ACTIONS
-        if action == "start_scavenge" and node and node.scavenge.current_id:
-            return "a scavenge is running on this node"
-        if action == "stop_scavenge" and node and not node.scavenge.current_id:
-            return "no scavenge is running on this node"
+        label = node.label if node else ""
+        if action == "start_scavenge" and node and (node.scavenge.current_id or node.scavenge.starting_id):
+            return f"a scavenge is running on {label}"
+        if action == "stop_scavenge" and node and not (node.scavenge.current_id or node.scavenge.starting_id):
+            return f"no scavenge is running on {label}"
         if action == "resign" and node and node.role != "Leader":
-            return "the selected node is not the leader"
+            return f"{label} is not the leader"
         if action in ("pause_resume_auto", "configure_auto") and node:
             auto = node.auto_scavenge
+            failing = node.errors.get("auto-scavenge")
+            if auto is None and failing is not None:
+                return f"the auto-scavenge state of {label} is not known ({failing.detail})"
             if auto is None or not auto.available:
-                return "auto-scavenge is not available on this node"
+                return f"auto-scavenge is not available on {label}"
             if action == "pause_resume_auto" and auto.state in ("NotConfigured", "Pausing", ""):
-                return f"auto-scavenge is {auto.state or 'unknown'}"
+                return f"auto-scavenge is {auto.state or 'unknown'} on {label}"
         if action == "start_backup" and node:
             if node.backup is not None and not node.backup.available:
-                return "backups are not available on this node"
+                return f"backups are not available on {label}"
             if node.backup is not None and node.backup.body.get("state") == "running":
-                return "a backup is running on this node"
+                return f"a backup is running on {label}"
         if action == "browse_events" and (node is None or not node.reachable):
-            return "the selected node is not reachable"
+            return f"{label or 'the selected node'} is not reachable"
         if action == "next_node" and len(self.state.nodes) < 2:
             return "only one node"
         if action == "filter_logs" and not self.logbook.tails:
             return "no log files are followed"
         return None
+
+    async def run_action(self, action: Any, default_namespace: Any = None, namespaces: Any = None) -> bool:
+        """As App.run_action; a key of the dashboard that cannot act now says why instead of nothing."""
+        handled = await super().run_action(action, default_namespace, namespaces)
+        if handled or not isinstance(action, str) or len(self.screen_stack) > 1:
+            return handled
+        if default_namespace not in (None, self):
+            return handled
+        name = action.removeprefix("app.").split("(")[0]
+        reason = self.why_not(name) if name in GATED_ACTIONS else None
+        if reason:
+            description = next(
+                (b.description for b in self.BINDINGS if isinstance(b, Binding) and b.action == name), name
+            )
+            self.notify(f"{description}: {reason}", severity="warning", timeout=5)
+        return handled
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if len(self.screen_stack) > 1 and action not in ("command_palette", "focus_next", "focus_previous"):
@@ -435,8 +533,12 @@ class DashboardApp(App[str | None]):
         for binding in self.BINDINGS:
             assert isinstance(binding, Binding)
             action = binding.action.split("(")[0]
+            if action == "show_tab":
+                continue
             reason = self.why_not(action)
             rows.append((binding.key_display or binding.key, binding.description, reason or "available"))
+        labels = ", ".join(f"{i} {label}" for i, label in enumerate(TAB_LABELS, 1))
+        rows.append((f"1–{len(TABS)}", f"show a panel: {labels}", "available"))
         return rows
 
     def palette_entries(self) -> list[tuple[str, Any, str]]:
@@ -474,6 +576,13 @@ class DashboardApp(App[str | None]):
         index = urls.index(self.state.selected) if self.state.selected in urls else -1
         self.select_node(urls[(index + 1) % len(urls)])
         self.notify(f"Node: {self.state.node().label}", timeout=2)  # type: ignore[union-attr]
+
+    def action_toggle_history(self) -> None:
+        self.state.all_history = not self.state.all_history
+        self.notify(
+            "History of every node" if self.state.all_history else "History of the selected node", timeout=2
+        )
+        self.render_panels()
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
@@ -526,16 +635,21 @@ class DashboardApp(App[str | None]):
         assert node is not None
         previous = self._last_backup.get(node.url) or BackupForm(self._default_backup_folder(node.label))
 
+        running = node.scavenge.current_id or node.scavenge.starting_id or None
+
         def done(call: PlannedCall | None) -> None:
             if call is not None:
                 body = call.json_body
                 self._last_backup[node.url] = BackupForm(body["to"], True, body["stopScavenge"])
-                self.confirm(
-                    [call],
-                    note="The node copies its files in the spec's order; progress shows in the Backup tab.",
-                )
+                note = "The node copies its files in the spec's order; progress shows in the Backup tab."
+                if running and body["stopScavenge"]:
+                    note = (
+                        f"The node stops scavenge {running} first and starts it again after the backup "
+                        "(it resumes where it stopped). " + note
+                    )
+                self.confirm([call], note=note)
 
-        self.push_screen(BackupDialog(node.url, node.label, previous), done)
+        self.push_screen(BackupDialog(node.url, node.label, previous, running), done)
 
     def _default_backup_folder(self, label: str) -> str:
         """For a cluster this dashboard launched: a folder beside it; else the operator types one."""
@@ -554,7 +668,7 @@ class DashboardApp(App[str | None]):
         node = self.state.node()
         assert node is not None
         self.confirm(
-            [stop_scavenge(node.url, node.scavenge.current_id)],
+            [stop_scavenge(node.url, node.scavenge.current_id or node.scavenge.starting_id)],
             note="The node answers once the scavenge has stopped; the next start resumes it.",
         )
 
@@ -606,6 +720,13 @@ class DashboardApp(App[str | None]):
 
     # -- sending ---------------------------------------------------------------------------------------
     def confirm(self, calls: list[PlannedCall], note: str = "") -> None:
+        calls = [
+            replace(call, node_label=self.state.nodes[call.node_url].label)
+            if call.node_url in self.state.nodes and not call.node_label
+            else call
+            for call in calls
+        ]
+
         def done(send: bool | None) -> None:
             if send:
                 self.run_worker(self.send_all(calls), group="calls", exit_on_error=False)
@@ -648,12 +769,27 @@ class DashboardApp(App[str | None]):
             severity=severity,
             timeout=8,
         )
+        if response.status_code < 300 and node is not None:
+            self._after_start(call, node, response)
         collector = self.collectors.get(call.node_url)
         if collector is not None:
             collector.full_poll_next = True
             collector.wake.set()
         self.render_panels()
         return response.status_code < 300
+
+    def _after_start(self, call: PlannedCall, node: NodeState, response: httpx.Response) -> None:
+        """What the node's answer to a start says is shown at once (until a poll confirms it): the
+        started scavenge; a started backup is watched so that its end is told."""
+        if call.method != "POST":
+            return
+        answer = json_or_text(response)
+        if call.path == "/admin/scavenge" and answer.get("scavengeId"):
+            node.scavenge.starting_id = str(answer["scavengeId"])
+            node.scavenge.starting_after_poll = node.polls
+            node.version += 1
+        elif call.path == "/admin/backup":
+            self._backup_watch[node.url] = str(answer["backupId"]) if answer.get("backupId") else None
 
 
 def force_needed(cache: dict[str, Any], widget_id: str, key: Any) -> bool:

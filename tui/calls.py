@@ -6,17 +6,20 @@ A :class:`PlannedCall` is what the confirmation dialog shows, byte for byte the 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
 __all__ = [
+    "STOP_AND_RESUME",
     "BackupForm",
     "FormError",
     "PlannedCall",
     "ScavengeForm",
     "configure_auto_scavenge",
+    "explain_backup_error",
     "next_cron_runs",
     "pause_auto_scavenge",
     "reload_config",
@@ -43,6 +46,7 @@ class PlannedCall:
     json_body: Any = None
     headers: tuple[tuple[str, str], ...] = field(default=(("Accept", "application/json"),))
     title: str = ""
+    node_label: str = ""  # the node's name as the cluster panel shows it (not sent)
 
     @property
     def url(self) -> str:
@@ -109,6 +113,10 @@ class ScavengeForm:
         )
 
 
+#: the backup dialog's box that becomes the API's ``stopScavenge``
+STOP_AND_RESUME = "stop it and resume it after the backup"
+
+
 @dataclass(frozen=True)
 class BackupForm:
     """The start-backup dialog's fields, as typed: a folder on the node's host."""
@@ -117,7 +125,9 @@ class BackupForm:
     differential: bool = False
     stop_scavenge: bool = False
 
-    def call(self, node_url: str) -> PlannedCall:
+    def call(self, node_url: str, running_scavenge: str | None = None) -> PlannedCall:
+        """The request; ``running_scavenge``: the scavenge the node reports running now, which a
+        file-copy backup must not overlap (the node refuses it unless told to stop it)."""
         from evdb.backup.errors import InvalidBackupFolder
         from evdb.backup.layout import backup_target
 
@@ -125,6 +135,12 @@ class BackupForm:
             destination = backup_target(self.destination.strip())
         except InvalidBackupFolder as exc:
             raise FormError("destination", str(exc)) from None
+        if running_scavenge and not self.stop_scavenge:
+            raise FormError(
+                "stop_scavenge",
+                f"A scavenge ({running_scavenge}) is running: tick “{STOP_AND_RESUME}”, or wait for it "
+                "to end (a file-copy backup must not overlap it).",
+            )
         return PlannedCall(
             node_url,
             "POST",
@@ -136,6 +152,20 @@ class BackupForm:
             },
             title="Start a backup",
         )
+
+
+_FLAG_ADVICE = re.compile(
+    r"(give --node URL with|give|use|with) --stop-scavenge( to stop it and start it again after the backup)?",
+    re.IGNORECASE,
+)
+
+
+def explain_backup_error(text: str) -> str:
+    """A backup failure as the node words it for its command line, told in the dialog's words: the
+    operator of the dashboard has the backup dialog's box, not the ``--stop-scavenge`` flag."""
+    advice = f"tick “{STOP_AND_RESUME}” in the backup dialog (b)"
+    text = _FLAG_ADVICE.sub(advice, text)
+    return text.replace("--stop-scavenge", f"“{STOP_AND_RESUME}”")
 
 
 def stop_scavenge(node_url: str, scavenge_id: str) -> PlannedCall:

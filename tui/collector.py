@@ -27,6 +27,7 @@ from tui.state import (
     BackupState,
     ChunkRow,
     DashboardState,
+    FinishedCycle,
     Member,
     MirrorState,
     NodeCertificates,
@@ -35,12 +36,15 @@ from tui.state import (
     ProcessFigures,
     ScavengeHistoryEntry,
     ScavengeState,
+    SourceError,
 )
 
 __all__ = [
     "MirrorCollector",
     "NodeCollector",
+    "backup_state",
     "cycle_from_progress",
+    "json_or_text",
     "member_url",
     "mirror_state",
     "node_certificates",
@@ -59,11 +63,15 @@ _STATUS = re.compile(r'^\w*statuses\{[^}]*name="Scavenge"[^}]*status="([^"]+)"[^
 _METRIC_PHASES = {
     "Accumulation Phase": "Accumulation",
     "Calculation Phase": "Calculation",
-    "Chunk execution Phase": "Execution",
-    "Chunk merging Phase": "Execution",
-    "Index execution Phase": "Execution",
+    "Chunk execution Phase": "Chunk execution",
+    "Chunk merging Phase": "Chunk merging",
+    "Index execution Phase": "Index execution",
     "Cleaning Phase": "Cleaning",
 }
+#: links of ``$scavenges`` read for the history (two per run: started, completed)
+_HISTORY_LINKS = 100
+#: a backup in one of these states has ended
+_BACKUP_ENDED = ("completed", "failed", "stopped")
 
 
 def normalise_url(url: str) -> str:
@@ -123,6 +131,7 @@ class NodeCollector:
         self._certificate_at: float | None = None
         self._certificates_at: float | None = None
         self._cycle_available: bool | None = None
+        self._read_at: dict[str, float] = {}  # clock.time() of each source's last good read
         self._io_last: tuple[float, int, int] | None = None
         self._process: Any = None
         self.wake = asyncio.Event()
@@ -170,12 +179,13 @@ class NodeCollector:
         full, self.full_poll_next = self.full_poll_next, False
         try:
             gossip = await self._get("/gossip")
-            gossip.raise_for_status()
+            _check(gossip)
             body = gossip.json()
         except (httpx.HTTPError, ValueError) as exc:
             s.reachable = False
             s.failures += 1
             s.error = _describe(exc)
+            self._failed("gossip", exc)
             s.role = "Unreachable"
             s.process = self._process_figures()
             if self._fingerprint() != before:
@@ -184,13 +194,14 @@ class NodeCollector:
         s.reachable = True
         s.failures = 0
         s.error = ""
-        s.last_ok = self.clock.time()
+        s.errors.pop("gossip", None)
+        s.last_ok = self._read_at["gossip"] = self.clock.time()
         self._read_gossip(body)
-        tasks = [self._read_scavenge()]
+        tasks = [self._from("scavenge", self._read_scavenge())]
         if s.polls == 1 or s.polls % 10 == 0 or not s.info:
-            tasks.append(self._read_info())
+            tasks.append(self._from("info", self._read_info()))
         if s.auto_scavenge is None or s.auto_scavenge.available or s.polls % 30 == 0:
-            tasks.append(self._read_auto_scavenge())
+            tasks.append(self._from("auto-scavenge", self._read_auto_scavenge()))
         # a backup is read every poll while one runs; else every 5th poll (30th where the node has none)
         backup = s.backup
         if (
@@ -199,16 +210,16 @@ class NodeCollector:
             or (backup.available and (backup.body.get("state") == "running" or s.polls % 5 == 0))
             or s.polls % 30 == 0
         ):
-            tasks.append(self._read_backup())
+            tasks.append(self._from("backup", self._read_backup()))
         # certificates at a slow pace (a TLS handshake; evdb's /admin/certificates beside it), and at once
         # after the dashboard sent this node a call (a reload shows its result on the next poll)
         now = self.clock.monotonic()
         if full or self._certificate_at is None or now - self._certificate_at >= self.certificate_every:
             self._certificate_at = now
-            tasks.append(self._read_certificate())
+            tasks.append(self._from("TLS handshake", self._read_certificate()))
         if full or self._certificates_at is None or now - self._certificates_at >= self.certificate_every:
             self._certificates_at = now
-            tasks.append(self._read_node_certificates())
+            tasks.append(self._from("certificates", self._read_node_certificates()))
         results = await asyncio.gather(*tasks, return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         for error in errors:
@@ -222,11 +233,31 @@ class NodeCollector:
         if self._fingerprint() != before:
             s.version += 1
 
+    async def _from(self, source: str, read: Any) -> None:
+        """Run one reader: a failure is kept as that source's error (what was read before stays,
+        marked stale), a success clears it."""
+        try:
+            await read
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._failed(source, exc)
+            raise
+        self.state.errors.pop(source, None)
+        self._read_at[source] = self.clock.time()
+
+    def _failed(self, source: str, exc: BaseException) -> None:
+        errors = self.state.errors
+        previous = errors.get(source)
+        since = previous.since if previous is not None else self.clock.time()
+        errors[source] = SourceError(_describe(exc), since, self._read_at.get(source))
+
     def _fingerprint(self) -> tuple:
         s = self.state
         return (
             s.reachable,
             s.error,
+            tuple(sorted(s.errors.items())),
             tuple(s.members),
             s.role,
             repr(s.scavenge),
@@ -245,14 +276,17 @@ class NodeCollector:
         s.members = members
         own_host = urlsplit(s.url)
         server = (str(body.get("serverIp", "")), int(body.get("serverPort") or 0))
-        role = ""
+        own: Member | None = None
         for m in members:
             if (m.host, m.port) == server or (m.host == own_host.hostname and m.port == own_host.port):
-                role = m.state
+                own = m
                 break
-        if not role and members:
-            role = members[0].state
-        s.role = role or "Unknown"
+        if own is None and members:
+            own = members[0]
+        s.role = own.state if own is not None and own.state else "Unknown"
+        s.last_role = s.role
+        if own is not None:
+            s.own_endpoint = f"[{own.host}]:{own.port}" if ":" in own.host else own.endpoint
 
     async def _read_info(self) -> None:
         response = await self._get("/info")
@@ -271,30 +305,43 @@ class NodeCollector:
                 changed = current != sc.current_id
                 sc.current_id = current
                 self._apply_progress(sc, body)
+                self._confirm_start(sc)
                 if changed or s.polls % 5 == 1 or not self._history_ids:
-                    await self._read_history(sc)
+                    await self._from("history", self._read_history(sc))
                 return
+            if progress.status_code not in (404, 405):
+                raise _status_error(progress)  # the figures read before stay, marked stale
             sc.progress_available = None  # ask both again
         response = await self._get("/admin/scavenge/current")
         if response.status_code == 401:
             raise PermissionError(
                 "401 from /admin/scavenge/current: give --user/--password of an admin or ops user"
             )
-        response.raise_for_status()
-        current = _json_or_text(response).get("scavengeId", "") or ""
+        _check(response)
+        current = json_or_text(response).get("scavengeId", "") or ""
         changed = current != sc.current_id
-        sc.current_id = current
         if sc.progress_available is not False:
             progress = await self._get("/admin/scavenge/progress")
-            if progress.status_code == 404:
+            if progress.status_code in (404, 405):
                 sc.progress_available = False
             elif progress.status_code == 200:
                 sc.progress_available = True
+                sc.current_id = current
                 self._apply_progress(sc, progress.json())
+            else:
+                raise _status_error(progress)
+        sc.current_id = current
         if sc.progress_available is False:
             await self._scavenge_from_streams(sc, current)
+        self._confirm_start(sc)
         if changed or s.polls % 5 == 1 or not self._history_ids:
-            await self._read_history(sc)
+            await self._from("history", self._read_history(sc))
+
+    def _confirm_start(self, sc: ScavengeState) -> None:
+        """A poll begun after the answer to a start tells the truth about it: the optimistic "starting"
+        gives way (a poll that was under way when the answer came does not count)."""
+        if sc.starting_id and self.state.polls > sc.starting_after_poll:
+            sc.starting_id = ""
 
     def _apply_progress(self, sc: ScavengeState, body: dict[str, Any]) -> None:
         running = bool(body.get("running"))
@@ -306,8 +353,11 @@ class NodeCollector:
             sc.chunks = []
             sc.weights = {}
             sc.result = None
+            sc.point = None
             return
         sc.shown_id = str(figures.get("scavengeId", ""))
+        point = figures.get("scavengePoint")
+        sc.point = point if isinstance(point, dict) else None
         sc.phase = str(figures.get("phase", ""))
         sc.phase_elapsed = float(figures.get("phaseElapsedSeconds") or 0)
         sc.elapsed = float(figures.get("elapsedSeconds") or 0)
@@ -387,7 +437,7 @@ class NodeCollector:
                 saved += int(data.get("spaceSaved") or 0)
         sc.chunks = rows
         sc.bytes_reclaimed = saved
-        sc.phase = await self._phase_from_metrics() or ("Execution" if rows else "")
+        sc.phase = await self._phase_from_metrics() or ("Chunk execution" if rows else "")
 
     async def _phase_from_metrics(self) -> str:
         response = await self._get("/metrics", headers={"Accept": "text/plain"})
@@ -397,14 +447,17 @@ class NodeCollector:
         return _METRIC_PHASES.get(latest[1], "") if latest else ""
 
     async def _read_history(self, sc: ScavengeState) -> None:
-        response = await self._get("/streams/%24scavenges/head/backward/20", headers=_ATOM, embed="body")
+        response = await self._get(
+            f"/streams/%24scavenges/head/backward/{_HISTORY_LINKS}", headers=_ATOM, embed="body"
+        )
         if response.status_code in (401, 403, 404, 410):
             sc.history = []
             self._history_ids = ()
             return
-        response.raise_for_status()
+        _check(response)
         ids: list[str] = []
         started: dict[str, str] = {}
+        nodes: dict[str, str] = {}
         finished: dict[str, dict[str, Any]] = {}
         for e in response.json().get("entries", []):
             data = e.get("data")
@@ -413,6 +466,8 @@ class NodeCollector:
                 scavenge_id = data.partition("@")[2].removeprefix("$scavenges-")
             elif isinstance(data, dict):  # KurrentDB resolves links: the linked event itself
                 scavenge_id = str(data.get("scavengeId", ""))
+                if data.get("nodeEndpoint"):
+                    nodes[scavenge_id] = str(data["nodeEndpoint"])
                 if event_type == "$scavengeCompleted":
                     finished[scavenge_id] = data
                 elif event_type == "$scavengeStarted":
@@ -421,13 +476,13 @@ class NodeCollector:
                 continue
             if scavenge_id and scavenge_id not in ids:
                 ids.append(scavenge_id)
-        for scavenge_id in ids:
+        for i, scavenge_id in enumerate(ids):
             known = self._history_detail.get(scavenge_id)
-            if known is not None and known.result not in ("InProgress", "Unknown"):
-                continue
+            if known is not None and (known.result not in ("InProgress", "Unknown") or i >= 10):
+                continue  # finished runs are read once; unfinished ones again while they are recent
             if scavenge_id in finished:
                 self._history_detail[scavenge_id] = _history_entry(
-                    scavenge_id, finished[scavenge_id], started.get(scavenge_id, "")
+                    scavenge_id, finished[scavenge_id], started.get(scavenge_id, ""), nodes.get(scavenge_id)
                 )
                 continue
             self._history_detail[scavenge_id] = await self._history_from_stream(scavenge_id)
@@ -439,40 +494,64 @@ class NodeCollector:
         first = await self._get(f"/streams/{stream}/0/forward/1", headers=_ATOM, embed="body")
         last = await self._get(f"/streams/{stream}/head/backward/1", headers=_ATOM, embed="body")
         started = ""
+        node = ""
         if first.status_code == 200 and first.json().get("entries"):
-            started = str(first.json()["entries"][0].get("updated", ""))
+            entry = first.json()["entries"][0]
+            started = str(entry.get("updated", ""))
+            node = str(_object(entry.get("data")).get("nodeEndpoint") or "")
         if last.status_code == 200 and last.json().get("entries"):
             entry = last.json()["entries"][0]
             if entry.get("eventType") == "$scavengeCompleted" and isinstance(entry.get("data"), dict):
-                return _history_entry(scavenge_id, entry["data"], started)
+                return _history_entry(scavenge_id, entry["data"], started, node)
             running = scavenge_id == self.state.scavenge.current_id
-            return ScavengeHistoryEntry(scavenge_id, "InProgress" if running else "Unknown", started)
-        return ScavengeHistoryEntry(scavenge_id, "Unknown", started)
+            return ScavengeHistoryEntry(
+                scavenge_id, "InProgress" if running else "Unknown", started, node=node
+            )
+        return ScavengeHistoryEntry(scavenge_id, "Unknown", started, node=node)
 
     async def _read_auto_scavenge(self) -> None:
         s = self.state
+        before = s.auto_scavenge
         response = await self._get("/auto-scavenge/status")
         if response.status_code in (404, 405):
             s.auto_scavenge = AutoScavengeState(available=False)
             return
-        if response.status_code != 200:
-            s.auto_scavenge = AutoScavengeState(available=True, state=f"HTTP {response.status_code}")
-            return
+        _check(response)  # any other failure: the state read before stays, marked stale
         body = response.json()
         state = str(body.get("state", ""))
         cycle: AutoScavengeCycle | None = None
         cycle_error: str | None = None
-        # the cycle node by node: only while one can be under way, and only where the node has it
-        # (asked again every 30th poll after a 404, in case the node was upgraded)
-        if state in _CYCLE_STATES and (self._cycle_available is not False or s.polls % 30 == 0):
+        last_seen = before.last_seen_cycle if before is not None else None
+        finished = before.finished if before is not None else None
+        # the cycle node by node: while one can be under way, once at the start (the last cycle's end)
+        # and once when one has just ended; only where the node has it (asked again every 30th poll
+        # after a 404, in case the node was upgraded)
+        first = before is None or not before.available or not before.state
+        ended = before is not None and before.state in _CYCLE_STATES and state not in _CYCLE_STATES
+        if (state in _CYCLE_STATES or first or ended) and (
+            self._cycle_available is not False or s.polls % 30 == 0
+        ):
             progress = await self._get("/auto-scavenge/progress")
             if progress.status_code in (404, 405):
                 self._cycle_available = False
             elif progress.status_code == 200:
                 self._cycle_available = True
-                cycle = cycle_from_progress(progress.json())
+                answer = progress.json()
+                seen = cycle_from_progress(answer)
+                if state in _CYCLE_STATES:
+                    cycle = seen
+                completed = parse_iso(_object(answer).get("lastCompletedAt"))
+                if completed is not None and (finished is None or finished.completed_at != completed):
+                    summary = None
+                    if last_seen is not None and (seen is None or seen.cycle_id != last_seen.cycle_id):
+                        summary = last_seen
+                    finished = FinishedCycle(completed, summary)
+                    if summary is not None:
+                        last_seen = None
+                if seen is not None and seen.cycle_id:
+                    last_seen = seen
             else:
-                cycle_error = f"HTTP {progress.status_code} from /auto-scavenge/progress"
+                cycle_error = _describe(_status_error(progress))
         s.auto_scavenge = AutoScavengeState(
             available=True,
             enabled=True,
@@ -483,6 +562,8 @@ class NodeCollector:
             cycle=cycle,
             cycle_available=self._cycle_available,
             cycle_error=cycle_error,
+            last_seen_cycle=last_seen,
+            finished=finished,
         )
 
     async def _read_backup(self) -> None:
@@ -492,9 +573,11 @@ class NodeCollector:
             s.backup = BackupState(available=False)
         elif response.status_code == 200:
             body = response.json() if response.content else {}
-            s.backup = BackupState(available=True, body=body if isinstance(body, dict) else {})
+            s.backup = backup_state(s.backup, body if isinstance(body, dict) else {})
         elif response.status_code == 204:
             s.backup = BackupState(available=True)
+        else:
+            raise _status_error(response)  # the backup read before stays, marked stale
 
     async def _read_certificate(self) -> None:
         try:
@@ -511,6 +594,10 @@ class NodeCollector:
         except httpx.HTTPError:
             self._certificates_at = None  # try again on the next poll
             raise
+        known = self.state.certificates
+        if response.status_code >= 500 and known is not None and known.available and not known.error:
+            self._certificates_at = None
+            raise _status_error(response)  # what was read before stays, marked stale
         self.state.certificates = node_certificates(response)
 
     def _process_figures(self) -> ProcessFigures | None:
@@ -633,6 +720,26 @@ class MirrorCollector:
         return mirror_state(self.source, body)
 
 
+def backup_state(before: BackupState | None, body: dict[str, Any]) -> BackupState:
+    """``GET /admin/backup/current``'s answer, with what the dashboard saw of the same backup before: a
+    backup that ended without a duration of its own (a failed one) keeps the elapsed time it had when
+    the dashboard first saw it ended (the node's clock runs on after the end)."""
+    same = before is not None and _backup_key(before.body) == _backup_key(body) and bool(before.body)
+    running = body.get("state") == "running"
+    seen_running = running or (same and before is not None and before.seen_running)
+    ended_elapsed = None
+    if body.get("state") in _BACKUP_ENDED and body.get("seconds") is None and same and before is not None:
+        if before.ended_elapsed is not None:
+            ended_elapsed = before.ended_elapsed
+        elif before.body.get("state") == "running":  # the first sight of its end
+            ended_elapsed = _float_or_none(body.get("elapsedSeconds"))
+    return BackupState(available=True, body=body, ended_elapsed=ended_elapsed, seen_running=seen_running)
+
+
+def _backup_key(body: dict[str, Any]) -> tuple:
+    return (body.get("backupId"), body.get("startedAt"), body.get("destination"), body.get("operation"))
+
+
 def mirror_state(source: str, body: Any) -> MirrorState:
     """The fields of an ``evdb mirror`` status (Mirror.status() in evdb/mirror/mirror.py)."""
     if not isinstance(body, dict) or body.get("kind", "evdb-mirror") != "evdb-mirror":
@@ -753,7 +860,9 @@ def _float_or_none(value: Any) -> float | None:
         return None
 
 
-def _history_entry(scavenge_id: str, data: dict[str, Any], started: str) -> ScavengeHistoryEntry:
+def _history_entry(
+    scavenge_id: str, data: dict[str, Any], started: str, node: str | None = None
+) -> ScavengeHistoryEntry:
     return ScavengeHistoryEntry(
         scavenge_id=scavenge_id,
         result=str(data.get("result", "Unknown")),
@@ -761,10 +870,11 @@ def _history_entry(scavenge_id: str, data: dict[str, Any], started: str) -> Scav
         time_taken=str(data.get("timeTaken", "")),
         space_saved=data.get("spaceSaved"),
         error=data.get("error") or None,
+        node=str(data.get("nodeEndpoint") or node or ""),
     )
 
 
-def _json_or_text(response: httpx.Response) -> dict[str, Any]:
+def json_or_text(response: httpx.Response) -> dict[str, Any]:
     """KurrentDB answers ``Key: value`` text when it ignores the Accept header."""
     try:
         body = response.json()
@@ -778,9 +888,24 @@ def _json_or_text(response: httpx.Response) -> dict[str, Any]:
         return out
 
 
+def _check(response: httpx.Response) -> None:
+    if response.status_code >= 300:
+        raise _status_error(response)
+
+
+def _status_error(response: httpx.Response) -> httpx.HTTPStatusError:
+    return httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request, response=response)
+
+
 def _describe(exc: BaseException) -> str:
+    """What failed, as the operator needs it: the node's status and what it said (the body)."""
     if isinstance(exc, httpx.HTTPStatusError):
-        return f"HTTP {exc.response.status_code} from {exc.request.url.path}"
+        text = f"HTTP {exc.response.status_code} from {exc.request.url.path}"
+        try:
+            body = " ".join(exc.response.text.split())
+        except (UnicodeDecodeError, httpx.ResponseNotRead):
+            body = ""
+        return f"{text}: {body[:300]}" if body else text
     if isinstance(exc, httpx.TimeoutException):
         return "timed out"
     if isinstance(exc, httpx.ConnectError):

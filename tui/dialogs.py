@@ -9,11 +9,13 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Checkbox, Input, Label, Static
+from textual.widget import Widget
+from textual.widgets import Button, Input, Label, Static
 
-from tui.calls import BackupForm, FormError, PlannedCall, ScavengeForm, next_cron_runs
+from tui.calls import STOP_AND_RESUME, BackupForm, FormError, PlannedCall, ScavengeForm, next_cron_runs
+from tui.widgets import TickBox
 
 __all__ = [
     "BackupDialog",
@@ -28,8 +30,12 @@ __all__ = [
 _CSS = """
 ModalScreen { align: center middle; }
 ModalScreen > Vertical {
-    width: 90; height: auto; max-height: 90%; border: thick $accent; background: $surface; padding: 1 2;
+    width: 90; max-width: 100%; height: auto; max-height: 100%; border: thick $accent; background: $surface;
+    padding: 0 1; overflow-y: auto;
 }
+ModalScreen .warning { color: $warning; height: auto; margin-bottom: 1; }
+ModalScreen TickBox { margin-bottom: 1; }
+ModalScreen #help-scroll { height: auto; max-height: 1fr; }
 ModalScreen .title { text-style: bold; margin-bottom: 1; }
 ModalScreen .request { background: $boost; padding: 0 1; margin-bottom: 1; }
 ModalScreen .error { color: $error; height: auto; }
@@ -53,13 +59,22 @@ class ConfirmCall(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         title = self.calls[0].title if self.calls else "Send"
+        names = [call.node_label or call.node_url for call in self.calls]
         if len(self.calls) > 1:
-            title += f" on {len(self.calls)} nodes, in this order"
+            title += f" on {len(self.calls)} nodes, in this order: {', '.join(names)}"
+        elif self.calls and self.calls[0].node_label:
+            title += f" on {names[0]}"
         with Vertical():
             yield Label(f"{title}?", classes="title")
             if self.note:
                 yield Static(self.note)
-            text = "\n\n".join(call.describe(self.user) for call in self.calls)
+            if len(self.calls) > 1:
+                text = "\n\n".join(
+                    f"{i}. {name}\n{call.describe(self.user)}"
+                    for i, (name, call) in enumerate(zip(names, self.calls, strict=True), 1)
+                )
+            else:
+                text = "\n\n".join(call.describe(self.user) for call in self.calls)
             yield Static(Text(text), classes="request", id="request")
             with Horizontal():
                 yield Button("Cancel", id="cancel", variant="primary")
@@ -90,6 +105,9 @@ class _CallForm(ModalScreen[PlannedCall | None]):
     def current_form(self) -> BackupForm | ScavengeForm:
         raise NotImplementedError
 
+    def planned_call(self) -> PlannedCall:
+        return self.current_form().call(self.node_url)
+
     def buttons(self) -> ComposeResult:
         yield Static("", classes="error", id="error")
         with Horizontal():
@@ -97,12 +115,11 @@ class _CallForm(ModalScreen[PlannedCall | None]):
             yield Button("Review request", id="review", variant="primary")
 
     def _submit(self) -> None:
-        form = self.current_form()
         try:
-            call = form.call(self.node_url)
+            call = self.planned_call()
         except FormError as exc:
             self.query_one("#error", Static).update(f"✖ {exc}")
-            self.query_one(f"#{exc.field_name}", Input).focus()
+            self.query_one(f"#{exc.field_name}", Widget).focus()
             return
         self.dismiss(call)
 
@@ -120,11 +137,19 @@ class _CallForm(ModalScreen[PlannedCall | None]):
 
 
 class BackupDialog(_CallForm):
-    """Where the node writes the backup, full or differential, and whether to stop a running scavenge."""
+    """Where the node writes the backup, full or differential; checks the node's state first: with a
+    scavenge running it says so and offers to stop it and resume it after the backup (``stopScavenge``)."""
 
-    def __init__(self, node_url: str, node_label: str, previous: BackupForm | None = None) -> None:
+    def __init__(
+        self,
+        node_url: str,
+        node_label: str,
+        previous: BackupForm | None = None,
+        running_scavenge: str | None = None,
+    ) -> None:
         super().__init__(node_url, node_label)
         self.form = previous or BackupForm()
+        self.running_scavenge = running_scavenge
 
     def compose(self) -> ComposeResult:
         f = self.form
@@ -132,17 +157,29 @@ class BackupDialog(_CallForm):
             yield Label(f"Back {self.node_label} up", classes="title")
             yield Label("backup folder (absolute path on the node's host; created if missing)")
             yield Input(f.destination, id="destination", placeholder="/var/backups/evdb/node1")
-            yield Checkbox(
+            yield TickBox(
                 "differential (copy only new or changed files into that backup)",
                 f.differential,
                 id="differential",
             )
-            yield Checkbox(
-                "stop a running scavenge, and start it again after the backup",
-                f.stop_scavenge,
-                id="stop_scavenge",
-            )
+            if self.running_scavenge:
+                yield Static(
+                    f"A scavenge ({self.running_scavenge}) is running on {self.node_label}: a file-copy "
+                    "backup must not overlap it.",
+                    classes="warning",
+                    id="scavenge-warning",
+                )
+                yield TickBox(STOP_AND_RESUME, True, id="stop_scavenge")
+            else:
+                yield TickBox(
+                    f"if a scavenge runs when the backup starts: {STOP_AND_RESUME}",
+                    f.stop_scavenge,
+                    id="stop_scavenge",
+                )
             yield from self.buttons()
+
+    def planned_call(self) -> PlannedCall:
+        return self.current_form().call(self.node_url, self.running_scavenge)
 
     def on_mount(self) -> None:
         self.query_one("#destination", Input).focus()
@@ -150,8 +187,8 @@ class BackupDialog(_CallForm):
     def current_form(self) -> BackupForm:
         return BackupForm(
             self.query_one("#destination", Input).value,
-            self.query_one("#differential", Checkbox).value,
-            self.query_one("#stop_scavenge", Checkbox).value,
+            self.query_one("#differential", TickBox).value,
+            self.query_one("#stop_scavenge", TickBox).value,
         )
 
 
@@ -172,7 +209,7 @@ class ScavengeDialog(_CallForm):
             yield Input(f.threshold, id="threshold")
             yield Label("throttlePercent (1–100; must be 100 with more than one thread)")
             yield Input(f.throttle_percent, id="throttle_percent")
-            yield Checkbox(
+            yield TickBox(
                 "syncOnly (only scavenge to an existing, unreached scavenge point)",
                 f.sync_only,
                 id="sync_only",
@@ -187,7 +224,7 @@ class ScavengeDialog(_CallForm):
             threads=self.query_one("#threads", Input).value,
             threshold=self.query_one("#threshold", Input).value,
             throttle_percent=self.query_one("#throttle_percent", Input).value,
-            sync_only=self.query_one("#sync_only", Checkbox).value,
+            sync_only=self.query_one("#sync_only", TickBox).value,
         )
 
 
@@ -303,7 +340,8 @@ class HelpScreen(ModalScreen[None]):
             )
         with Vertical():
             yield Label("Keys", classes="title")
-            yield Static(table, id="help-table")
+            with VerticalScroll(id="help-scroll"):
+                yield Static(table, id="help-table")
             yield Label("esc closes", classes="")
 
     def action_close(self) -> None:

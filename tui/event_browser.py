@@ -20,7 +20,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Label, OptionList, Static
+from textual.widgets import DataTable, Input, Label, OptionList, Static
+
+from tui.widgets import KeyBar, TickBox
 
 __all__ = ["PAGE", "EventBrowser", "EventPage", "EventRow", "EventSource", "payload_text"]
 
@@ -137,13 +139,20 @@ class EventSource:
         return EventPage(stream, events, start, newer, older)
 
 
+def is_system_stream(name: str) -> bool:
+    """``$``-prefixed: the node's own streams (``$scavenges-…``, ``$$`` metadata streams, …)."""
+    return name.startswith("$")
+
+
 class EventBrowser(Screen[None]):
-    """Pick a stream (typed, or from the list read from ``$all``), then page through its events."""
+    """Pick a stream (typed, or from the list read from ``$all``; system streams only when asked),
+    then page through its events, or jump to an event number."""
 
     DEFAULT_CSS = """
     EventBrowser #title { text-style: bold; padding: 0 1; }
-    EventBrowser #pick { width: 36; padding: 0 1; }
-    EventBrowser #stream-list { height: 1fr; }
+    EventBrowser #pick { width: 40%; max-width: 60; min-width: 24; padding: 0 1; }
+    EventBrowser #stream-list { height: 1fr; text-wrap: nowrap; text-overflow: ellipsis; }
+    EventBrowser #event-number { margin-bottom: 0; }
     EventBrowser #events-side { width: 1fr; }
     EventBrowser #events { height: 1fr; }
     EventBrowser #detail { height: auto; max-height: 12; border: round $accent; padding: 0 1; }
@@ -163,19 +172,21 @@ class EventBrowser(Screen[None]):
         self.source = source
         self.node_label = node_label
         self.page: EventPage | None = None
-        self.stream_names: list[str] = []
+        self.stream_names: list[str] = []  # every stream read from $all, system ones too
 
     def compose(self) -> ComposeResult:
         yield Label(f"Events on {self.node_label}", id="title")
         with Horizontal():
             with Vertical(id="pick"):
                 yield Input(placeholder="stream name, Enter opens", id="stream-name")
-                yield OptionList(id="stream-list")
+                yield Input(placeholder="event number, Enter jumps to it", id="event-number")
+                yield TickBox("system streams ($…)", False, id="show-system")
+                yield OptionList(id="stream-list", markup=False)
             with Vertical(id="events-side"):
                 yield Static("Pick a stream.", id="status")
                 yield DataTable(id="events", cursor_type="row", zebra_stripes=True)
                 yield Static(id="detail")
-        yield Footer()
+        yield KeyBar(last=("back",))
 
     async def on_mount(self) -> None:
         table = self.query_one("#events", DataTable)
@@ -187,11 +198,19 @@ class EventBrowser(Screen[None]):
     async def load_streams(self) -> None:
         names, error = await self.source.streams()
         self.stream_names = names
-        options = self.query_one("#stream-list", OptionList)
-        options.clear_options()
-        options.add_options(names)
+        self._show_streams()
         if error:
             self._status(f"Stream list: {error}", error=True)
+
+    def _show_streams(self) -> None:
+        system = self.query_one("#show-system", TickBox).value
+        options = self.query_one("#stream-list", OptionList)
+        options.clear_options()
+        options.add_options([n for n in self.stream_names if system or not is_system_stream(n)])
+
+    def on_checkbox_changed(self, event: TickBox.Changed) -> None:
+        if event.checkbox.id == "show-system":
+            self._show_streams()
 
     async def open_stream(self, stream: str, start: int | None = None) -> None:
         page = await self.source.page(stream, start)
@@ -219,7 +238,7 @@ class EventBrowser(Screen[None]):
             type_cell.append(" redacted ", style="bold white on magenta")
         data = event.data.replace("\n", " ")
         data_cell = Text(data[:80], style="italic magenta" if event.is_redacted else "")
-        position = "" if event.position is None else str(event.position)
+        position = "" if event.position is None else f"{event.position:,}"
         return str(event.number), type_cell, position, event.timestamp, data_cell
 
     def _show_detail(self, event: EventRow) -> None:
@@ -228,7 +247,7 @@ class EventBrowser(Screen[None]):
         if event.is_redacted:
             text.append("  redacted", style="bold magenta")
         text.append(
-            f"\nposition {event.position if event.position is not None else '?'} · {event.timestamp}\n"
+            f"\nposition {f'{event.position:,}' if event.position is not None else '?'} · {event.timestamp}\n"
         )
         text.append("data: ", style="bold")
         text.append(event.data or "(empty)", style="italic magenta" if event.is_redacted else "")
@@ -243,9 +262,27 @@ class EventBrowser(Screen[None]):
 
     # -- events ----------------------------------------------------------------------------------------
     async def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "event-number":
+            await self.jump(event.value)
+            return
         name = event.value.strip()
         if name:
             await self.open_stream(name)
+
+    async def jump(self, text: str) -> None:
+        """Open the stream at an event number: that event first, the older ones under it."""
+        stream = self.page.stream if self.page else self.query_one("#stream-name", Input).value.strip()
+        if not stream:
+            self._status("Jump: open a stream first (type its name, or pick it from the list).", error=True)
+            return
+        try:
+            number = int(text.strip())
+        except ValueError:
+            number = -1
+        if number < 0:
+            self._status(f"Jump: an event number is 0 or more (got {text.strip()!r}).", error=True)
+            return
+        await self.open_stream(stream, number)
 
     async def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         name = str(event.option.prompt)

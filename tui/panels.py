@@ -1,6 +1,7 @@
 """Panels: pure functions from state to Rich renderables (and the widgets that show them).
 
-Nothing here reads the network or the clock: the time a panel needs (countdowns, ages) is passed in.
+Nothing here reads the network or the clock: the time a panel needs (countdowns, ages) is passed in,
+and so is the width it has (columns that matter least give way first in a narrow terminal).
 """
 
 from __future__ import annotations
@@ -11,16 +12,23 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from tui.calls import explain_backup_error
+from tui.collector import parse_timespan
 from tui.state import (
     SCAVENGE_PHASES,
+    AutoScavengeCycle,
     AutoScavengeState,
     DashboardState,
     LogLine,
+    Member,
     NodeState,
+    ScavengeHistoryEntry,
 )
 
 __all__ = [
     "NOT_AVAILABLE",
+    "WIDE",
+    "cluster_health",
     "render_activity",
     "render_auto_scavenge",
     "render_backup",
@@ -33,6 +41,8 @@ __all__ = [
 ]
 
 NOT_AVAILABLE = "not available on this node"
+#: the width a panel assumes when it is not told (a wide terminal)
+WIDE = 200
 _ROLE_STYLE = {
     "Leader": "bold green",
     "Follower": "cyan",
@@ -40,6 +50,20 @@ _ROLE_STYLE = {
     "Unreachable": "bold red",
     "Unknown": "yellow",
     "Shutdown": "red",
+}
+#: what a node in a passing state is doing (its gossip ``state``): not "ok" yet
+_TRANSITIONS = {
+    "Unknown": "electing: no leader known",
+    "PreLeader": "becoming leader: writing its epoch",
+    "ResigningLeader": "resigning: handing over to another node",
+    "CatchingUp": "catching up with the leader",
+    "PreReplica": "catching up with the leader",
+    "Clone": "catching up with the leader (clone)",
+    "PreReadOnlyReplica": "joining as a read-only replica",
+    "Initializing": "starting",
+    "DiscoverLeader": "looking for the leader",
+    "ShuttingDown": "shutting down",
+    "Shutdown": "shut down",
 }
 _RESULT_STYLE = {
     "Success": "green",
@@ -70,6 +94,13 @@ def size(n: int | float | None) -> str:
     return f"{value:.1f} TiB"
 
 
+def number(n: int | float | None) -> str:
+    """A count or a log position, with thousands separators."""
+    if n is None:
+        return "–"
+    return f"{n:,}" if isinstance(n, int) else f"{n:,.0f}"
+
+
 def duration(seconds: float | None) -> str:
     if seconds is None:
         return "–"
@@ -94,21 +125,168 @@ def ago(seconds: float) -> str:
     return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
 
 
+def stamp(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
 def bar(fraction: float, width: int = 20, style: str = "green") -> Text:
     fraction = min(1.0, max(0.0, fraction))
     full = round(fraction * width)
     return Text.assemble(("█" * full, style), ("░" * (width - full), "grey35"))
 
 
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(1, width - 1)] + "…"
+
+
+def stale_lines(node: NodeState, sources: tuple[str, ...], now: float | None) -> list[Text]:
+    """One line per failing source of the node (and its gossip): the node's answer and since when;
+    the figures on screen are the last ones read."""
+    lines = []
+    for source in ("gossip", *sources):
+        error = node.errors.get(source)
+        if error is None:
+            continue
+        age = f" {ago(error.age(now))}" if now is not None else ""
+        line = Text(f"⚠ stale{age}: ", style="bold yellow")
+        line.append(error.detail, style="yellow")
+        line.append("  (last figures read are shown)", style="dim")
+        lines.append(line)
+    return lines
+
+
+def _stale_note(node: NodeState, source: str, now: float | None) -> Text | None:
+    error = node.errors.get(source)
+    if error is None:
+        return None
+    age = f" {ago(error.age(now))}" if now is not None else ""
+    note = Text(f"stale{age}: ", style="bold yellow")
+    note.append(error.detail, style="yellow")
+    return note
+
+
 # -- cluster ------------------------------------------------------------------------------------------
-def render_cluster(state: DashboardState, now: float) -> RenderableType:
-    """Every node the dashboard polls, with what it says about itself and its process figures."""
-    table = Table(expand=True, box=None, header_style="bold", pad_edge=False)
-    for column in (
+def _majority(count: int) -> int:
+    return count // 2 + 1
+
+
+def _voters(members: list[Member]) -> list[Member]:
+    return [m for m in members if not m.is_read_only_replica and m.state != "ReadOnlyReplica"]
+
+
+def cluster_health(state: DashboardState, node: NodeState, now: float) -> Text:
+    """What the cluster table says of a node's health: "ok" only for a node that answers, takes part
+    in the cluster's majority, and is in a settled role; else what is going on."""
+    own = _own_member(node)
+    if node.reachable is False:
+        text = Text(f"DOWN: {node.error}", style="bold red")
+        error = node.errors.get("gossip")
+        if error is not None:
+            was = f"; was {node.last_role}" if node.last_role else ""
+            text.append(f" (for {ago(now - error.since)}{was})", style="red")
+        return text
+    if node.reachable is None:
+        return Text("connecting…", style="dim")
+    if own is not None and not own.is_alive:
+        return Text("not alive", style="red")
+    # a majority of the other nodes the dashboard polls sees it dead: it is cut off from the cluster
+    voters = _voters(node.members)
+    endpoints = node.endpoints()
+    seen_dead = [
+        other.label
+        for other in state.ordered()
+        if other is not node
+        and other.reachable
+        and any(not m.is_alive and _bracketed(m.host, m.port) in endpoints for m in _voters(other.members))
+    ]
+    if voters and len(seen_dead) >= _majority(len(voters)):
+        return Text(
+            f"not in the majority: {len(seen_dead)} of {len(voters)} members see it dead "
+            f"({', '.join(seen_dead)})",
+            style="bold red",
+        )
+    alive = sum(1 for m in voters if m.is_alive)
+    if len(voters) > 1 and alive < _majority(len(voters)):
+        return Text(f"isolated: sees {alive} of {len(voters)} members alive", style="bold red")
+    if node.role in _TRANSITIONS:
+        return Text(_TRANSITIONS[node.role], style="yellow")
+    age = now - node.last_ok if node.last_ok else 0
+    if age > 5:
+        return Text(f"stale {age:.0f}s", style="yellow")
+    failing = [(source, e) for source, e in node.errors.items() if source != "gossip"]
+    if failing:
+        source, error = failing[0]
+        return Text(f"ok; {source} stale: {error.detail}", style="yellow")
+    return Text("ok", style="green")
+
+
+def _jobs(state: DashboardState, node: NodeState) -> str:
+    """What the node is doing now: scavenging (how far in the phase), backing up, its turn in the
+    auto-scavenge cycle."""
+    jobs = []
+    sc = node.scavenge
+    if sc.starting_id and not sc.running:
+        jobs.append("starting scavenge")
+    elif sc.running:
+        fraction = sc.phase_fraction()
+        jobs.append(f"scavenging {fraction * 100:.0f}%" if fraction is not None else "scavenging")
+    backup = node.backup
+    if backup is not None and backup.body.get("state") == "running":
+        jobs.append("backing up")
+    endpoints = node.endpoints()
+    for other in state.ordered():
+        auto = other.auto_scavenge
+        cycle = auto.cycle if auto is not None else None
+        if cycle is not None and cycle.cycle_id and cycle.designated in endpoints:
+            jobs.append("in the cycle")
+            break
+    return ", ".join(jobs) or "–"
+
+
+#: columns of the cluster table that give way in a narrow terminal, least important first
+_CLUSTER_OPTIONAL = ("disk r/w", "mem", "cpu", "chaser", "epoch", "writer", "lag", "doing")
+
+
+def render_cluster(state: DashboardState, now: float, width: int | None = None) -> RenderableType:
+    """Every node the dashboard polls, with what it says about itself and its process figures.
+    Names and the selection marker are never cut; the least important columns go first."""
+    width = width or WIDE
+    leader_writer = max(
+        (m.writer_checkpoint for n in state.nodes.values() for m in n.members if m.state == "Leader"),
+        default=None,
+    )
+    rows: list[dict[str, Text]] = []
+    for node in state.ordered():
+        own = _own_member(node)
+        selected = node.url == state.selected
+        role = node.role or "…"
+        lag = Text("–")
+        if own is not None and leader_writer is not None and own.writer_checkpoint >= 0:
+            behind = max(0, leader_writer - own.writer_checkpoint)
+            lag = Text(size(behind), style="yellow" if behind else "green")
+        p = node.process
+        rows.append(
+            {
+                "": Text("▶" if selected else " ", style="bold cyan"),
+                "node": Text(node.label, style="bold" if selected else ""),
+                "role": Text(role, style=_ROLE_STYLE.get(role, "")),
+                "doing": Text(_jobs(state, node), style="cyan"),
+                "epoch": Text(str(own.epoch_number) if own else "–"),
+                "writer": Text(number(own.writer_checkpoint) if own else "–"),
+                "chaser": Text(number(own.chaser_checkpoint) if own else "–"),
+                "lag": lag,
+                "cpu": Text(f"{p.cpu_percent:.0f}%" if p else "–"),
+                "mem": Text(size(p.rss_bytes) if p else "–"),
+                "disk r/w": Text(f"{size(p.read_bytes_per_s)}/s {size(p.write_bytes_per_s)}/s" if p else "–"),
+                "health": cluster_health(state, node, now),
+            }
+        )
+    order = [
         "",
         "node",
         "role",
         "health",
+        "doing",
         "epoch",
         "writer",
         "chaser",
@@ -116,48 +294,25 @@ def render_cluster(state: DashboardState, now: float) -> RenderableType:
         "cpu",
         "mem",
         "disk r/w",
-    ):
-        table.add_column(column, no_wrap=True)
-    leader_writer = max(
-        (m.writer_checkpoint for n in state.nodes.values() for m in n.members if m.state == "Leader"),
-        default=None,
-    )
-    for node in state.ordered():
-        own = _own_member(node)
-        marker = "▶" if node.url == state.selected else " "
-        role = node.role or "…"
-        if node.reachable is False:
-            health = Text(f"DOWN: {node.error}", style="bold red")
-        elif node.reachable is None:
-            health = Text("connecting…", style="dim")
-        elif own is not None and not own.is_alive:
-            health = Text("not alive", style="red")
+    ]
+    natural = {c: max([len(c), *(r[c].cell_len for r in rows)]) for c in order}
+    health_min = min(natural["health"], 24)
+    shown = list(order)
+    for optional in _CLUSTER_OPTIONAL:
+        used = sum(natural[c] for c in shown if c != "health") + 2 * (len(shown) - 1)
+        if used + health_min <= width:
+            break
+        shown.remove(optional)
+    used = sum(natural[c] for c in shown if c != "health") + 2 * (len(shown) - 1)
+    health_width = max(health_min, min(natural["health"], width - used))
+    table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 1))
+    for column in shown:
+        if column == "health":
+            table.add_column(column, no_wrap=True, overflow="ellipsis", width=health_width)
         else:
-            age = now - node.last_ok if node.last_ok else 0
-            health = Text(
-                "ok" if not node.error else f"ok ({node.error})",
-                style="green" if not node.error else "yellow",
-            )
-            if age > 5:
-                health = Text(f"stale {age:.0f}s", style="yellow")
-        lag: Text | str = "–"
-        if own is not None and leader_writer is not None and own.writer_checkpoint >= 0:
-            behind = max(0, leader_writer - own.writer_checkpoint)
-            lag = Text(size(behind), style="yellow" if behind else "green")
-        p = node.process
-        table.add_row(
-            marker,
-            Text(node.label, style="bold" if node.url == state.selected else ""),
-            Text(role, style=_ROLE_STYLE.get(role, "")),
-            health,
-            str(own.epoch_number) if own else "–",
-            str(own.writer_checkpoint) if own else "–",
-            str(own.chaser_checkpoint) if own else "–",
-            lag,
-            f"{p.cpu_percent:.0f}%" if p else "–",
-            size(p.rss_bytes) if p else "–",
-            f"{size(p.read_bytes_per_s)}/s {size(p.write_bytes_per_s)}/s" if p else "–",
-        )
+            table.add_column(column, no_wrap=True, width=natural[column])
+    for row in rows:
+        table.add_row(*(row[c] for c in shown))
     if not state.mirrors:
         return table
     return Group(table, render_mirrors(state, now))
@@ -229,94 +384,228 @@ def _host_port(url: str) -> str:
     return url.split("://", 1)[-1].rstrip("/") if url else "?"
 
 
-def _own_member(node: NodeState):
-    host_port = node.url.split("://", 1)[-1]
+def _own_member(node: NodeState) -> Member | None:
+    endpoints = node.endpoints()
     for m in node.members:
-        if m.endpoint == host_port or f"[{m.host}]:{m.port}" == host_port:
+        if _bracketed(m.host, m.port) in endpoints:
             return m
     return node.members[0] if node.members and node.is_evdb else None
 
 
 # -- scavenge -----------------------------------------------------------------------------------------
-def render_scavenge(node: NodeState | None) -> RenderableType:
+_POINT_ORIGINS = {
+    "new": "new: written by this run",
+    "reused": "reused: written before this run (here, or by another node and replicated)",
+    "resumed": "resumed: the point of the stopped run this one continues",
+}
+#: the mark of the phase a finished run ended in, by its result
+_END_MARK = {"Stopped": ("■", "bold yellow"), "Interrupted": ("■", "bold red"), "Errored": ("✖", "bold red")}
+
+
+def phase_line(running: bool, phase: str, result: str | None, width: int) -> Text:
+    """Every phase with its mark: done ✔, the current one ● (where a stopped run stopped: ■; where it
+    failed: ✖), not started ○. Wrapped between phases, never inside a name."""
+    index = SCAVENGE_PHASES.index(phase) if phase in SCAVENGE_PHASES else -1
+    items: list[Text] = []
+    for i, name in enumerate(SCAVENGE_PHASES):
+        if (not running and result == "Success") or i < index:
+            mark, style = "✔", "green"
+        elif i == index:
+            mark, style = (
+                ("●", "bold reverse cyan") if running else _END_MARK.get(result or "", ("●", "yellow"))
+            )
+        else:
+            mark, style = "○", "dim"
+        items.append(Text(f"{mark} {name}", style=style))
+    lines: list[Text] = [Text()]
+    for item in items:
+        line = lines[-1]
+        separator = " → " if line.cell_len else ""
+        if line.cell_len and line.cell_len + len(separator) + item.cell_len > width:
+            lines.append(Text())
+            line, separator = lines[-1], ""
+        line.append(separator, style="dim")
+        line.append_text(item)
+    return Text("\n").join(lines)
+
+
+def _point_text(point: dict | None) -> Text:
+    if not point:
+        return Text("not reported by this node", style="dim")
+    text = Text(f"#{point.get('number', '?')}", style="bold")
+    position = point.get("position")
+    if isinstance(position, int):
+        text.append(f" at position {number(position)}")
+    if point.get("threshold") is not None:
+        text.append(f", threshold {point['threshold']}")
+    origin = point.get("origin")
+    if origin in _POINT_ORIGINS:
+        text.append(" — ")
+        text.append(_POINT_ORIGINS[origin], style="cyan" if origin == "new" else "yellow")
+    return text
+
+
+def render_scavenge(
+    node: NodeState | None,
+    *,
+    state: DashboardState | None = None,
+    now: float | None = None,
+    width: int | None = None,
+) -> RenderableType:
+    """The node's running (or last) scavenge from its own figures, then its history."""
     if node is None:
         return Text("No node selected.")
+    width = width or WIDE
     sc = node.scavenge
     parts: list[RenderableType] = []
     title = Text.assemble(("Scavenge on ", "bold"), (node.label, "bold cyan"))
+    if node.name:
+        title.append(f" ({node.address})", style="dim")
     parts.append(title)
     if node.reachable is False:
         parts.append(Text(f"Node unreachable: {node.error}", style="bold red"))
-    if sc.running or sc.shown_id:
-        phases = Text()
-        index = sc.phase_index()
-        for i, phase in enumerate(SCAVENGE_PHASES):
-            if i < index or (not sc.running and sc.result == "Success"):
-                style = "green"
-                mark = "✔"
-            elif i == index:
-                style = "bold reverse cyan" if sc.running else "yellow"
-                mark = "●"
-            else:
-                style = "dim"
-                mark = "○"
-            phases.append(f" {mark} {phase} ", style=style)
-            if i < len(SCAVENGE_PHASES) - 1:
-                phases.append("→", style="dim")
-        heading = "Running" if sc.running else f"Last run: {sc.result or 'Unknown'}"
+    parts.extend(stale_lines(node, ("scavenge",), now))
+    starting = sc.starting_id and not (sc.running and sc.current_id == sc.starting_id)
+    if starting:
         parts.append(
             Text.assemble(
-                (heading, _RESULT_STYLE.get(sc.result or "Unknown", "") if not sc.running else "bold cyan"),
-                f"  id {sc.shown_id or sc.current_id}",
+                ("Starting scavenge ", "bold cyan"),
+                (sc.starting_id, "bold"),
+                ("  the node accepted it; its figures come with the next poll", "dim"),
             )
         )
-        parts.append(phases if sc.phase else Text("phase: not reported by this node", style="dim"))
-        fraction = sc.phase_fraction()
+    if sc.running or sc.shown_id:
+        settings = f"  threads / threshold / throttle {_v(sc.threads)} / {_v(sc.threshold)} / {_v(sc.throttle_percent)}%"
+        if sc.running:
+            heading = Text.assemble(("Running", "bold cyan"), f"  id {sc.current_id or sc.shown_id}")
+        else:
+            result = sc.result or "Unknown"
+            heading = Text.assemble(
+                (f"Last run: {result}", _RESULT_STYLE.get(result, "")), f"  id {sc.shown_id}"
+            )
+        heading.append(settings, style="dim")
+        parts.append(heading)
+        if sc.phase:
+            parts.append(phase_line(sc.running, sc.phase, sc.result, width))
+        else:
+            parts.append(Text("phase: not reported by this node", style="dim"))
         grid = Table.grid(padding=(0, 2))
-        grid.add_column(style="bold")
+        grid.add_column(style="bold", no_wrap=True)
         grid.add_column()
-        if fraction is not None:
-            grid.add_row("in phase", Text.assemble(bar(fraction, 30), f" {fraction * 100:5.1f}%"))
-        grid.add_row(
-            "threads / threshold / throttle",
-            f"{_v(sc.threads)} / {_v(sc.threshold)} / {_v(sc.throttle_percent)}%",
-        )
-        grid.add_row(
-            "chunks",
-            f"{sc.chunks_done} of {sc.chunks_total}"
-            + (f"  (at {sc.current_chunk})" if sc.current_chunk and sc.running else ""),
-        )
-        if sc.streams_total:
-            grid.add_row("streams", f"{sc.streams_done} of {sc.streams_total}")
+        if sc.progress_available is not False:
+            if sc.point is None and sc.running and sc.phase == "Beginning":
+                grid.add_row("scavenge point", Text("being chosen (resume, reuse or write one)", style="dim"))
+            elif sc.point is not None or sc.result != "Success":
+                grid.add_row("scavenge point", _point_text(sc.point))
+            else:
+                grid.add_row("scavenge point", Text("none: no unreached point (syncOnly)", style="dim"))
+        count = sc.phase_count()
+        fraction = sc.phase_fraction()
+        if count is not None:
+            what, done, total = count
+            progress = Text()
+            if fraction is not None:
+                progress.append_text(bar(fraction, max(10, min(30, width - 70))))
+                progress.append(f" {fraction * 100:5.1f}%  ")
+            progress.append(f"{what} {number(done)} of {number(total)}")
+            grid.add_row("in phase" if sc.running else "where it got", progress)
+        executed = sum(1 for c in sc.chunks if c.executed and not c.merged)
+        skipped = sum(1 for c in sc.chunks if c.executed is False)
+        merged = sum(1 for c in sc.chunks if c.merged)
+        if sc.chunks or sc.current_chunk:
+            chunks = f"{executed} executed, {skipped} skipped, {merged} merged"
+            if sc.current_chunk and sc.running:
+                chunks += f"  (at {sc.current_chunk})"
+            grid.add_row("chunks", chunks)
         grid.add_row(
             "elapsed",
             duration(sc.elapsed) + (f"  (phase {duration(sc.phase_elapsed)})" if sc.running else ""),
         )
         if sc.running:
-            grid.add_row("remaining (estimate)", duration(sc.remaining_seconds()))
+            left = sc.remaining_seconds()
+            grid.add_row(
+                "estimate",
+                f"{duration(left)} left in this phase"
+                if left is not None
+                else Text("– (no rate yet: nothing done in this phase)", style="dim"),
+            )
         grid.add_row("bytes reclaimed", size(sc.bytes_reclaimed))
         if sc.records_removed:
-            grid.add_row("records removed", str(sc.records_removed))
+            grid.add_row("records removed", number(sc.records_removed))
         parts.append(grid)
-    else:
+    elif not starting:
         parts.append(Text("No scavenge is running. Press s to start one.", style="dim"))
-    history = Table(
-        title="History ($scavenges)", title_justify="left", expand=True, box=None, header_style="bold"
-    )
-    for column in ("started", "scavenge id", "result", "time taken", "space saved"):
-        history.add_column(column, no_wrap=True)
-    for h in node.scavenge.history[:10]:
-        result = Text(h.result, style=_RESULT_STYLE.get(h.result, ""))
-        if h.error:
-            result.append(f" ({h.error})", style="dim")
-        history.add_row(
-            h.started[:19].replace("T", " "), h.scavenge_id, result, h.time_taken or "–", size(h.space_saved)
-        )
-    if not node.scavenge.history:
-        history.add_row("–", "no scavenges recorded", "", "", "")
     parts.append(Text(""))
-    parts.append(history)
+    parts.extend(_history(node, state, width))
     return Group(*parts)
+
+
+def _took(time_taken: str) -> str:
+    seconds = parse_timespan(time_taken)
+    if seconds is None:
+        return time_taken or "–"
+    return f"{seconds:.1f} s" if seconds < 60 else duration(seconds)
+
+
+def _history(node: NodeState, state: DashboardState | None, width: int) -> list[RenderableType]:
+    """``$scavenges``: the selected node's runs (every event names its node), or every node's with a
+    node column. Ids are shortened before any other column gives way."""
+    every = bool(state and state.all_history)
+    mine = node.endpoints()
+    entries = node.scavenge.history
+    shown = entries if every else [h for h in entries if not h.node or h.node in mine]
+    labels = endpoint_labels(state) if state is not None else {}
+    if every:
+        title = f"History of every node ($scavenges; a: {node.label} only)"
+    else:
+        title = f"History of {node.label} ($scavenges; a: every node)"
+    heading = Text(title, style="bold")
+    if not entries:
+        return [heading, Text("no scavenges recorded", style="dim")]
+    if not shown:
+        runs = f"{len(entries)} run" + ("s" if len(entries) > 1 else "")
+        return [heading, Text(f"none on {node.label} among the {runs} recorded (a: every node)", style="dim")]
+    shown = shown[:10]
+
+    def node_label(h: ScavengeHistoryEntry) -> str:
+        return labels.get(h.node, (h.node, ""))[0] if h.node else "?"
+
+    rows = []
+    for h in shown:
+        rows.append(
+            {
+                "started": h.started[:19].replace("T", " "),
+                "node": node_label(h),
+                "scavenge id": h.scavenge_id,
+                "result": h.result,
+                "took": _took(h.time_taken),
+                "saved": size(h.space_saved),
+            }
+        )
+    columns = ["started", *(["node"] if every else []), "scavenge id", "result", "took", "saved"]
+    natural = {c: max([len(c), *(len(r[c]) for r in rows)]) for c in columns}
+    others = sum(natural[c] for c in columns if c != "scavenge id") + 2 * (len(columns) - 1)
+    id_width = min(natural["scavenge id"], max(9, width - others))
+    table = Table.grid(padding=(0, 2))
+    for column in columns:
+        table.add_column(no_wrap=True, width=id_width if column == "scavenge id" else natural[column])
+    table.add_row(*(Text(c, style="bold") for c in columns))
+    for row in rows:
+        cells = []
+        for column in columns:
+            value = row[column]
+            if column == "scavenge id":
+                cells.append(Text(_cut(value, id_width)))
+            elif column == "result":
+                cells.append(Text(value, style=_RESULT_STYLE.get(value, "")))
+            else:
+                cells.append(Text(value))
+        table.add_row(*cells)
+    out: list[RenderableType] = [heading, table]
+    for h in shown:
+        if h.error:
+            out.append(Text(f"{_cut(h.scavenge_id, 12)}: {h.error}", style="red"))
+    return out
 
 
 def _v(value) -> str:
@@ -324,9 +613,21 @@ def _v(value) -> str:
 
 
 # -- chunks -------------------------------------------------------------------------------------------
-def render_chunks(node: NodeState | None, width: int = 30) -> RenderableType:
+def render_chunks(
+    node: NodeState | None, width: int = 30, *, panel_width: int | None = None, now: float | None = None
+) -> RenderableType:
+    """Each chunk's weight against the threshold; ``width`` is the bar's (narrower in a narrow
+    ``panel_width``)."""
     if node is None:
         return Text("No node selected.")
+    if panel_width is not None:
+        width = max(8, min(width, panel_width - 60))
+    stale = stale_lines(node, ("scavenge",), now)
+    table = _chunk_table(node, width)
+    return Group(*stale, table) if stale else table
+
+
+def _chunk_table(node: NodeState, width: int) -> RenderableType:
     sc = node.scavenge
     threshold = sc.threshold if sc.threshold is not None else 0
     rows = {(c.start, c.end): c for c in sc.chunks}
@@ -394,28 +695,99 @@ def meets_threshold(weight: float, threshold: int) -> bool:
 
 
 # -- auto-scavenge ------------------------------------------------------------------------------------
-def render_auto_scavenge(state: DashboardState, monotonic_now: float) -> RenderableType:
+def render_auto_scavenge(
+    state: DashboardState, monotonic_now: float, now: float | None = None, width: int | None = None
+) -> RenderableType:
     node = state.node()
     if node is None:
         return Text("No node selected.")
     auto = node.auto_scavenge
-    if auto is None:
+    failing = _stale_note(node, "auto-scavenge", now)
+    if auto is None and failing is None:
         return Text("Auto-scavenge: reading…", style="dim")
-    if not auto.available:
+    if auto is not None and not auto.available:
         return Text(
             f"Auto-scavenge: {NOT_AVAILABLE} ({node.label} has no /auto-scavenge endpoints).", style="dim"
         )
     grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
+    grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
-    grid.add_row("state", Text(auto.state or "–", style="bold cyan"))
-    grid.add_row("schedule", auto.schedule or "not set (press c to configure)")
+    if auto is None or not auto.state:  # never read: what the node answered instead
+        grid.add_row("state", Text.assemble(("unknown  ", "yellow"), failing or ""))
+        grid.add_row("schedule", Text("unknown", style="yellow"))
+        return Group(grid)
+    state_cell = Text(auto.state, style="bold cyan")
+    if failing is not None:
+        state_cell.append("  ")
+        state_cell.append_text(failing)
+    grid.add_row("state", state_cell)
+    if auto.schedule:
+        grid.add_row("schedule", auto.schedule)
+    elif auto.state == "NotConfigured":
+        grid.add_row("schedule", "not set (press c to configure)")
+    else:
+        grid.add_row("schedule", Text("not in the node's answer", style="dim"))
     if auto.time_until_next_cycle is not None:
         left = auto.time_until_next_cycle - (monotonic_now - auto.read_at)
         grid.add_row("next cycle in", duration(max(0.0, left)))
     parts: list[RenderableType] = [grid, Text("")]
     parts.extend(_cycle_parts(state, auto))
+    parts.extend(_finished_cycle(state, auto, now))
     return Group(*parts)
+
+
+def _scavenge_result(state: DashboardState, scavenge_id: str | None) -> str | None:
+    """A node scavenge's result as any polled node knows it (its figures or its history)."""
+    if not scavenge_id:
+        return None
+    for node in state.ordered():
+        sc = node.scavenge
+        if sc.shown_id == scavenge_id and not sc.running and sc.result:
+            return sc.result
+        for entry in sc.history:
+            if entry.scavenge_id == scavenge_id and entry.result not in ("InProgress", "Unknown"):
+                return entry.result
+    return None
+
+
+def _finished_cycle(
+    state: DashboardState, auto: AutoScavengeState, now: float | None
+) -> list[RenderableType]:
+    """The last cluster scavenge that ended: when, how long, and each node's result (as the leader
+    reported them while it ran, or the node scavenge's own result)."""
+    finished = auto.finished
+    if finished is None:
+        return []
+    when = stamp(finished.completed_at)
+    if now is not None:
+        when += f" ({ago(now - finished.completed_at)} ago)"
+    cycle: AutoScavengeCycle | None = finished.cycle
+    if cycle is None:
+        return [Text(""), Text.assemble(("Last cluster scavenge", "bold"), f" finished {when}")]
+    took = ""
+    if cycle.started_at is not None:
+        took = f", took {duration(finished.completed_at - cycle.started_at)}"
+    head = Text.assemble(
+        ("Last cluster scavenge ", "bold"), (cycle.cycle_id or "", "bold"), f" finished {when}{took}"
+    )
+    labels = endpoint_labels(state)
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("#", "node", "role", "result"):
+        table.add_column(column, no_wrap=True)
+    for i, n in enumerate(cycle.nodes(), 1):
+        label, role = labels.get(n.endpoint, (n.endpoint, ""))
+        if label != n.endpoint:
+            label = f"{label} ({n.endpoint})"
+        result = n.result
+        if result is None and n.endpoint == cycle.designated:
+            result = _scavenge_result(state, cycle.node_scavenge_id)
+        cell = (
+            Text(result, style=_RESULT_STYLE.get(result, "yellow"))
+            if result
+            else Text("result not seen", style="dim")
+        )
+        table.add_row(str(i), label, Text(role or "–", style=_ROLE_STYLE.get(role, "")), cell)
+    return [Text(""), head, table]
 
 
 _CYCLE_STYLE = {
@@ -518,70 +890,144 @@ def _bracketed(host: str, port: int) -> str:
 
 
 # -- backup -------------------------------------------------------------------------------------------
-def render_backup(node: NodeState | None) -> RenderableType:
+_BACKUP_ENDED = ("completed", "failed", "stopped")
+
+
+def render_backup(
+    node: NodeState | None, *, now: float | None = None, width: int | None = None
+) -> RenderableType:
     if node is None:
         return Text("No node selected.")
     backup = node.backup
+    stale = stale_lines(node, ("backup",), now)
     if backup is None:
-        return Text("Backup: reading…", style="dim")
+        return Group(*stale, Text("Backup: reading…", style="dim"))
     if not backup.available:
         return Text(f"Backup: {NOT_AVAILABLE} ({node.label} has no /admin/backup endpoints).", style="dim")
     b = backup.body
     if not b:
-        return Text(f"Backup: no backup has run on {node.label}.", style="dim")
+        return Group(*stale, Text(f"Backup: no backup has run on {node.label}.", style="dim"))
     grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
+    grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
-    grid.add_row("operation", str(b.get("operation", "–")))
-    grid.add_row("state", Text(str(b.get("state", "–")), style="bold cyan"))
-    if "step" in b:
-        grid.add_row("step", f"{b.get('step')} ({b.get('part', '')}): {b.get('stepName', '')}")
-        files_total = b.get("filesTotal") or 0
-        bytes_total = b.get("bytesTotal") or 0
-        grid.add_row("files", f"{b.get('filesDone', 0)} of {files_total}")
-        fraction = (b.get("bytesDone", 0) / bytes_total) if bytes_total else 0.0
-        grid.add_row(
-            "bytes", Text.assemble(bar(fraction, 30), f" {size(b.get('bytesDone'))} of {size(bytes_total)}")
-        )
-    grid.add_row("copied", f"{b.get('filesCopied', 0)} files, {size(b.get('bytesCopied'))}")
-    grid.add_row("speed", f"{size(b.get('bytesPerSecond'))}/s")
+    kind = str(b.get("kind") or b.get("operation") or "–")
+    operation = Text(f"{kind} backup")
+    if b.get("destination"):
+        operation.append(f" into {b['destination']}")
+    if b.get("backupId"):
+        operation.append(f"  (id {b['backupId']})", style="dim")
+    grid.add_row("operation", operation)
+    state = str(b.get("state", "–"))
+    ended = state in _BACKUP_ENDED
+    seconds = b.get("seconds") if isinstance(b.get("seconds"), (int, float)) else backup.ended_elapsed
+    state_cell = Text(
+        state, style="bold cyan" if not ended else "bold red" if state == "failed" else "bold green"
+    )
+    if ended:
+        started = b.get("startedAt")
+        if isinstance(started, (int, float)) and seconds is not None:
+            finished = started + seconds
+            state_cell.append(f"  finished {stamp(finished)}")
+            if now is not None:
+                state_cell.append(f" ({ago(now - finished)} ago)")
+        state_cell.append(f", took {duration(seconds)}" if seconds is not None else ", duration unknown")
+    grid.add_row("state", state_cell)
+    if not ended:
+        if "step" in b:
+            step = f"{b['step']} ({b.get('part', '')}): " if b.get("step") else ""
+            grid.add_row("step", f"{step}{b.get('stepName', '')}")
+            files_total = b.get("filesTotal") or 0
+            bytes_total = b.get("bytesTotal") or 0
+            if files_total or bytes_total:
+                grid.add_row("files", f"{number(b.get('filesDone', 0))} of {number(files_total)}")
+                fraction = (b.get("bytesDone", 0) / bytes_total) if bytes_total else 0.0
+                grid.add_row(
+                    "bytes",
+                    Text.assemble(
+                        bar(fraction, max(10, min(30, (width or WIDE) - 50))),
+                        f" {size(b.get('bytesDone'))} of {size(bytes_total)}",
+                    ),
+                )
+        grid.add_row("copied", f"{number(b.get('filesCopied', 0))} files, {size(b.get('bytesCopied'))}")
+        grid.add_row("speed", f"{size(b.get('bytesPerSecond'))}/s")
+        if b.get("elapsedSeconds") is not None:
+            grid.add_row("elapsed", duration(b.get("elapsedSeconds")))
+    else:
+        copied = f"{number(b.get('filesCopied', 0))} files copied, {number(b.get('filesSkipped', 0))} skipped"
+        if b.get("filesRemoved"):
+            copied += f", {number(b['filesRemoved'])} removed"
+        grid.add_row("copied", f"{copied}, {size(b.get('bytesCopied'))}")
+        copied_bytes = b.get("bytesCopied")
+        if seconds and isinstance(copied_bytes, (int, float)):
+            grid.add_row("speed", f"{size(copied_bytes / seconds)}/s (average)")
+        else:
+            grid.add_row("speed", "–")
+        if b.get("chaser") is not None:
+            grid.add_row("backed up to", f"position {number(b['chaser'])}")
     if b.get("error"):
-        grid.add_row("error", Text(str(b["error"]), style="bold red"))
-    return grid
+        grid.add_row("error", Text(explain_backup_error(str(b["error"])), style="bold red"))
+    return Group(*stale, grid) if stale else grid
 
 
 # -- certificates -------------------------------------------------------------------------------------
 def render_certificates(
-    state: DashboardState, now: float, log_lines: list[LogLine] | None = None
+    state: DashboardState, now: float, log_lines: list[LogLine] | None = None, width: int | None = None
 ) -> RenderableType:
-    table = Table(expand=True, box=None, header_style="bold")
-    # the node, its expiry and the verdict never shrink; long names give way (ellipsis) first
-    table.add_column("node", no_wrap=True, min_width=_label_width(state))
-    table.add_column("subject", no_wrap=True, overflow="ellipsis", ratio=1)
-    table.add_column("issuer", no_wrap=True, overflow="ellipsis", ratio=2)
-    table.add_column("expires", no_wrap=True, min_width=30)
-    table.add_column("chain", no_wrap=True, min_width=5)
+    """Each node's certificate (from its TLS handshake); then what goes wrong now (calls between nodes
+    refused, certificate errors in the logs), so errors are seen first; then the CA and the last reload."""
+    width = width or WIDE
+    rows: list[tuple[Text, Text, Text, Text, Text]] = []
     for node in state.ordered():
         c = node.certificate
         if c is None:
             plain = node.url.startswith("http://")
-            table.add_row(
-                node.label,
-                Text("plain HTTP: no certificate" if plain else "reading…", style="dim"),
-                "",
-                "",
-                "",
-            )
+            note = Text("plain HTTP: no certificate" if plain else "reading…", style="dim")
+            rows.append((Text(node.label), note, Text(""), Text(""), Text("")))
             continue
-        expires: Text | str = "–"
+        expires = Text("–")
         if c.not_after is not None:
             left = c.not_after - now
             style = "bold red" if left < 7 * 86400 else "yellow" if left < 30 * 86400 else "green"
             when = datetime.fromtimestamp(c.not_after, UTC).strftime("%Y-%m-%d %H:%M")
-            expires = Text(f"{when} ({'expired' if left < 0 else 'in ' + duration(left)})", style=style)
+            expires = Text(f"{when} ({'expired' if left < 0 else 'in ' + ago(left)})", style=style)
         chain = Text("valid", style="green") if c.verified else Text(f"INVALID: {c.error}", style="bold red")
-        table.add_row(node.label, c.subject, c.issuer, expires, chain)
-    parts: list[RenderableType] = [table, Text(""), *_peer_failures(state, now), _reload_table(state, now)]
+        rows.append((Text(node.label), Text(c.subject), Text(c.issuer), expires, chain))
+
+    def natural(i: int, title: str) -> int:
+        return max([len(title), *(r[i].cell_len for r in rows)])
+
+    node_w, subject_w, issuer_w, expires_w = (
+        natural(0, "node"), natural(1, "subject"), natural(2, "issuer"), natural(3, "expires"),
+    )  # fmt: skip
+    table: Table
+    if node_w + subject_w + expires_w + len("valid") + 4 * 2 <= width:
+        # one line a node: the issuer gives way first (the CA is shown below); the verdict wraps
+        with_issuer = node_w + subject_w + issuer_w + expires_w + 16 + 5 * 2 <= width
+        table = Table(expand=True, box=None, header_style="bold", pad_edge=False)
+        table.add_column("node", no_wrap=True, width=node_w)
+        table.add_column("subject", no_wrap=True, width=subject_w)
+        if with_issuer:
+            table.add_column("issuer", no_wrap=True, width=issuer_w)
+        table.add_column("expires", no_wrap=True, width=expires_w)
+        table.add_column("chain", ratio=1, overflow="fold")
+        for row in rows:
+            table.add_row(*(row if with_issuer else (row[0], row[1], row[3], row[4])))
+    else:  # narrow: each node on two lines, its subject whole
+        table = Table.grid(padding=(0, 2))
+        table.add_column(no_wrap=True, width=node_w)
+        table.add_column(ratio=1, overflow="fold")
+        table.add_row(Text("node", style="bold"), Text("subject / expires, chain, issuer", style="bold"))
+        for label, subject, issuer, expires, chain in rows:
+            second = Text.assemble(expires, "  ", chain)
+            if issuer.plain:
+                second.append(f"  issuer {issuer.plain}", style="dim")
+            table.add_row(label, Text.assemble(subject, "\n", second) if expires.plain else subject)
+    parts: list[RenderableType] = [table, Text(""), *_peer_failures(state, now)]
+    if log_lines is not None:
+        errors = [line for line in log_lines if line.is_certificate_error][-10:]
+        parts.append(Text("Certificate errors (logs)", style="bold"))
+        parts.extend([_log_text(line) for line in errors] or [Text("none seen", style="dim")])
+        parts.append(Text(""))
     fingerprints = {
         n.certificates.ca_fingerprint
         for n in state.ordered()
@@ -595,13 +1041,15 @@ def render_certificates(
                 style="bold yellow",
             )
         )
+    parts.append(_reload_table(state, now))
+    for node in state.ordered():
+        stale = _stale_note(node, "certificates", now)
+        if stale is not None:
+            parts.append(Text.assemble((f"{node.label}: ", "bold"), stale))
     if log_lines is not None:
         reloads = [line for line in log_lines if "reload" in line.message.lower()][-5:]
-        errors = [line for line in log_lines if line.is_certificate_error][-10:]
-        parts.append(Text("\nLast configuration reloads", style="bold"))
+        parts.append(Text("\nLast configuration reloads (logs)", style="bold"))
         parts.extend([_log_text(line) for line in reloads] or [Text("none seen", style="dim")])
-        parts.append(Text("\nCertificate errors", style="bold"))
-        parts.extend([_log_text(line) for line in errors] or [Text("none seen", style="dim")])
     return Group(*parts)
 
 
@@ -734,7 +1182,8 @@ def render_activity(state: DashboardState) -> RenderableType:
         )
     table = Table(expand=True, box=None, header_style="bold")
     for column in ("time", "node", "request", "status", "answer"):
-        table.add_column(column, no_wrap=column != "answer")
+        # the request and the answer wrap (a narrow terminal); time, node and status never do
+        table.add_column(column, no_wrap=column in ("time", "node", "status"), overflow="fold")
     for a in reversed(state.activity[-50:]):
         when = datetime.fromtimestamp(a.at, UTC).strftime("%H:%M:%S")
         status = (

@@ -19,6 +19,7 @@ __all__ = [
     "ChunkRow",
     "CycleNode",
     "DashboardState",
+    "FinishedCycle",
     "LogLine",
     "Member",
     "MirrorState",
@@ -27,10 +28,37 @@ __all__ = [
     "ProcessFigures",
     "ScavengeHistoryEntry",
     "ScavengeState",
+    "SourceError",
 ]
 
-#: The spec's phases, in order. evdb's progress endpoint reports these names.
-SCAVENGE_PHASES = ("Beginning", "Accumulation", "Calculation", "Execution", "Cleaning")
+#: The phases a node reports, in order: the spec's Beginning, then the node's stages (evdb's
+#: ``/admin/scavenge/progress`` names them as evdb/scavenge/scavenger.py STAGES does, and KurrentDB's
+#: ``Scavenge`` status gauge as "<phase> Phase"); the spec's Execution is the three in the middle.
+SCAVENGE_PHASES = (
+    "Beginning",
+    "Accumulation",
+    "Calculation",
+    "Chunk execution",
+    "Chunk merging",
+    "Index execution",
+    "Cleaning",
+)
+#: the phases that work chunk by chunk on the chunks of the database
+_CHUNK_PHASES = ("Chunk execution", "Chunk merging", "Index execution", "Cleaning")
+
+
+@dataclass(frozen=True)
+class SourceError:
+    """A read of one of a node's sources (``/gossip``, the scavenge, auto-scavenge, backup, …) that
+    failed: what the node answered (status and body) or why there was no answer, and since when. The
+    last good figures stay on screen, marked stale."""
+
+    detail: str
+    since: float  # clock.time() of the first failure of this run of failures
+    last_ok: float | None = None  # clock.time() of the last good read: the age of what is shown
+
+    def age(self, now: float) -> float:
+        return now - (self.last_ok if self.last_ok is not None else self.since)
 
 
 @dataclass(frozen=True)
@@ -94,6 +122,7 @@ class ScavengeHistoryEntry:
     time_taken: str = ""
     space_saved: int | None = None
     error: str | None = None
+    node: str = ""  # nodeEndpoint (host:port) of the node that ran it; "" when the events do not say
 
 
 @dataclass
@@ -121,30 +150,51 @@ class ScavengeState:
     shown_id: str = ""  # id of the run the figures belong to
     progress_available: bool | None = None  # evdb's /admin/scavenge/progress answered
     history: list[ScavengeHistoryEntry] = field(default_factory=list)
+    #: the run's scavenge point as the node reports it (evdb: number, position, threshold, origin)
+    point: dict[str, Any] | None = None
+    #: a scavenge the dashboard just started: its id from the POST's answer, shown at once until a poll
+    #: begun after the answer confirms it (or shows it finished)
+    starting_id: str = ""
+    starting_after_poll: int = 0  # the node's poll count when the answer came
 
     def phase_index(self) -> int:
         return SCAVENGE_PHASES.index(self.phase) if self.phase in SCAVENGE_PHASES else -1
 
-    def phase_fraction(self) -> float | None:
-        """Progress within the current phase, 0..1, when the figures tell it."""
-        if self.phase in ("Execution",) and self.chunks_total:
-            return min(1.0, self.chunks_done / self.chunks_total)
+    def chunks_worked(self) -> int:
+        """Chunks executed or skipped by this run so far (merged ranges are not chunks of the count)."""
+        return sum(1 for c in self.chunks if not c.merged)
+
+    def phase_count(self) -> tuple[str, int, int] | None:
+        """(what is counted, done, total) of the current phase, in the node's own units: chunks
+        accumulated, streams calculated, chunks executed or skipped (of the database's chunks)."""
         if self.phase == "Accumulation" and self.chunks_total:
-            return min(1.0, self.chunks_done / self.chunks_total)
+            return "chunks accumulated", min(self.chunks_done, self.chunks_total), self.chunks_total
         if self.phase == "Calculation" and self.streams_total:
-            return min(1.0, self.streams_done / self.streams_total)
+            return "streams calculated", min(self.streams_done, self.streams_total), self.streams_total
+        if self.phase in _CHUNK_PHASES and (self.chunks_total or self.chunks):
+            # evdb's figures carry on from accumulation into execution (the two are added up): what is
+            # left, plus the chunks this run reported, is the database's count
+            worked = self.chunks_worked()
+            left = max(0, self.chunks_total - self.chunks_done) if self.phase == "Chunk execution" else 0
+            return "chunks executed or skipped", worked, worked + left
         return None
 
+    def phase_fraction(self) -> float | None:
+        """Progress within the current phase, 0..1, when the figures tell it."""
+        if self.phase not in ("Accumulation", "Calculation", "Chunk execution"):
+            return None
+        count = self.phase_count()
+        if count is None or count[2] <= 0:
+            return None
+        return min(1.0, count[1] / count[2])
+
     def remaining_seconds(self) -> float | None:
-        """Estimated time left: phases left at the pace of this run so far (rough, stated as such)."""
-        index = self.phase_index()
+        """Time left in the current phase at its rate so far; None until there is a rate (something
+        done in the phase), and for a run that is not running."""
         fraction = self.phase_fraction()
-        if not self.running or index < 0 or self.elapsed <= 0:
+        if not self.running or fraction is None or fraction <= 0 or self.phase_elapsed <= 0:
             return None
-        done = index + (fraction or 0.0)
-        if done <= 0:
-            return None
-        return self.elapsed * (len(SCAVENGE_PHASES) - done) / done
+        return self.phase_elapsed * (1.0 - fraction) / fraction
 
 
 @dataclass(frozen=True)
@@ -190,6 +240,15 @@ class AutoScavengeCycle:
 
 
 @dataclass(frozen=True)
+class FinishedCycle:
+    """The last cluster scavenge that ended: what ``/auto-scavenge/progress`` said of it while it ran
+    (as the dashboard last saw it) and when it completed (``lastCompletedAt``)."""
+
+    completed_at: float  # epoch seconds
+    cycle: AutoScavengeCycle | None = None  # None: it ended before the dashboard saw it run
+
+
+@dataclass(frozen=True)
 class AutoScavengeState:
     available: bool  # False: the endpoints are not there (404) on this node
     enabled: bool | None = None
@@ -202,12 +261,21 @@ class AutoScavengeState:
     #: evdb's ``/auto-scavenge/progress``: None not asked, False not on this node (404)
     cycle_available: bool | None = None
     cycle_error: str | None = None  # the progress endpoint answered something else (401, 500, …)
+    #: the cycle the dashboard last saw under way (kept to summarise it once it has ended)
+    last_seen_cycle: AutoScavengeCycle | None = None
+    #: the last cluster scavenge that ended (from ``lastCompletedAt``)
+    finished: FinishedCycle | None = None
 
 
 @dataclass(frozen=True)
 class BackupState:
     available: bool
     body: dict[str, Any] = field(default_factory=dict)
+    #: for a backup that has ended without a duration of its own (a failed one): its figures as the
+    #: dashboard first saw them ended (the node's elapsed time and speed run on after the end)
+    ended_elapsed: float | None = None
+    #: a running backup seen by this dashboard (its end is announced)
+    seen_running: bool = False
 
 
 @dataclass(frozen=True)
@@ -305,10 +373,24 @@ class NodeState:
     pid: int | None = None  # set for launched nodes
     log_dir: str | None = None
     version: int = 0  # bumped whenever a poll changed something
+    #: reads that fail now, by source (gossip, scavenge, history, auto-scavenge, backup, certificates,
+    #: info): what was read before stays, marked stale
+    errors: dict[str, SourceError] = field(default_factory=dict)
+    last_role: str = ""  # the role the node last reported (kept while it is unreachable)
+    own_endpoint: str = ""  # host:port of its own entry in its gossip (IPv6 in brackets)
 
     @property
     def label(self) -> str:
         return self.name or self.url.split("://", 1)[-1]
+
+    @property
+    def address(self) -> str:
+        """host:port of its URL."""
+        return self.url.split("://", 1)[-1]
+
+    def endpoints(self) -> set[str]:
+        """Every host:port the node is known by: its URL's, and its own gossip entry's."""
+        return {self.address, self.own_endpoint} - {""}
 
 
 @dataclass(frozen=True)
@@ -344,6 +426,7 @@ class DashboardState:
     readonly: bool = False
     mirrors: dict[str, MirrorState] = field(default_factory=dict)  # by source, in the order given
     mirrors_version: int = 0  # bumped whenever a mirror's status changed
+    all_history: bool = False  # the scavenge history of every node (a node column), not the selected's
 
     def node(self, url: str | None = None) -> NodeState | None:
         return self.nodes.get(url or self.selected)

@@ -15,13 +15,19 @@ from evdb.database import Database
 from evdb.errors import ScavengeAlreadyRunning, ScavengeNotFound, StreamNotFound
 from evdb.scavenge.events import SCAVENGES_STREAM, ScavengeEvents, scavenge_stream
 from evdb.scavenge.params import ScavengeRequest
+from evdb.scavenge.point import latest_point
 from evdb.scavenge.scavenger import ScavengeOptions, Scavenger, ScavengeResult
 from evdb.scavenge.state import ScavengeState
 
-__all__ = ["MAX_THREADS", "ScavengeRequest", "ScavengeService"]
+__all__ = ["MAX_THREADS", "POINT_ORIGINS", "ScavengeRequest", "ScavengeService"]
 
 #: KurrentDB clamps the thread count to 4.
 MAX_THREADS = 4
+
+#: ``origin`` of a run's ``scavengePoint`` in its progress: the point was written by this run, was
+#: there before it (an earlier scavenge here, or another node's, replicated), or is the point of the
+#: stopped (or interrupted) run this one resumes
+POINT_ORIGINS = ("new", "reused", "resumed")
 
 
 class ScavengeService:
@@ -60,6 +66,8 @@ class ScavengeService:
         self._done.set()
         self._last: tuple[str, str] | None = None
         self._last_scavenger: Scavenger | None = None
+        #: what the running scavenge found at its start: a stopped run to resume, the newest point number
+        self._found_at_start: tuple[bool, int] = (False, -1)
         #: totals over every run of this process, for the metrics endpoint
         self.totals = {
             "chunks_executed": 0,
@@ -126,7 +134,19 @@ class ScavengeService:
                 set_status=self.set_status,
                 wall_clock=self.wall_clock,
             )
-            scavenger.stage_hook = self.stage_hook
+            checkpoint_stage = self.state.checkpoint().get("stage")
+            newest = latest_point(self.db)
+            self._found_at_start = (
+                bool(checkpoint_stage and checkpoint_stage != "Done"),
+                newest.number if newest is not None else -1,
+            )
+            hook = self.stage_hook
+
+            def stage_started(stage: str) -> None:
+                self._note_point_origin(scavenger)  # the point is known from the first stage on
+                hook(stage)
+
+            scavenger.stage_hook = stage_started
             self._current = scavenger
             self._done.clear()
             self._thread = threading.Thread(
@@ -142,6 +162,7 @@ class ScavengeService:
             self.logger.exception("SCAVENGING: the scavenge thread failed")
             result = ScavengeResult.ERRORED
             scavenger.progress.error = str(exc)
+        self._note_point_origin(scavenger)
         p = scavenger.progress
         self.totals["chunks_executed"] += sum(1 for c in p.chunks if c.executed and not c.merged)
         self.totals["chunks_skipped"] += sum(1 for c in p.chunks if not c.executed)
@@ -156,6 +177,15 @@ class ScavengeService:
             self._last_scavenger = scavenger
             self._current = None
             self._done.set()
+
+    def _note_point_origin(self, scavenger: Scavenger) -> None:
+        """Add ``origin`` (one of POINT_ORIGINS) to the run's scavenge point, once it is known."""
+        point = scavenger.progress.point
+        if point is None or "origin" in point:
+            return
+        resuming, newest_before = self._found_at_start
+        origin = "resumed" if resuming else "reused" if point["number"] <= newest_before else "new"
+        scavenger.progress.point = {**point, "origin": origin}  # replaced whole: read without locks
 
     def current_id(self) -> str | None:
         current = self._current
@@ -185,27 +215,48 @@ class ScavengeService:
             return self._last
         return self._last_from_streams()
 
-    def _last_from_streams(self) -> tuple[str, str] | None:
+    def _last_from_streams(self, max_links: int = 1000) -> tuple[str, str] | None:
+        """This node's newest scavenge in ``$scavenges`` (which lists every node's, replicated): the
+        newest link whose scavenge events name this node's endpoint, among the newest ``max_links``."""
+        before: int | None = None
+        seen = 0
+        while seen < max_links:
+            try:
+                page = self.db.read_stream_backward(SCAVENGES_STREAM, before, min(100, max_links - seen))
+            except StreamNotFound:
+                return None
+            for link in page.events:
+                stream = link.data.decode().partition("@")[2]
+                scavenge_id = stream.removeprefix(f"{SCAVENGES_STREAM}-")
+                try:
+                    events = self.db.read_stream_backward(scavenge_stream(scavenge_id), None, 4096).events
+                except StreamNotFound:
+                    continue
+                if not events or not self._ours(events[-1].data):
+                    continue  # another node's scavenge (or one whose events have aged out)
+                last = events[0]
+                if last.event_type == "$scavengeCompleted":
+                    return scavenge_id, json.loads(last.data).get("result", "Unknown")
+                return scavenge_id, "Unknown"
+            seen += len(page.events)
+            if page.is_end_of_stream or not page.events:
+                return None
+            before = page.next_event_number
+        return None
+
+    def _ours(self, data: bytes) -> bool:
         try:
-            links = self.db.read_stream_backward(SCAVENGES_STREAM, None, 1).events
-        except StreamNotFound:
-            return None
-        if not links:
-            return None
-        stream = links[0].data.decode().partition("@")[2]
-        scavenge_id = stream.removeprefix(f"{SCAVENGES_STREAM}-")
-        try:
-            last = self.db.read_stream_backward(scavenge_stream(scavenge_id), None, 1).events[0]
-        except (StreamNotFound, IndexError):
-            return scavenge_id, "Unknown"
-        if last.event_type == "$scavengeCompleted":
-            return scavenge_id, json.loads(last.data).get("result", "Unknown")
-        return scavenge_id, "Unknown"
+            body = json.loads(data)
+        except ValueError:
+            return False
+        endpoint = body.get("nodeEndpoint") if isinstance(body, dict) else None
+        return not self.node_endpoint or endpoint == self.node_endpoint
 
     def progress(self) -> dict | None:
         current = self._current
         if current is None:
             return None
+        self._note_point_origin(current)
         return current.progress.to_json(self.wall_clock())
 
     def last_progress(self):

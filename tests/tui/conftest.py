@@ -7,7 +7,7 @@ from tui.app import Connection, DashboardApp, NodeSpec
 
 PROGRESS = {
     "scavengeId": "sc-1",
-    "phase": "Execution",
+    "phase": "Chunk execution",
     "phaseElapsedSeconds": 2.0,
     "elapsedSeconds": 12.0,
     "threads": 1,

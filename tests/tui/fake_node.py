@@ -18,7 +18,11 @@ class FakeNode:
     state: str = "Leader"
     evdb: bool = True
     up: bool = True
-    peers: list[dict[str, Any]] = field(default_factory=list)
+    #: the other nodes of its cluster (FakeCluster sets them): gossip names them, alive while they are up
+    others: list[FakeNode] = field(default_factory=list)
+    #: this node's view of a peer's liveness, by port, where it differs from the peer being up
+    sees_alive: dict[int, bool] = field(default_factory=dict)
+    writer_checkpoint: int = 1000
     scavenge_id: str = ""
     progress: dict[str, Any] | None = None
     last: dict[str, Any] | None = None
@@ -43,12 +47,23 @@ class FakeNode:
             "isAlive": True,
             "httpEndPointIp": self.host,
             "httpEndPointPort": self.port,
-            "writerCheckpoint": 1000,
-            "chaserCheckpoint": 1000,
+            "writerCheckpoint": self.writer_checkpoint,
+            "chaserCheckpoint": self.writer_checkpoint,
             "epochNumber": 3,
             "isReadOnlyReplica": False,
             "esVersion": "0.1.0",
         }
+
+    def peers(self) -> list[dict[str, Any]]:
+        """The other members as this node's gossip shows them (a dead one: state Unknown, as evdb's)."""
+        out = []
+        for other in self.others:
+            member = other.member()
+            member["isAlive"] = self.sees_alive.get(other.port, other.up)
+            if not member["isAlive"]:
+                member["state"] = "Unknown"
+            out.append(member)
+        return out
 
     def changes(self) -> list[str]:
         return [f"{r.method} {r.url}" for r in self.requests if r.method != "GET"]
@@ -64,6 +79,8 @@ class FakeNode:
                 "updated": f"2024-05-01T12:00:{len(events):02}.000000Z",
             }
         )
+        every = self.streams.setdefault("$all", [])
+        every.append({**events[-1], "eventNumber": len(every), "position": 1000 * len(every)})
 
     def _feed(self, stream: str, start: str, direction: str, count: int) -> httpx.Response:
         events = self.streams.get(stream)
@@ -90,7 +107,7 @@ class FakeNode:
             return httpx.Response(
                 200,
                 json={
-                    "members": [self.member(), *self.peers],
+                    "members": [self.member(), *self.peers()],
                     "serverIp": self.host,
                     "serverPort": self.port,
                 },
@@ -231,7 +248,7 @@ class FakeCluster:
         self.nodes: dict[str, FakeNode | FakeMirror] = {f"{n.host}:{n.port}": n for n in nodes}
         self.nodes.update({f"{m.host}:{m.port}": m for m in mirrors})
         for n in nodes:
-            n.peers = [m.member() for m in nodes if m is not n]
+            n.others = [m for m in nodes if m is not n]
 
     def transport(self) -> httpx.MockTransport:
         def handler(request: httpx.Request) -> httpx.Response:
