@@ -297,7 +297,7 @@ GOOD = issue_license(
 )
 CHANGES = {
     "v": [2, 0, "1"],
-    "id": [str(uuid.uuid4())],
+    "id": ["b93e5e76-9308-4249-8a3e-1f9d2c7b5a10"],  # fixed: test ids must be the same in every worker
     "licensee": ["Evil Corp", "Acme "],
     "issuedAt": [NOW - 1, NOW + 1],
     "expiresAt": [NOW + 10**9, NOW + 86401],
