@@ -53,12 +53,15 @@ class Progress:
 
     def __post_init__(self) -> None:
         self._started = self.clock.monotonic()
+        self._ended: float | None = None  # monotonic time of finish(): the figures stop moving then
+        self.finished_at: float | None = None  # wall-clock time of finish()
         self._last_report = -1e9
         self._lock = threading.Lock()
 
     # -- reports ---------------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
-        elapsed = max(1e-9, self.clock.monotonic() - self._started)
+        now = self._ended if self._ended is not None else self.clock.monotonic()
+        elapsed = max(1e-9, now - self._started)
         body: dict[str, Any] = {
             "operation": self.operation,
             "state": self.state,
@@ -84,6 +87,8 @@ class Progress:
             )
         if self.error:
             body["error"] = self.error
+        if self.finished_at is not None:
+            body["finishedAt"] = self.finished_at
         return body
 
     @property
@@ -161,8 +166,11 @@ class Progress:
         self._emit()
 
     def finish(self, state: str, error: str | None = None) -> None:
+        """The run ended (``state``): its duration and speed are final from now on."""
         self.state = state
         self.error = error
+        self._ended = self.clock.monotonic()
+        self.finished_at = self.clock.time()
         self._emit()
 
 
