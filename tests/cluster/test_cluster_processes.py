@@ -151,7 +151,7 @@ def test_a_node_with_a_certificate_from_another_ca_cannot_join(cluster, tmp_path
     from evdb.cluster.launcher import LocalCluster
 
     stranger = LocalCluster(tmp_path / "stranger")
-    stranger._create(1, 0, False, None, {})
+    stranger.create(nodes=1)
     info = stranger.info()
     config_path = info["nodes"][0]["config"]
     with open(config_path) as f:
