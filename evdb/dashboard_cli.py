@@ -10,8 +10,13 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["register_cli"]
+if TYPE_CHECKING:
+    from evdb.cluster.launcher import LocalCluster
+    from tui.app import DashboardApp
+
+__all__ = ["prepare", "register_cli"]
 
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
@@ -71,63 +76,10 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tui.app import Connection, DashboardApp, NodeSpec
-
-    if args.interval < 0.2 or args.interval > 60:
-        print("evdb dashboard: --interval must be between 0.2 and 60 seconds", file=sys.stderr)
-        return 2
-    if bool(args.user) != bool(args.password) and args.attach:
-        print("evdb dashboard: give both --user and --password", file=sys.stderr)
-        return 2
-    cluster = None
-    if args.attach:
-        try:
-            from tui.collector import normalise_url
-
-            specs = [NodeSpec(normalise_url(url)) for url in args.attach]
-        except ValueError as exc:
-            print(f"evdb dashboard: {exc}", file=sys.stderr)
-            return 2
-        connection = Connection(args.user, args.password, args.ca, args.insecure_skip_verify)
-        log_dirs = args.logs
-    else:
-        from evdb.cluster.launcher import (
-            ClusterLaunchError,
-            LocalCluster,
-            check_node_options,
-            default_data_dir,
-            parse_option_assignments,
-        )
-
-        cluster = LocalCluster(args.data or default_data_dir())
-        try:  # checked before anything is written: exit 2, as evdb cluster up
-            options = check_node_options(parse_option_assignments(args.option))
-        except ClusterLaunchError as exc:
-            print(f"evdb dashboard: {exc}", file=sys.stderr)
-            return exc.exit_code
-        from tui.launch import launch_message
-
-        print(launch_message(cluster), file=sys.stderr)  # "Attaching to" a cluster that runs
-        try:
-            info = cluster.up(options=options, log=lambda text: print(text, file=sys.stderr))
-        except ClusterLaunchError as exc:
-            print(f"evdb dashboard: {exc}", file=sys.stderr)
-            return exc.exit_code
-        specs = [NodeSpec(n["url"], n["name"], n.get("pid"), n.get("log_dir")) for n in info["nodes"]]
-        connection = Connection(
-            args.user or info["user"], args.password or info["password"], args.ca or info.get("ca")
-        )
-        log_dirs = args.logs
-    app = DashboardApp(
-        specs,
-        connection=connection,
-        readonly=args.readonly,
-        discover=not args.no_discover,
-        interval=args.interval,
-        cluster_dir=str(cluster.data_dir) if cluster else None,
-        log_dirs=log_dirs,
-        mirrors=args.mirror,
-    )
+    prepared = prepare(args)
+    if isinstance(prepared, int):
+        return prepared
+    app, cluster = prepared
     recorder = None
     if args.record:
         from evdb.scenario.recorder import Recorder
@@ -160,6 +112,69 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     return 0
+
+
+def prepare(args: argparse.Namespace) -> tuple[DashboardApp, LocalCluster | None] | int:
+    """What ``evdb dashboard`` does before the screen opens: check the arguments, launch (or find
+    running) the local cluster unless ``--attach``, and build the app, given that cluster for its node
+    jobs. The app and the cluster, or the exit code of a refusal (printed on stderr)."""
+    from tui.app import Connection, DashboardApp, NodeSpec
+
+    if args.interval < 0.2 or args.interval > 60:
+        print("evdb dashboard: --interval must be between 0.2 and 60 seconds", file=sys.stderr)
+        return 2
+    if bool(args.user) != bool(args.password) and args.attach:
+        print("evdb dashboard: give both --user and --password", file=sys.stderr)
+        return 2
+    cluster = None
+    if args.attach:
+        try:
+            from tui.collector import normalise_url
+
+            specs = [NodeSpec(normalise_url(url)) for url in args.attach]
+        except ValueError as exc:
+            print(f"evdb dashboard: {exc}", file=sys.stderr)
+            return 2
+        connection = Connection(args.user, args.password, args.ca, args.insecure_skip_verify)
+    else:
+        from evdb.cluster.launcher import (
+            ClusterLaunchError,
+            LocalCluster,
+            check_node_options,
+            default_data_dir,
+            parse_option_assignments,
+        )
+
+        cluster = LocalCluster(args.data or default_data_dir())
+        try:  # checked before anything is written: exit 2, as evdb cluster up
+            options = check_node_options(parse_option_assignments(args.option))
+        except ClusterLaunchError as exc:
+            print(f"evdb dashboard: {exc}", file=sys.stderr)
+            return exc.exit_code
+        from tui.launch import launch_message
+
+        print(launch_message(cluster), file=sys.stderr)  # "Attaching to" a cluster that runs
+        try:
+            info = cluster.up(options=options, log=lambda text: print(text, file=sys.stderr))
+        except ClusterLaunchError as exc:
+            print(f"evdb dashboard: {exc}", file=sys.stderr)
+            return exc.exit_code
+        specs = [NodeSpec(n["url"], n["name"], n.get("pid"), n.get("log_dir")) for n in info["nodes"]]
+        connection = Connection(
+            args.user or info["user"], args.password or info["password"], args.ca or info.get("ca")
+        )
+    app = DashboardApp(
+        specs,
+        connection=connection,
+        readonly=args.readonly,
+        discover=not args.no_discover,
+        interval=args.interval,
+        cluster_dir=str(cluster.data_dir) if cluster else None,
+        log_dirs=args.logs,
+        mirrors=args.mirror,
+        local_cluster=cluster,
+    )
+    return app, cluster
 
 
 def evdb_command() -> str:

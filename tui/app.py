@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -22,9 +22,12 @@ from evdb.clock import Clock, SystemClock
 from evdb.tls.trust import FollowedTrust
 from tui.calls import (
     BackupForm,
+    FormError,
     PlannedCall,
     ScavengeForm,
+    answer_text,
     configure_auto_scavenge,
+    cycle_now,
     pause_auto_scavenge,
     reload_config,
     resign_leader,
@@ -34,17 +37,32 @@ from tui.calls import (
 from tui.collector import MirrorCollector, NodeCollector, json_or_text, member_url, normalise_url
 from tui.dialogs import (
     BackupDialog,
+    Confirmable,
     ConfirmCall,
     CronDialog,
     FilterDialog,
     HelpScreen,
     QuitDialog,
+    RestoreDialog,
     ScavengeDialog,
 )
 from tui.event_browser import EventBrowser, EventSource
+from tui.jobs import (
+    DEMO_EVENTS,
+    LocalNode,
+    LocalNodes,
+    PlannedJob,
+    RestoreForm,
+    demo_job,
+    node_job,
+    restore_job,
+    restore_summary,
+    run_demo_load,
+)
 from tui.logtail import LogBook, LogFilter, LogTail
 from tui.panels import (
     duration,
+    endpoint_labels,
     render_activity,
     render_auto_scavenge,
     render_backup,
@@ -55,10 +73,23 @@ from tui.panels import (
     render_scavenge,
     size,
 )
+from tui.routine import (
+    LEADER_WAIT_SECONDS,
+    FollowersFirst,
+    RoutineItem,
+    plan_followers_first,
+    why_not_followers_first,
+)
 from tui.state import Activity, DashboardState, NodeState
 from tui.widgets import KeyBar
 
-__all__ = ["CHANGING_ACTIONS", "DashboardApp", "NodeSpec"]
+if TYPE_CHECKING:
+    from evdb.cluster.launcher import LocalCluster
+
+__all__ = ["CHANGING_ACTIONS", "LOCAL_JOBS", "DashboardApp", "NodeSpec"]
+
+#: jobs on one node of the local cluster (its process): they act on a stopped node too
+LOCAL_JOBS = frozenset({"stop_node", "start_node", "restore_node"})
 
 #: Actions that send a call which changes something: confirmed first, refused in read-only mode.
 CHANGING_ACTIONS = frozenset(
@@ -71,6 +102,10 @@ CHANGING_ACTIONS = frozenset(
         "pause_resume_auto",
         "configure_auto",
         "start_backup",
+        "cycle_now",
+        "followers_first",
+        "demo_load",
+        *LOCAL_JOBS,
     }
 )
 TABS = ("scavenge", "chunks", "auto", "backup", "certs", "logs", "activity")
@@ -118,6 +153,55 @@ class Connection:
             auth=auth, verify=verify, transport=self.transport, timeout=self.timeout, **self.extra
         )
 
+    def sync_client(self, base_url: str, timeout: float = 60.0) -> httpx.Client:
+        """A blocking client of one node with the same credentials and trust (for a worker thread)."""
+        verify: Any = True
+        if self.insecure_skip_verify:
+            verify = False
+        elif self.ca_file:
+            verify = (self.trust or FollowedTrust(self.ca_file)).context
+        auth = (self.user, self.password or "") if self.user else None
+        transport = self.transport if isinstance(self.transport, httpx.BaseTransport) else None
+        return httpx.Client(
+            base_url=base_url, auth=auth, verify=verify, transport=transport, timeout=timeout, **self.extra
+        )
+
+
+class JobReport:
+    """What a job running in a worker thread tells the dashboard: lines for its activity entry, its
+    progress (the entry and the node's "doing" column), and what to do on the event loop once it is done."""
+
+    def __init__(
+        self, app: DashboardApp, node: NodeState, index: int, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.app = app
+        self.node = node
+        self.index = index
+        self.loop = loop
+        self.lines: list[str] = []
+        self.on_finish: list[Callable[[], None]] = []
+
+    def log(self, text: str) -> None:
+        self.loop.call_soon_threadsafe(self._add, text)
+
+    def progress(self, text: str, doing: str) -> None:
+        self.loop.call_soon_threadsafe(self._progress, text, doing)
+
+    def finish(self, callback: Callable[[], None]) -> None:
+        self.on_finish.append(callback)
+
+    def _add(self, text: str) -> None:
+        self.lines.append(text)
+        self.app.state.update_activity(self.index, body="; ".join(self.lines))
+        self.app.render_panels()
+
+    def _progress(self, text: str, doing: str) -> None:
+        self.app.state.update_activity(self.index, body="; ".join([*self.lines, text]))
+        if self.node.job:
+            self.node.job = doing
+            self.node.version += 1
+        self.app.render_panels()
+
 
 class DashboardCommands(Provider):
     """The ``:`` palette: jump to a node, or run any action that can act now."""
@@ -160,6 +244,13 @@ class DashboardApp(App[str | None]):
         Binding("c", "configure_auto", "Schedule auto"),
         Binding("l", "reload", "Reload config"),
         Binding("R", "reload_all", "Rolling reload"),
+        # listed by ? and the : palette (the key bar keeps its room for the keys above)
+        Binding("d", "demo_load", "Demo data (write some to scavenge)", show=False),
+        Binding("F", "followers_first", "Followers-first cluster scavenge", show=False),
+        Binding("C", "cycle_now", "Cycle now (auto-scavenge)", show=False),
+        Binding("o", "stop_node", "Stop node (local cluster)", show=False),
+        Binding("u", "start_node", "Start node (local cluster)", show=False),
+        Binding("B", "restore_node", "Restore node from a backup (local cluster)", show=False),
         Binding("e", "browse_events", "Events"),
         Binding("slash", "filter_logs", "Filter logs", key_display="/"),
         Binding("colon", "command_palette", "Commands", key_display=":"),
@@ -183,6 +274,7 @@ class DashboardApp(App[str | None]):
         log_dirs: Iterable[str] = (),
         start_collectors: bool = True,
         mirrors: Iterable[str] = (),
+        local_cluster: LocalCluster | None = None,
     ) -> None:
         super().__init__()
         self.connection = connection or Connection()
@@ -213,6 +305,12 @@ class DashboardApp(App[str | None]):
         self._backups_told: set[tuple] = set()
         #: ``evdb dashboard --record``: an ``evdb.scenario.Recorder`` that sees every key and click
         self.recorder: Any = None
+        #: the local cluster the dashboard launched or was given: the node jobs (o, u, B) act on it
+        self.local = LocalNodes(local_cluster) if local_cluster is not None else None
+        self._last_restore: dict[str, str] = {}  # per node: the restore dialog starts from the last folder
+        self._routine: FollowersFirst | None = None
+        #: how long the followers-first routine waits for a new leader after the resign
+        self.routine_leader_wait = LEADER_WAIT_SECONDS
         for spec in self._specs:
             self._add_node(spec)
         for folder in self._extra_log_dirs:
@@ -257,6 +355,7 @@ class DashboardApp(App[str | None]):
 
     async def on_mount(self) -> None:
         self.client = self.connection.client()
+        self._refresh_local(force=True)
         self.sub_title = "read-only" if self.state.readonly else ""
         for node in self.state.ordered():
             self._start_collector(node)
@@ -380,7 +479,19 @@ class DashboardApp(App[str | None]):
         if self.connection.trust is not None:
             self.connection.trust.refresh()  # a rolling certificate update: trust the new CA as well
         self.logbook.poll()
+        self._refresh_local()
         self.render_panels()
+
+    def _refresh_local(self, force: bool = False) -> None:
+        """The local cluster's processes and node options (read at most once a second)."""
+        if self.local is None or not self.local.refresh(self.clock.monotonic(), force=force):
+            return
+        self.state.node_options = dict(self.local.options)
+        for node in self.state.ordered():
+            local = self.local.node(node.url)
+            if local is not None and local.pid != node.pid and local.running:
+                node.pid = local.pid  # a restarted node: its new process's figures
+        self.state.jobs_version += 1
 
     def _update(self, widget_id: str, key: Any, make) -> None:
         if not force_needed(self._rendered, widget_id, key):
@@ -403,18 +514,19 @@ class DashboardApp(App[str | None]):
         versions = tuple(n.version for n in self.state.ordered())
         nv = node.version if node else -1
         width = self._panel_width()
+        jv = self.state.jobs_version
         # a panel showing stale figures tells their age: redrawn each second while a read fails
         ticking = int(now) if node is not None and node.errors else 0
         self._update(
             "cluster",
-            (versions, self.state.mirrors_version, self.state.selected, int(now) // 5, width),
+            (versions, self.state.mirrors_version, self.state.selected, int(now) // 5, width, jv),
             lambda: render_cluster(self.state, now, width),
         )
         active = tabs.active
         if active == "scavenge":
             self._update(
                 "scavenge-panel",
-                (nv, versions, self.state.selected, self.state.all_history, width, ticking),
+                (nv, versions, self.state.selected, self.state.all_history, width, ticking, jv),
                 lambda: render_scavenge(node, state=self.state, now=now, width=width),
             )
         elif active == "chunks":
@@ -426,7 +538,7 @@ class DashboardApp(App[str | None]):
         elif active == "auto":
             self._update(
                 "auto-panel",
-                (versions, self.state.selected, int(mono), width),
+                (versions, self.state.selected, int(mono), width, jv),
                 lambda: render_auto_scavenge(self.state, mono, now, width),
             )
         elif active == "backup":
@@ -446,7 +558,9 @@ class DashboardApp(App[str | None]):
         elif active == "logs":
             self._update("logs-panel", (self.logbook.version, self.log_filter), lambda: self._render_logs())
         elif active == "activity":
-            self._update("activity-panel", len(self.state.activity), lambda: render_activity(self.state))
+            self._update(
+                "activity-panel", (len(self.state.activity), jv), lambda: render_activity(self.state)
+            )
         if self._first_frame_at is None and all(n.reachable is not None for n in self.state.ordered()):
             self._first_frame_at = self.clock.monotonic() - self._started_at
         gates = tuple(self.why_not(a) for a in sorted(GATED_ACTIONS))
@@ -475,10 +589,31 @@ class DashboardApp(App[str | None]):
         node = self.state.node()
         if action in CHANGING_ACTIONS and self.state.readonly:
             return "read-only mode"
+        if action in LOCAL_JOBS:
+            return self._why_not_local(action, node)
+        if action == "followers_first":
+            if self._routine is not None and self._routine.state.running:
+                return None  # the key stops it
+            return why_not_followers_first(self.state.ordered())
         if action in CHANGING_ACTIONS and (node is None or not node.reachable):
             return f"{node.label if node else 'the selected node'} is not reachable"
         assert node is not None or action not in CHANGING_ACTIONS
         label = node.label if node else ""
+        if action == "demo_load" and node and node.job:
+            return f"{label} is busy: {node.job}"
+        if action == "cycle_now" and node:
+            auto = node.auto_scavenge
+            failing = node.errors.get("auto-scavenge")
+            if auto is None and failing is not None:
+                return f"the auto-scavenge state of {label} is not known ({failing.detail})"
+            if auto is None or not auto.available:
+                return f"auto-scavenge is not available on {label}"
+            if auto.cycle_available is False:
+                return f"cycle now is an evdb extension, which {label} does not have"
+            if auto.state in ("InProgress", "Pausing"):
+                return f"a cluster scavenge is {auto.state} (as {label} says)"
+            if auto.state == "Paused":
+                return f"auto-scavenge is Paused on {label}: resume it first (p)"
         if action == "start_scavenge" and node and (node.scavenge.current_id or node.scavenge.starting_id):
             return f"a scavenge is running on {label}"
         if action == "stop_scavenge" and node and not (node.scavenge.current_id or node.scavenge.starting_id):
@@ -505,6 +640,29 @@ class DashboardApp(App[str | None]):
             return "only one node"
         if action == "filter_logs" and not self.logbook.tails:
             return "no log files are followed"
+        return None
+
+    def _why_not_local(self, action: str, node: NodeState | None) -> str | None:
+        """Why a job on one node of the local cluster cannot act now (None: it can)."""
+        if self.state.readonly:
+            return "read-only mode"
+        if self.local is None:
+            return "only on the local cluster (evdb dashboard without --attach)"
+        if node is None:
+            return "no node is selected"
+        if self.local.error:
+            return self.local.error
+        local = self.local.node(node.url)
+        if local is None:
+            return f"{node.label} is not a node of the local cluster in {self.local.data_dir}"
+        if node.job:
+            return f"{node.label} is busy: {node.job}"
+        if action == "stop_node" and not local.running:
+            return f"{local.name} is not running"
+        if action == "start_node" and local.running:
+            return f"{local.name} is running (pid {local.pid})"
+        if action == "restore_node" and local.running:
+            return f"{local.name} is running (pid {local.pid}): stop it first (o)"
         return None
 
     async def run_action(self, action: Any, default_namespace: Any = None, namespaces: Any = None) -> bool:
@@ -589,7 +747,28 @@ class DashboardApp(App[str | None]):
         self.render_panels()
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.help_rows()))
+        self._refresh_local(force=True)
+        self.push_screen(HelpScreen(self.help_rows(), self.help_notes()))
+
+    def help_notes(self) -> list[str]:
+        """What help says of the local cluster: where it is, and its node options and how to set them."""
+        how = (
+            "Node options: evdb dashboard --option KEY=VALUE (any node option by its KurrentDB name, e.g. "
+            "EnableUnixSocket=true; repeatable; checked before anything is written; kept for later starts; "
+            "KEY= brings the default back)."
+        )
+        if self.local is None:
+            return [
+                "o, u and B act on the local cluster that evdb dashboard launches (without --attach).",
+                how,
+            ]
+        options = self.local.options
+        given = ", ".join(f"{k}={v}" for k, v in options.items()) if options else "none"
+        return [
+            f"Local cluster: {self.local.data_dir}",
+            f"Node options (--option): {given}",
+            how + " A running node takes new options when it restarts: o stops it, u starts it.",
+        ]
 
     async def action_back(self) -> None:  # async, as App.action_back (the one it overrides)
         if self.log_filter != LogFilter():
@@ -653,10 +832,11 @@ class DashboardApp(App[str | None]):
 
     def _default_backup_folder(self, label: str) -> str:
         """For a cluster this dashboard launched: a folder beside it; else the operator types one."""
-        if not self.cluster_dir:
+        folder = self.local.data_dir if self.local is not None else self.cluster_dir
+        if not folder:
             return ""
         safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in label)
-        return os.path.join(os.path.abspath(self.cluster_dir), "backups", safe)
+        return os.path.join(os.path.abspath(folder), "backups", safe)
 
     def action_browse_events(self) -> None:
         node = self.state.node()
@@ -707,6 +887,288 @@ class DashboardApp(App[str | None]):
 
         self.push_screen(CronDialog(node.auto_scavenge.schedule, self.clock.time), done)
 
+    # -- jobs of the local cluster, the demo load, the followers-first routine, cycle now ----------------
+    def _local_target(self) -> tuple[NodeState, LocalNode]:
+        node = self.state.node()
+        assert node is not None and self.local is not None
+        local = self.local.node(node.url)
+        assert local is not None
+        return node, local
+
+    def action_stop_node(self) -> None:
+        node, local = self._local_target()
+        assert self.local is not None
+        job = node_job("stop", self.local, local, node.label)
+        note = (
+            f"{local.name} is asked to shut down (POST /admin/shutdown; SIGTERM if it does not answer) and "
+            "killed if it has not stopped after 15 s; the other nodes keep running."
+        )
+        if node.role == "Leader":
+            note += " It leads: the others elect a new leader."
+        cluster = self.local.cluster
+
+        def work(report: JobReport) -> str:
+            stopped = cluster.stop_node(local.name, timeout=15.0, log=report.log)
+            return f"{local.name} stopped" if stopped else f"{local.name} was not running"
+
+        self.confirm_items([job], note=note, on_send=lambda: self._start_job(node, "stopping", job, work))
+
+    def action_start_node(self) -> None:
+        node, local = self._local_target()
+        assert self.local is not None
+        job = node_job("start", self.local, local, node.label)
+        cluster = self.local.cluster
+
+        def work(report: JobReport) -> str:
+            pid = cluster.start_node(local.name)
+            report.log(f"Started {local.name} (pid {pid}); waiting until it joins the cluster")
+            row = cluster.wait_for_node(local.name, timeout=60.0)
+            return f"{local.name} is {row['state']}"
+
+        self.confirm_items(
+            [job],
+            note=f"{local.name} starts with its node.yaml (the cluster's node options) and catches up from the "
+            "leader; the job ends once it is a follower, leader or read-only replica (at most 60 s).",
+            on_send=lambda: self._start_job(node, "starting", job, work),
+        )
+
+    def action_restore_node(self) -> None:
+        node, local = self._local_target()
+        assert self.local is not None
+        nodes = self.local
+        folder = (
+            self._last_restore.get(node.url)
+            or (self._last_backup[node.url].destination if node.url in self._last_backup else "")
+            or self._default_backup_folder(node.label)
+        )
+
+        def check(text: str, start: bool) -> str:
+            return RestoreForm(text, start).check(nodes, local)
+
+        def done(answer: tuple[str, bool] | None) -> None:
+            if answer is None:
+                return
+            chosen, start = answer
+            self._last_restore[node.url] = chosen
+            job = restore_job(nodes, local, node.label, chosen, start)
+            cluster = nodes.cluster
+
+            def work(report: JobReport) -> str:
+                result = cluster.restore_node(local.name, chosen, start=start, log=report.log)
+                # its next backup is a full one into a new folder (the restore's reminder): the backup
+                # dialog no longer offers a differential one into the old folder
+                report.finish(lambda: self._restored(node))
+                summary = restore_summary(result)
+                if not start:
+                    return f"{summary}; {local.name} stays stopped (u starts it)"
+                report.log(f"waiting until {local.name} follows again")
+                row = cluster.wait_for_node(local.name, timeout=60.0)
+                return f"{summary}; {local.name} is {row['state']}"
+
+            note = (
+                f"{local.name}'s database files are replaced by those of {chosen} (evdb restore's procedure: "
+                "the backup is verified first)."
+            )
+            if start:
+                note += (
+                    " Then it starts, cuts its log at the backup's position and catches up from the leader."
+                )
+            self.confirm_items(
+                [job], note=note, on_send=lambda: self._start_job(node, "restoring", job, work)
+            )
+
+        self.push_screen(RestoreDialog(node.label, folder, check), done)
+
+    def _restored(self, node: NodeState) -> None:
+        self._last_backup[node.url] = BackupForm()
+
+    def action_demo_load(self) -> None:
+        node = self.state.node()
+        assert node is not None
+        local = self.local if self.local is not None and self.local.node(node.url) else None
+        job = demo_job(
+            node.url,
+            node.label,
+            events=DEMO_EVENTS,
+            local=local,
+            ca_file=self.connection.ca_file,
+            user=self.connection.user,
+        )
+        connection = self.connection
+
+        def work(report: JobReport) -> str:
+            with connection.sync_client(node.url) as client:
+                demo = run_demo_load(
+                    client,
+                    DEMO_EVENTS,
+                    lambda done, total: report.progress(
+                        f"wrote {done:,} of {total:,} events", f"writing demo data {100 * done // total}%"
+                    ),
+                )
+            lines = demo.summary()
+            report.finish(lambda: self._demo_written(node, lines))
+            return " ".join(line.strip() for line in lines)
+
+        note = (
+            f"Writes {DEMO_EVENTS:,} events over ten new streams demo-<run>-* through {node.label} (a follower "
+            "forwards them to the leader), then sets $maxCount 10 on three, soft-deletes two and hard-deletes "
+            "two: a scavenge then has something to reclaim on every node."
+        )
+        self.confirm_items(
+            [job], note=note, on_send=lambda: self._start_job(node, "writing demo data", job, work)
+        )
+
+    def _demo_written(self, node: NodeState, lines: list[str]) -> None:
+        self.state.demo = (node.label, lines)
+        self.state.jobs_version += 1
+        self.notify("\n".join(lines), title=f"Demo data through {node.label}", timeout=20)
+
+    def _start_job(
+        self, node: NodeState, doing: str, job: PlannedJob, work: Callable[[JobReport], str]
+    ) -> None:
+        """Run a confirmed job in a worker thread: its progress and result go to the activity log (and
+        the node's "doing" column), its end to a notice."""
+        index = self.state.add_activity(
+            Activity(self.clock.time(), node.label, job.command_line(), None, f"{doing}…", outcome="running")
+        )
+        node.job = doing
+        node.version += 1
+        self.render_panels()
+        self.run_worker(self._job_worker(node, job, index, work), group="jobs", exit_on_error=False)
+
+    async def _job_worker(
+        self, node: NodeState, job: PlannedJob, index: int, work: Callable[[JobReport], str]
+    ) -> None:
+        report = JobReport(self, node, index, asyncio.get_running_loop())
+        try:
+            result = await asyncio.to_thread(work, report)
+        except Exception as exc:  # every failure of a job is told (the launcher's, the restore's, HTTP)
+            reason = str(exc) or type(exc).__name__
+            body = "; ".join([*report.lines, f"failed: {reason}"])
+            self.state.update_activity(index, body=body, outcome="failed")
+            self.notify(
+                f"{job.command_line()}\nfailed: {reason}", title=node.label, severity="error", timeout=20
+            )
+        else:
+            self.state.update_activity(index, body="; ".join([*report.lines, result]), outcome="done")
+            self.notify(f"{job.title}: {result}", title=node.label, timeout=8)
+            for callback in report.on_finish:
+                callback()
+        finally:
+            node.job = ""
+            node.version += 1
+            self._refresh_local(force=True)
+            local = self.local.node(node.url) if self.local is not None else None
+            if local is not None:
+                node.pid = local.pid
+            for collector in self.collectors.values():  # the node's new state, and its peers' views of it
+                collector.full_poll_next = True
+                collector.wake.set()
+            self.render_panels()
+
+    def action_cycle_now(self) -> None:
+        node = self.state.node()
+        assert node is not None
+        self.confirm(
+            [cycle_now(node.url)],
+            note="An evdb extension: the leader starts a cluster scavenge now, as if the schedule fired "
+            "(followers and replicas first, then the leader resigns and is scavenged last). Progress shows in "
+            "the Auto-scavenge tab (3).",
+        )
+
+    def action_followers_first(self) -> None:
+        routine = self._routine
+        if routine is not None and routine.state.running:
+            self._confirm_stop_routine(routine)
+            return
+        form = self._last_form or ScavengeForm()
+        try:
+            items = plan_followers_first(self.state.ordered(), form)
+        except FormError as exc:
+            self.notify(f"Followers-first scavenge: {exc}", severity="error", timeout=8)
+            return
+        threads, threshold, throttle, sync_only = form.validate()
+        whence = "your last start-scavenge dialog (s)" if self._last_form else "the defaults (s sets others)"
+        note = (
+            f"Scavenge parameters from {whence}: threads {threads}, threshold {threshold}, throttlePercent "
+            f"{throttle}, syncOnly {str(sync_only).lower()}. One node at a time, each scavenge awaited; the "
+            "first failure ends the routine; F again stops it. Every request is sent with "
+            + (f"Authorization: Basic <{self.connection.user}:•••••> and " if self.connection.user else "")
+            + "Accept: application/json."
+        )
+        title = f"Followers-first cluster scavenge: {len(items)} steps, in this order"
+        self.confirm_items(items, note=note, title=title, on_send=lambda: self._start_routine(items))
+
+    def _confirm_stop_routine(self, routine: FollowersFirst) -> None:
+        calls: list[PlannedCall] = []
+        if routine.current_scavenge is not None:
+            url, scavenge_id = routine.current_scavenge
+            calls.append(stop_scavenge(url, scavenge_id))
+        note = "No further step starts."
+        if calls:
+            note += " The scavenge it waits for is stopped now (the next start on that node resumes it)."
+        labelled = self._labelled(calls)
+
+        def stop() -> None:
+            routine.stop()
+            if labelled:
+                self.run_worker(self.send_all(labelled), group="calls", exit_on_error=False)
+
+        self.confirm_items(
+            labelled, note=note, title="Stop the followers-first cluster scavenge", on_send=stop
+        )
+
+    def _start_routine(self, items: list[RoutineItem]) -> None:
+        routine = FollowersFirst(
+            items,
+            send=self._request,
+            get=self._get,
+            clock=self.clock,
+            interval=min(self.interval, 1.0),
+            on_change=self._routine_changed,
+            label_of=self._label_of,
+            leader_wait=self.routine_leader_wait,
+        )
+        self._routine = routine
+        self.state.routine = routine.state
+        steps = " → ".join(item.title for item in items)
+        index = self.state.add_activity(
+            Activity(
+                self.clock.time(),
+                "cluster",
+                "followers-first cluster scavenge",
+                None,
+                steps,
+                outcome="running",
+            )
+        )
+        self.run_worker(self._run_routine(routine, index), group="routine", exit_on_error=False)
+
+    async def _run_routine(self, routine: FollowersFirst, index: int) -> None:
+        state = await routine.run()
+        ok = state.outcome == "completed"
+        outcome = "done" if ok else "stopped" if routine.stop_reason else "failed"
+        self.state.update_activity(index, outcome=outcome, body=state.outcome)
+        self.notify(
+            f"Followers-first cluster scavenge {state.outcome}",
+            severity="information" if ok else "warning" if routine.stop_reason else "error",
+            timeout=10 if ok else 20,
+        )
+        self.render_panels()
+
+    def _routine_changed(self) -> None:
+        self.state.jobs_version += 1
+        self.render_panels()
+
+    def _label_of(self, endpoint: str) -> str:
+        return endpoint_labels(self.state).get(endpoint, (endpoint, ""))[0]
+
+    async def _get(self, url: str) -> httpx.Response:
+        assert self.client is not None
+        return await self.client.get(
+            url, headers={"Accept": "application/json"}, timeout=self.connection.timeout
+        )
+
     def action_quit_dashboard(self) -> None:
         if self.cluster_dir is None:
             self.exit(None)
@@ -719,19 +1181,37 @@ class DashboardApp(App[str | None]):
         self.push_screen(QuitDialog(self.cluster_dir), done)
 
     # -- sending ---------------------------------------------------------------------------------------
-    def confirm(self, calls: list[PlannedCall], note: str = "") -> None:
-        calls = [
+    def _labelled(self, calls: list[PlannedCall]) -> list[PlannedCall]:
+        return [
             replace(call, node_label=self.state.nodes[call.node_url].label)
             if call.node_url in self.state.nodes and not call.node_label
             else call
             for call in calls
         ]
 
+    def confirm(self, calls: list[PlannedCall], note: str = "") -> None:
+        calls = self._labelled(calls)
+        self.confirm_items(
+            calls,
+            note=note,
+            on_send=lambda: self.run_worker(self.send_all(calls), group="calls", exit_on_error=False),
+        )
+
+    def confirm_items(
+        self,
+        items: Sequence[Confirmable],
+        *,
+        on_send: Callable[[], Any],
+        note: str = "",
+        title: str | None = None,
+    ) -> None:
+        """The confirmation (focus on Cancel); ``on_send`` runs when the operator sends."""
+
         def done(send: bool | None) -> None:
             if send:
-                self.run_worker(self.send_all(calls), group="calls", exit_on_error=False)
+                on_send()
 
-        self.push_screen(ConfirmCall(calls, self.connection.user, note), done)
+        self.push_screen(ConfirmCall(items, self.connection.user, note, title), done)
 
     async def send_all(self, calls: list[PlannedCall]) -> None:
         for call in calls:
@@ -740,6 +1220,11 @@ class DashboardApp(App[str | None]):
                 break
 
     async def send(self, call: PlannedCall) -> bool:
+        response = await self._request(call)
+        return response is not None and response.status_code < 300
+
+    async def _request(self, call: PlannedCall) -> httpx.Response | None:
+        """Make a call: logged in the activity, told in a notice; the answer (None: no answer)."""
         assert self.client is not None
         node = self.state.nodes.get(call.node_url)
         label = node.label if node else call.node_url
@@ -752,19 +1237,21 @@ class DashboardApp(App[str | None]):
                 timeout=max(self.connection.timeout, 120.0),
             )
         except httpx.HTTPError as exc:
-            self.state.activity.append(
+            self.state.add_activity(
                 Activity(self.clock.time(), label, call.request_line(), None, str(exc) or type(exc).__name__)
             )
             self.notify(f"{call.request_line()}\nno answer: {exc}", title=label, severity="error", timeout=8)
             self.render_panels()
-            return False
+            return None
         body = response.text.strip()
-        self.state.activity.append(
+        self.state.add_activity(
             Activity(self.clock.time(), label, call.request_line(), response.status_code, body)
         )
         severity: SeverityLevel = "information" if response.status_code < 300 else "error"
+        if call.path == "/auto-scavenge/cycle-now":
+            self.state.cycle_now = (self.clock.time(), label, response.status_code, answer_text(body))
         self.notify(
-            f"{call.request_line()}\n→ {response.status_code} {response.reason_phrase}\n{body[:300]}",
+            f"{call.request_line()}\n→ {response.status_code} {response.reason_phrase}\n{answer_text(body)[:300]}",
             title=label,
             severity=severity,
             timeout=8,
@@ -776,7 +1263,7 @@ class DashboardApp(App[str | None]):
             collector.full_poll_next = True
             collector.wake.set()
         self.render_panels()
-        return response.status_code < 300
+        return response
 
     def _after_start(self, call: PlannedCall, node: NodeState, response: httpx.Response) -> None:
         """What the node's answer to a start says is shown at once (until a poll confirms it): the

@@ -18,7 +18,9 @@ __all__ = [
     "FormError",
     "PlannedCall",
     "ScavengeForm",
+    "answer_text",
     "configure_auto_scavenge",
+    "cycle_now",
     "explain_backup_error",
     "next_cron_runs",
     "pause_auto_scavenge",
@@ -186,6 +188,25 @@ def pause_auto_scavenge(node_url: str) -> PlannedCall:
 
 def resume_auto_scavenge(node_url: str) -> PlannedCall:
     return PlannedCall(node_url, "POST", "/auto-scavenge/resume", title="Resume auto-scavenge")
+
+
+def cycle_now(node_url: str) -> PlannedCall:
+    """evdb's extension: start a cluster scavenge at once, as if the schedule fired now."""
+    return PlannedCall(node_url, "POST", "/auto-scavenge/cycle-now", title="Start a cluster scavenge now")
+
+
+def answer_text(body: str) -> str:
+    """A node's answer as words: a JSON string (how auto-scavenge refuses, ``"Cluster scavenge … is
+    already in progress"``) without its quotes; anything else as it came."""
+    text = body.strip()
+    if text.startswith('"'):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return text
+        if isinstance(value, str):
+            return value
+    return text
 
 
 def next_cron_runs(schedule: str, now: float, count: int = 3) -> list[datetime]:

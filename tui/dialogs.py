@@ -1,9 +1,11 @@
-"""Modal dialogs: confirmation of a call (showing the exact request), the start-scavenge form, the
-auto-scavenge schedule form, the log filter, help and quit."""
+"""Modal dialogs: confirmation of a call (showing the exact request) or of a job (showing its command
+line), the start-scavenge, backup and restore forms, the auto-scavenge schedule form, the log filter,
+help and quit."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from rich.table import Table
 from rich.text import Text
@@ -20,10 +22,12 @@ from tui.widgets import TickBox
 __all__ = [
     "BackupDialog",
     "ConfirmCall",
+    "Confirmable",
     "CronDialog",
     "FilterDialog",
     "HelpScreen",
     "QuitDialog",
+    "RestoreDialog",
     "ScavengeDialog",
 ]
 
@@ -36,6 +40,7 @@ ModalScreen > Vertical {
 ModalScreen .warning { color: $warning; height: auto; margin-bottom: 1; }
 ModalScreen TickBox { margin-bottom: 1; }
 ModalScreen #help-scroll { height: auto; max-height: 1fr; }
+ModalScreen #help-notes { margin-top: 1; }
 ModalScreen .title { text-style: bold; margin-bottom: 1; }
 ModalScreen .request { background: $boost; padding: 0 1; margin-bottom: 1; }
 ModalScreen .error { color: $error; height: auto; }
@@ -45,22 +50,41 @@ ModalScreen Input { margin-bottom: 1; }
 """
 
 
+class Confirmable(Protocol):
+    """What a confirmation shows: an HTTP call (tui.calls.PlannedCall), a job's command line
+    (tui.jobs.PlannedJob) or a routine's step (tui.routine.RoutineItem)."""
+
+    @property
+    def node_url(self) -> str: ...
+    @property
+    def node_label(self) -> str: ...
+    @property
+    def title(self) -> str: ...
+    def describe(self, user: str | None = None) -> str: ...
+
+
 class ConfirmCall(ModalScreen[bool]):
-    """Shows the exact HTTP request; focus starts on Cancel, so Enter alone sends nothing."""
+    """Shows the exact HTTP request (or the command a job is the same as); focus starts on Cancel, so
+    Enter alone sends nothing. ``title`` replaces the one made from the calls' own."""
 
     DEFAULT_CSS = _CSS
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, calls: list[PlannedCall], user: str | None, note: str = "") -> None:
+    def __init__(
+        self, calls: Sequence[Confirmable], user: str | None, note: str = "", title: str | None = None
+    ) -> None:
         super().__init__()
-        self.calls = calls
+        self.calls = list(calls)
         self.user = user
         self.note = note
+        self.title_text = title
 
     def compose(self) -> ComposeResult:
         title = self.calls[0].title if self.calls else "Send"
         names = [call.node_label or call.node_url for call in self.calls]
-        if len(self.calls) > 1:
+        if self.title_text is not None:
+            title = self.title_text
+        elif len(self.calls) > 1:
             title += f" on {len(self.calls)} nodes, in this order: {', '.join(names)}"
         elif self.calls and self.calls[0].node_label:
             title += f" on {names[0]}"
@@ -228,6 +252,63 @@ class ScavengeDialog(_CallForm):
         )
 
 
+class RestoreDialog(ModalScreen[tuple[str, bool] | None]):
+    """Restore a stopped node of the local cluster from a backup folder on this machine. ``check``
+    (tui.jobs.RestoreForm.check) runs on Enter or "Review": the node must be stopped and the folder a
+    finished backup; its error shows under the field, which keeps focus. Returns (folder, start)."""
+
+    DEFAULT_CSS = _CSS
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, node_label: str, folder: str, check: Callable[[str, bool], str]) -> None:
+        super().__init__()
+        self.node_label = node_label
+        self.folder = folder
+        self.check = check
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(f"Restore {self.node_label} from a backup", classes="title")
+            yield Static(
+                f"{self.node_label}'s database files are replaced by the backup's. The node must be stopped "
+                "(key o); started again, it cuts its log at the backup's position and catches up from the "
+                "leader.",
+                classes="warning",
+            )
+            yield Label("backup folder (on this machine: the local cluster's)")
+            yield Input(self.folder, id="backup_folder", placeholder="/var/backups/evdb/node2")
+            yield TickBox("start the node afterwards and wait until it follows again", True, id="start_node")
+            yield Static("", classes="error", id="error")
+            with Horizontal():
+                yield Button("Cancel", id="cancel")
+                yield Button("Review", id="review", variant="primary")
+
+    def on_mount(self) -> None:
+        self.query_one("#backup_folder", Input).focus()
+
+    def _submit(self) -> None:
+        start = self.query_one("#start_node", TickBox).value
+        try:
+            folder = self.check(self.query_one("#backup_folder", Input).value, start)
+        except FormError as exc:
+            self.query_one("#error", Static).update(f"✖ {exc}")
+            self.query_one("#backup_folder", Input).focus()
+            return
+        self.dismiss((folder, start))
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self._submit()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "review":
+            self._submit()
+        else:
+            self.dismiss(None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
 class CronDialog(ModalScreen[str | None]):
     """The auto-scavenge schedule: a five-field CRON expression, its next run times previewed."""
 
@@ -318,14 +399,16 @@ class FilterDialog(ModalScreen[str | None]):
 
 
 class HelpScreen(ModalScreen[None]):
-    """Every key, generated from the app's bindings, with whether it can act now and why not."""
+    """Every key, generated from the app's bindings, with whether it can act now and why not; then
+    ``notes`` (the local cluster and its node options)."""
 
     DEFAULT_CSS = _CSS
     BINDINGS = [Binding("escape,question_mark,q", "close", "Close")]
 
-    def __init__(self, rows: list[tuple[str, str, str]]) -> None:
+    def __init__(self, rows: list[tuple[str, str, str]], notes: Sequence[str] = ()) -> None:
         super().__init__()
         self.rows = rows
+        self.notes = list(notes)
 
     def compose(self) -> ComposeResult:
         table = Table(box=None, header_style="bold", expand=True)
@@ -342,6 +425,8 @@ class HelpScreen(ModalScreen[None]):
             yield Label("Keys", classes="title")
             with VerticalScroll(id="help-scroll"):
                 yield Static(table, id="help-table")
+                if self.notes:
+                    yield Static(Text("\n".join(self.notes)), id="help-notes")
             yield Label("esc closes", classes="")
 
     def action_close(self) -> None:

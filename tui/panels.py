@@ -6,6 +6,7 @@ and so is the width it has (columns that matter least give way first in a narrow
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 from rich.console import Group, RenderableType
@@ -22,6 +23,7 @@ from tui.state import (
     LogLine,
     Member,
     NodeState,
+    RoutineState,
     ScavengeHistoryEntry,
 )
 
@@ -37,6 +39,7 @@ __all__ = [
     "render_cluster",
     "render_logs",
     "render_mirrors",
+    "render_routine",
     "render_scavenge",
 ]
 
@@ -223,7 +226,7 @@ def cluster_health(state: DashboardState, node: NodeState, now: float) -> Text:
 def _jobs(state: DashboardState, node: NodeState) -> str:
     """What the node is doing now: scavenging (how far in the phase), backing up, its turn in the
     auto-scavenge cycle."""
-    jobs = []
+    jobs = [node.job] if node.job else []
     sc = node.scavenge
     if sc.starting_id and not sc.running:
         jobs.append("starting scavenge")
@@ -313,9 +316,15 @@ def render_cluster(state: DashboardState, now: float, width: int | None = None) 
             table.add_column(column, no_wrap=True, width=natural[column])
     for row in rows:
         table.add_row(*(row[c] for c in shown))
-    if not state.mirrors:
-        return table
-    return Group(table, render_mirrors(state, now))
+    parts: list[RenderableType] = [table]
+    if state.mirrors:
+        parts.append(render_mirrors(state, now))
+    if state.node_options:
+        given = ", ".join(f"{k}={v}" for k, v in state.node_options.items())
+        parts.append(
+            Text(f"node options (--option): {given}", style="dim", overflow="ellipsis", no_wrap=True)
+        )
+    return parts[0] if len(parts) == 1 else Group(*parts)
 
 
 #: a mirror rewrites its status every second; older than this while it should be running: stale
@@ -458,6 +467,8 @@ def render_scavenge(
     width = width or WIDE
     sc = node.scavenge
     parts: list[RenderableType] = []
+    if state is not None and state.routine is not None:
+        parts.extend([*render_routine(state.routine, now), Text("")])
     title = Text.assemble(("Scavenge on ", "bold"), (node.label, "bold cyan"))
     if node.name:
         title.append(f" ({node.address})", style="dim")
@@ -535,9 +546,56 @@ def render_scavenge(
         parts.append(grid)
     elif not starting:
         parts.append(Text("No scavenge is running. Press s to start one.", style="dim"))
+        if not sc.history and not (state is not None and (state.readonly or state.demo)):
+            parts.append(Text("Nothing to scavenge yet? Press d to write demo data.", style="dim"))
+    if state is not None and state.demo is not None:
+        through, lines = state.demo
+        parts.append(Text(""))
+        parts.append(Text(f"Demo data written through {through}", style="bold"))
+        parts.extend(Text(line.strip(), style="dim") for line in lines)
     parts.append(Text(""))
     parts.extend(_history(node, state, width))
     return Group(*parts)
+
+
+_STEP_MARK = {
+    "done": ("✔", "green"),
+    "running": ("●", "bold cyan"),
+    "failed": ("✖", "bold red"),
+    "stopped": ("■", "bold yellow"),
+    "waiting": ("○", "dim"),
+    "not run": ("○", "dim"),
+}
+
+
+def render_routine(routine: RoutineState, now: float | None = None) -> list[RenderableType]:
+    """The followers-first cluster scavenge: each step with its mark and what it found."""
+    current = routine.current()
+    if routine.running:
+        where = f"step {current + 1} of {len(routine.steps)}" if current is not None else "starting"
+        head = Text.assemble(
+            ("Followers-first cluster scavenge ", "bold"),
+            (f"running, {where}", "bold cyan"),
+            ("  (F stops it)", "dim"),
+        )
+    else:
+        ok = routine.outcome == "completed"
+        head = Text.assemble(
+            ("Followers-first cluster scavenge ", "bold"), (routine.outcome, "green" if ok else "bold red")
+        )
+        if routine.ended_at is not None:
+            head.append(
+                f"  at {stamp(routine.ended_at)}, took {duration(routine.ended_at - routine.started_at)}",
+                style="dim",
+            )
+    lines: list[RenderableType] = [head]
+    for i, step in enumerate(routine.steps, 1):
+        mark, style = _STEP_MARK.get(step.status, ("○", "dim"))
+        line = Text.assemble((f" {mark} ", style), f"{i}. {step.what}")
+        if step.detail:
+            line.append(f": {step.detail}", style="red" if step.status == "failed" else "dim")
+        lines.append(line)
+    return lines
 
 
 def _took(time_taken: str) -> str:
@@ -731,9 +789,32 @@ def render_auto_scavenge(
         left = auto.time_until_next_cycle - (monotonic_now - auto.read_at)
         grid.add_row("next cycle in", duration(max(0.0, left)))
     parts: list[RenderableType] = [grid, Text("")]
+    if state.cycle_now is not None:
+        parts.extend([_cycle_now_line(state.cycle_now), Text("")])
     parts.extend(_cycle_parts(state, auto))
     parts.extend(_finished_cycle(state, auto, now))
     return Group(*parts)
+
+
+def _cycle_now_line(answer: tuple[float, str, int | None, str]) -> Text:
+    """The last "cycle now" (C): what the node said, a refusal's reason in its own words."""
+    at, label, status, text = answer
+    line = Text("Cycle now (C, evdb extension) ", style="bold")
+    if status is not None and status < 300:
+        line.append(f"{stamp(at)} via {label}: started", style="green")
+        try:
+            body = json.loads(text)
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and body.get("clusterScavengeId"):
+            members = body.get("members") or []
+            line.append(
+                f" cluster scavenge {body['clusterScavengeId']} on {len(members)} nodes", style="green"
+            )
+        return line
+    line.append(f"{stamp(at)} refused by {label}", style="bold red")
+    line.append(f" ({status or 'no answer'}): {text}", style="red")
+    return line
 
 
 def _scavenge_result(state: DashboardState, scavenge_id: str | None) -> str | None:
@@ -1175,6 +1256,9 @@ def render_logs(lines: list[LogLine], filter_text: str, available: bool) -> Rend
     return Group(head, *(_log_text(line) for line in lines))
 
 
+_OUTCOME_STYLE = {"running": "cyan", "done": "green", "failed": "bold red", "stopped": "yellow"}
+
+
 def render_activity(state: DashboardState) -> RenderableType:
     if not state.activity:
         return Text(
@@ -1186,10 +1270,11 @@ def render_activity(state: DashboardState) -> RenderableType:
         table.add_column(column, no_wrap=column in ("time", "node", "status"), overflow="fold")
     for a in reversed(state.activity[-50:]):
         when = datetime.fromtimestamp(a.at, UTC).strftime("%H:%M:%S")
-        status = (
-            Text("no answer", style="bold red")
-            if a.status is None
-            else Text(str(a.status), style="green" if a.status < 300 else "bold red")
-        )
-        table.add_row(when, a.node, a.request, status, a.body[:200])
+        if a.outcome:
+            status = Text(a.outcome, style=_OUTCOME_STYLE.get(a.outcome, ""))
+        elif a.status is None:
+            status = Text("no answer", style="bold red")
+        else:
+            status = Text(str(a.status), style="green" if a.status < 300 else "bold red")
+        table.add_row(when, a.node, a.request, status, a.body[:600] if a.outcome else a.body[:200])
     return table

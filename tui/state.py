@@ -26,6 +26,8 @@ __all__ = [
     "NodeCertificates",
     "NodeState",
     "ProcessFigures",
+    "RoutineState",
+    "RoutineStep",
     "ScavengeHistoryEntry",
     "ScavengeState",
     "SourceError",
@@ -378,6 +380,8 @@ class NodeState:
     errors: dict[str, SourceError] = field(default_factory=dict)
     last_role: str = ""  # the role the node last reported (kept while it is unreachable)
     own_endpoint: str = ""  # host:port of its own entry in its gossip (IPv6 in brackets)
+    #: a job of the dashboard on this node now (a local node's stop, start or restore, a demo load)
+    job: str = ""
 
     @property
     def label(self) -> str:
@@ -409,13 +413,46 @@ class LogLine:
 
 @dataclass(frozen=True)
 class Activity:
-    """One call the operator made from the dashboard, and its answer."""
+    """One call the operator made from the dashboard, and its answer; or a job the dashboard ran (a
+    local node's stop, start or restore, a demo load, a step of a routine): its equivalent command in
+    ``request``, how it went in ``outcome`` (running, done, failed, stopped) and its progress or result
+    in ``body``."""
 
     at: float
     node: str
-    request: str  # "POST https://…/admin/scavenge?…"
-    status: int | None  # None: no answer (network error)
+    request: str  # "POST https://…/admin/scavenge?…", or "evdb cluster stop-node node2 --data …"
+    status: int | None  # None: no answer (network error), or a job
     body: str
+    outcome: str = ""  # a job's: running, done, failed, stopped ("": an HTTP call, see status)
+
+
+@dataclass
+class RoutineStep:
+    """One step of the followers-first cluster scavenge: what it does, on which node, and how it went."""
+
+    what: str  # "scavenge node2", "resign node1", "wait for a new leader", …
+    node: str  # the node's label
+    status: str = "waiting"  # waiting, running, done, failed, stopped
+    detail: str = ""  # the scavenge id and its result, the new leader, the failure
+
+
+@dataclass
+class RoutineState:
+    """The followers-first cluster scavenge (followers and read-only replicas one at a time, then the
+    leader resigns and is scavenged once another node leads): its steps and how it ended."""
+
+    steps: list[RoutineStep]
+    started_at: float  # clock.time()
+    ended_at: float | None = None
+    outcome: str = ""  # "": running; "completed", "failed: …", "stopped: …"
+
+    @property
+    def running(self) -> bool:
+        return self.ended_at is None
+
+    def current(self) -> int | None:
+        """The index of the step running now."""
+        return next((i for i, s in enumerate(self.steps) if s.status == "running"), None)
 
 
 @dataclass
@@ -427,6 +464,28 @@ class DashboardState:
     mirrors: dict[str, MirrorState] = field(default_factory=dict)  # by source, in the order given
     mirrors_version: int = 0  # bumped whenever a mirror's status changed
     all_history: bool = False  # the scavenge history of every node (a node column), not the selected's
+    #: bumped whenever the activity, a job, the routine or a note below changed
+    jobs_version: int = 0
+    #: the followers-first cluster scavenge, running or the last one
+    routine: RoutineState | None = None
+    #: the last demo load's summary (DemoReport.summary()), and the node it went through
+    demo: tuple[str, list[str]] | None = None
+    #: the last "cycle now" answer: (clock.time(), node label, HTTP status or None, what it said)
+    cycle_now: tuple[float, str, int | None, str] | None = None
+    #: the local cluster's node options (``--option``), when the dashboard runs on one
+    node_options: dict[str, str] | None = None
+
+    def add_activity(self, entry: Activity) -> int:
+        """Append an entry; its index (a job's entry is updated in place as it goes)."""
+        self.activity.append(entry)
+        self.jobs_version += 1
+        return len(self.activity) - 1
+
+    def update_activity(self, index: int, **changes: Any) -> None:
+        from dataclasses import replace
+
+        self.activity[index] = replace(self.activity[index], **changes)
+        self.jobs_version += 1
 
     def node(self, url: str | None = None) -> NodeState | None:
         return self.nodes.get(url or self.selected)

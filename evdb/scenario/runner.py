@@ -80,6 +80,7 @@ async def run_scenario(scenario: Scenario, options: RunOptions) -> ScenarioResul
             clock=clock,
             readonly=scenario.dashboard["readonly"],
             interval=scenario.dashboard["interval"],
+            local_cluster=cluster.main,  # the node jobs (o, u, B) act on the scenario's cluster
         )
         driver = StepDriver(scenario, cluster, app, clock, options, result)
         if options.headless:

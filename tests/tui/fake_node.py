@@ -4,6 +4,7 @@ dashboard's collectors, with every request it received recorded."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -35,6 +36,20 @@ class FakeNode:
     backup: dict[str, Any] | None = None
     requests: list[httpx.Request] = field(default_factory=list)
     answers: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
+    #: GET /admin/scavenge/last: the last scavenge started here and its result (InProgress while it runs)
+    last_scavenge: tuple[str, str] | None = None
+    #: a started scavenge ends (with ``finish_result``) after this many reads of /admin/scavenge/last;
+    #: None: only when the test ends it (finish_scavenge)
+    finish_after_reads: int | None = None
+    finish_result: str = "Success"
+    scavenges_started: int = 0
+    #: POST /auto-scavenge/cycle-now: None starts a cycle (200), a text refuses it (400 with a JSON string)
+    cycle_now_refusal: str | None = None
+    #: called on POST /admin/node/resign (a test moves the roles)
+    on_resign: Callable[[], None] | None = None
+    #: events written by POST /streams/{stream} (metadata and deletions apart), by stream
+    written: dict[str, int] = field(default_factory=dict)
+    _last_reads: int = 0
 
     @property
     def url(self) -> str:
@@ -67,6 +82,14 @@ class FakeNode:
 
     def changes(self) -> list[str]:
         return [f"{r.method} {r.url}" for r in self.requests if r.method != "GET"]
+
+    def finish_scavenge(self, result: str = "Success") -> None:
+        """The running scavenge ends: /admin/scavenge/last says so, progress shows it as the last run."""
+        if not self.scavenge_id:
+            return
+        self.last_scavenge = (self.scavenge_id, result)
+        self.last = {"scavengeId": self.scavenge_id, "result": result, "phase": "Cleaning", "chunks": []}
+        self.scavenge_id, self.progress = "", None
 
     def append(self, stream: str, event_type: str, data: Any) -> None:
         events = self.streams.setdefault(stream, [])
@@ -130,13 +153,24 @@ class FakeNode:
         if path == "/admin/scavenge" and method == "POST":
             if self.scavenge_id:
                 return httpx.Response(400, text="Scavenge is already running")
-            self.scavenge_id = "sc-new"
+            self.scavenges_started += 1
+            self.scavenge_id = "sc-new" if self.scavenges_started == 1 else f"sc-new-{self.scavenges_started}"
+            self.last_scavenge = (self.scavenge_id, "InProgress")
+            self._last_reads = 0
             return httpx.Response(200, json={"scavengeId": self.scavenge_id})
+        if path == "/admin/scavenge/last":
+            if self.scavenge_id and self.finish_after_reads is not None:
+                self._last_reads += 1
+                if self._last_reads > self.finish_after_reads:
+                    self.finish_scavenge(self.finish_result)
+            scavenge_id, result = self.last_scavenge or ("", "")
+            return httpx.Response(200, json={"scavengeId": scavenge_id, "scavengeResult": result})
         if path.startswith("/admin/scavenge/") and method == "DELETE":
             wanted = path.rsplit("/", 1)[1]
             if not self.scavenge_id or wanted not in (self.scavenge_id, "current"):
                 return httpx.Response(404, text="Scavenge Id does not exist")
             stopped, self.scavenge_id, self.progress = self.scavenge_id, "", None
+            self.last_scavenge = (stopped, "Stopped")
             return httpx.Response(200, json=stopped)
         if path == "/metrics":
             return httpx.Response(
@@ -144,6 +178,13 @@ class FakeNode:
                 text='kurrentdb_statuses{name="Scavenge",status="Idle"} 100\n'
                 'kurrentdb_statuses{name="Scavenge",status="Calculation Phase"} 200\n',
             )
+        if path.startswith("/streams/") and method in ("POST", "DELETE"):
+            parts = path.split("/")[2:]
+            if method == "DELETE":
+                return httpx.Response(204)
+            if len(parts) == 1:
+                self.written[parts[0]] = self.written.get(parts[0], 0) + len(json.loads(request.content))
+            return httpx.Response(201)
         if path.startswith("/streams/"):
             parts = path.split("/")[2:]
             stream = parts[0]
@@ -165,6 +206,12 @@ class FakeNode:
             if path == "/auto-scavenge/resume":
                 self.auto_scavenge["state"] = "Waiting"
                 return httpx.Response(200, json={})
+            if path == "/auto-scavenge/cycle-now" and method == "POST":
+                if self.cycle_now_refusal is not None:
+                    return httpx.Response(400, json=self.cycle_now_refusal)
+                self.auto_scavenge["state"] = "InProgress"
+                members = [f"{n.host}:{n.port}" for n in [self, *self.others]]
+                return httpx.Response(200, json={"clusterScavengeId": "cs-1", "members": members})
             if path == "/auto-scavenge/configure":
                 self.auto_scavenge["schedule"] = json.loads(request.content)["schedule"]
                 self.auto_scavenge["state"] = "Waiting"
@@ -183,6 +230,8 @@ class FakeNode:
         if path == "/admin/certificates" and self.certificates is not None:
             return httpx.Response(200, json=self.certificates)
         if path in ("/admin/node/resign", "/admin/reloadconfig") and method == "POST":
+            if path == "/admin/node/resign" and self.on_resign is not None:
+                self.on_resign()
             return httpx.Response(200)
         return httpx.Response(404, text="Not found")
 
@@ -249,10 +298,14 @@ class FakeCluster:
         self.nodes.update({f"{m.host}:{m.port}": m for m in mirrors})
         for n in nodes:
             n.others = [m for m in nodes if m is not n]
+        #: every changing request to any node, in the order they came
+        self.journal: list[str] = []
 
     def transport(self) -> httpx.MockTransport:
         def handler(request: httpx.Request) -> httpx.Response:
             parts = urlsplit(str(request.url))
+            if request.method != "GET":
+                self.journal.append(f"{request.method} {request.url}")
             return self.nodes[f"{parts.hostname}:{parts.port}"].handle(request)
 
         return httpx.MockTransport(handler)
