@@ -21,6 +21,7 @@ other endpoint needs ``$ops``/``$admins``, as that plugin had it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -42,6 +43,10 @@ from evdb.http.openapi import APP_PATHS
 
 FORWARDED = "X-Evdb-Forwarded-By"
 NO_LEADER = "No leader node was found in the cluster"
+#: how long a node without a known leader waits for one before answering NO_LEADER: a leader resigns at
+#: the end of every auto-scavenge cycle (to be scavenged as a follower), and the next is elected within a
+#: few election timeouts; a request arriving then waits for it instead of failing
+LEADER_WAIT_SECONDS = 5.0
 
 
 def _service(request: web.Request):
@@ -70,17 +75,33 @@ def _require_read(request: web.Request) -> None:
         require_authenticated(request)
 
 
+async def _leader_within(cluster, timeout: float) -> tuple[str, int] | str | None:
+    """``"here"`` when this node leads, else the leader's HTTP endpoint; while none is known (an
+    election under way) look again every 0.1 s, for at most ``timeout`` seconds: None then."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        if cluster.is_leader:
+            return "here"
+        leader = cluster.leader_http_endpoint()
+        if leader is not None or loop.time() >= deadline:
+            return leader
+        await asyncio.sleep(0.1)
+
+
 async def _on_leader(request: web.Request, local) -> web.Response:
     """Run ``local()`` here when this node leads; else forward the request to the leader."""
     service = _service(request)
     node = get_node(request)
     if not service.active:
         return problem(503, "AutoScavenge is not enabled")
-    if service.cluster.is_leader:
+    if request.headers.get(FORWARDED) and not service.cluster.is_leader:
+        return problem(500, NO_LEADER)  # forwarded to a node that no longer leads: no second hop
+    leader = await _leader_within(service.cluster, LEADER_WAIT_SECONDS)
+    if leader == "here":
         return await local()
-    leader = service.cluster.leader_http_endpoint()
-    if leader is None or request.headers.get(FORWARDED):
-        return problem(500, NO_LEADER)
+    if leader is None:
+        return problem(500, NO_LEADER)  # KurrentDB's words: after LEADER_WAIT_SECONDS with none elected
     headers = {FORWARDED: service.cluster.self_endpoint, "Accept": request.headers.get("Accept", "*/*")}
     for name in ("Authorization", "Content-Type"):
         if name in request.headers:

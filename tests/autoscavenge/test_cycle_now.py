@@ -150,7 +150,10 @@ async def test_the_endpoint_starts_a_cycle_roles_and_refusals(licensed_node, cli
     assert "evdb extension" in spec["paths"]["/auto-scavenge/cycle-now"]["post"]["summary"]
 
 
-async def test_a_node_without_a_leader_answers_kurrentdbs_500_problem(tmp_path, clock):
+async def test_a_node_without_a_leader_answers_kurrentdbs_500_problem(tmp_path, clock, monkeypatch):
+    from evdb.http import autoscavenge as autoscavenge_http
+
+    monkeypatch.setattr(autoscavenge_http, "LEADER_WAIT_SECONDS", 0.3)  # no election will end: no wait
     import socket
 
     def free_port() -> int:

@@ -11,6 +11,7 @@ import time
 import httpx
 
 from evdb.autoscavenge.state import CONFIGURATION_STREAM, EVENTS_STREAM
+from evdb.http import autoscavenge as autoscavenge_http
 from evdb.node import Node
 from evdb.scavenge.events import SCAVENGES_STREAM
 from tests.autoscavenge.conftest import ADMIN, OPS, log_messages, options_for
@@ -169,7 +170,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-async def test_with_no_leader_the_answer_is_kurrentdbs_500_problem(tmp_path, clock):
+async def test_with_no_leader_the_answer_is_kurrentdbs_500_problem(tmp_path, clock, monkeypatch):
+    monkeypatch.setattr(autoscavenge_http, "LEADER_WAIT_SECONDS", 0.3)  # no election will end: no wait
     async with Node(options_for(tmp_path, license_at=clock.time()), clock=clock, name="first"):
         pass  # a single node: it leads and creates the default users
     seeds = f"127.0.0.1:{_free_port()},127.0.0.1:{_free_port()}"
@@ -189,3 +191,26 @@ async def test_with_no_leader_the_answer_is_kurrentdbs_500_problem(tmp_path, clo
             assert (bad.status_code, bad.json()) == (400, "Invalid CRON expression")
         async with httpx.AsyncClient(base_url=node.http_url, auth=OPS, timeout=30) as c:
             assert (await c.post("/auto-scavenge/resume")).status_code == 500
+
+
+async def test_a_request_during_an_election_waits_for_the_new_leader():
+    """A leader resigns at the end of every cycle: a request arriving before the next is elected waits
+    for it (bounded) instead of failing with NO_LEADER."""
+    import asyncio
+
+    class Electing:
+        is_leader = False
+
+        def __init__(self) -> None:
+            self.leader: tuple[str, int] | None = None
+
+        def leader_http_endpoint(self):
+            return self.leader
+
+    cluster = Electing()
+    waiting = asyncio.ensure_future(autoscavenge_http._leader_within(cluster, 5.0))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    cluster.leader = ("127.0.0.1", 2114)
+    assert await asyncio.wait_for(waiting, 2) == ("127.0.0.1", 2114)
+    assert await autoscavenge_http._leader_within(Electing(), 0.2) is None
