@@ -1,26 +1,49 @@
 """Scavenge throughput against the disk's copy speed, and append latency during a scavenge.
 
 Builds a database of --size-gib (chunk size --chunk-mib) where half the records are removable (half
-the streams are tombstoned), then, --runs times: copies the database folder with ``cp -r`` (timed: the
-disk's copy speed for the same files) and scavenges the copy (timed). Also measures single-append
-latency (p50/p99) on an idle node, while a scavenge runs, and idle again afterwards (how noisy the
-machine is). Chunk work runs in worker processes (evdb/scavenge/workers.py), so the timed scavenge
-includes starting them.
+the streams are tombstoned), then, --runs times and for each of --threads: copies the database folder
+with ``cp -r`` (timed: the disk's copy speed for the same files, into the page cache), removes that copy,
+copies it again with ``cp -r`` followed by ``sync`` (timed: the durable copy, which is what a scavenge
+does with the bytes it keeps) and scavenges that copy (timed, from the start request to the result).
+Ratios are taken within each run; the table gives their medians.
 
-    .venv/bin/python bench/bench_scavenge.py --size-gib 2 --chunk-mib 256 --runs 3
+Each scavenge runs in a process of its own, as a node would: it opens the database, starts the worker
+processes that read and copy chunks (evdb/scavenge/workers.py; a node starts them at its first
+scavenge and keeps them) and only then starts the timed scavenge; the open and the worker start-up
+are printed on their own. The peak memory of that process and its workers during the scavenge is
+sampled every 50 ms: anonymous memory (``RssAnon``, what the scavenge needs) and RSS (which also counts
+the pages of mapped chunk files, page cache shared with every reader). Then single appends are timed
+on an idle database, while a scavenge runs, and idle again afterwards (a measure of the machine's own
+noise); --no-latency skips that part (big databases).
+
+``--near-empty N`` instead starts a real node (``evdb node --insecure``, its own process, on disk) with
+a handful of events and times N scavenges over HTTP: from the ``POST /admin/scavenge`` to the moment
+``/admin/scavenge/last`` gives that scavenge's result (its ``$scavengeCompleted`` event is written
+before), polled every 2 ms.
+
+    .venv/bin/python bench/bench_scavenge.py --size-gib 2 --chunk-mib 256 --runs 3 --threads 1,2,4
+    .venv/bin/python bench/bench_scavenge.py --near-empty 20
+
+``--before DIR`` also scavenges, in each run, a fresh ``cp -r; sync`` copy with the ``evdb`` package in
+DIR (an earlier version), for before/after figures measured in the same runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
+import queue
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+
+import psutil
 
 from evdb.database import Database
 from evdb.scavenge.service import ScavengeRequest, ScavengeService
@@ -49,22 +72,102 @@ def folder_size(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
-def scavenge(directory: str, chunk_size: int, threads: int) -> tuple[float, int, int]:
-    db = Database.open(os.path.join(directory, "db"), chunk_size=chunk_size)
+class PeakMemory:
+    """The highest RSS of this process plus its children (the worker processes), sampled; and the
+    highest anonymous part of it (``RssAnon``: RSS counts the pages of mapped chunk files a process
+    has touched, which belong to the page cache and are dropped when the chunk is unmapped)."""
+
+    def __init__(self, every: float = 0.05) -> None:
+        self.peak = 0
+        self.peak_anon = 0
+        self._stop = threading.Event()
+        self._every = every
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def sample() -> tuple[int, int]:
+        """(RSS, anonymous RSS) of this process and its children now."""
+        me = psutil.Process()
+        total = anon = 0
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                total += p.memory_info().rss
+                with open(f"/proc/{p.pid}/status") as f:
+                    anon += next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssAnon:"))
+            except (psutil.Error, OSError, StopIteration):
+                pass
+        return total, anon
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            total, anon = self.sample()
+            self.peak = max(self.peak, total)
+            self.peak_anon = max(self.peak_anon, anon)
+            self._stop.wait(self._every)
+
+    def __enter__(self) -> PeakMemory:
+        self.before = self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def scavenge_here(directory: str, chunk_size: int, threads: int) -> dict:
+    """One scavenge of the database in ``directory``, in this process, as a node runs it: the database
+    is opened and the worker processes started first (each timed on its own), then the scavenge is
+    timed from the start request to its result, and memory sampled while it runs."""
+    db_dir = os.path.join(directory, "db")
+    started = time.perf_counter()
+    db = Database.open(db_dir, chunk_size=chunk_size)
+    opened = time.perf_counter() - started
+    try:
+        from evdb.scavenge.workers import WorkerPool
+    except ImportError:  # an evdb from before worker pools (--before): its scavenge starts its workers
+        WorkerPool = None  # type: ignore[assignment,misc]
+    pool = WorkerPool(logging.getLogger("bench")) if WorkerPool is not None else None
+    startup = pool.start(threads) if pool is not None else 0.0
     service = ScavengeService(
         db,
-        state_path=ScavengeService.state_path_for(os.path.join(directory, "db", "index")),
+        state_path=ScavengeService.state_path_for(os.path.join(db_dir, "index")),
         logger=logging.getLogger("bench"),
+        **({"workers": pool} if pool is not None else {}),
     )
-    before = folder_size(os.path.join(directory, "db"))
-    started = time.perf_counter()
-    service.start(ScavengeRequest(threads=threads))
-    service.wait()
-    took = time.perf_counter() - started
+    before = folder_size(db_dir)
+    with PeakMemory() as memory:
+        started = time.perf_counter()
+        service.start(ScavengeRequest(threads=threads))
+        service.wait()
+        took = time.perf_counter() - started
     assert service.last()[1] == "Success", service.last()
     service.close()
+    if pool is not None:
+        pool.close()
     db.close()
-    return took, before, folder_size(os.path.join(directory, "db"))
+    return {
+        "took": took,
+        "open": opened,
+        "startup": startup,
+        "before": before,
+        "after": folder_size(db_dir),
+        "peak_rss": memory.peak,
+        "peak_anon": memory.peak_anon,
+        "anon_before": memory.before[1],  # the node (database open) and its idle workers, at the start
+    }
+
+
+def scavenge(directory: str, chunk_size: int, threads: int, evdb_from: str | None = None) -> dict:
+    """:func:`scavenge_here` in a process of its own (a fresh node), its figures as a dict;
+    ``evdb_from``: a folder holding another version of the ``evdb`` package to run instead."""
+    env = dict(os.environ, PYTHONPATH=evdb_from) if evdb_from else None
+    out = subprocess.run(
+        [sys.executable, __file__, "--one", directory, "--chunk-mib", str(chunk_size >> 20),
+         "--threads", str(threads)],
+        check=True, capture_output=True, text=True, env=env, cwd="/" if evdb_from else None,
+    )  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def latency(directory: str, chunk_size: int) -> dict[str, float]:
@@ -75,6 +178,7 @@ def latency(directory: str, chunk_size: int) -> dict[str, float]:
         state_path=ScavengeService.state_path_for(os.path.join(directory, "db", "index")),
         logger=logging.getLogger("bench"),
     )
+    service.workers.start()  # started once per node, before this scavenge
 
     def sample(count: int | None, until: threading.Event | None) -> list[float]:
         out = []
@@ -109,6 +213,76 @@ def latency(directory: str, chunk_size: int) -> dict[str, float]:
     }
 
 
+def read_all(folder: str) -> None:
+    """Read every file of ``folder`` (into the page cache), so that each timed copy starts alike."""
+    for d, _, files in os.walk(folder):
+        for name in files:
+            with open(os.path.join(d, name), "rb") as f:
+                while f.read(1 << 24):
+                    pass
+
+
+def timed_copy(source: str, target: str, sync: bool) -> float:
+    read_all(source)
+    started = time.perf_counter()
+    subprocess.run(["cp", "-r", source, target], check=True)
+    if sync:
+        subprocess.run(["sync"], check=True)
+    return time.perf_counter() - started
+
+
+def near_empty(times: int) -> None:
+    """Scavenges of a near-empty database on a real node, over HTTP (start to result)."""
+    import httpx
+
+    base = tempfile.mkdtemp(prefix="bench-scavenge-empty-")
+    lines: queue.Queue[str] = queue.Queue()
+    node = subprocess.Popen(
+        [sys.executable, "-m", "evdb.cli", "node", "--insecure", "--db", os.path.join(base, "db"),
+         "--log", os.path.join(base, "log"), "--http-port", "0", "--stats-period-sec", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    threading.Thread(target=lambda: [lines.put(line) for line in node.stdout or []], daemon=True).start()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            if "Node is ready: " in line:
+                url = line.split("Node is ready: ", 1)[1].strip()
+                break
+        client = httpx.Client(base_url=url, auth=("admin", "changeit"), timeout=30)
+        json_headers = {"Accept": "application/json"}
+        events = [
+            {"eventId": f"00000000-0000-0000-0000-{i:012d}", "eventType": "E", "data": {"i": i}}
+            for i in range(5)
+        ]
+        client.post(
+            "/streams/few", json=events, headers={"Content-Type": "application/vnd.kurrent.events+json"}
+        )
+        took = []
+        for _ in range(times):
+            started = time.perf_counter()
+            answer = client.post("/admin/scavenge", headers=json_headers)
+            assert answer.status_code == 200, answer.text
+            scavenge_id = answer.json()["scavengeId"]
+            while True:
+                last = client.get("/admin/scavenge/last", headers=json_headers).json()
+                if last["scavengeId"] == scavenge_id and last["scavengeResult"] != "InProgress":
+                    break
+                time.sleep(0.002)
+            took.append(time.perf_counter() - started)
+            assert last["scavengeResult"] == "Success", last
+        client.close()
+        print(
+            f"near-empty database, {times} scavenges over HTTP (POST to result): median "
+            f"{statistics.median(took):.3f} s, min {min(took):.3f} s, max {max(took):.3f} s"
+        )
+    finally:
+        node.terminate()
+        node.wait(60)
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -116,40 +290,106 @@ def main() -> None:
     parser.add_argument("--size-gib", type=float, default=2.0)
     parser.add_argument("--chunk-mib", type=int, default=256)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", default="1", help="thread counts to measure in each run, e.g. 1,2,4")
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--no-latency", action="store_true")
+    parser.add_argument("--near-empty", type=int, default=0, metavar="N")
+    parser.add_argument(
+        "--before",
+        default=None,
+        metavar="DIR",
+        help="also scavenge, in the same runs, with the evdb package found in DIR (e.g. HEAD's, from "
+        "`git archive HEAD evdb | tar -x -C DIR`)",
+    )
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # scavenge_here, in a child
     args = parser.parse_args()
+    if args.near_empty:
+        near_empty(args.near_empty)
+        return
+    thread_counts = [int(t) for t in args.threads.split(",")]
     chunk_size = args.chunk_mib * 1024 * 1024
+    if args.one:
+        print(json.dumps(scavenge_here(args.one, chunk_size, thread_counts[0])))
+        return
     base = tempfile.mkdtemp(dir=args.dir, prefix="bench-scavenge-")
     try:
         source = os.path.join(base, "source")
         started = time.perf_counter()
         written = build(source, int(args.size_gib * 1024**3), chunk_size)
         print(f"built {written / 1024**3:.2f} GiB in {time.perf_counter() - started:.0f} s", flush=True)
-        cps, scavs, sizes = [], [], []
+        results: dict[int, list[tuple[float, float, dict]]] = {t: [] for t in thread_counts}
+        befores: dict[int, list[tuple[float, dict]]] = {t: [] for t in thread_counts}
         for run in range(args.runs):
-            copy = os.path.join(base, f"run-{run}")
-            t = time.perf_counter()
-            subprocess.run(["cp", "-r", source, copy], check=True)
-            cps.append(time.perf_counter() - t)
-            took, before, after = scavenge(copy, chunk_size, args.threads)
-            scavs.append(took)
-            sizes.append((before, after))
+            for threads in thread_counts:
+                copy = os.path.join(base, f"run-{run}")
+                cp = timed_copy(source, copy, sync=False)
+                shutil.rmtree(copy)
+                subprocess.run(["sync"], check=True)
+                cp_sync = timed_copy(source, copy, sync=True)
+                got = scavenge(copy, chunk_size, threads)
+                results[threads].append((cp, cp_sync, got))
+                took = got["took"]
+                print(
+                    f"run {run + 1}, {threads} thread(s): cp -r {cp:.2f} s, cp -r; sync {cp_sync:.2f} s, "
+                    f"scavenge {took:.2f} s ({took / cp_sync:.2f}× cp -r; sync, {took / cp:.2f}× cp -r), "
+                    f"{got['before'] / 1024**3:.2f} -> {got['after'] / 1024**3:.2f} GiB; peak memory of the node "
+                    f"and its workers: anonymous {got['peak_anon'] / 2**20:.0f} MiB "
+                    f"({got.get('anon_before', 0) / 2**20:.0f} MiB at the start), RSS "
+                    f"{got['peak_rss'] / 2**20:.0f} MiB; worker start-up {got['startup']:.2f} s "
+                    f"(database open {got['open']:.2f} s)",
+                    flush=True,
+                )
+                shutil.rmtree(copy)
+                subprocess.run(["sync"], check=True)
+                if args.before:
+                    cp_sync = timed_copy(source, copy, sync=True)
+                    old = scavenge(copy, chunk_size, threads, args.before)
+                    befores[threads].append((cp_sync, old))
+                    print(
+                        f"run {run + 1}, {threads} thread(s), the evdb in {args.before}: cp -r; sync "
+                        f"{cp_sync:.2f} s, scavenge {old['took']:.2f} s ({old['took'] / cp_sync:.2f}× cp -r; sync)",
+                        flush=True,
+                    )
+                    shutil.rmtree(copy)
+                    subprocess.run(["sync"], check=True)
+        sizes = results[thread_counts[0]][-1][2]
+        med = statistics.median
+        print()
+        print(
+            f"{written / 1024**3:.2f} GiB ({sizes['before'] / 1024**3:.2f} GiB on disk with the index) -> "
+            f"{sizes['after'] / 1024**3:.2f} GiB, chunks of {args.chunk_mib} MiB, half removable; "
+            f"medians of {args.runs} runs (ratios: medians of the ratios within each run)"
+        )
+        print()
+        print(
+            "| threads | cp -r | cp -r; sync | scavenge | × cp -r; sync | × cp -r | × the first "
+            "| peak anonymous memory | peak RSS | worker start-up |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        first = results[thread_counts[0]]
+        for threads, rows in results.items():
             print(
-                f"run {run + 1}: cp -r {cps[-1]:.1f} s, scavenge {took:.1f} s, {before / 1024**3:.2f} -> {after / 1024**3:.2f} GiB",
-                flush=True,
+                f"| {threads} | {med(r[0] for r in rows):.2f} s | {med(r[1] for r in rows):.2f} s | "
+                f"{med(r[2]['took'] for r in rows):.2f} s | {med(r[2]['took'] / r[1] for r in rows):.2f} | "
+                f"{med(r[2]['took'] / r[0] for r in rows):.2f} | "
+                f"{med(r[2]['took'] / f[2]['took'] for r, f in zip(rows, first, strict=True)):.2f} | "
+                f"{max(r[2]['peak_anon'] for r in rows) / 2**20:.0f} MiB | "
+                f"{max(r[2]['peak_rss'] for r in rows) / 2**20:.0f} MiB | "
+                f"{med(r[2]['startup'] for r in rows):.2f} s |"
             )
-            shutil.rmtree(copy)
+        for threads, rows in befores.items():
+            if rows:
+                print(
+                    f"\nthe evdb in {args.before}, {threads} thread(s): scavenge "
+                    f"{med(r[1]['took'] for r in rows):.2f} s, {med(r[1]['took'] / r[0] for r in rows):.2f}× "
+                    f"cp -r; sync; this evdb / that one (same runs): "
+                    f"{med(a[2]['took'] / b[1]['took'] for a, b in zip(results[threads], rows, strict=True)):.2f}"
+                )
+        if args.no_latency:
+            return
         copy = os.path.join(base, "latency")
         subprocess.run(["cp", "-r", source, copy], check=True)
         lat = latency(copy, chunk_size)
-        cp_median, scav_median = statistics.median(cps), statistics.median(scavs)
-        print()
-        print(f"| database | cp -r (median) | scavenge, {args.threads} thread(s) (median) | ratio |")
-        print("|---|---|---|---|")
-        print(
-            f"| {written / 1024**3:.2f} GiB, chunks of {args.chunk_mib} MiB, half removable | {cp_median:.1f} s | {scav_median:.1f} s | {scav_median / cp_median:.2f}× |"
-        )
         print()
         print("| append latency | p50 | p99 |")
         print("|---|---|---|")

@@ -275,6 +275,27 @@ class TableIndex:
         sources += [t.iter_forward(h, from_number) for t in view.tables]
         return _merged([s for s in sources if s is not None], reverse=False)
 
+    def entry_arrays(self, h: int) -> tuple[np.ndarray, np.ndarray]:
+        """(event numbers, log positions) of every entry of hash ``h``, as int64 arrays in no
+        particular order: for callers that work on a stream's entries in bulk (the scavenge)."""
+        view = self._view
+        numbers: list[np.ndarray] = []
+        positions: list[np.ndarray] = []
+        for memtable in (view.live, view.frozen):
+            pairs = memtable.iter_forward(h, INT64_MIN) if memtable is not None else None
+            if pairs is not None:
+                both = np.array(list(pairs), dtype=np.int64).reshape(-1, 2)
+                numbers.append(both[:, 0])
+                positions.append(both[:, 1])
+        for table in view.tables:
+            lo, hi = table.range_of(h)
+            if lo < hi:
+                numbers.append(table.numbers[lo:hi])
+                positions.append(table.positions[lo:hi])
+        if not numbers:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.concatenate(numbers).astype(np.int64), np.concatenate(positions).astype(np.int64)
+
     def get(self, h: int, event_number: int) -> list[int]:
         """Log positions of the entries (h, event_number), newest first (several when hashes collide)."""
         if not INT64_MIN <= event_number <= INT64_MAX:

@@ -4,6 +4,7 @@ in the scavenge database. Each logical chunk is accumulated once, in one transac
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 
 from evdb.clock import TICKS_PER_SECOND
@@ -13,7 +14,7 @@ from evdb.scavenge.state import HashUsers, StreamRow
 from evdb.scavenge.workers import Summary
 from evdb.storage.chunk import HEADER_SIZE
 from evdb.storage.records import MAX_EVENT_NUMBER, EventRecord
-from evdb.streams import StreamMetadata, is_metastream, original_stream_of
+from evdb.streams import StreamMetadata, is_metastream, metastream_of, original_stream_of
 
 __all__ = ["MAX_AGE_SECONDS", "accumulate", "scavenge_limits"]
 
@@ -31,41 +32,35 @@ def accumulate(ctx: RunContext) -> None:
     last_chunk = max(first_chunk, (point.position - 1) // chunk_size) if point.position > 0 else first_chunk
     ctx.progress.chunks_total = max(0, last_chunk - first_chunk + 1) if position < point.position else 0
     ctx.progress.chunks_done = 0
-    summaries: dict[int, Summary] = {}  # of the logical chunks of the chunk file being read
+    plan = _completed_files(log, position, point.position, last_chunk)
+    with _Summaries(ctx, plan) as summaries:
+        for completed, numbers, ranges in plan:
+            ctx.check_stop()
+            started = time.perf_counter()
+            ctx.progress.current_chunk = f"chunk {numbers[0]}"
+            for chunk_number, summary, (_, chunk_end) in zip(numbers, summaries.next(), ranges, strict=True):
+                ctx.progress.current_chunk = f"chunk {chunk_number}"
+                rows: dict[str, StreamRow] = {}
+                with state.transaction():
+                    lo, hi = _accumulate_summary(state, rows, users, completed, summary)
+                    _save(state, rows, chunk_number, lo, hi)
+                    state.update_checkpoint(accumulatedTo=chunk_end)
+                position = chunk_end
+                _chunk_done(ctx, users, started)
+                started = time.perf_counter()
+    # the part of the active chunk before the point, record by record
     while position < point.position:
         ctx.check_stop()
         started = time.perf_counter()
         chunk_number = position // chunk_size
         chunk_end = min((chunk_number + 1) * chunk_size, point.position)
         ctx.progress.current_chunk = f"chunk {chunk_number}"
-        rows: dict[str, StreamRow] = {}
-        physical = log.chunk_for(position)
-        completed = physical if physical is not None and physical.is_completed else None
-        if completed is not None and chunk_number not in summaries:
-            # a merged chunk file covers several logical chunks: read it once for all of them
-            numbers = list(range(chunk_number, min(completed.end_number, last_chunk) + 1))
-            ranges = [
-                (max(position, n * chunk_size), min((n + 1) * chunk_size, point.position)) for n in numbers
-            ]
-            try:
-                summaries = dict(zip(numbers, ctx.workers.summarise(completed, ranges), strict=True))
-            except InterruptedError:
-                raise ScavengeStopped() from None
+        rows = {}
         with state.transaction():
-            if completed is not None:
-                lo, hi = _accumulate_summary(state, rows, users, completed, summaries.pop(chunk_number))
-                position = chunk_end
-            else:
-                position, lo, hi = _accumulate_records(ctx, state, rows, users, position, chunk_end)
-            for row in rows.values():
-                state.save_row(row)
-            if lo is not None:
-                state.extend_chunk_timestamps(chunk_number, lo, hi)
+            position, lo, hi = _accumulate_records(ctx, state, rows, users, position, chunk_end)
+            _save(state, rows, chunk_number, lo, hi)
             state.update_checkpoint(accumulatedTo=position)
-        ctx.progress.chunks_done += 1
-        ctx.progress.hash_cache_misses = users.misses
-        ctx.progress.hash_collisions = users.collisions
-        ctx.throttle.rest_after(time.perf_counter() - started)
+        _chunk_done(ctx, users, started)
     if users.misses:
         ctx.logger.info(
             "SCAVENGING: Accumulation looked up %d stream hashes: %d cache hits, %d cache misses "
@@ -78,13 +73,87 @@ def accumulate(ctx: RunContext) -> None:
         )
 
 
+def _completed_files(log, position: int, limit: int, last_chunk: int):
+    """(chunk file, logical chunk numbers, [start, end) of each) of the completed chunk files from
+    ``position`` to the point, in log order; a merged file covers several logical chunks and is read
+    once for all of them."""
+    chunk_size = log.chunk_size
+    plan = []
+    while position < limit:
+        physical = log.chunk_for(position)
+        if physical is None or not physical.is_completed:
+            break
+        first = position // chunk_size
+        numbers = list(range(first, min(physical.end_number, last_chunk) + 1))
+        ranges = [(max(position, n * chunk_size), min((n + 1) * chunk_size, limit)) for n in numbers]
+        plan.append((physical, numbers, ranges))
+        position = ranges[-1][1]
+    return plan
+
+
+class _Summaries:
+    """The summaries of the planned chunk files, in order, read ahead: while the scavenge thread
+    stores one file's, the next ones (``threads`` at a time) are read in the worker processes."""
+
+    def __init__(self, ctx: RunContext, plan) -> None:
+        self._ctx = ctx
+        self._plan = list(plan)
+        self._next = 0
+        self._pending: list[concurrent.futures.Future] = []
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, ctx.threads), thread_name_prefix="evdb-scavenge-read"
+        )
+
+    def __enter__(self) -> _Summaries:
+        self._fill()
+        return self
+
+    def _fill(self) -> None:
+        while len(self._pending) < max(1, self._ctx.threads) and self._next < len(self._plan):
+            chunk, _, ranges = self._plan[self._next]
+            self._pending.append(self._pool.submit(self._ctx.workers.summarise, chunk, ranges))
+            self._next += 1
+
+    def next(self) -> list[Summary]:
+        future = self._pending.pop(0)
+        index = self._next - len(self._pending) - 1
+        try:
+            summaries = future.result()
+        except InterruptedError:
+            raise ScavengeStopped() from None
+        self._fill()  # the next file is read while this one is stored
+        chunk = self._plan[index][0]
+        self._ctx.verified[id(chunk)] = chunk  # summarising checked its checksum
+        return summaries
+
+    def __exit__(self, *exc: object) -> None:
+        for future in self._pending:
+            future.cancel()
+        self._pool.shutdown(wait=True)
+
+
+def _save(state, rows: dict[str, StreamRow], chunk_number: int, lo, hi) -> None:
+    for row in rows.values():
+        state.save_row(row)
+    if lo is not None:
+        state.extend_chunk_timestamps(chunk_number, lo, hi)
+
+
+def _chunk_done(ctx: RunContext, users: HashUsers, started: float) -> None:
+    ctx.progress.chunks_done += 1
+    ctx.progress.hash_cache_misses = users.misses
+    ctx.progress.hash_collisions = users.collisions
+    ctx.throttle.rest_after(time.perf_counter() - started)
+
+
 def _accumulate_summary(state, rows, users, chunk, summary: Summary):
     """One logical chunk from its summary: each stream once; tombstones; metadata records."""
     for name in summary.names:
         users.observe(stream_hash(name), name)
+    state.mark_changed(summary.names)  # new events: their last number moves (calculation works on them)
     for tombstone, name, offset in summary.special:
         if tombstone:
-            _row(state, rows, name).tombstoned = True
+            _tombstone(state, rows, name)
             continue
         record, _ = chunk.read_at(offset - HEADER_SIZE)
         if record.event_type == "$metadata":
@@ -96,6 +165,7 @@ def _accumulate_records(ctx, state, rows, users, position: int, chunk_end: int):
     """One logical chunk (or the part of the active chunk before the point), record by record."""
     log = ctx.db.log
     lo = hi = None
+    seen: set[str] = set()
     while position < chunk_end:
         time.sleep(0)  # let other threads (appends) have the GIL between batches
         records, after = log.read_forward_batch(position, 256)
@@ -108,15 +178,22 @@ def _accumulate_records(ctx, state, rows, users, position: int, chunk_end: int):
             if type(record) is not EventRecord:
                 continue
             users.observe(stream_hash(record.stream), record.stream)
+            seen.add(record.stream)
             ts = record.timestamp
             lo = ts if lo is None or ts < lo else lo
             hi = ts if hi is None or ts > hi else hi
             if record.is_tombstone:
-                _row(state, rows, record.stream).tombstoned = True
+                _tombstone(state, rows, record.stream)
             elif is_metastream(record.stream) and record.event_type == "$metadata":
                 _accumulate_metadata(state, rows, record)
         position = min(after, chunk_end)
+    state.mark_changed(seen)
     return position, lo, hi
+
+
+def _tombstone(state, rows: dict[str, StreamRow], stream: str) -> None:
+    _row(state, rows, stream).tombstoned = True
+    state.mark_changed([metastream_of(stream)])  # a tombstoned stream loses its metadata too
 
 
 def _row(state, rows: dict[str, StreamRow], stream: str) -> StreamRow:

@@ -10,11 +10,12 @@ point is always kept, and so is a tombstone (unless UnsafeIgnoreHardDelete).
 from __future__ import annotations
 
 import time
-from collections import defaultdict
-from collections.abc import Iterator
+
+import numpy as np
 
 from evdb.clock import TICKS_PER_SECOND
 from evdb.index.hashing import stream_hash
+from evdb.scavenge.accumulator import MAX_AGE_SECONDS
 from evdb.scavenge.run import RunContext
 from evdb.scavenge.state import StreamRow
 from evdb.storage.records import MAX_EVENT_NUMBER, EventRecord
@@ -22,21 +23,23 @@ from evdb.streams import is_metastream, original_stream_of
 
 __all__ = ["calculate", "stream_entries"]
 
-BATCH = 200
+BATCH = 200  # streams per transaction
+ENTRIES_AT_ONCE = 1 << 18  # index entries judged in one numpy pass (bounds the memory it takes)
 
 
-def stream_entries(ctx: RunContext, stream: str, collided: set[str]) -> Iterator[tuple[int, int]]:
-    """(event number, position) of a stream's index entries before the scavenge point."""
+def stream_entries(ctx: RunContext, stream: str, collided: set[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(event numbers, positions) of a stream's index entries before the scavenge point, as arrays."""
     db, limit = ctx.db, ctx.point.position
-    check_name = stream in collided
-    for number, position in db.index.iter_forward(stream_hash(stream), 0):
-        if position >= limit:
-            continue
-        if check_name:
+    numbers, positions = db.index.entry_arrays(stream_hash(stream))
+    before = positions < limit
+    numbers, positions = numbers[before], positions[before]
+    if stream in collided:  # another stream shares the hash: keep the entries whose record is this one's
+        mine = np.zeros(len(positions), dtype=bool)
+        for i, position in enumerate(positions.tolist()):
             record = db.log.read_record(position)
-            if type(record) is not EventRecord or record.stream != stream:
-                continue
-        yield number, position
+            mine[i] = type(record) is EventRecord and record.stream == stream
+        numbers, positions = numbers[mine], positions[mine]
+    return numbers, positions
 
 
 def discard_point(row: StreamRow, last: int, original_tombstoned: bool) -> int:
@@ -57,29 +60,40 @@ def discard_point(row: StreamRow, last: int, original_tombstoned: bool) -> int:
 
 
 def calculate(ctx: RunContext) -> None:
-    state, _point = ctx.state, ctx.point
+    """Work on the streams whose row or events changed since the last calculation, and those with
+    ``$maxAge`` (see ``ScavengeState.rows_to_calculate``): another stream's discard point is what it
+    was, and the entries below it went from the index at the scavenge that set it, so it would add no
+    weight. Each batch of streams is judged at once with numpy over their index entries."""
+    state = ctx.state
     checkpoint = state.checkpoint()
     after = checkpoint.get("calculatedAfter")
     if after is None:
         state.clear_weights()
     collided = set(state.collided_streams())
     timestamps = state.chunk_timestamps()
-    chunk_size = ctx.db.log.chunk_size
-    ctx.progress.streams_total = state.stream_count()
+    ctx.progress.streams_total = state.count_to_calculate()
     ctx.progress.streams_done = 0
     tombstoned_cache: dict[str, bool] = {}
     while True:
         ctx.check_stop()
-        rows = state.rows_after(after, BATCH)
+        rows = state.rows_to_calculate(after, BATCH)
         if not rows:
             break
         started = time.perf_counter()
-        weights: dict[int, float] = defaultdict(float)
-        for row in rows:
-            _calculate_row(ctx, row, collided, timestamps, chunk_size, weights, tombstoned_cache)
+        weights: dict[int, float] = {}
+        batch: list[tuple[StreamRow, np.ndarray, np.ndarray]] = []
+        entries = 0
+        for row in rows:  # judged in bulk, a bounded number of index entries at a time
+            numbers, positions = stream_entries(ctx, row.stream, collided)
+            batch.append((row, numbers, positions))
+            entries += len(numbers)
+            if entries >= ENTRIES_AT_ONCE:
+                _add(weights, _calculate_batch(ctx, batch, timestamps, tombstoned_cache))
+                batch, entries = [], 0
+        _add(weights, _calculate_batch(ctx, batch, timestamps, tombstoned_cache))
         with state.transaction():
             for row in rows:
-                state.save_row(row)
+                state.save_row(row, dirty=False)
             state.add_weights(weights)
             after = rows[-1].stream
             state.update_checkpoint(calculatedAfter=after)
@@ -88,33 +102,58 @@ def calculate(ctx: RunContext) -> None:
     ctx.progress.weights = state.weights()
 
 
-def _calculate_row(ctx, row, collided, timestamps, chunk_size, weights, tombstoned_cache) -> None:
-    entries = list(stream_entries(ctx, row.stream, collided))
-    numbers = [n for n, _ in entries if n != MAX_EVENT_NUMBER]
-    last = max(numbers) if numbers else -1
-    original_tombstoned = False
-    if is_metastream(row.stream):
-        original = original_stream_of(row.stream)
-        if original not in tombstoned_cache:
-            original_row = ctx.state.row(original)
-            tombstoned_cache[original] = bool(original_row and original_row.tombstoned)
-        original_tombstoned = tombstoned_cache[original]
-    row.last_number = last
-    row.discard_point = discard_point(row, last, original_tombstoned)
-    cutoff = None
-    if row.max_age is not None and not is_metastream(row.stream):
-        cutoff = ctx.point.effective_now - row.max_age * TICKS_PER_SECOND
-    for number, position in entries:
-        chunk = position // chunk_size
-        if number == MAX_EVENT_NUMBER:
-            if ctx.unsafe_ignore_hard_delete:
-                weights[chunk] += 2
-            continue
-        if number < row.discard_point:
-            weights[chunk] += 2
-        elif cutoff is not None and number != last:
-            lo, hi = timestamps.get(chunk, (0, 0))
-            if hi < cutoff:
-                weights[chunk] += 2
-            elif lo < cutoff:
-                weights[chunk] += 1
+def _add(weights: dict[int, float], more: dict[int, float]) -> None:
+    for chunk, weight in more.items():
+        weights[chunk] = weights.get(chunk, 0.0) + weight
+
+
+def _calculate_batch(ctx, batch, timestamps, tombstoned_cache) -> dict[int, float]:
+    """Each row's last number and discard point (set on the row); the weights its removable entries
+    (``batch``: rows with their entries' numbers and positions) add per chunk."""
+    if not batch:
+        return {}
+    numbers, positions, points, lasts, cutoffs = [], [], [], [], []
+    no_cutoff = np.iinfo(np.int64).min  # nothing is older than it
+    for row, n, p in batch:
+        events = n[n != MAX_EVENT_NUMBER]
+        last = int(events.max()) if len(events) else -1
+        original_tombstoned = False
+        if is_metastream(row.stream):
+            original = original_stream_of(row.stream)
+            if original not in tombstoned_cache:
+                original_row = ctx.state.row(original)
+                tombstoned_cache[original] = bool(original_row and original_row.tombstoned)
+            original_tombstoned = tombstoned_cache[original]
+        row.last_number = last
+        row.discard_point = discard_point(row, last, original_tombstoned)
+        cutoff = no_cutoff
+        # an age too long to count in ticks (saved by an older version) is no limit
+        if row.max_age is not None and row.max_age <= MAX_AGE_SECONDS and not is_metastream(row.stream):
+            cutoff = max(no_cutoff + 1, ctx.point.effective_now - row.max_age * TICKS_PER_SECOND)
+        numbers.append(n)
+        positions.append(p)
+        points.append(np.full(len(n), row.discard_point, dtype=np.int64))
+        lasts.append(np.full(len(n), last, dtype=np.int64))
+        cutoffs.append(np.full(len(n), cutoff, dtype=np.int64))
+    number, position = np.concatenate(numbers), np.concatenate(positions)
+    if not len(number):
+        return {}
+    point, lasts_, cutoffs_ = np.concatenate(points), np.concatenate(lasts), np.concatenate(cutoffs)
+    chunk = position // ctx.db.log.chunk_size
+    tombstone = number == MAX_EVENT_NUMBER
+    weight = np.zeros(len(number), dtype=np.float64)
+    if ctx.unsafe_ignore_hard_delete:
+        weight[tombstone] = 2
+    definite = ~tombstone & (number < point)
+    weight[definite] = 2
+    maybe = ~tombstone & ~definite & (cutoffs_ != no_cutoff) & (number != lasts_)
+    if maybe.any():
+        # a chunk whose timestamps are all older than the cut-off: a definite removal; straddling it: a
+        # maybe (the executor checks each record's own time); no timestamps known: (0, 0)
+        lo = np.array([timestamps.get(c, (0, 0))[0] for c in chunk.tolist()], dtype=np.int64)
+        hi = np.array([timestamps.get(c, (0, 0))[1] for c in chunk.tolist()], dtype=np.int64)
+        weight[maybe & (hi < cutoffs_)] = 2
+        weight[maybe & (hi >= cutoffs_) & (lo < cutoffs_)] = 1
+    chunks, where = np.unique(chunk, return_inverse=True)
+    sums = np.bincount(where, weights=weight)
+    return {int(c): float(w) for c, w in zip(chunks.tolist(), sums.tolist(), strict=True) if w}

@@ -25,10 +25,12 @@ from evdb.errors import CorruptedFile
 from evdb.storage import records as rec
 from evdb.storage.chunk import HEADER_SIZE, Chunk
 
-__all__ = ["DecisionTable", "RecordTable", "discard_mask", "record_table"]
+__all__ = ["DecisionTable", "RecordTable", "discard_mask", "load_compiled", "record_table"]
 
 _HS = HEADER_SIZE
 _STREAM_AT = 4 + rec.EVENT_HEADER.size  # stream name bytes, from the frame start
+_EVENT_BODY = rec.EVENT_HEADER.size  # an event's body holds at least its header and stream name
+_SYSTEM_BODY = rec.SYSTEM_HEADER.size
 _YIELD_EVERY = 4096  # records between GIL yields in the Python loops
 _BLOCK = 65536  # records per numpy block (keeps each GIL-holding stretch short)
 _unpack_len = struct.Struct("<I").unpack_from
@@ -88,6 +90,34 @@ class RecordTable:
         return len(self.offsets)
 
 
+_kernels_module = None  # evdb.scavenge.framescan, once imported and compiled in this process
+#: whether record_table walks frames with the compiled kernels by default: in the scavenge worker
+#: processes (they call load_compiled at start-up); the node process keeps the numpy path
+_use_compiled = False
+
+
+def _kernels():
+    global _kernels_module
+    if _kernels_module is None:
+        from evdb.scavenge import framescan
+
+        framescan.warm_up()
+        _kernels_module = framescan
+    return _kernels_module
+
+
+def load_compiled() -> bool:
+    """Import the compiled record walk in this process, compile it (or load it from numba's cache)
+    now, and use it from now on; False, with the numpy path kept, when that fails."""
+    global _use_compiled
+    try:
+        _kernels()
+    except Exception:  # numba missing, or unable to compile here: the numpy path gives the same tables
+        return False
+    _use_compiled = True
+    return True
+
+
 def _record_offsets(chunk: Chunk, should_stop: Callable[[], bool]) -> np.ndarray:
     """Absolute frame offsets of every record in the chunk's valid data."""
     end = _HS + chunk.physical_end
@@ -135,12 +165,68 @@ def record_table(
     *,
     verify: bool = True,
     streams: bool = True,
+    compiled: bool | None = None,
 ) -> RecordTable:
     """Every record of a completed ``chunk``; without ``streams`` the runs are not worked out (a
-    merge copies every record and needs no names)."""
+    merge copies every record and needs no names). ``compiled``: walk the frames with the compiled
+    kernels or with numpy (the same table); by default, compiled once :func:`load_compiled` ran here."""
     where = chunk.path or chunk.file_name
     if verify:
         verify_checksum(chunk)
+    if compiled is None:
+        compiled = _use_compiled
+    if should_stop():
+        raise InterruptedError("scan stopped")
+    if compiled:
+        columns = _compiled_columns(chunk, where)
+    else:
+        columns = _numpy_columns(chunk, should_stop, where, streams)
+    offsets, sizes, types, flags, positions, numbers, timestamps, name_lengths, new_run = columns
+    if streams:
+        run_of, run_names, run_starts = _runs(
+            chunk.buffer, offsets, types, name_lengths, new_run, should_stop, where
+        )
+    else:
+        run_of, run_names, run_starts = np.full(len(offsets), -1, dtype=np.int64), [], np.zeros(0, np.int64)
+    return RecordTable(
+        offsets, sizes, types, flags, positions, numbers, timestamps, run_of, run_names, run_starts
+    )
+
+
+def _raise(where: str, kind: int, offset: int, value: int) -> None:
+    """The error of the first bad record, in the words of the record decoder."""
+    at = offset - _HS
+    if kind == 1:
+        raise CorruptedFile(where, f"bad record length {value} at offset {at}")
+    if kind == 2:
+        raise CorruptedFile(where, f"record checksum mismatch at offset {at}")
+    if kind == 3:
+        raise CorruptedFile(where, f"record at offset {at} claims position {value}")
+    raise CorruptedFile(where, f"undecodable record at offset {at}: too short for its header")
+
+
+def _compiled_columns(chunk: Chunk, where: str):
+    kernels = _kernels()
+    buf = np.frombuffer(chunk.buffer, dtype=np.uint8)
+    end = _HS + chunk.physical_end
+    posmap = chunk.posmap_offsets()
+    if posmap is not None:
+        offsets = posmap.astype(np.int64) + _HS
+    elif chunk.is_scavenged:
+        offsets = np.zeros(0, dtype=np.int64)
+    else:
+        offsets, stop = kernels.record_offsets(buf, _HS, end)
+        if stop != end:
+            raise CorruptedFile(where, f"bad record length before offset {end - _HS}")
+    sizes, types, flags, positions, numbers, timestamps, name_lengths, new_run, kind, i, value = (
+        kernels.scan_records(buf, offsets, end, chunk.start_position, not chunk.is_scavenged)
+    )
+    if kind:
+        _raise(where, kind, int(offsets[i]), int(positions[i]) if kind == 3 else int(value))
+    return offsets, sizes, types, flags, positions, numbers, timestamps, name_lengths, new_run
+
+
+def _numpy_columns(chunk: Chunk, should_stop: Callable[[], bool], where: str, streams: bool):
     offsets = _record_offsets(chunk, should_stop)
     buf = chunk.buffer
     words = _Words(buf)
@@ -161,67 +247,80 @@ def record_table(
             bad[-1] = True
     if bad.any():
         i = int(np.argmax(bad))
-        raise CorruptedFile(where, f"bad record length {int(n[i])} at offset {int(offsets[i]) - _HS}")
+        _raise(where, 1, int(offsets[i]), int(n[i]))
     trailer = words.get(offsets + 8 + n, 4, np.int64)
     types = ((first >> np.uint64(32)) & np.uint64(0xFF)).astype(np.uint8)
     positions = np.ascontiguousarray(head[:, 1]).view(np.int64)
     bad = (trailer != n) | ((types != rec.RecordType.EVENT) & (types != rec.RecordType.SYSTEM))
     if bad.any():
         i = int(np.argmax(bad))
-        raise CorruptedFile(where, f"record checksum mismatch at offset {int(offsets[i]) - _HS}")
+        _raise(where, 2, int(offsets[i]), 0)
     if not chunk.is_scavenged:
         wrong = positions != chunk.start_position + offsets - _HS
         if wrong.any():
             i = int(np.argmax(wrong))
-            raise CorruptedFile(
-                where, f"record at offset {int(offsets[i]) - _HS} claims position {int(positions[i])}"
-            )
+            _raise(where, 3, int(offsets[i]), int(positions[i]))
     is_event = types == rec.RecordType.EVENT
     flags = np.where(is_event, (first >> np.uint64(48)).astype(np.int64), 0)
     numbers = np.ascontiguousarray(head[:, 2]).view(np.int64)
     timestamps = np.ascontiguousarray(head[:, 3]).view(np.int64)
-    lengths = head[:, 6]
+    name_lengths = np.where(is_event, (head[:, 6] & np.uint64(0xFFFF)).astype(np.int64), 0)
     del head
+    short = np.where(is_event, n < _EVENT_BODY + name_lengths, n < _SYSTEM_BODY)
+    if short.any():
+        i = int(np.argmax(short))
+        _raise(where, 4, int(offsets[i]), 0)
     if streams:
-        run_of, run_names, run_starts = _runs(buf, words, offsets, lengths, is_event, should_stop, where)
+        new_run = _new_runs(buf, words, offsets, name_lengths, is_event)
     else:
-        run_of, run_names, run_starts = np.full(len(offsets), -1, dtype=np.int64), [], np.zeros(0, np.int64)
-    return RecordTable(
-        offsets, sizes, types, flags, positions, numbers, timestamps, run_of, run_names, run_starts
-    )
+        new_run = np.zeros(len(offsets), dtype=bool)
+    return offsets, sizes, types, flags, positions, numbers, timestamps, name_lengths, new_run
 
 
-def _runs(buf, words, offsets, lengths, is_event, should_stop, where):
-    """Split the events into runs of one stream; decode each run's stream name once."""
+def _new_runs(buf, words, offsets, ls, is_event) -> np.ndarray:
+    """Where a run of one stream's events starts: at every event whose stream name is not the
+    previous record's (compared exactly: two 16-byte windows, masked to the name, for names of up to
+    32 bytes; the whole name for longer ones)."""
     count = len(offsets)
     if not count:
-        return np.zeros(0, dtype=np.int64), [], np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=bool)
     starts = offsets + _STREAM_AT
-    ls = np.where(is_event, (lengths & np.uint64(0xFFFF)).astype(np.int64), 0)
-    # two 16-byte windows, at the start and at the end of the name, cover names of up to 32 bytes;
-    # a window may reach into neighbouring bytes (that only splits runs, never joins two streams)
-    tail = starts + ls - 16
-    head, end = words.u64s(starts, 2), words.u64s(tail, 2)
-    keys = [head[:, 0], head[:, 1], end[:, 0], end[:, 1]]
+    head = words.u64s(starts, 2)
+    # the head window covers the first min(length, 16) bytes of the name: mask off what follows it
+    ones = np.uint64(0xFFFFFFFFFFFFFFFF)
+    first = np.minimum(ls, 8)
+    second = np.clip(ls - 8, 0, 8)
+    head[:, 0] &= np.where(first >= 8, ones, (np.uint64(1) << (first * 8).astype(np.uint64)) - np.uint64(1))
+    head[:, 1] &= np.where(second >= 8, ones, (np.uint64(1) << (second * 8).astype(np.uint64)) - np.uint64(1))
+    # names of 17 to 32 bytes: the tail window (the last 16 bytes) lies inside the name too
+    tail = words.u64s(starts + ls - 16, 2)
+    tail[ls <= 16] = 0
     same = is_event.copy()
     same[0] = False
     same[1:] &= is_event[:-1] & (ls[1:] == ls[:-1])
-    for key in keys:
+    for key in (head[:, 0], head[:, 1], tail[:, 0], tail[:, 1]):
         same[1:] &= key[1:] == key[:-1]
     # long names: compare the whole name with the previous record's
     for i in np.nonzero(same & (ls > 32))[0].tolist():
         a, b, size = int(starts[i]), int(starts[i - 1]), int(ls[i])
         if buf[a : a + size] != buf[b : b + size]:
             same[i] = False
-    new_run = is_event & ~same
+    return is_event & ~same
+
+
+def _runs(buf, offsets, types, name_lengths, new_run, should_stop, where):
+    """Each event's run (of one stream; -1 for system records); each run's stream name, decoded once."""
+    count = len(offsets)
+    if not count:
+        return np.zeros(0, dtype=np.int64), [], np.zeros(0, dtype=np.int64)
     run_starts = np.nonzero(new_run)[0]
-    run_of = np.cumsum(new_run) - 1
-    run_of = np.where(is_event, run_of, -1)
+    run_of = np.where(types == rec.RecordType.EVENT, np.cumsum(new_run) - 1, -1)
+    starts = offsets + _STREAM_AT
     names: list[str] = []
     for k, i in enumerate(run_starts.tolist()):
         a = int(starts[i])
         try:
-            names.append(buf[a : a + int(ls[i])].decode())
+            names.append(buf[a : a + int(name_lengths[i])].decode())
         except UnicodeDecodeError as exc:
             raise CorruptedFile(
                 where, f"undecodable record at offset {int(offsets[i]) - _HS}: {exc}"

@@ -50,8 +50,10 @@ def _merge(ctx: RunContext, group: list[Chunk]) -> None:
     log = ctx.db.log
     first, last = group[0], group[-1]
     builder = log.new_chunk_builder(first.start_number, last.end_number, temp_suffix=".merge.scavenge.tmp")
+    verified = all(ctx.verified.get(id(c)) is c for c in group)  # read or written whole by this run
     try:
-        new, _ = ctx.workers.copy(group, builder, None)  # aborts the builder when it fails
+        # aborts the builder when it fails
+        new, _ = ctx.workers.copy(group, builder, None, verify=not verified)
     except InterruptedError:
         raise ScavengeStopped() from None
     before = sum(c.file_size for c in group)
@@ -61,6 +63,9 @@ def _merge(ctx: RunContext, group: list[Chunk]) -> None:
                 os.unlink(new.path)
             return
         log.switch_chunk(new)
+    for chunk in group:
+        ctx.verified.pop(id(chunk), None)
+    ctx.verified[id(new)] = new
     elapsed = time.perf_counter() - started
     saved = before - new.file_size
     ctx.progress.bytes_reclaimed += saved

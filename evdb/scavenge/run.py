@@ -138,6 +138,9 @@ class RunContext:
     hash_users_cache_capacity: int = 100_000
     emit: Any = None  # ScavengeEvents
     workers: Any = None  # ChunkWorkers: where per-chunk work runs
+    #: the completed chunks whose checksum this run has verified (accumulation read them whole), by
+    #: id: execution does not read them for that a second time
+    verified: dict[int, Any] = field(default_factory=dict)
     clock_time: Any = time.time
 
     def check_stop(self) -> None:

@@ -21,7 +21,7 @@ from evdb.scavenge.merger import merge_chunks
 from evdb.scavenge.point import ScavengePoint, latest_point, write_point
 from evdb.scavenge.run import Progress, RunContext, ScavengeStopped, Throttle, timespan
 from evdb.scavenge.state import ScavengeState
-from evdb.scavenge.workers import ChunkWorkers
+from evdb.scavenge.workers import ChunkWorkers, WorkerPool
 
 __all__ = ["STAGES", "ScavengeOptions", "ScavengeResult", "Scavenger"]
 
@@ -69,8 +69,11 @@ class Scavenger:
         node_endpoint: str = "",
         set_status: Callable[[str], None] = lambda status: None,
         wall_clock: Callable[[], float] = time.time,
+        workers: WorkerPool | None = None,
     ) -> None:
         self.db = db
+        #: where per-chunk work runs: the service's pool (kept between runs), else one for this run
+        self.workers = workers
         self.state = state
         self.options = options
         self.scavenge_id = scavenge_id
@@ -185,7 +188,7 @@ class Scavenger:
             clock_time=self.wall_clock,
         )
         error: str | None = None
-        ctx.workers = ChunkWorkers(self.options.threads, self.stop_event, self.logger)
+        ctx.workers = ChunkWorkers(self.options.threads, self.stop_event, self.logger, self.workers)
         try:
             self._run_stages(ctx)
             result = ScavengeResult.SUCCESS

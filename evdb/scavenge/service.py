@@ -18,6 +18,7 @@ from evdb.scavenge.params import ScavengeRequest
 from evdb.scavenge.point import latest_point
 from evdb.scavenge.scavenger import ScavengeOptions, Scavenger, ScavengeResult
 from evdb.scavenge.state import ScavengeState
+from evdb.scavenge.workers import WorkerPool
 
 __all__ = ["MAX_THREADS", "POINT_ORIGINS", "ScavengeRequest", "ScavengeService"]
 
@@ -46,9 +47,14 @@ class ScavengeService:
         cache_size_bytes: int = 64 * 1024 * 1024,
         set_status: Callable[[str], None] = lambda status: None,
         wall_clock: Callable[[], float] = time.time,
+        workers: WorkerPool | None = None,
     ) -> None:
         self.db = db
         self.logger = logger
+        #: the scavenge worker processes, kept from one run to the next (a pool given here is the
+        #: caller's to close; one made here is closed by close())
+        self.workers = workers if workers is not None else WorkerPool(logger)
+        self._own_workers = workers is None
         self.node_endpoint = node_endpoint
         self.defaults = ScavengeOptions(
             merging=merging,
@@ -133,6 +139,7 @@ class ScavengeService:
                 node_endpoint=self.node_endpoint,
                 set_status=self.set_status,
                 wall_clock=self.wall_clock,
+                workers=self.workers,
             )
             checkpoint_stage = self.state.checkpoint().get("stage")
             newest = latest_point(self.db)
@@ -269,4 +276,6 @@ class ScavengeService:
         if current is not None:
             current.stop()
             self._done.wait()
+        if self._own_workers:
+            self.workers.close()
         self.state.close()

@@ -32,11 +32,20 @@ CREATE TABLE IF NOT EXISTS streams (
     truncate_before INTEGER,
     meta_number INTEGER,
     last_number INTEGER,
-    discard_point INTEGER NOT NULL DEFAULT 0
+    discard_point INTEGER NOT NULL DEFAULT 0,
+    dirty INTEGER NOT NULL DEFAULT 1
 );
 CREATE TABLE IF NOT EXISTS chunk_timestamps (chunk INTEGER PRIMARY KEY, min_ts INTEGER NOT NULL, max_ts INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS chunk_weights (chunk INTEGER PRIMARY KEY, weight REAL NOT NULL);
 """
+
+
+_DAMAGED = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)  # primary result codes of a damaged file
+
+#: the streams calculation works on: those whose row or events changed since it last ran (``dirty``),
+#: and those with ``$maxAge``, whose cut-off moves with every scavenge point
+_TO_CALCULATE = "dirty = 1 OR max_age IS NOT NULL"
+_COLUMNS = "stream, tombstoned, max_age, max_count, truncate_before, meta_number, last_number, discard_point"
 
 
 def to_signed(h: int) -> int:
@@ -81,13 +90,22 @@ class ScavengeState:
                 c.execute("PRAGMA journal_mode = WAL")
                 c.execute("PRAGMA synchronous = NORMAL")
             c.executescript(_SCHEMA)
+            columns = [r[1] for r in c.execute("PRAGMA table_info(streams)")]
+            if "dirty" not in columns:  # written by an earlier version: every stream is calculated once
+                c.execute("ALTER TABLE streams ADD COLUMN dirty INTEGER NOT NULL DEFAULT 1")
+            c.execute(
+                f"CREATE INDEX IF NOT EXISTS streams_to_calculate ON streams (stream) WHERE {_TO_CALCULATE}"
+            )
         except sqlite3.DatabaseError as exc:
             c.close()
-            raise CorruptedFile(
-                path or ":memory:",
-                f"the scavenge database cannot be read ({exc}); move it aside to start the scavenge "
-                "state afresh (the next scavenge then accumulates every chunk again)",
-            ) from exc
+            raise self._unreadable(exc) from exc
+
+    def _unreadable(self, exc: sqlite3.DatabaseError) -> CorruptedFile:
+        return CorruptedFile(
+            self.path or ":memory:",
+            f"the scavenge database cannot be read ({exc}); move it aside to start the scavenge "
+            "state afresh (the next scavenge then accumulates every chunk again)",
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -99,7 +117,13 @@ class ScavengeState:
 
     def execute(self, sql: str, params: tuple | list = ()) -> sqlite3.Cursor:
         with self._lock:
-            return self._conn.execute(sql, params)
+            try:
+                return self._conn.execute(sql, params)
+            except sqlite3.DatabaseError as exc:
+                # damage found in a page only a later statement reads: say which file, as at the open
+                if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _DAMAGED:
+                    raise self._unreadable(exc) from exc
+                raise
 
     # -- checkpoint -----------------------------------------------------------------------------------
     def checkpoint(self) -> dict[str, Any]:
@@ -120,35 +144,49 @@ class ScavengeState:
 
     # -- streams --------------------------------------------------------------------------------------
     def row(self, stream: str) -> StreamRow | None:
-        r = self.execute(
-            "SELECT stream, tombstoned, max_age, max_count, truncate_before, meta_number, last_number, discard_point "
-            "FROM streams WHERE stream = ?",
-            (stream,),
-        ).fetchone()
+        r = self.execute(f"SELECT {_COLUMNS} FROM streams WHERE stream = ?", (stream,)).fetchone()
         return _row(r) if r else None
 
     def rows_after(self, after: str | None, limit: int) -> list[StreamRow]:
         cursor = self.execute(
-            "SELECT stream, tombstoned, max_age, max_count, truncate_before, meta_number, last_number, discard_point "
-            "FROM streams WHERE stream > ? ORDER BY stream LIMIT ?",
+            f"SELECT {_COLUMNS} FROM streams WHERE stream > ? ORDER BY stream LIMIT ?", (after or "", limit)
+        )
+        return [_row(r) for r in cursor.fetchall()]
+
+    def rows_to_calculate(self, after: str | None, limit: int) -> list[StreamRow]:
+        """The next ``limit`` streams calculation works on, after ``after``, by name."""
+        cursor = self.execute(
+            f"SELECT {_COLUMNS} FROM streams WHERE stream > ? AND ({_TO_CALCULATE}) ORDER BY stream LIMIT ?",
             (after or "", limit),
         )
         return [_row(r) for r in cursor.fetchall()]
 
+    def count_to_calculate(self) -> int:
+        return self.execute(f"SELECT COUNT(*) FROM streams WHERE {_TO_CALCULATE}").fetchone()[0]
+
+    def mark_changed(self, streams) -> None:
+        """Those of ``streams`` the scavenge database has a row for changed (new events, a new hash
+        collision): the next calculation works on them again."""
+        names = list(streams)
+        for i in range(0, len(names), 500):
+            batch = names[i : i + 500]
+            self.execute(
+                f"UPDATE streams SET dirty = 1 WHERE dirty = 0 AND stream IN ({', '.join('?' * len(batch))})",
+                batch,
+            )
+
     def all_rows(self) -> dict[str, StreamRow]:
-        cursor = self.execute(
-            "SELECT stream, tombstoned, max_age, max_count, truncate_before, meta_number, last_number, discard_point "
-            "FROM streams"
-        )
+        cursor = self.execute(f"SELECT {_COLUMNS} FROM streams")
         return {r[0]: _row(r) for r in cursor.fetchall()}
 
-    def save_row(self, row: StreamRow) -> None:
+    def save_row(self, row: StreamRow, *, dirty: bool = True) -> None:
+        """Store ``row``; ``dirty``: the next calculation works on it (calculation saves it clean)."""
         self.execute(
-            "INSERT INTO streams (stream, tombstoned, max_age, max_count, truncate_before, meta_number, last_number, "
-            "discard_point) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stream) DO UPDATE SET "
+            f"INSERT INTO streams ({_COLUMNS}, dirty) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (stream) DO UPDATE SET "
             "tombstoned = excluded.tombstoned, max_age = excluded.max_age, max_count = excluded.max_count, "
             "truncate_before = excluded.truncate_before, meta_number = excluded.meta_number, "
-            "last_number = excluded.last_number, discard_point = excluded.discard_point",
+            "last_number = excluded.last_number, discard_point = excluded.discard_point, dirty = excluded.dirty",
             (
                 row.stream,
                 int(row.tombstoned),
@@ -158,6 +196,7 @@ class ScavengeState:
                 row.meta_number,
                 row.last_number,
                 row.discard_point,
+                int(dirty),
             ),
         )
 
@@ -258,3 +297,4 @@ class HashUsers:
                 self._state.execute(
                     "INSERT OR IGNORE INTO collisions (stream, hash) VALUES (?, ?)", (name, to_signed(h))
                 )
+            self._state.mark_changed((known, stream))  # their entries are told apart by name from now on

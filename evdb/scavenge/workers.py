@@ -1,14 +1,22 @@
 """Per-chunk scavenge work in worker processes, so the node's GIL stays free for appends and reads.
 
 A worker opens the chunk file itself (read-only) and either summarises it for accumulation or
-writes its scavenged (or merged) copy under a temporary name, fsynced, exactly as the scavenge
-thread would; the node keeps the scavenge state, the switch-in (rename, delete) and the index.
-A stop request reaches the workers through a shared event. A worker whose node has died exits at
-once, idle or busy: it watches the read end of a pipe whose only write end the node holds, and the
-node's death (even by SIGKILL) closes that end; a copy the worker was writing stays behind under its
-``*.tmp`` name, which the log deletes (naming it) when the database opens again. Used for databases
-on disk with chunks of at least :data:`PROCESS_MIN_CHUNK_SIZE`; smaller chunks (tests, in-memory
-databases) are worked on in the scavenge thread with the same functions.
+writes its scavenged (or merged) copy under a temporary name, exactly as the scavenge thread would
+(execution leaves the fsync to the scavenge thread, which makes it while the next copy is written);
+the node keeps the scavenge state, the switch-in (rename, delete) and the index.
+
+The processes belong to a :class:`WorkerPool` that outlives a run: the scavenge service owns one,
+started at the first run that needs it (each process imports evdb and compiles the record walk,
+evdb/scavenge/framescan.py, or loads it from numba's cache) and shut down when the service closes, at
+node stop. A stop request reaches running work through a shared event, cleared as each run begins.
+A worker that dies breaks the pool: the rest of that run works in the scavenge thread, and the next
+run starts fresh processes. A worker whose node has died exits at once, idle or busy: it watches the
+read end of a pipe whose only write end the node holds, and the node's death (even by SIGKILL)
+closes that end; a copy the worker was writing stays behind under its ``*.tmp`` name, which the log
+deletes (naming it) when the database opens again. Used for databases on disk with chunks of at
+least :data:`PROCESS_MIN_CHUNK_SIZE` holding at least :data:`PROCESS_MIN_DATA`; smaller chunks
+(tests, in-memory or near-empty databases) are worked on in the scavenge thread with the same
+functions (and the numpy record walk: the node process never imports numba).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import logging
 import multiprocessing
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -26,20 +35,32 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from evdb.errors import CorruptedFile
-from evdb.scavenge.chunkscan import DecisionTable, discard_mask, record_table
+from evdb.scavenge.chunkscan import DecisionTable, discard_mask, load_compiled, record_table
+from evdb.storage import disk
 from evdb.storage.chunk import Chunk, ChunkBuilder
+from evdb.storage.disk import OsDisk
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
     from multiprocessing.synchronize import Event
 
-__all__ = ["PROCESS_MIN_CHUNK_SIZE", "ChunkWorkers", "Summary", "build_copy", "summarise"]
+__all__ = [
+    "MAX_WORKERS",
+    "PROCESS_MIN_CHUNK_SIZE",
+    "ChunkWorkers",
+    "Summary",
+    "WorkerPool",
+    "build_copy",
+    "summarise",
+]
 
 #: chunks at least this big are read and copied in worker processes (when the database is on disk)
 PROCESS_MIN_CHUNK_SIZE = 16 * 1024 * 1024
 #: ... and only when they hold at least this much data: starting a worker process (importing numpy)
 #: costs more than reading a few MiB in the scavenge thread, so a near-empty database never pays it
 PROCESS_MIN_DATA = 8 * 1024 * 1024
+#: the most worker processes a pool starts (a run's ``threads`` is at most 4: KurrentDB's clamp)
+MAX_WORKERS = 4
 
 
 @dataclass
@@ -88,13 +109,18 @@ def build_copy(
     builder: ChunkBuilder,
     decisions: DecisionTable | None,
     should_stop: Callable[[], bool],
+    *,
+    verify: bool = True,
+    sync: bool = True,
 ) -> tuple[Chunk, int]:
     """Copy ``chunks`` into ``builder`` without the records ``decisions`` removes (all of them are
-    kept without decisions: a merge); returns the finished chunk and how many records went."""
+    kept without decisions: a merge); returns the finished chunk and how many records went.
+    ``verify``: check each chunk's checksum first (off for a chunk this run has checked already);
+    ``sync``: fsync the copy (off when the caller fsyncs it, before it is switched in)."""
     removed = 0
     try:
         for chunk in chunks:
-            table = record_table(chunk, should_stop, streams=decisions is not None)
+            table = record_table(chunk, should_stop, streams=decisions is not None, verify=verify)
             if decisions is None:
                 builder.add_records(chunk.buffer, table.offsets, table.sizes, table.positions, should_stop)
             else:
@@ -104,7 +130,7 @@ def build_copy(
                     chunk.buffer, table.offsets[keep], table.sizes[keep], table.positions[keep], should_stop
                 )
             del table
-        return builder.finish(), removed
+        return builder.finish(sync=sync), removed
     except BaseException:
         builder.abort()
         raise
@@ -119,10 +145,46 @@ class _Corrupted(Exception):
     """CorruptedFile, in a form that crosses the process boundary."""
 
 
+class _WritebackDisk:
+    """The worker processes' disk: it asks the kernel to start writing back every few MiB a copy
+    writes, as it writes them (``disk.start_writeback``), so the copy reaches the disk while the rest
+    of it is made and its fsync finds little left to do, and the disk's queue never holds a whole
+    chunk's worth in front of the node's appends. Everything else is the plain OS disk."""
+
+    _EVERY = 8 << 20
+
+    open = staticmethod(os.open)
+    ftruncate = staticmethod(os.ftruncate)
+    fdatasync = staticmethod(os.fdatasync)
+    rename = staticmethod(os.rename)
+    replace = staticmethod(os.replace)
+    unlink = staticmethod(os.unlink)
+    fsync_dir = staticmethod(OsDisk.fsync_dir)
+
+    def __init__(self) -> None:
+        self._written: dict[int, int] = {}  # fd -> bytes written since the last writeback started
+
+    def pwrite(self, fd: int, data, offset: int) -> int:
+        count = os.pwrite(fd, data, offset)
+        pending = self._written.get(fd, 0) + count
+        if pending >= self._EVERY:
+            disk.start_writeback(fd)
+            pending = 0
+        self._written[fd] = pending
+        return count
+
+    def fsync(self, fd: int) -> None:
+        self._written.pop(fd, None)
+        os.fsync(fd)
+
+
 def _init(stop: Event, parent: int, lifeline) -> None:
     global _stop, _parent
     _stop, _parent = stop, parent
+    os.nice(4)  # background work: the node's request threads come first when the CPUs are busy
+    disk.current = _WritebackDisk()
     threading.Thread(target=_watch_parent, args=(lifeline,), name="evdb-parent-watch", daemon=True).start()
+    load_compiled()  # compile the record walk (or load it from numba's cache) before any chunk waits
 
 
 def _watch_parent(lifeline) -> None:
@@ -140,6 +202,10 @@ def _should_stop() -> bool:
     return _stop.is_set() or os.getppid() != _parent
 
 
+def _ready() -> int:
+    return os.getpid()
+
+
 def _summarise_file(path: str, ranges: list[tuple[int, int]]) -> list[Summary]:
     try:
         return summarise(Chunk.open(path, verify=False), ranges, _should_stop)
@@ -147,11 +213,13 @@ def _summarise_file(path: str, ranges: list[tuple[int, int]]) -> list[Summary]:
         raise _Corrupted(exc.path, exc.reason) from None
 
 
-def _copy_files(paths: list[str], builder_args: dict, decisions: DecisionTable | None) -> tuple[str, int]:
+def _copy_files(
+    paths: list[str], builder_args: dict, decisions: DecisionTable | None, verify: bool, sync: bool
+) -> tuple[str, int]:
     try:
         chunks = [Chunk.open(p, verify=False) for p in paths]
         builder = ChunkBuilder(**builder_args)
-        new, removed = build_copy(chunks, builder, decisions, _should_stop)
+        new, removed = build_copy(chunks, builder, decisions, _should_stop, verify=verify, sync=sync)
     except CorruptedFile as exc:
         raise _Corrupted(exc.path, exc.reason) from None
     assert new.path is not None  # builder_args name a folder: workers copy on-disk chunks only
@@ -171,18 +239,109 @@ def _builder_args(builder: ChunkBuilder) -> dict:
     }
 
 
-class ChunkWorkers:
-    """Runs per-chunk work in worker processes when that pays, else in the calling thread."""
+class WorkerPool:
+    """Scavenge worker processes that outlive a run: started when the first run needs them (at most
+    :data:`MAX_WORKERS`, one more only when every started one is busy), kept for the next runs, and
+    shut down by :meth:`close` (the scavenge service's, when the node stops or reopens its database).
+    One run uses the pool at a time; :meth:`begin_run` clears the stop flag the last one may have set.
+    A pool whose process died is dropped; the next run starts fresh processes."""
 
-    def __init__(self, threads: int, stop: threading.Event, logger: logging.Logger | None = None) -> None:
-        self.threads = max(1, threads)
-        self.stop = stop
+    def __init__(self, logger: logging.Logger | None = None) -> None:
         self.logger = logger or logging.getLogger(__name__)
-        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._executor: concurrent.futures.ProcessPoolExecutor | None = None
         self._shared_stop: Event | None = None
         #: (read end, write end): the workers exit when the write end closes
         self._lifeline: tuple[Connection, Connection] | None = None
-        self._lock = threading.Lock()
+        self._closed = False
+        self.starts = 0  # how many times worker processes were started afresh (tests, the log)
+
+    def begin_run(self) -> None:
+        with self._lock:
+            if self._shared_stop is not None:
+                self._shared_stop.clear()
+
+    def submit(self, fn, *args) -> tuple[concurrent.futures.Future, Event]:
+        with self._lock:
+            if self._closed:
+                raise concurrent.futures.process.BrokenProcessPool("the scavenge worker pool was closed")
+            if self._executor is None:
+                context = multiprocessing.get_context("spawn")  # never fork a node's threads
+                self._shared_stop = context.Event()
+                self._lifeline = lifeline = context.Pipe(duplex=False)
+                self._executor = concurrent.futures.ProcessPoolExecutor(
+                    max_workers=MAX_WORKERS,
+                    mp_context=context,
+                    initializer=_init,
+                    initargs=(self._shared_stop, os.getpid(), lifeline[0]),
+                )
+                self.starts += 1
+            assert self._shared_stop is not None  # made with the executor
+            return self._executor.submit(fn, *args), self._shared_stop
+
+    def start(self, count: int = 1) -> float:
+        """Start ``count`` worker processes now (each imports evdb and compiles the record walk) and
+        wait until they answer; returns the seconds it took."""
+        started = time.perf_counter()
+        futures = [self.submit(_ready)[0] for _ in range(count)]
+        for future in futures:
+            future.result()
+        return time.perf_counter() - started
+
+    def pids(self) -> list[int]:
+        """The worker processes running now (tests)."""
+        with self._lock:
+            executor = self._executor
+            processes = dict(getattr(executor, "_processes", None) or {}) if executor is not None else {}
+        return sorted(processes)
+
+    def broken(self, exc: BaseException) -> None:
+        """A worker process died: drop this set of processes (the next run starts new ones)."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+            lifeline, self._lifeline = self._lifeline, None
+            self._shared_stop = None
+        if executor is not None:
+            self.logger.warning(
+                "SCAVENGING: Scavenge worker processes failed (%s); they are started again when needed.", exc
+            )
+            executor.shutdown(wait=False, cancel_futures=True)
+        _close_lifeline(lifeline)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            executor, self._executor = self._executor, None
+            lifeline, self._lifeline = self._lifeline, None
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+        _close_lifeline(lifeline)
+
+
+def _close_lifeline(lifeline: tuple[Connection, Connection] | None) -> None:
+    if lifeline is not None:
+        for end in lifeline:
+            end.close()
+
+
+class ChunkWorkers:
+    """One run's per-chunk work: in the pool's worker processes when that pays, else in the calling
+    thread (with the same functions). Without a ``pool`` the run starts one of its own and shuts it
+    down at :meth:`close`."""
+
+    def __init__(
+        self,
+        threads: int,
+        stop: threading.Event,
+        logger: logging.Logger | None = None,
+        pool: WorkerPool | None = None,
+    ) -> None:
+        self.threads = max(1, threads)
+        self.stop = stop
+        self.logger = logger or logging.getLogger(__name__)
+        self._own_pool = pool is None
+        self.pool = pool if pool is not None else WorkerPool(self.logger)
+        self.pool.begin_run()
         self._broken = False
 
     def wanted(self, chunk: Chunk) -> bool:
@@ -201,22 +360,10 @@ class ChunkWorkers:
             self.logger.warning(
                 "SCAVENGING: Scavenge worker processes failed (%s); continuing in the scavenge thread.", exc
             )
+            self.pool.broken(exc)
 
     def _submit(self, fn, *args):
-        with self._lock:
-            if self._pool is None:
-                context = multiprocessing.get_context("spawn")  # never fork a node's threads
-                self._shared_stop = context.Event()
-                self._lifeline = lifeline = context.Pipe(duplex=False)
-                self._pool = concurrent.futures.ProcessPoolExecutor(
-                    max_workers=self.threads,
-                    mp_context=context,
-                    initializer=_init,
-                    initargs=(self._shared_stop, os.getpid(), lifeline[0]),
-                )
-            future = self._pool.submit(fn, *args)
-            shared_stop = self._shared_stop
-        assert shared_stop is not None  # made with the pool, never dropped
+        future, shared_stop = self.pool.submit(fn, *args)
         while True:
             try:
                 return future.result(timeout=0.05)
@@ -235,18 +382,27 @@ class ChunkWorkers:
         return summarise(chunk, ranges, self.stop.is_set)
 
     def copy(
-        self, chunks: list[Chunk], builder: ChunkBuilder, decisions: DecisionTable | None
+        self,
+        chunks: list[Chunk],
+        builder: ChunkBuilder,
+        decisions: DecisionTable | None,
+        *,
+        verify: bool = True,
+        sync: bool = True,
     ) -> tuple[Chunk, int]:
-        """The finished copy (under its temporary name) and how many records it left out."""
+        """The finished copy (under its temporary name; fsynced unless ``sync`` is off) and how many
+        records it left out; ``verify`` off skips the checksum of chunks this run checked already."""
         if not all(self.wanted(c) for c in chunks):
-            return build_copy(chunks, builder, decisions, self.stop.is_set)
+            return build_copy(chunks, builder, decisions, self.stop.is_set, verify=verify, sync=sync)
         args = _builder_args(builder)
         builder.abort()  # the worker writes a file of its own
         try:
-            path, removed = self._submit(_copy_files, [c.path for c in chunks], args, decisions)
+            path, removed = self._submit(_copy_files, [c.path for c in chunks], args, decisions, verify, sync)
         except concurrent.futures.process.BrokenProcessPool as exc:
             self._broke(exc)
-            return build_copy(chunks, ChunkBuilder(**args), decisions, self.stop.is_set)
+            return build_copy(
+                chunks, ChunkBuilder(**args), decisions, self.stop.is_set, verify=verify, sync=sync
+            )
         try:
             return Chunk.open(path, verify=False), removed
         except BaseException:
@@ -254,11 +410,5 @@ class ChunkWorkers:
             raise
 
     def close(self) -> None:
-        with self._lock:
-            pool, self._pool = self._pool, None
-            lifeline, self._lifeline = self._lifeline, None
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-        if lifeline is not None:
-            for end in lifeline:
-                end.close()
+        if self._own_pool:
+            self.pool.close()

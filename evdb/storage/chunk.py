@@ -648,7 +648,9 @@ class ChunkBuilder:
                 start = end
         view.release()
 
-    def finish(self) -> Chunk:
+    def finish(self, *, sync: bool = True) -> Chunk:
+        """Write the position map and the footer; fsync the file unless ``sync`` is off (the caller
+        then fsyncs it before anything makes it live: the scavenge does, while the next copy is made)."""
         self._flush_listed()
         positions = np.concatenate(self._position_parts) if self._position_parts else np.zeros(0, "<i8")
         offsets = np.concatenate(self._offset_parts) if self._offset_parts else np.zeros(0, "<i8")
@@ -663,7 +665,8 @@ class ChunkBuilder:
             assert self.path is not None  # the file was opened at self.path
             self._file.write(checksum)
             self._file.flush()
-            disk.current.fsync(self._file.fd)
+            if sync:
+                disk.current.fsync(self._file.fd)
             os.close(self._file.fd)
             self._file = None
             fd = os.open(self.path, os.O_RDONLY)

@@ -14,11 +14,13 @@ whole process with ``with use_disk(model): ...``.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import sys
 from collections.abc import Iterator
 from typing import Protocol
 
-__all__ = ["Disk", "OsDisk", "SequentialWriter", "current", "use_disk", "write_all"]
+__all__ = ["Disk", "OsDisk", "SequentialWriter", "current", "start_writeback", "use_disk", "write_all"]
 
 
 class Disk(Protocol):
@@ -79,6 +81,30 @@ def use_disk(disk: Disk) -> Iterator[Disk]:
         yield disk
     finally:
         current = previous
+
+
+def _libc_sync_file_range():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    function.restype = ctypes.c_int
+    return function
+
+
+_sync_file_range = _libc_sync_file_range()
+
+
+def start_writeback(fd: int) -> None:
+    """Ask the kernel to start writing the file's dirty pages to the disk now, without waiting for
+    it (Linux ``sync_file_range(SYNC_FILE_RANGE_WRITE)``; elsewhere nothing). Not a sync: a large
+    copy calls it as it goes, so its bytes reach the disk while the rest is copied and its fsync
+    finds little left to do. Not through ``current``: it changes nothing a power cut could undo."""
+    if _sync_file_range is not None:
+        _sync_file_range(fd, 0, 0, 2)
 
 
 def write_all(fd: int, data, offset: int) -> None:

@@ -145,3 +145,89 @@ def test_max_age_cutoff_in_ticks_is_compared_per_record(db, clock):
     mask = discard_mask(table, DecisionTable.from_decider(decider))
     events = [i for i, r in enumerate(decoded(chunk)) if type(r) is EventRecord and r.stream == "aged"]
     assert np.asarray(mask)[events].tolist() == [True, False, False]
+
+
+# -- the compiled record walk (evdb/scavenge/framescan.py, numba) against the numpy one -------------
+def same_tables(a, b) -> None:
+    for field in ("offsets", "sizes", "types", "flags", "positions", "numbers", "timestamps", "run_of"):
+        left, right = getattr(a, field), getattr(b, field)
+        assert left.dtype == right.dtype, field
+        assert left.tolist() == right.tolist(), field
+    assert a.run_names == b.run_names
+    assert a.run_starts.tolist() == b.run_starts.tolist()
+
+
+def test_the_compiled_walk_gives_the_numpy_table(db, clock):
+    chunks = fill(db, clock, seed=11)
+    # the same stream twice in a row under other event types: one run, whatever follows the name
+    db.append("s", [NewEvent("A", b"1")])
+    db.append("s", [NewEvent("Bee", b"22"), NewEvent("C", b"")])
+    db.call_in_writer(lambda ctx: ctx.complete_active_chunk())
+    chunks = [c for c in db.log.distinct_chunks() if c.is_completed]
+    for chunk in chunks:
+        for streams in (True, False):
+            compiled = record_table(chunk, compiled=True, streams=streams)
+            same_tables(compiled, record_table(chunk, compiled=False, streams=streams))
+        # runs are exact: two neighbouring runs never hold the same stream
+        table = record_table(chunk, compiled=True)
+        for k in range(1, len(table.run_starts)):
+            i = int(table.run_starts[k])
+            if table.run_of[i - 1] >= 0:
+                assert table.run_names[k] != table.run_names[k - 1]
+        # a scavenged copy: the walk goes by its position map
+        builder = db.log.new_chunk_builder(chunk.start_number, chunk.end_number)
+        keep = np.arange(len(table)) % 3 != 1
+        builder.add_records(chunk.buffer, table.offsets[keep], table.sizes[keep], table.positions[keep])
+        new = builder.finish()
+        same_tables(record_table(new, compiled=True), record_table(new, compiled=False))
+        if new.path:
+            import os
+
+            os.unlink(new.path)
+    last = record_table(chunks[-1], compiled=True)
+    assert last.run_names[-1] == "s" and len(table) > 0
+    assert [last.run_of[i] for i in range(len(last) - 3, len(last))] == [len(last.run_names) - 1] * 3
+
+
+def damage(chunk, offset: int, value: bytes) -> None:
+    """Overwrite bytes of a chunk's data (its file, or its memory) at ``offset`` after the header."""
+    if chunk.path is None:
+        chunk.buffer[HEADER_SIZE + offset : HEADER_SIZE + offset + len(value)] = value
+    else:
+        with open(chunk.path, "r+b") as f:
+            f.seek(HEADER_SIZE + offset)
+            f.write(value)
+
+
+@pytest.mark.parametrize(
+    "what",
+    ["zero length", "long length", "short length", "trailer", "type", "position", "short event"],
+)
+def test_both_walks_report_the_same_damage(tmp_path, clock, what):
+    from evdb.database import Database
+
+    db = Database.open(str(tmp_path / "db"), clock=clock, chunk_size=64 * 1024, existence_filter_capacity=100)
+    try:
+        chunk = fill(db, clock, seed=5)[0]
+        second = int(record_table(chunk, compiled=False).offsets[1]) - HEADER_SIZE
+        size = int(record_table(chunk, compiled=False).sizes[1])
+        edits = {
+            "zero length": (second, b"\0\0\0\0"),
+            "long length": (second, (10**6).to_bytes(4, "little")),
+            "short length": (second, (size - 13).to_bytes(4, "little")),
+            "trailer": (second + size - 4, b"\x01\x02\x03\x04"),
+            "type": (second + 4, b"\x07"),
+            "position": (second + 8, (123456789).to_bytes(8, "little")),
+            "short event": (second + 48, b"\xff\x7f"),
+        }
+        offset, value = edits[what]
+        damage(chunk, offset, value)
+        errors = []
+        for compiled in (True, False):
+            with pytest.raises(CorruptedFile) as caught:
+                record_table(chunk, verify=False, compiled=compiled)
+            errors.append(str(caught.value))
+        assert errors[0] == errors[1]
+        assert chunk.file_name in errors[0] or (chunk.path or "") in errors[0]
+    finally:
+        db.close()

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 
+import psutil
 import pytest
+from waiting import wait_until
 
-from evdb.scavenge import workers
-from tests.scavenge.test_runs import fill
+from evdb.scavenge import executor, workers
+from tests.scavenge.test_runs import ev, fill
+
+
+def more(h, tag: str) -> None:
+    """Another round of removable events (in new streams: fill's are tombstoned)."""
+    for k in range(6):
+        h.db.append(f"{tag}-tomb-{k}", [ev(i) for i in range(30)])
+        h.db.delete_stream(f"{tag}-tomb-{k}", hard=True)
+        h.db.append(f"{tag}-keep-{k}", [ev(i) for i in range(20)])
 
 
 @pytest.fixture
@@ -89,3 +101,113 @@ def test_a_damaged_chunk_found_by_a_worker_is_reported_by_name(tmp_path, make_ha
     assert h.scavenge()[1] == "Errored"
     error = h.service.last_progress().error
     assert "checksum mismatch" in error and chunk.file_name in error
+
+
+def test_the_worker_processes_outlive_a_run(tmp_path, make_harness, in_processes):
+    """Worker start-up is paid once per node (per scavenge service), not once per scavenge."""
+    h = make_harness(tmp_path / "twice")
+    fill(h)
+    assert h.scavenge()[1] == "Success"
+    first = h.service.workers.pids()
+    assert first, "the first run should have started worker processes"
+    more(h, "second")
+    assert h.scavenge(threads=2)[1] == "Success"
+    assert h.service.workers.starts == 1
+    assert set(first) <= set(h.service.workers.pids())
+    for pid in first:
+        os.kill(pid, 0)  # still running between runs
+    h.close()
+    for pid in first:
+        wait_until(lambda pid=pid: not psutil.pid_exists(pid) or _zombie(pid), 30, f"worker {pid} to exit")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_worker_killed_between_runs_is_replaced(tmp_path, make_harness, in_processes):
+    control = make_harness(tmp_path / "control")
+    fill(control)
+    control.scavenge()
+    more(control, "second")
+    control.scavenge()
+    more(control, "third")
+    control.scavenge()
+    expected = control.survivors()
+
+    h = make_harness(tmp_path / "killed")
+    fill(h)
+    assert h.scavenge()[1] == "Success"
+    for pid in h.service.workers.pids():
+        os.kill(pid, signal.SIGKILL)
+    more(h, "second")
+    assert h.scavenge()[1] == "Success"  # the dead pool is noticed; the run goes on in the thread
+    more(h, "third")
+    assert h.scavenge()[1] == "Success"
+    assert h.survivors() == expected
+    assert h.service.workers.starts == 2 and h.service.workers.pids()  # fresh processes for the next run
+
+
+@pytest.mark.parametrize("where", ["processes", "thread"])
+def test_a_stop_while_one_copy_is_synced_and_the_next_made(tmp_path, make_harness, monkeypatch, where):
+    """The scavenge thread fsyncs and switches in a copy while the next one is being made: a stop
+    requested then ends the run with every copy switched in or removed, and the run resumes."""
+    if where == "processes":
+        monkeypatch.setattr(workers, "PROCESS_MIN_CHUNK_SIZE", 0)
+        monkeypatch.setattr(workers, "PROCESS_MIN_DATA", 0)
+    control = make_harness(tmp_path / "control")
+    fill(control)
+    control.scavenge()
+    expected = control.survivors()
+
+    h = make_harness(tmp_path / "stopped")
+    fill(h)
+    copies, switched = [], []
+    real_copy, real_switch = executor._copy, executor._switch_in
+
+    def copy(ctx, decisions, chunk, weight):
+        copies.append(chunk.start_number)
+        return real_copy(ctx, decisions, chunk, weight)
+
+    def switch_in(ctx, chunk, weight, new, removed, started):
+        # the next copy was handed out before this one is synced: wait until it is being made
+        wait_until(lambda: len(copies) > len(switched) + 1, 30, "the next copy to start")
+        h.service._current.stop()
+        switched.append(chunk.start_number)
+        return real_switch(ctx, chunk, weight, new, removed, started)
+
+    monkeypatch.setattr(executor, "_copy", copy)
+    monkeypatch.setattr(executor, "_switch_in", switch_in)
+    assert h.scavenge()[1] == "Stopped"
+    assert len(switched) == 1 and len(copies) == 2
+    assert not [n for n in os.listdir(h.path / "db") if n.endswith(".tmp")]
+    monkeypatch.undo()
+    h.reopen()
+    assert h.scavenge()[1] == "Success"
+    assert h.survivors() == expected
+
+
+def test_threads_make_copies_at_once(tmp_path, make_harness, monkeypatch):
+    h = make_harness(tmp_path / "parallel")
+    fill(h)
+    inside, most = [0], [0]
+    lock = threading.Lock()
+    real_copy = executor._copy
+
+    def copy(ctx, decisions, chunk, weight):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        try:  # hold the first copy until a second one runs beside it (or give up after a while)
+            wait_until(lambda: most[0] >= 2, 10, "a second copy at the same time", interval=0.01)
+            return real_copy(ctx, decisions, chunk, weight)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    monkeypatch.setattr(executor, "_copy", copy)
+    assert h.scavenge(threads=2)[1] == "Success"
+    assert most[0] == 2
