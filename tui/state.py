@@ -174,8 +174,8 @@ class ScavengeState:
         if self.phase == "Calculation" and self.streams_total:
             return "streams calculated", min(self.streams_done, self.streams_total), self.streams_total
         if self.phase in _CHUNK_PHASES and (self.chunks_total or self.chunks):
-            # evdb's figures carry on from accumulation into execution (the two are added up): what is
-            # left, plus the chunks this run reported, is the database's count
+            # the chunks this run reported, plus what the node says is left (a resumed run's chunks
+            # executed before its stop are neither)
             worked = self.chunks_worked()
             left = max(0, self.chunks_total - self.chunks_done) if self.phase == "Chunk execution" else 0
             return "chunks executed or skipped", worked, worked + left

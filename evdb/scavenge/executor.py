@@ -30,12 +30,12 @@ def execute_chunks(ctx: RunContext, decider: Decider) -> None:
     weights = ctx.state.weights()
     ctx.progress.weights = weights
     done_through = ctx.state.checkpoint().get("executedThrough", -1)
-    chunks = [
-        c
-        for c in log.distinct_chunks()
-        if c.is_completed and c.start_position < point.position and c.start_number > done_through
-    ]
-    ctx.progress.chunks_total = len(chunks) + ctx.progress.chunks_done
+    eligible = [c for c in log.distinct_chunks() if c.is_completed and c.start_position < point.position]
+    chunks = [c for c in eligible if c.start_number > done_through]
+    # this phase's own count (accumulation counted its chunks in the same fields): the chunks a stopped
+    # run already executed are done, the rest to do
+    ctx.progress.chunks_done = len(eligible) - len(chunks)
+    ctx.progress.chunks_total = len(eligible)
     threshold = point.threshold
     decisions = DecisionTable.from_decider(decider)
     # a pipeline: up to ``threads`` copies are made at once (in worker processes, or threads), and
