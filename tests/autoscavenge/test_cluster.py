@@ -245,7 +245,10 @@ def test_pause_during_a_node_scavenge_then_resume(cluster):
     assert r.status_code == 202 and r.content == b"", (r.status_code, r.text)
     c.wait_until(lambda: _status(c, follower)["state"] == "Paused", 30, "Paused")
     types = [e["type"] for e in _cycle(c, cycle_id)]
-    assert types[-2:] == ["$pause-requested", "$paused"], types
+    # the running node scavenge was stopped; or it finished on its own before the stop reached it (a
+    # small database on a fast machine): then the cycle records its completion before pausing
+    finished_first = types[-3:] == ["$pause-requested", "$node-scavenge-completed", "$paused"]
+    assert finished_first or types[-2:] == ["$pause-requested", "$paused"], types
     with c.client(leader) as client:
         again = client.post("/auto-scavenge/pause")
         assert (again.status_code, again.json()) == (200, {})
@@ -261,7 +264,7 @@ def test_pause_during_a_node_scavenge_then_resume(cluster):
     assert len(done) == 4 and {e["result"] for e in done} == {"Success"}
     runs = _node_runs(c, events)
     stopped = [r for r in runs if r[3] == "Stopped"]
-    assert len(stopped) == 1  # the one paused, then started again on resume
+    assert len(stopped) == (0 if finished_first else 1)  # the one paused, then started again on resume
     _never_two_at_once(runs)
 
 
