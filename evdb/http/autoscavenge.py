@@ -43,10 +43,11 @@ from evdb.http.openapi import APP_PATHS
 
 FORWARDED = "X-Evdb-Forwarded-By"
 NO_LEADER = "No leader node was found in the cluster"
-#: how long a node without a known leader waits for one before answering NO_LEADER: a leader resigns at
+#: how long a node without a known leader waits for one (and for the next one, when the leader it forwarded
+#: to stepped down) before answering NO_LEADER: a leader resigns at
 #: the end of every auto-scavenge cycle (to be scavenged as a follower), and the next is elected within a
 #: few election timeouts; a request arriving then waits for it instead of failing
-LEADER_WAIT_SECONDS = 5.0
+LEADER_WAIT_SECONDS = 8.0
 
 
 def _service(request: web.Request):
@@ -96,24 +97,33 @@ async def _on_leader(request: web.Request, local) -> web.Response:
     if not service.active:
         return problem(503, "AutoScavenge is not enabled")
     if request.headers.get(FORWARDED) and not service.cluster.is_leader:
-        return problem(500, NO_LEADER)  # forwarded to a node that no longer leads: no second hop
-    leader = await _leader_within(service.cluster, LEADER_WAIT_SECONDS)
-    if leader == "here":
-        return await local()
-    if leader is None:
-        return problem(500, NO_LEADER)  # KurrentDB's words: after LEADER_WAIT_SECONDS with none elected
+        # forwarded to a node that no longer leads: no second hop; the sender tries the next leader
+        return problem(500, NO_LEADER)
     headers = {FORWARDED: service.cluster.self_endpoint, "Accept": request.headers.get("Accept", "*/*")}
     for name in ("Authorization", "Content-Type"):
         if name in request.headers:
             headers[name] = request.headers[name]
     body = await request.read()
-    try:
-        status, data, content_type = await service.forward(
-            leader, request.method, request.path, body, headers
-        )
-    except PeerError as exc:  # names the leader and the reason (a certificate, say)
-        node.logger.warning("Could not forward %s %s: %s", request.method, request.path, exc)
-        return problem(500, f"{NO_LEADER} ({exc})")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LEADER_WAIT_SECONDS
+    while True:
+        leader = await _leader_within(service.cluster, max(0.0, deadline - loop.time()))
+        if leader == "here":
+            return await local()
+        if leader is None:
+            return problem(500, NO_LEADER)  # KurrentDB's words: none elected within LEADER_WAIT_SECONDS
+        try:
+            status, data, content_type = await service.forward(
+                leader, request.method, request.path, body, headers
+            )
+        except PeerError as exc:  # names the leader and the reason (a certificate, say)
+            node.logger.warning("Could not forward %s %s: %s", request.method, request.path, exc)
+            return problem(500, f"{NO_LEADER} ({exc})")
+        # the leader stepped down as the request reached it (it resigns at the end of every cycle):
+        # it did nothing with it; send it to the next leader, within the same bound
+        if not (status == 500 and NO_LEADER.encode() in data and loop.time() < deadline):
+            break
+        await asyncio.sleep(0.1)
     response = web.Response(status=status, body=data)
     if content_type:
         response.headers["Content-Type"] = content_type
