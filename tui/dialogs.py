@@ -5,7 +5,7 @@ help and quit."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from rich.table import Table
 from rich.text import Text
@@ -30,6 +30,8 @@ __all__ = [
     "RestoreDialog",
     "ScavengeDialog",
 ]
+
+ResultT = TypeVar("ResultT")
 
 _CSS = """
 ModalScreen { align: center middle; }
@@ -114,38 +116,35 @@ class ConfirmCall(ModalScreen[bool]):
         self.dismiss(False)
 
 
-class _CallForm(ModalScreen[PlannedCall | None]):
-    """A form that becomes a PlannedCall: Enter or "Review request" validates it (the error shows under
-    the fields and the faulty field takes focus), Cancel or Esc closes it without a call."""
+class _Form(ModalScreen[ResultT | None]):
+    """A form that becomes a result: Enter or the primary button validates it (``result`` raises
+    FormError naming the field: the error shows under the fields and that field takes focus), Cancel or
+    Esc closes it without one."""
 
     DEFAULT_CSS = _CSS
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, node_url: str, node_label: str) -> None:
-        super().__init__()
-        self.node_url = node_url
-        self.node_label = node_label
-
-    def current_form(self) -> BackupForm | ScavengeForm:
+    def result(self) -> ResultT:
+        """The validated result of the fields as they are (each form defines it)."""
         raise NotImplementedError
 
-    def planned_call(self) -> PlannedCall:
-        return self.current_form().call(self.node_url)
-
-    def buttons(self) -> ComposeResult:
+    def buttons(self, review: str = "Review request") -> ComposeResult:
         yield Static("", classes="error", id="error")
         with Horizontal():
             yield Button("Cancel", id="cancel")
-            yield Button("Review request", id="review", variant="primary")
+            yield Button(review, id="review", variant="primary")
+
+    def show_error(self, exc: FormError) -> None:
+        self.query_one("#error", Static).update(f"✖ {exc}")
+        self.query_one(f"#{exc.field_name}", Widget).focus()
 
     def _submit(self) -> None:
         try:
-            call = self.planned_call()
+            value = self.result()
         except FormError as exc:
-            self.query_one("#error", Static).update(f"✖ {exc}")
-            self.query_one(f"#{exc.field_name}", Widget).focus()
+            self.show_error(exc)
             return
-        self.dismiss(call)
+        self.dismiss(value)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self._submit()
@@ -158,6 +157,24 @@ class _CallForm(ModalScreen[PlannedCall | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+class _CallForm(_Form[PlannedCall]):
+    """A form that becomes a PlannedCall of the node's API."""
+
+    def __init__(self, node_url: str, node_label: str) -> None:
+        super().__init__()
+        self.node_url = node_url
+        self.node_label = node_label
+
+    def current_form(self) -> BackupForm | ScavengeForm:
+        raise NotImplementedError
+
+    def result(self) -> PlannedCall:
+        return self.planned_call()
+
+    def planned_call(self) -> PlannedCall:
+        return self.current_form().call(self.node_url)
 
 
 class BackupDialog(_CallForm):
@@ -252,13 +269,10 @@ class ScavengeDialog(_CallForm):
         )
 
 
-class RestoreDialog(ModalScreen[tuple[str, bool] | None]):
+class RestoreDialog(_Form[tuple[str, bool]]):
     """Restore a stopped node of the local cluster from a backup folder on this machine. ``check``
     (tui.jobs.RestoreForm.check) runs on Enter or "Review": the node must be stopped and the folder a
     finished backup; its error shows under the field, which keeps focus. Returns (folder, start)."""
-
-    DEFAULT_CSS = _CSS
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, node_label: str, folder: str, check: Callable[[str, bool], str]) -> None:
         super().__init__()
@@ -278,42 +292,18 @@ class RestoreDialog(ModalScreen[tuple[str, bool] | None]):
             yield Label("backup folder (on this machine: the local cluster's)")
             yield Input(self.folder, id="backup_folder", placeholder="/var/backups/evdb/node2")
             yield TickBox("start the node afterwards and wait until it follows again", True, id="start_node")
-            yield Static("", classes="error", id="error")
-            with Horizontal():
-                yield Button("Cancel", id="cancel")
-                yield Button("Review", id="review", variant="primary")
+            yield from self.buttons("Review")
 
     def on_mount(self) -> None:
         self.query_one("#backup_folder", Input).focus()
 
-    def _submit(self) -> None:
+    def result(self) -> tuple[str, bool]:
         start = self.query_one("#start_node", TickBox).value
-        try:
-            folder = self.check(self.query_one("#backup_folder", Input).value, start)
-        except FormError as exc:
-            self.query_one("#error", Static).update(f"✖ {exc}")
-            self.query_one("#backup_folder", Input).focus()
-            return
-        self.dismiss((folder, start))
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        self._submit()
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "review":
-            self._submit()
-        else:
-            self.dismiss(None)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
+        return self.check(self.query_one("#backup_folder", Input).value, start), start
 
 
-class CronDialog(ModalScreen[str | None]):
+class CronDialog(_Form[str]):
     """The auto-scavenge schedule: a five-field CRON expression, its next run times previewed."""
-
-    DEFAULT_CSS = _CSS
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, current: str | None, now: Callable[[], float]) -> None:
         super().__init__()
@@ -349,22 +339,16 @@ class CronDialog(ModalScreen[str | None]):
     def on_input_changed(self, event: Input.Changed) -> None:
         self._preview(event.value)
 
-    def _submit(self) -> None:
+    def result(self) -> str:
         value = self.query_one("#schedule", Input).value
-        if self._preview(value):
-            self.dismiss(value.strip())
+        if not value.strip():
+            raise FormError("schedule", "type a schedule")
+        next_cron_runs(value, self.now())
+        return value.strip()
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        self._submit()
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "review":
-            self._submit()
-        else:
-            self.dismiss(None)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
+    def show_error(self, exc: FormError) -> None:
+        """The preview under the field already says what is wrong."""
+        self._preview(self.query_one("#schedule", Input).value)
 
 
 class FilterDialog(ModalScreen[str | None]):
