@@ -5,54 +5,20 @@ load (d), the followers-first cluster scavenge (F), and the keys and dialogs of 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 
-from rich.console import Console
 from textual.widgets import Input, Static
 
 from evdb.clock import ManualClock
 from evdb.cluster.launcher import LocalCluster
-from tests.tui.fake_node import FakeCluster, FakeNode
-from tui.app import CHANGING_ACTIONS, LOCAL_JOBS, Connection, DashboardApp, NodeSpec
+from tests.tui.fake_node import FakeNode
+from tests.tui.pilot import cluster_app, notices, ready, text_of, until
+from tui.app import CHANGING_ACTIONS, LOCAL_JOBS, DashboardApp
 from tui.dialogs import ConfirmCall, HelpScreen, RestoreDialog
 from tui.state import RoutineState, RoutineStep
 
 
-def text_of(app: DashboardApp, widget_id: str) -> str:
-    console = Console(width=160, record=True, color_system=None)
-    console.print(app.query_one(f"#{widget_id}", Static).content)
-    return console.export_text()
-
-
 def shown_request(app: DashboardApp) -> str:
     return str(app.screen.query_one("#request", Static).content)
-
-
-def notices(app: DashboardApp) -> str:
-    return "\n".join(n.message for n in app._notifications)
-
-
-async def until(pilot, condition: Callable[[], object], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        await pilot.pause(0.02)
-
-
-def cluster_app(*nodes: FakeNode, **kwargs) -> tuple[DashboardApp, FakeCluster]:
-    """Attached to fake nodes named node1, node2, … (discovery off), polls on demand."""
-    cluster = FakeCluster(*nodes)
-    kwargs.setdefault("interval", 0.05)
-    app = DashboardApp(
-        [NodeSpec(n.url, f"node{i}") for i, n in enumerate(nodes, 1)],
-        connection=Connection("admin", "changeit", transport=cluster.transport()),
-        start_collectors=False,
-        discover=False,
-        **kwargs,
-    )
-    return app, cluster
 
 
 def three() -> tuple[FakeNode, FakeNode, FakeNode]:
@@ -61,12 +27,6 @@ def three() -> tuple[FakeNode, FakeNode, FakeNode]:
         FakeNode(port=2114, state="Follower"),
         FakeNode(port=2115, state="Follower"),
     )
-
-
-async def ready(app: DashboardApp, pilot) -> None:
-    await app.poll_all()
-    await app.poll_all()
-    await pilot.pause()
 
 
 # -- cycle now -----------------------------------------------------------------------------------------

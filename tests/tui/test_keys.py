@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 
-from rich.console import Console
 from textual.command import CommandPalette
 from textual.widgets import Button, Checkbox, Input, Static
 
 from evdb.clock import ManualClock
 from tests.tui.conftest import PROGRESS, make_app
 from tests.tui.fake_node import FakeNode
+from tests.tui.pilot import ready, submit, text_of
 from tui.app import CHANGING_ACTIONS, TABS, DashboardApp
 from tui.collector import NodeCollector
 from tui.dialogs import (
@@ -23,25 +23,6 @@ from tui.dialogs import (
     ScavengeDialog,
 )
 from tui.state import NodeState
-
-
-def text_of(app: DashboardApp, widget_id: str) -> str:
-    console = Console(width=160, record=True, color_system=None)
-    console.print(app.query_one(f"#{widget_id}", Static).content)
-    return console.export_text()
-
-
-async def submit(app: DashboardApp, pilot) -> None:
-    """Enter in the dialog's first field submits the form."""
-    app.screen.query(Input).first().focus()
-    await pilot.press("enter")
-    await pilot.pause()
-
-
-async def ready(app: DashboardApp, pilot) -> None:
-    await app.poll_all()
-    await app.poll_all()
-    await pilot.pause()
 
 
 async def test_cluster_panel_discovers_members_through_gossip(leader, follower):

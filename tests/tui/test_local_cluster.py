@@ -6,16 +6,14 @@ The restore itself and the followers-first routine on real nodes: scenarios/foll
 from __future__ import annotations
 
 import argparse
-import io
 import time
-from collections.abc import Callable
 
 import pytest
-from rich.console import Console
 from textual.widgets import Static
 
 from evdb.cluster.launcher import LocalCluster
 from evdb.dashboard_cli import prepare, register_cli
+from tests.tui.pilot import text_of, until
 from tui.app import DashboardApp
 from tui.dialogs import ConfirmCall, ScavengeDialog
 
@@ -48,20 +46,6 @@ def dashboard(data_dir) -> tuple[DashboardApp, LocalCluster]:
     app, cluster = prepared
     assert cluster is not None
     return app, cluster
-
-
-def text_of(app: DashboardApp, widget_id: str) -> str:
-    console = Console(width=160, record=True, color_system=None, file=io.StringIO())
-    console.print(app.query_one(f"#{widget_id}", Static).content)
-    return console.export_text()
-
-
-async def until(pilot, condition: Callable[[], object], what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        await pilot.pause(0.1)
 
 
 def settled(app: DashboardApp) -> bool:

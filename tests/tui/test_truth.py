@@ -18,8 +18,8 @@ from textual.widgets import Checkbox, DataTable, Input, OptionList, Static
 from evdb.clock import ManualClock
 from tests.tui.conftest import PROGRESS, make_app
 from tests.tui.fake_node import FakeCluster, FakeNode
+from tests.tui.pilot import notices, ready, submit, text_of
 from tests.tui.test_cycle_certs_mirror import NOW, certificates_body, iso, progress_body
-from tests.tui.test_keys import ready, submit, text_of
 from tui.app import Connection, DashboardApp, NodeSpec
 from tui.collector import NodeCollector
 from tui.dialogs import BackupDialog, ConfirmCall
@@ -60,10 +60,6 @@ def screen_text(app: DashboardApp) -> str:
 def row_of(text: str, label: str) -> str:
     """The cluster table's row of the node labelled ``label`` (after the selection marker)."""
     return next(line for line in text.splitlines() if label in line.split()[:2])
-
-
-def notices(app: DashboardApp) -> str:
-    return "\n".join(f"{n.title}: {n.message}" for n in app._notifications)
 
 
 def collector_for(*nodes: FakeNode, clock: ManualClock) -> NodeCollector:
