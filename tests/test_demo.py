@@ -16,29 +16,10 @@ from evdb.cluster.launcher import ClusterLaunchError, LocalCluster
 from evdb.demo import MAX_COUNT, DemoReport, check_event_count, connection_settings, write_demo_data
 from evdb.errors import InvalidInput
 from evdb.node import Node
-from evdb.options import load_options
 from evdb.scavenge.events import SCAVENGES_STREAM
+from tests.node.conftest import node_options
 
 ADMIN = ("admin", "changeit")
-
-
-def _options(tmp_path):
-    return load_options(
-        [
-            "--db",
-            str(tmp_path / "db"),
-            "--log",
-            str(tmp_path / "log"),
-            "--insecure",
-            "--http-port",
-            "0",
-            "--chunk-size",
-            "1MiB",
-            "--stats-period-sec",
-            "0",
-        ],
-        {},
-    )
 
 
 def _space_saved(node, scavenge_id: str) -> int:
@@ -53,7 +34,11 @@ def _space_saved(node, scavenge_id: str) -> int:
 
 
 async def test_a_scavenge_reclaims_what_the_demo_says(tmp_path, clock):
-    async with Node(_options(tmp_path), clock=clock, name="demo") as node:
+    async with Node(
+        node_options(tmp_path, "--chunk-size", "1MiB", "--max-mem-table-size", "1000000"),
+        clock=clock,
+        name="demo",
+    ) as node:
         seen: list[tuple[int, int]] = []
         with httpx.Client(base_url=node.http_url, auth=ADMIN, timeout=30) as client:
             report = await asyncio.to_thread(
@@ -126,7 +111,11 @@ def test_the_local_clusters_ca_and_credentials_are_found(tmp_path):
 
 
 async def test_the_command_writes_and_prints_the_estimate(tmp_path, clock, capsys):
-    async with Node(_options(tmp_path), clock=clock, name="demo") as node:
+    async with Node(
+        node_options(tmp_path, "--chunk-size", "1MiB", "--max-mem-table-size", "1000000"),
+        clock=clock,
+        name="demo",
+    ) as node:
         argv = ["demo-load", "--url", node.http_url, "--events", "50", "--data", str(tmp_path / "none")]
         assert await asyncio.to_thread(evdb_main, argv) == 0
         out = capsys.readouterr().out

@@ -21,7 +21,7 @@ from aiohttp.http_exceptions import BadHttpMessage
 from schemathesis.engine import Status, events
 
 from evdb.node import Node
-from evdb.options import load_options
+from tests.node.conftest import node_options
 
 CHECKS = (
     "not_a_server_error",
@@ -148,27 +148,8 @@ def run_schemathesis(schema) -> Run:
     return run
 
 
-def _options(tmp_path):
-    return load_options(
-        [
-            "--db",
-            str(tmp_path / "db"),
-            "--log",
-            str(tmp_path / "log"),
-            "--insecure",
-            "--http-port",
-            "0",
-            "--chunk-size",
-            "65536",
-            "--stats-period-sec",
-            "0",
-        ],
-        {},
-    )
-
-
 async def _run_against_a_live_node(tmp_path) -> Run:
-    node = Node(_options(tmp_path), name="schemathesis")
+    node = Node(node_options(tmp_path, "--max-mem-table-size", "1000000"), name="schemathesis")
     await node.start()
     collect = _Collect()
     watched = [logging.getLogger("aiohttp.server"), logging.getLogger("aiohttp.web"), node.logger]

@@ -8,8 +8,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from evdb.options import load_options
 from evdb.streams import NewEvent
+from tests.node.conftest import node_options as base_node_options
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -34,14 +34,8 @@ SCREENSHOTS.mkdir(exist_ok=True)
 
 
 def node_options(root: Path, *extra: str):
-    return load_options(
-        [
-            "--db", str(root / "db"), "--log", str(root / "log"), "--insecure", "--http-port", "0",
-            "--chunk-size", "65536", "--max-mem-table-size", "256", "--stats-period-sec", "0",
-            *extra,
-        ],
-        {},
-    )  # fmt: skip
+    """The node tests' options (tests/node/conftest.py) with a larger memtable."""
+    return base_node_options(root, "--max-mem-table-size", "256", *extra)
 
 
 async def write_orders(db, streams: int, events: int, pad: int = 1500) -> None:
