@@ -18,6 +18,9 @@ The jobs on one node (the dashboard's keys call these): :meth:`LocalCluster.stop
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import functools
 import json
 import os
 import signal
@@ -27,9 +30,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import httpx
 
@@ -258,12 +261,66 @@ def _node_alive(node: dict) -> bool:
     return _pid_alive(int(pid), node.get("config")) if pid else False
 
 
+#: one change to a cluster's folder at a time within this process (threads; the dashboard runs its jobs
+#: on worker threads), by folder; the file lock below serialises processes
+F = TypeVar("F", bound=Callable[..., Any])
+_FOLDER_LOCKS: dict[Path, threading.RLock] = {}
+_FOLDER_LOCKS_GUARD = threading.Lock()
+_HELD = threading.local()
+
+
+def _one_change(method: F) -> F:
+    """The method runs holding the cluster's lock (:meth:`LocalCluster._changing`)."""
+
+    @functools.wraps(method)
+    def locked(self: LocalCluster, *args: Any, **kwargs: Any) -> Any:
+        with self._changing():
+            return method(self, *args, **kwargs)
+
+    return cast(F, locked)
+
+
+def _folder_lock(folder: Path) -> threading.RLock:
+    with _FOLDER_LOCKS_GUARD:
+        return _FOLDER_LOCKS.setdefault(folder, threading.RLock())
+
+
 class LocalCluster:
     """The local cluster in one data folder: create, start, inspect and stop it, and act on one node."""
 
     def __init__(self, data_dir: str | os.PathLike[str]) -> None:
         self.data_dir = Path(data_dir).expanduser().resolve()
         self.info_path = self.data_dir / "cluster.json"
+        self.lock_path = self.data_dir / "cluster.lock"
+
+    @contextlib.contextmanager
+    def _changing(self) -> Iterator[None]:
+        """Hold the cluster's lock for one change: starting, stopping or restoring nodes and every
+        read-modify-write of cluster.json happen one at a time, across threads and across processes
+        (``evdb cluster`` commands and dashboards at once), so no pid is lost and no node starts twice.
+        Re-entrant within a thread. Creating a cluster is not locked: it refuses a folder that has one."""
+        if not self.data_dir.is_dir():
+            yield  # nothing to lock, and nothing is created: reading cluster.json says there is no cluster
+            return
+        held: dict[Path, int] = _HELD.__dict__.setdefault("depth", {})
+        with _folder_lock(self.data_dir):
+            if held.get(self.data_dir):
+                held[self.data_dir] += 1
+                try:
+                    yield
+                finally:
+                    held[self.data_dir] -= 1
+                return
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                held[self.data_dir] = 1
+                try:
+                    yield
+                finally:
+                    held.pop(self.data_dir, None)
+            finally:
+                os.close(fd)  # closing releases the lock
 
     # -- facts -----------------------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -336,13 +393,14 @@ class LocalCluster:
         elif options:
             for note in self.set_node_options(options):
                 log(note)
-        info = self.info()
-        for node in info["nodes"]:
-            if _node_alive(node):  # exactly the nodes that are not running are started
-                continue
-            node["pid"] = self._start_node(node)
-            log(f"Started {node['name']} (pid {node['pid']}) at {node['url']}")
-        self._write_info(info)
+        with self._changing():
+            info = self.info()
+            for node in info["nodes"]:
+                if _node_alive(node):  # exactly the nodes that are not running are started
+                    continue
+                node["pid"] = self._start_node(node)
+                log(f"Started {node['name']} (pid {node['pid']}) at {node['url']}")
+            self._write_info(info)
         self.wait_for_leader(timeout)
         return info
 
@@ -467,6 +525,7 @@ class LocalCluster:
         run with beyond the local cluster's own settings."""
         return dict(self.info().get("options") or {})
 
+    @_one_change
     def set_node_options(self, options: Mapping[str, str]) -> list[str]:
         """Change the stored node options of an existing cluster and every node's node.yaml (an empty
         value removes an option: the node's default, or the local cluster's own value, again). Checked
@@ -536,6 +595,7 @@ class LocalCluster:
         names = ", ".join(n["name"] for n in info["nodes"])
         raise UnknownNode(f"No node named {name!r} in the cluster in {self.data_dir}; its nodes are {names}.")
 
+    @_one_change
     def _set_pid(self, name: str, pid: int | None) -> None:
         info = self.info()  # read again: only this node's entry changes
         self._node(info, name)["pid"] = pid
@@ -545,6 +605,7 @@ class LocalCluster:
         """Whether node ``name``'s process runs (UnknownNode for a name the cluster does not have)."""
         return _node_alive(self._node(self.info(), name))
 
+    @_one_change
     def start_node(self, name: str) -> int:
         """(Re)start one node of the cluster with its node.yaml; returns its pid (the running one's
         when it runs already). It does not wait: :meth:`wait_for_node` does. UnknownNode for a name
@@ -556,6 +617,7 @@ class LocalCluster:
         self._set_pid(name, pid)
         return pid
 
+    @_one_change
     def stop_node(self, name: str, *, timeout: float = 15.0, log: Log = print) -> bool:
         """Stop one node: ask it to shut down (``POST /admin/shutdown``; SIGTERM when it does not
         answer), wait up to ``timeout`` seconds, then kill it (SIGKILL). Returns once its process has
@@ -603,6 +665,7 @@ class LocalCluster:
             return f"See {path}."
         return f"The end of {path}:\n" + "\n".join(tail) if tail else f"{path} is empty."
 
+    @_one_change
     def restore_node(
         self, name: str, backup_folder: str | os.PathLike[str], *, start: bool = True, log: Log = print
     ) -> RestoreResult:
@@ -658,6 +721,7 @@ class LocalCluster:
             return False
 
     # -- down ------------------------------------------------------------------------------------------
+    @_one_change
     def down(self, timeout: float = 15.0, log: Log = print) -> None:
         """Stop every node: /admin/shutdown, then SIGTERM, then SIGKILL for any still running."""
         info = self.info()
