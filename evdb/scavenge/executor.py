@@ -45,6 +45,7 @@ def execute_chunks(ctx: RunContext, decider: Decider) -> None:
     # blocks released) as soon as it is switched out, not all at once at the end of the phase
     upcoming = collections.deque(chunks)
     del chunks
+    ctx.throttle.mark()
     with (
         concurrent.futures.ThreadPoolExecutor(
             max_workers=ctx.threads, thread_name_prefix="evdb-scavenge"
@@ -72,7 +73,10 @@ def execute_chunks(ctx: RunContext, decider: Decider) -> None:
                     _skipped(ctx, chunk, weight, threshold)
                 else:
                     new, removed, started = future.result()
-                    fill()  # the next copy is made while this one is synced and switched in
+                    if not ctx.throttle.active:
+                        # the next copy is made while this one is synced and switched in; throttled,
+                        # only after this one's rest (work done during a rest is not throttled)
+                        fill()
                     _switch_in(ctx, chunk, weight, new, removed, started)
                     del new
                 end_number = chunk.end_number
@@ -190,4 +194,6 @@ def _switch_in(
         saved,
         timespan(elapsed),
     )
-    ctx.throttle.rest_after(elapsed)
+    # the work since the last rest: a chunk's own ``elapsed`` began before the rest taken for the chunk
+    # before it (the copies overlap), and resting for it made each rest longer than the last
+    ctx.throttle.rest_after_work()

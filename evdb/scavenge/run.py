@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,20 +107,41 @@ class Progress:
 
 
 class Throttle:
-    """Rests after work so that active time / total time ≈ percent / 100."""
+    """Rests after work so that active time / total time ≈ percent / 100.
 
-    def __init__(self, percent: int, stop: threading.Event) -> None:
+    ``rest_after(seconds)`` rests for work measured by the caller; ``rest_after_work()`` for the work
+    done since the last rest ended (or since :meth:`mark`): what a pipeline whose items overlap must
+    use, since an item's own start-to-end time also holds the rests taken for the items before it."""
+
+    def __init__(
+        self, percent: int, stop: threading.Event, now: Callable[[], float] = time.perf_counter
+    ) -> None:
         self.percent = percent
         self._stop = stop
+        self._now = now
         self.rested = 0.0
+        self._mark = now()
+
+    @property
+    def active(self) -> bool:
+        return self.percent < 100
+
+    def mark(self) -> None:
+        """Work starts now (a phase begins)."""
+        self._mark = self._now()
 
     def rest_after(self, worked_seconds: float) -> None:
         if self.percent >= 100 or worked_seconds <= 0:
+            self._mark = self._now()
             return
         pause = worked_seconds * (100.0 / self.percent - 1.0)
         self.rested += pause
         if self._stop.wait(pause):
             raise ScavengeStopped()
+        self._mark = self._now()
+
+    def rest_after_work(self) -> None:
+        self.rest_after(self._now() - self._mark)
 
 
 @dataclass

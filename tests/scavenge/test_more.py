@@ -117,3 +117,30 @@ def test_scavenge_metrics(harness):
     assert "evdb_scavenge_records_removed_total 3.0" in text
     assert "evdb_scavenge_chunks_executed_total" in text and "evdb_scavenge_runs_total 1.0" in text
     assert 'kurrentdb_statuses{name="Scavenge",status="Idle"}' in text
+
+
+class ClockedStop(threading.Event):
+    """A stop flag whose waits move a fake clock (a rest takes the time it is asked for)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.waits: list[float] = []
+
+    def wait(self, timeout=None):
+        self.waits.append(timeout)
+        self.now += timeout
+        return self.is_set()
+
+
+def test_throttled_work_since_the_last_rest_keeps_each_rest_in_proportion():
+    """Overlapping chunk copies: each rest is for the work since the last rest ended, never for a time
+    that holds the rests before it (which made each rest 1/percent times the one before)."""
+    stop = ClockedStop()
+    throttle = Throttle(20, stop, now=lambda: stop.now)
+    throttle.mark()
+    for _ in range(5):
+        stop.now += 0.1  # a chunk's copy, sync and switch
+        throttle.rest_after_work()
+    assert stop.waits == pytest.approx([0.4] * 5)
+    assert throttle.rested == pytest.approx(2.0)
