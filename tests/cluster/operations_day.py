@@ -64,7 +64,7 @@ NODE_OPTIONS = {
     "ConnectionResetInterval": RESET_INTERVAL,
     "EnableUnixSocket": True,  # evdb-redact
     "AutoScavengeScheduleSeconds": True,  # a schedule due a few seconds from now
-    "AutoScavengeAssessIntervalMs": 200,
+    "AutoScavengeAssessIntervalMs": 1000,
 }
 REDACTED_STREAM, REDACTED_NUMBER = "customer-1", 3
 SETTLED = ("Leader", "Follower", "ReadOnlyReplica")
