@@ -108,6 +108,12 @@ class ManualClock:
         """How many coroutines are waiting on this clock (lets a test wait until a task is parked)."""
         return len(self._sleepers)
 
+    def due_in(self) -> list[float]:
+        """In how many seconds each waiting coroutine wakes, soonest first (lets a test wait until a
+        particular task is parked: the one that sleeps for its own period)."""
+        with self._lock:
+            return sorted(when - self._mono for when, _, _ in self._sleepers)
+
 
 def _wake(fut: asyncio.Future[None]) -> None:
     if not fut.done():

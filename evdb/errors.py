@@ -22,10 +22,19 @@ Every error evdb raises on purpose derives from :class:`EvdbError`::
     │   └── DatabaseReopening         a follower is reopening it after cutting a diverged tail
     ├── BackupError                   (evdb.backup.errors) a refused or failed backup, verify or restore
     ├── LicenseError                  (evdb.licensing) missing, malformed, tampered, wrong issuer, expired, not entitled
+    ├── PersistentSubscriptionError   carries the stream and the group (evdb.persistent)
+    │   ├── PersistentSubscriptionNotFound, PersistentSubscriptionExists, PersistentSubscriptionFailed
+    │   └── MaximumSubscribersReached, PersistentSubscriptionDropped
+    ├── PersistentSubscriptionsNotReady  the node does not serve persistent subscriptions (not the leader)
+    ├── ProjectionError               (evdb.projections) carries the projection's name
+    │   ├── ProjectionNotFound, ProjectionOperationFailed
+    │   └── UserProjectionsNotSupported  user-defined (JavaScript) projections: evdb runs only the system ones
     └── RedactionError                (evdb.redaction) RedactionRefused: a switch or lookup the node refused
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 __all__ = [
     "STATUSES",
@@ -38,7 +47,17 @@ __all__ = [
     "EventTooLarge",
     "InvalidInput",
     "InvalidOption",
+    "MaximumSubscribersReached",
     "NotLeader",
+    "PersistentSubscriptionDropped",
+    "PersistentSubscriptionError",
+    "PersistentSubscriptionExists",
+    "PersistentSubscriptionFailed",
+    "PersistentSubscriptionNotFound",
+    "PersistentSubscriptionsNotReady",
+    "ProjectionError",
+    "ProjectionNotFound",
+    "ProjectionOperationFailed",
     "ScavengeAlreadyRunning",
     "ScavengeError",
     "ScavengeNotFound",
@@ -46,13 +65,23 @@ __all__ = [
     "StreamDeleted",
     "StreamError",
     "StreamNotFound",
+    "UserProjectionsNotSupported",
     "WrongExpectedVersion",
     "status_of",
+    "trailers_of",
 ]
 
 
 class EvdbError(Exception):
     """Base class of every error evdb raises on purpose."""
+
+    #: KurrentDB's gRPC ``exception`` trailer for this error (its clients pick their error class from
+    #: it), None: KurrentDB sends none. :func:`trailers_of` adds :meth:`trailer_fields`.
+    exception: ClassVar[str | None] = None
+
+    def trailer_fields(self) -> dict[str, str]:
+        """The facts KurrentDB's trailers carry beside ``exception`` (``stream-name``, ...)."""
+        return {}
 
 
 class InvalidInput(EvdbError):
@@ -60,7 +89,16 @@ class InvalidInput(EvdbError):
 
 
 class EventTooLarge(InvalidInput):
-    """An event or a batch is larger than the node accepts."""
+    """An event or a batch is larger than the node accepts; ``limit``: MaxAppendSize when known."""
+
+    exception = "maximum-append-size-exceeded"
+
+    def __init__(self, message: str, limit: int | None = None) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+    def trailer_fields(self) -> dict[str, str]:
+        return {} if self.limit is None else {"maximum-append-size": str(self.limit)}
 
 
 class InvalidOption(EvdbError):
@@ -72,45 +110,70 @@ class StreamError(EvdbError):
         super().__init__(message)
         self.stream = stream
 
+    def trailer_fields(self) -> dict[str, str]:
+        return {"stream-name": self.stream}
+
 
 class WrongExpectedVersion(StreamError):
-    """The stream's current version is not the one the append expected.
+    """The stream's current version is not the one the append (or delete: ``operation``) expected.
 
     ``current_version`` is -1 when the stream does not exist.
     """
 
-    def __init__(self, stream: str, expected_version: int, current_version: int) -> None:
+    exception = "wrong-expected-version"
+
+    def __init__(
+        self, stream: str, expected_version: int, current_version: int, operation: str = "Append"
+    ) -> None:
         super().__init__(
             stream,
-            f"Append failed due to WrongExpectedVersion. Stream: {stream}, "
+            f"{operation} failed due to WrongExpectedVersion. Stream: {stream}, "
             f"Expected version: {expected_version}, Actual version: {current_version}",
         )
         self.expected_version = expected_version
         self.current_version = current_version
 
+    def trailer_fields(self) -> dict[str, str]:
+        return {
+            "stream-name": self.stream,
+            "expected-version": str(self.expected_version),
+            "actual-version": str(self.current_version),
+        }
+
 
 class StreamDeleted(StreamError):
     """The stream was hard-deleted (tombstoned); it can never be written again."""
+
+    exception = "stream-deleted"
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream, f"Event stream '{stream}' is deleted.")
 
 
 class StreamNotFound(StreamError):
+    exception = "stream-not-found"
+
     def __init__(self, stream: str) -> None:
         super().__init__(stream, f"Event stream '{stream}' was not found.")
 
 
 class AccessDenied(EvdbError):
-    pass
+    exception = "access-denied"
 
 
 class NotLeader(EvdbError):
+    exception = "not-leader"
+
     def __init__(self, leader_host: str | None = None, leader_port: int | None = None) -> None:
         where = f" Leader is at {leader_host}:{leader_port}." if leader_host else ""
         super().__init__("This node is not the leader." + where)
         self.leader_host = leader_host
         self.leader_port = leader_port
+
+    def trailer_fields(self) -> dict[str, str]:
+        if not self.leader_host or self.leader_port is None:
+            return {}
+        return {"leader-endpoint-host": self.leader_host, "leader-endpoint-port": str(self.leader_port)}
 
 
 class StorageError(EvdbError):
@@ -138,8 +201,14 @@ class ScavengeAlreadyRunning(ScavengeError):
 
 
 class ScavengeNotFound(ScavengeError):
-    def __init__(self) -> None:
+    exception = "scavenge-not-found"
+
+    def __init__(self, scavenge_id: str = "") -> None:
         super().__init__("Scavenge Id does not exist")
+        self.scavenge_id = scavenge_id
+
+    def trailer_fields(self) -> dict[str, str]:
+        return {"scavenge-id": self.scavenge_id}
 
 
 class DatabaseClosed(EvdbError):
@@ -157,8 +226,103 @@ class DatabaseReopening(DatabaseClosed):
         super().__init__(self.MESSAGE)
 
 
+class PersistentSubscriptionError(EvdbError):
+    """A persistent subscription group's failure, with KurrentDB's message (and gRPC trailers)."""
+
+    #: the gRPC ``exception`` trailer KurrentDB sends with it
+    exception = "persistent-subscription-failed"
+
+    def __init__(self, stream: str, group: str, message: str) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.group = group
+
+    def trailer_fields(self) -> dict[str, str]:
+        return {"stream-name": self.stream, "group-name": self.group}
+
+
+class PersistentSubscriptionNotFound(PersistentSubscriptionError):
+    exception = "persistent-subscription-does-not-exist"
+
+    def __init__(self, stream: str, group: str) -> None:
+        super().__init__(stream, group, f"Subscription group {group} on stream {stream} does not exist.")
+
+
+class PersistentSubscriptionExists(PersistentSubscriptionError):
+    exception = "persistent-subscription-exists"
+
+    def __init__(self, stream: str, group: str) -> None:
+        super().__init__(stream, group, f"Subscription group {group} on stream {stream} exists.")
+
+
+class PersistentSubscriptionFailed(PersistentSubscriptionError):
+    """Refused settings or a request the group cannot take; ``reason`` is KurrentDB's."""
+
+    def __init__(self, stream: str, group: str, reason: str) -> None:
+        super().__init__(stream, group, f"Subscription group {group} on stream {stream} failed: '{reason}'")
+        self.reason = reason
+
+    def trailer_fields(self) -> dict[str, str]:
+        return {**super().trailer_fields(), "reason": self.reason}
+
+
+class MaximumSubscribersReached(PersistentSubscriptionError):
+    exception = "maximum-subscribers-reached"
+
+    def __init__(self, stream: str, group: str) -> None:
+        super().__init__(
+            stream, group, f"Maximum subscriptions reached for subscription group {group} on stream {stream}."
+        )
+
+
+class PersistentSubscriptionDropped(PersistentSubscriptionError):
+    """The group dropped its consumer (deleted, updated, restarted, the node stepped down)."""
+
+    exception = "persistent-subscription-dropped"
+
+    def __init__(self, stream: str, group: str) -> None:
+        super().__init__(stream, group, f"Subscription group {group} on stream {stream} was dropped.")
+
+
+class PersistentSubscriptionsNotReady(EvdbError):
+    """Persistent subscriptions are served by the leader only, once it has loaded them."""
+
+    def __init__(self) -> None:
+        super().__init__("Server Is Not Ready")
+
+
+class ProjectionError(EvdbError):
+    """A projections management call that failed, naming the projection."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class ProjectionNotFound(ProjectionError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name, f"Projection '{name}' not found")
+
+
+class ProjectionOperationFailed(ProjectionError):
+    """KurrentDB's ``OperationFailed`` (HTTP 500 "Failed", gRPC FAILED_PRECONDITION), with its reason."""
+
+
+class UserProjectionsNotSupported(ProjectionError):
+    """Creating, updating or deleting a user-defined (JavaScript) projection: evdb runs only the system
+    projections (HTTP 501, gRPC UNIMPLEMENTED: what a client reports as "not supported")."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            name,
+            "User-defined (JavaScript) projections are not supported: evdb runs only the system projections "
+            "($streams, $stream_by_category, $by_category, $by_event_type, $by_correlation_id).",
+        )
+
+
 #: The one table of what each error answers: its HTTP status and its gRPC status name, most specific
-#: first. evdb/http/app.py and evdb/grpc/common.py both read it (bodies and headers stay theirs).
+#: first. evdb/http/app.py and evdb/grpc/common.py both read it (bodies and headers stay theirs); a gRPC
+#: answer also carries the error's KurrentDB trailers (each class's ``exception``: :func:`trailers_of`).
 STATUSES: tuple[tuple[type[EvdbError], int, str], ...] = (
     (WrongExpectedVersion, 400, "FAILED_PRECONDITION"),
     (StreamDeleted, 410, "FAILED_PRECONDITION"),
@@ -168,6 +332,15 @@ STATUSES: tuple[tuple[type[EvdbError], int, str], ...] = (
     (ScavengeNotFound, 404, "NOT_FOUND"),
     (AccessDenied, 403, "PERMISSION_DENIED"),
     (NotLeader, 503, "UNAVAILABLE"),
+    (PersistentSubscriptionNotFound, 404, "NOT_FOUND"),
+    (PersistentSubscriptionExists, 409, "ALREADY_EXISTS"),
+    (MaximumSubscribersReached, 400, "FAILED_PRECONDITION"),
+    (PersistentSubscriptionDropped, 410, "CANCELLED"),
+    (PersistentSubscriptionFailed, 400, "INTERNAL"),  # KurrentDB: HTTP 400, gRPC Internal
+    (PersistentSubscriptionsNotReady, 503, "UNAVAILABLE"),
+    (ProjectionNotFound, 404, "NOT_FOUND"),
+    (UserProjectionsNotSupported, 501, "UNIMPLEMENTED"),
+    (ProjectionOperationFailed, 500, "FAILED_PRECONDITION"),  # KurrentDB: HTTP 500 "Failed"
     (DatabaseClosed, 503, "UNAVAILABLE"),
 )
 
@@ -178,3 +351,11 @@ def status_of(exc: BaseException) -> tuple[int, str] | None:
         if isinstance(exc, kind):
             return http, grpc
     return None
+
+
+def trailers_of(exc: BaseException) -> dict[str, str]:
+    """KurrentDB's gRPC trailing metadata for an error (its RpcExceptions): ``exception`` and the
+    facts beside it; empty for an error KurrentDB sends without them."""
+    if not isinstance(exc, EvdbError) or exc.exception is None:
+        return {}
+    return {"exception": exc.exception, **exc.trailer_fields()}

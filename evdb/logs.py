@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import sys
 import threading
 from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, TextIO
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "close_node_logging",
     "configure_node_logging",
     "log_files",
+    "n0",
     "node_log_files",
     "read_log_lines",
     "set_level",
@@ -57,6 +60,16 @@ _SHORT = {
 }
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _FILE_NAME = re.compile(r"^log-\d{8}\.json$")
+
+
+def n0(value: float) -> str:
+    """A number as KurrentDB's log lines write ``{value:N0}`` (.NET's N0 format, invariant culture): a
+    whole number, halves rounded away from zero, thousands separated by commas (``120.0`` → ``120``,
+    ``1234.5`` → ``1,235``)."""
+    if not math.isfinite(value):
+        return str(value)
+    whole = Decimal(repr(float(value))).quantize(Decimal(1), rounding=ROUND_HALF_UP)
+    return f"{int(whole):,}"
 
 
 def _level_name(levelno: int) -> str:

@@ -193,3 +193,17 @@ def test_unknown_level_or_console_format_is_refused(tmp_path):
         configure_node_logging(node_name="x", log_dir=None, level="Loud")
     with pytest.raises(ValueError, match="Plain or Json"):
         configure_node_logging(node_name="x", log_dir=None, level="Debug", console_format="Xml")
+
+
+def test_numbers_are_written_as_kurrentdb_s_n0_format():
+    """KurrentDB's scavenge lines write weights with ``{physicalWeight:N0}``: whole, grouped by commas."""
+    from evdb.logs import n0
+
+    assert [n0(v) for v in (120.0, 0, 2.5, 1234.5, 1e6, -1.5)] == [
+        "120",
+        "0",
+        "3",
+        "1,235",
+        "1,000,000",
+        "-2",
+    ]

@@ -119,7 +119,10 @@ def test_the_table_is_consistent():
             assert o.parse(o.default, "default") == o.default, o.name
         assert not IGNORED_ENVIRONMENT.match(o.env), o.name  # the Kubernetes allow-list hides no option
         assert all(alias not in names for alias in o.aliases)
-    assert {f.name for f in dataclasses.fields(Options)} == {o.attr for o in OPTIONS} | {"config_sources"}
+    assert {f.name for f in dataclasses.fields(Options)} == {o.attr for o in OPTIONS} | {
+        "config_sources",
+        "environment_warnings",
+    }
 
 
 def test_an_option_spec_refuses_an_unknown_type_or_group():
@@ -147,7 +150,7 @@ def test_defaults_follow_the_spec():
     assert o.disable_scavenge_merging is False
     assert o.scavenge_history_max_age == 30
     assert o.always_keep_scavenged is False
-    assert o.scavenge_backend_page_size == 16
+    assert o.scavenge_backend_page_size == 16384  # bytes, as KurrentDB
     assert o.scavenge_backend_cache_size == 64 * MiB
     assert o.scavenge_hash_users_cache_capacity == 100_000
     assert o.unsafe_ignore_hard_delete is False
@@ -370,10 +373,10 @@ def test_effective_configuration_masks_the_licence_key_and_deprecations_are_repo
         ),
         ([], {}, "LogConsoleFormat: Fancy\n", r"LogConsoleFormat .*Accepted: one of Plain, Json"),
         (
-            ["--scavenge-backend-page-size", "3"],
+            ["--scavenge-backend-page-size", "16"],
             {},
             None,
-            r"ScavengeBackendPageSize .*one of 1, 2, 4, 8, 16, 32, 64",
+            r"ScavengeBackendPageSize .*one of 1024, 2048, 4096, 8192, 16384, 32768, 65536 \(bytes\)",
         ),
         # the file itself
         ([], {}, "just a string\n", r"must hold a mapping"),

@@ -1221,7 +1221,40 @@ class DashboardApp(App[str | None]):
 
     async def send(self, call: PlannedCall) -> bool:
         response = await self._request(call)
-        return response is not None and response.status_code < 300
+        if response is None or response.status_code >= 300:
+            return False
+        if call.path == "/admin/reloadconfig":  # 200 whatever the outcome, as KurrentDB answers
+            return await self._reload_succeeded(call)
+        return True
+
+    async def _reload_succeeded(self, call: PlannedCall) -> bool:
+        """A reload answered 200 may still have failed: the node's lastReload says (tui/certificates.py)."""
+        from tui.certificates import reload_failure
+
+        assert self.client is not None
+        reason = await reload_failure(self.client, call.node_url)
+        if reason is None:
+            return True
+        node = self.state.nodes.get(call.node_url)
+        label = node.label if node else call.node_url
+        self.state.add_activity(
+            Activity(
+                self.clock.time(),
+                label,
+                call.request_line(),
+                200,
+                f"reload failed: {reason}",
+                outcome="failed",
+            )
+        )
+        self.notify(
+            f"{call.request_line()}\n→ the reload failed; the node keeps its configuration\n{reason[:300]}",
+            title=label,
+            severity="error",
+            timeout=8,
+        )
+        self.render_panels()
+        return False
 
     async def _request(self, call: PlannedCall) -> httpx.Response | None:
         """Make a call: logged in the activity, told in a notice; the answer (None: no answer)."""

@@ -1,15 +1,38 @@
 """Read a node's certificate from its TLS handshake: subject, issuer, expiry, and whether the chain
-validates against the CA the dashboard was given."""
+validates against the CA the dashboard was given; and the outcome of a configuration reload."""
 
 from __future__ import annotations
 
 import asyncio
 import ssl
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from tui.state import CertificateState
 
-__all__ = ["read_certificate"]
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["read_certificate", "reload_failure"]
+
+
+async def reload_failure(client: httpx.AsyncClient, node_url: str) -> str | None:
+    """Why the reload the node just answered failed, or None when it did not (or cannot be known).
+
+    ``POST /admin/reloadconfig`` answers 200 whatever the outcome, as KurrentDB's does; an evdb node
+    answers once the reload is over and keeps its outcome as ``lastReload`` in ``GET /admin/certificates``.
+    A node without it (KurrentDB: 404) only logs the outcome, so there is nothing more to tell here."""
+    import httpx
+
+    try:
+        response = await client.get(f"{node_url.rstrip('/')}/admin/certificates")
+        body = response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    last = body.get("lastReload") if isinstance(body, dict) else None
+    if not isinstance(last, dict) or last.get("result") != "Failed":
+        return None
+    return str(last.get("error") or "the node did not say why")
 
 
 async def _peer_certificate(host: str, port: int, context: ssl.SSLContext, timeout: float) -> bytes:

@@ -16,8 +16,9 @@ the plugin's binaries. It is enabled by any ``*.json`` file in ``{installation}/
 ``{"Service": {"Plugins": {"AutoScavenge": {"Enabled": true}}}}``. Enabled without a valid licence,
 the node logs an error and does not start (its process exits with status 1).
 
-Log lines (searchable): ``AutoScavenge {version} plugin enabled.``, ``AutoScavenge {version} plugin
-disabled. ...`` naming what to change, ``AutoScavenge is not compatible with dev mode`` /
+Log lines (searchable), as KurrentDB's plugin host writes them (``{PluginName} {Version} plugin
+enabled.``, its string values quoted): ``"AutoScavenge" "{version}" plugin enabled.``,
+``"AutoScavenge" "{version}" plugin disabled. "..."`` naming what to change, ``AutoScavenge is not compatible with dev mode`` /
 ``... with mem-db``, ``AutoScavenge is not licensed, stopping.``, ``Plugins found in ...``,
 ``Loaded plugin AutoScavenge ...``.
 """
@@ -45,6 +46,10 @@ __all__ = [
 PLUGIN_VERSION = "0.0.1"
 PLUGIN_NAME = "AutoScavenge"
 PLUGIN_ASSEMBLIES = ("EventStore.AutoScavenge.dll", "KurrentDB.AutoScavenge.dll")
+#: KurrentDB's plugin host lines (KurrentDB.Plugins ``{PluginName} {Version} plugin enabled.``); its
+#: logger renders string values in quotes, as its documentation shows them
+PLUGIN_ENABLED = f'"{PLUGIN_NAME}" "%s" plugin enabled.'
+PLUGIN_DISABLED = f'"{PLUGIN_NAME}" "%s" plugin disabled. "%s"'
 
 
 class AutoScavengeNotLicensed(EvdbError):
@@ -150,7 +155,7 @@ def decide(options: Any, license: Any, now: float, logger: logging.Logger, versi
     plugin = find_plugin_form(install, logger)
 
     def disabled(v: str, why: str) -> Enabling:
-        logger.info("AutoScavenge %s plugin disabled. %s", v, why)
+        logger.info(PLUGIN_DISABLED, v, why)
         return Enabling(False, False, v)
 
     incompatible = None
@@ -186,7 +191,7 @@ def decide(options: Any, license: Any, now: float, logger: logging.Logger, versi
                 f"AutoScavenge is not licensed, stopping: the plugin is enabled by {plugin.enabled_by} "
                 f"but {_licence_problem(license, now)}"
             )
-        logger.info("AutoScavenge %s plugin enabled.", v)
+        logger.info(PLUGIN_ENABLED, v)
         return Enabling(True, True, v, plugin_form=True)
 
     if option is False:
@@ -201,12 +206,12 @@ def decide(options: Any, license: Any, now: float, logger: logging.Logger, versi
                 f"entitlement ({_licence_problem(license, now)})",
             )
         # explicitly enabled: the endpoints exist but the feature is off (GET /enabled says false)
-        logger.info("AutoScavenge %s plugin enabled.", version)
+        logger.info(PLUGIN_ENABLED, version)
         logger.error(
             "AutoScavenge is not licensed, stopping. %s", _licence_problem(license, now).capitalize()
         )
         return Enabling(True, False, version)
-    logger.info("AutoScavenge %s plugin enabled.", version)
+    logger.info(PLUGIN_ENABLED, version)
     return Enabling(True, True, version)
 
 

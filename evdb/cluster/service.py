@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from evdb.cluster.advertising import CLIENT_HOST, CLIENT_PORT, cluster_member
 from evdb.cluster.election import LogStanding, VoteRequest, grant_vote, majority
 from evdb.cluster.forwarding import RemoteWriter, decode_write, encode_error, encode_result
 from evdb.cluster.replica import ChunkLogReplication, ReplicationLog
@@ -240,6 +241,12 @@ class ClusterHost(Protocol):
     def advertised_host(self) -> str: ...
 
     @property
+    def advertised_port(self) -> int: ...
+
+    @property
+    def client_endpoint(self) -> tuple[str, int]: ...
+
+    @property
     def db(self) -> Database | None: ...
 
     def replication_log(self) -> ReplicationLog:
@@ -362,6 +369,9 @@ class ClusterService:
         self._election_lock = asyncio.Lock()
         self.replication_host = o.replication_ip or node.host
         self.replication_port = o.replication_port
+        #: what other nodes are told (ReplicationHostAdvertiseAs, ReplicationTcpPortAdvertiseAs)
+        self._replication_host_as = o.replication_host_advertise_as
+        self._replication_port_as = o.replication_tcp_port_advertise_as
         #: the cluster-wide commit position as this node knows it (a leader: what a majority holds
         #: since its epoch; a follower: what its leader said); reads never go past it
         self.commit_position = -1
@@ -424,13 +434,27 @@ class ClusterService:
 
     def leader_http_endpoint(self) -> tuple[str, int] | None:
         if self.is_leader:
-            return (self.node.advertised_host, self.node.port)
+            return (self.node.advertised_host, self.node.advertised_port)
         peer = self.leader_peer()
         if peer is None:
             return None
         return (
             peer.info.get("httpEndPointIp", peer.seed[0]),
             int(peer.info.get("httpEndPointPort", peer.seed[1])),
+        )
+
+    def leader_client_endpoint(self) -> tuple[str, int] | None:
+        """Where clients are sent to reach the leader (not-leader redirects): its client endpoint
+        (AdvertiseHostToClientAs, evdb/cluster/advertising.py), as KurrentDB."""
+        if self.is_leader:
+            return self.node.client_endpoint
+        endpoint = self.leader_http_endpoint()
+        peer = self.leader_peer()
+        if endpoint is None or peer is None:
+            return endpoint
+        return (
+            str(peer.info.get(CLIENT_HOST) or endpoint[0]),
+            int(peer.info.get(CLIENT_PORT) or endpoint[1]),
         )
 
     def own_member(self) -> dict:
@@ -445,14 +469,16 @@ class ClusterService:
             "timeStamp": self.node.clock.time(),
             "state": self.state,
             "isAlive": True,
-            "internalTcpIp": self.replication_host,
-            "internalTcpPort": 0 if secure else self.replication_port,
-            "internalSecureTcpPort": self.replication_port if secure else 0,
+            "internalTcpIp": self.replication_host_advertised,
+            "internalTcpPort": 0 if secure else self.replication_port_advertised,
+            "internalSecureTcpPort": self.replication_port_advertised if secure else 0,
             "externalTcpIp": self.node.advertised_host,
             "externalTcpPort": 0,
             "externalSecureTcpPort": 0,
             "httpEndPointIp": self.node.advertised_host,
-            "httpEndPointPort": self.node.port,
+            "httpEndPointPort": self.node.advertised_port,
+            CLIENT_HOST: self.node.client_endpoint[0],
+            CLIENT_PORT: self.node.client_endpoint[1],
             "lastCommitPosition": db.committed_position,
             "writerCheckpoint": db.committed_position,
             "chaserCheckpoint": chk.chaser.value,
@@ -464,6 +490,14 @@ class ClusterService:
             "isReadOnlyReplica": self.read_only,
             "esVersion": VERSION,
         }
+
+    @property
+    def replication_host_advertised(self) -> str:
+        return str(self._replication_host_as or self.replication_host)
+
+    @property
+    def replication_port_advertised(self) -> int:
+        return int(self._replication_port_as or self.replication_port)
 
     def members(self) -> list[dict]:
         """This node's view of the cluster, in KurrentDB's gossip member shape."""
@@ -614,13 +648,15 @@ class ClusterService:
             (
                 m
                 for m in body.get("members", [])
-                if (m.get("httpEndPointIp"), m.get("httpEndPointPort"))
+                if isinstance(m, dict)
+                and (m.get("httpEndPointIp"), m.get("httpEndPointPort"))
                 == (body.get("serverIp"), body.get("serverPort"))
             ),
             None,
         )
         if own is None or own.get("instanceId") == str(self.node.instance_id):
             return
+        own = cluster_member(own)  # the addresses nodes use, not those clients are told
         if not peer.alive(self._now(), self.gossip_timeout):
             self.logger.info("Member %s:%d is alive (%s)", *peer.seed, own.get("state"))
         peer.info = own

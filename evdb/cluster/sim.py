@@ -665,7 +665,8 @@ class _Host:
         self.tls = None
         self.host = "127.0.0.1"
         self.advertised_host = "127.0.0.1"
-        self.port = node.port
+        self.port = self.advertised_port = node.port
+        self.client_endpoint = (self.advertised_host, node.port)
         self.name = node.name
         self.clock = SimpleNamespace(time=lambda: 1_700_000_000.0 + node.sim.loop.time())
 
@@ -775,6 +776,8 @@ class Simulation:
             connection_reset_interval=1_000_000,
             replication_ip="127.0.0.1",
             replication_port=node.replication_port,
+            replication_host_advertise_as=None,
+            replication_tcp_port_advertise_as=0,
             certificate_reserved_node_common_name="eventstoredb-node",
         )
 

@@ -1,5 +1,5 @@
-"""Gossip (cluster members, for ``+discover`` connection strings), PersistentSubscriptions ``List``
-(evdb has none) and Operations (scavenge, merge indexes, resign, priority, shutdown).
+"""Gossip (cluster members, for ``+discover`` connection strings) and Operations (scavenge, merge
+indexes, resign, priority, shutdown, restart persistent subscriptions).
 
 Operations map onto the machinery the HTTP endpoints use: ``node.scavenge`` (as
 ``evdb/http/scavenge.py``), ``node.cluster`` (as ``evdb/http/cluster.py``) and the node's shutdown
@@ -15,13 +15,19 @@ from typing import TYPE_CHECKING
 from grpclib import GRPCError
 from grpclib.const import Cardinality, Handler, Status
 from grpclib.server import Stream
-from kurrentdbclient.protos.v1 import gossip_pb2, persistent_pb2, shared_pb2
+from kurrentdbclient.protos.v1 import gossip_pb2, shared_pb2
 
-from evdb.errors import EvdbError, InvalidInput, ScavengeAlreadyRunning, ScavengeNotFound
+from evdb.cluster.advertising import client_member
+from evdb.errors import (
+    EvdbError,
+    InvalidInput,
+    PersistentSubscriptionsNotReady,
+    ScavengeAlreadyRunning,
+    ScavengeNotFound,
+)
 from evdb.grpc import operations_pb2
 from evdb.grpc.common import (
     call_context,
-    check_leader,
     database,
     grpc_error,
     require_ops,
@@ -32,7 +38,7 @@ from evdb.scavenge.params import parse_scavenge_request
 if TYPE_CHECKING:
     from evdb.node import Node
 
-__all__ = ["GossipService", "OperationsService", "PersistentSubscriptionsService", "cluster_info"]
+__all__ = ["GossipService", "OperationsService", "cluster_info"]
 
 MemberInfo = gossip_pb2.MemberInfo
 _STATES = MemberInfo.VNodeState
@@ -41,17 +47,18 @@ ScavengeResp = operations_pb2.ScavengeResp
 
 
 def cluster_info(node: Node) -> gossip_pb2.ClusterInfo:
-    """The node's view of the cluster (evdb's gossip members) in the gRPC gossip shape."""
+    """The node's view of the cluster (evdb's gossip members) in the gRPC gossip shape, with the
+    addresses clients are told (AdvertiseHostToClientAs, evdb/cluster/advertising.py)."""
     if node.cluster is not None:
-        members = node.cluster.members()
+        members = [client_member(m) for m in node.cluster.members()]
     else:
         members = [
             {
                 "instanceId": str(node.instance_id),
                 "state": "Leader",
                 "isAlive": True,
-                "httpEndPointIp": node.advertised_host,
-                "httpEndPointPort": node.port,
+                "httpEndPointIp": node.client_endpoint[0],
+                "httpEndPointPort": node.client_endpoint[1],
             }
         ]
     info = gossip_pb2.ClusterInfo()
@@ -91,30 +98,6 @@ class GossipService:
         await call_context(self.node, stream)  # bad credentials are refused; anyone may ask
         await stream.recv_message()
         await stream.send_message(cluster_info(self.node))
-
-
-class PersistentSubscriptionsService:
-    """evdb has no persistent subscriptions: ``List`` answers NOT_FOUND, which clients read as none."""
-
-    def __init__(self, node: Node) -> None:
-        self.node = node
-
-    def __mapping__(self) -> dict[str, Handler]:
-        return {
-            "/event_store.client.persistent_subscriptions.PersistentSubscriptions/List": Handler(
-                self.list, Cardinality.UNARY_UNARY, persistent_pb2.ListReq, persistent_pb2.ListResp
-            )
-        }
-
-    async def list(self, stream: Stream) -> None:
-        ctx = await call_context(self.node, stream)
-        await stream.recv_message()
-        check_leader(self.node, ctx)
-        if not ctx.principal.is_authenticated:
-            raise GRPCError(Status.UNAUTHENTICATED, "Authentication is required.")
-        raise GRPCError(
-            Status.NOT_FOUND, "Subscription group not found: there are no persistent subscriptions."
-        )
 
 
 class OperationsService:
@@ -225,7 +208,9 @@ class OperationsService:
     async def restart_persistent_subscriptions(self, stream: Stream) -> None:
         node = self.node
         await self._begin(stream)
-        node.logger.info(
-            "RestartPersistentSubscriptions gRPC request received: evdb has no persistent subscriptions."
-        )
+        node.logger.info("Restarting persistent subscriptions: RestartPersistentSubscriptions gRPC request.")
+        try:
+            await node.persistent.restart()
+        except PersistentSubscriptionsNotReady:  # KurrentDB answers Empty either way
+            node.logger.info("Persistent subscriptions cannot be restarted: they are not started here.")
         await stream.send_message(shared_pb2.Empty())

@@ -1,28 +1,48 @@
-"""What every gRPC service shares: the caller, access rules, leader checks, error shapes, conversions.
+"""What every gRPC service shares: the caller, access rules, leader checks, error shapes, conversions,
+and the server that answers them (:class:`KurrentServer`).
 
-Errors reach the client in the shapes kurrentdbclient parses (see the reference
-``kurrentdb-grpc-clients.md``): a wrong expected version on Delete/Tombstone and a deleted stream are
-``FAILED_PRECONDITION`` with KurrentDB's messages; "not leader" is ``FAILED_PRECONDITION`` whose
-``grpc-status-details-bin`` packs ``kurrent.rpc.NotLeaderNodeErrorDetails`` with the leader's address.
+Errors reach the client in the shapes KurrentDB's clients parse (see the reference
+``kurrentdb-grpc-clients.md`` and KurrentDB's ``RpcExceptions``): each error evdb maps carries
+KurrentDB's trailing metadata, ``exception`` (``stream-deleted``, ``wrong-expected-version``,
+``access-denied``, ``not-leader``, ...) and the facts beside it (``stream-name``, ``expected-version``,
+``actual-version``, ``leader-endpoint-host``/``-port``, ...), from evdb/errors.py (``trailers_of``): the
+Node.js client and its Rust bridge choose their error class from them. A wrong expected version on
+Delete/Tombstone and a deleted stream are ``FAILED_PRECONDITION`` with KurrentDB's messages (which
+kurrentdbclient reads); "not leader" is ``FAILED_PRECONDITION`` whose ``grpc-status-details-bin`` packs
+``kurrent.rpc.NotLeaderNodeErrorDetails`` with the leader's address, and the ``not-leader`` trailers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import urllib.parse
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
+import h2.exceptions
 from google.protobuf import timestamp_pb2
 from grpclib import GRPCError
+from grpclib._typing import IServerMethodFunc
 from grpclib.const import Status
-from grpclib.server import Stream
+from grpclib.events import RecvRequest, listen
+from grpclib.metadata import decode_timeout
+from grpclib.protocol import H2Protocol
+from grpclib.server import Handler, Server, Stream
 from kurrentdbclient.protos.kurrent.rpc import errors_pb2
 from kurrentdbclient.protos.v1 import shared_pb2
 
 from evdb.auth import ADMINS, OPS, Principal, parse_basic_authorization, stream_access
-from evdb.errors import DatabaseReopening, InvalidInput, NotLeader, status_of
+from evdb.errors import (
+    AccessDenied,
+    DatabaseReopening,
+    EventTooLarge,
+    InvalidInput,
+    NotLeader,
+    status_of,
+    trailers_of,
+)
 from evdb.streams import ANY, NO_STREAM, STREAM_EXISTS, check_stream_name
 
 if TYPE_CHECKING:
@@ -32,11 +52,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SYSTEM",
+    "KurrentError",
+    "KurrentServer",
     "call_context",
     "check_stream_access",
     "database",
     "expected_version",
     "grpc_error",
+    "kurrent_error",
     "require_ops",
     "scavenge_service",
     "timestamp_now",
@@ -85,7 +108,7 @@ def check_stream_access(node: Node, principal: Principal, stream: str, action: s
     if verdict == "unauthenticated":
         raise GRPCError(Status.UNAUTHENTICATED, "Authentication is required.")
     if verdict == "denied":
-        raise GRPCError(Status.PERMISSION_DENIED, "Access denied.")
+        raise access_denied()
 
 
 def database(node: Node) -> Database:
@@ -108,14 +131,20 @@ def require_ops(principal: Principal) -> None:
     if not principal.is_authenticated:
         raise GRPCError(Status.UNAUTHENTICATED, "Authentication is required.")
     if not principal.is_ops:
-        raise GRPCError(Status.PERMISSION_DENIED, "Access denied.")
+        raise access_denied()
+
+
+def access_denied() -> GRPCError:
+    """KurrentDB's ``RpcExceptions.AccessDenied``: PERMISSION_DENIED with ``exception: access-denied``."""
+    return kurrent_error(Status.PERMISSION_DENIED, "Access Denied", trailers_of(AccessDenied()))
 
 
 def not_leader_error(node: Node) -> GRPCError:
     """FAILED_PRECONDITION with the leader's address, as KurrentDB answers a requires-leader call on a
     follower; UNAVAILABLE when no leader is known."""
     cluster = node.cluster
-    leader = cluster.leader_http_endpoint() if cluster is not None else None
+    # the leader's address as clients are told it (AdvertiseHostToClientAs), as KurrentDB
+    leader = cluster.leader_client_endpoint() if cluster is not None else None
     if leader is None:
         return GRPCError(Status.UNAVAILABLE, "Server Is Not Ready")
     host, port = leader
@@ -124,7 +153,8 @@ def not_leader_error(node: Node) -> GRPCError:
     details = errors_pb2.NotLeaderNodeErrorDetails(
         current_leader=errors_pb2.NotLeaderNodeErrorDetails.NodeInfo(host=host, port=port, node_id=node_id)
     )
-    return GRPCError(Status.FAILED_PRECONDITION, "Leader info available", [details])
+    trailers = trailers_of(NotLeader(host, port))
+    return kurrent_error(Status.FAILED_PRECONDITION, "Leader info available", trailers, [details])
 
 
 def check_leader(node: Node, ctx: CallContext) -> None:
@@ -135,14 +165,21 @@ def check_leader(node: Node, ctx: CallContext) -> None:
 
 
 def grpc_error(node: Node, exc: BaseException) -> GRPCError:
-    """evdb's errors as the gRPC statuses KurrentDB answers with (messages included)."""
+    """evdb's errors as the gRPC statuses KurrentDB answers with (messages and trailers included)."""
     if isinstance(exc, GRPCError):
         return exc
     if isinstance(exc, NotLeader):
         return not_leader_error(node)  # with the leader's endpoint, as KurrentDB's clients expect
+    if isinstance(exc, AccessDenied):
+        return access_denied()
+    if isinstance(exc, EventTooLarge) and exc.limit is None:
+        # KurrentDB's trailer names the limit (the Node.js client reads it): the database's MaxAppendSize
+        db = getattr(node, "db", None)
+        if db is not None:
+            exc = EventTooLarge(str(exc), limit=min(db.config.max_append_size, 2**31 - 1))
     known = status_of(exc)  # the one table of statuses (evdb/errors.py), shared with HTTP
     if known is not None:
-        return GRPCError(Status[known[1]], str(exc) or "Access denied.")
+        return kurrent_error(Status[known[1]], str(exc), trailers_of(exc))
     if getattr(node, "db", None) is None:  # a follower cutting a diverged tail: a moment, not a fault
         return GRPCError(Status.UNAVAILABLE, DatabaseReopening.MESSAGE)
     node.logger.exception("gRPC call failed unexpectedly", exc_info=exc)
@@ -207,3 +244,128 @@ def timestamp_now(node: Node) -> timestamp_pb2.Timestamp:
     ts = timestamp_pb2.Timestamp()
     ts.FromNanoseconds(int(node.clock.time() * 1_000_000_000))
     return ts
+
+
+# -- KurrentDB's error shapes on the wire ----------------------------------------------------------------
+class KurrentError(GRPCError):
+    """A ``GRPCError`` with KurrentDB's trailing metadata (``exception`` and the facts beside it).
+
+    grpclib sends no custom trailers for a raised error; :class:`KurrentServer` sends these."""
+
+    def __init__(
+        self, status: Status, message: str, trailers: Mapping[str, str], details: Any = None
+    ) -> None:
+        super().__init__(status, message, details)
+        # HTTP/2 (grpclib) carries no empty value: a fact KurrentDB sends empty is left out
+        self.trailers = {key: _metadata_value(value) for key, value in trailers.items() if value}
+
+
+def kurrent_error(
+    status: Status, message: str, trailers: Mapping[str, str], details: Any = None
+) -> GRPCError:
+    """The error a handler raises: with trailers when KurrentDB sends some, else a plain GRPCError."""
+    if not trailers:
+        return GRPCError(status, message, details)
+    return KurrentError(status, message, trailers, details)
+
+
+def _metadata_value(value: str) -> str:
+    """A trailer value as HTTP/2 carries it: printable ASCII as it is, anything else percent-encoded
+    (UTF-8), as gRPC encodes ``grpc-message``."""
+    if all(" " <= ch <= "~" for ch in value):
+        return value
+    return urllib.parse.quote(value, safe=" !\"#$&'()*+,/:;=?@[]^`{|}~<>")
+
+
+#: A call that reaches evdb with less time than this left is answered DEADLINE_EXCEEDED at once: its
+#: deadline passes before any answer could reach the client.
+DEADLINE_FLOOR = 0.001
+
+
+class KurrentServer(Server):
+    """grpclib's server with KurrentDB's error shapes and its ``ServerFeatures`` service.
+
+    * a handler that raises :class:`KurrentError` answers with its trailers (``exception``, ...);
+    * a call whose deadline (``grpc-timeout``) has already passed is ``DEADLINE_EXCEEDED``, as
+      KurrentDB answers it (grpclib raises from its deadline timer before the handler runs, and the
+      client would get ``UNKNOWN Internal Server Error``); a deadline that passes during a call
+      cancels the handler and is ``DEADLINE_EXCEEDED`` through grpclib itself;
+    * ``event_store.client.server_features.ServerFeatures/GetSupportedMethods`` lists the methods this
+      server really serves (evdb/grpc/features.py), as KurrentDB lists its endpoints.
+    """
+
+    def __init__(self, handlers: Collection[Any]) -> None:
+        from evdb.grpc.features import ServerFeaturesService
+
+        services = list(handlers)
+        super().__init__([*services, ServerFeaturesService(services)])
+        listen(self, RecvRequest, _send_trailers)
+
+    def _protocol_factory(self) -> H2Protocol:
+        # as grpclib's own, with a handler that answers a passed deadline (see the class docstring)
+        self.__gc_step__()
+        handler = _DeadlineHandler(self._mapping, self._codec, self._status_details_codec, self.__dispatch__)
+        self._handlers.add(handler)
+        return H2Protocol(handler, self._config, self._h2_config)
+
+
+async def _send_trailers(event: RecvRequest) -> None:
+    event.method_func = _with_trailers(event.method_func)
+
+
+def _with_trailers(func: IServerMethodFunc) -> IServerMethodFunc:
+    async def call(stream: Stream) -> None:
+        try:
+            await func(stream)
+        except KurrentError as exc:
+            if stream._send_trailing_metadata_done:  # the handler answered already: grpclib logs it
+                raise
+            try:
+                await stream.send_trailing_metadata(
+                    status=exc.status,
+                    status_message=exc.message,
+                    status_details=exc.details,
+                    metadata=exc.trailers,
+                )
+            except h2.exceptions.StreamClosedError:
+                pass  # the client went away: nobody to tell
+
+    return call
+
+
+class _DeadlineHandler(Handler):
+    def accept(self, stream: Any, headers: Any, release_stream: Callable[[], Any]) -> None:
+        if _deadline_passed(headers):
+            self.__gc_step__()
+            self._tasks[stream] = self.loop.create_task(_answer_deadline_exceeded(stream, release_stream))
+            return
+        super().accept(stream, headers, release_stream)
+
+
+def _deadline_passed(headers: Any) -> bool:
+    timeouts = [value for key, value in headers if key == "grpc-timeout"]
+    if not timeouts:
+        return False
+    try:
+        return min(map(decode_timeout, timeouts)) < DEADLINE_FLOOR
+    except ValueError:
+        return False  # malformed: grpclib answers it
+
+
+async def _answer_deadline_exceeded(stream: Any, release_stream: Callable[[], Any]) -> None:
+    try:
+        await stream.send_headers(
+            [
+                (":status", "200"),
+                ("content-type", "application/grpc"),
+                ("grpc-status", str(Status.DEADLINE_EXCEEDED.value)),
+                ("grpc-message", "Deadline Exceeded"),
+            ],
+            end_stream=True,
+        )
+        if stream.closable:
+            stream.reset_nowait()
+    except (h2.exceptions.StreamClosedError, ConnectionError):
+        pass  # the client went away: nobody to tell
+    finally:
+        release_stream()

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
-from grpclib.server import Server
 
 if TYPE_CHECKING:
     from evdb.node import Node
@@ -37,18 +36,24 @@ class GrpcServer:
     """The node's gRPC services (grpclib handlers) and the live gRPC connections."""
 
     def __init__(self, node: Node) -> None:
-        from evdb.grpc.cluster import GossipService, OperationsService, PersistentSubscriptionsService
+        from evdb.grpc.cluster import GossipService, OperationsService
+        from evdb.grpc.common import KurrentServer
+        from evdb.grpc.persistent import PersistentSubscriptionsService
         from evdb.grpc.streams import StreamsService
 
         self.node = node
-        self._server = Server(
-            [
-                StreamsService(node),
-                GossipService(node),
-                PersistentSubscriptionsService(node),
-                OperationsService(node),
-            ]
-        )
+        services: list[object] = [
+            StreamsService(node),
+            GossipService(node),
+            PersistentSubscriptionsService(node),
+            OperationsService(node),
+        ]
+        if node.projections is not None:  # RunProjections System or All, as KurrentDB serves it
+            from evdb.grpc.projections import ProjectionsService
+
+            services.append(ProjectionsService(node))
+        # KurrentServer: grpclib's, with KurrentDB's error trailers, deadlines and ServerFeatures
+        self._server = KurrentServer(services)
         self._transports: set[asyncio.BaseTransport] = set()
         self._closed = False
 

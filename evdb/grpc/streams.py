@@ -3,6 +3,15 @@ subscriptions of a stream or ``$all``), Append, BatchAppend, Delete and Tombston
 
 Every event's commit and prepare positions are its log position. Reads page through the database
 off the event loop; subscriptions follow :mod:`evdb.subscriptions`.
+
+A filtered ``$all`` subscription sends checkpoints as KurrentDB's ``AllSubscriptionFiltered`` does
+(:class:`_FilterCheckpoints`): its search window is the filter's ``max`` or, sent as ``count`` (the
+Node.js client's default), KurrentDB's read batch size (32); the interval is the window times the
+checkpoint interval multiplier. While catching up, events are looked at in KurrentDB's pages (a page
+ends after 32 matching events or a window of events) and a checkpoint follows the page that brings
+the count of events looked at to the interval; one more comes at the end of history, before
+``caught_up``; live, one comes every interval of events. A checkpoint names the last event looked at,
+the position a client resumes after (evdb's subscriptions start after the position given).
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ from evdb.grpc.common import (
     timestamp_now,
     uuid_message,
 )
+from evdb.projections.links import LINK_TYPE, Resolved, resolve_link, resolve_links
 from evdb.storage.records import EventRecord
 from evdb.streams import (
     NO_STREAM,
@@ -61,6 +71,9 @@ __all__ = ["StreamsService"]
 ReadResp = streams_pb2.ReadResp
 RecordedEvent = streams_pb2.ReadResp.ReadEvent.RecordedEvent
 PAGE = 512
+#: KurrentDB's ``Enumerator.DefaultReadBatchSize``: the most matching events of a filtered page, and the
+#: search window of a filter sent with ``count``
+READ_BATCH_SIZE = 32
 JSON = "application/json"
 BINARY = "application/octet-stream"
 _FORWARDS = streams_pb2.ReadReq.Options.Forwards
@@ -83,6 +96,21 @@ def _recorded(record: EventRecord, structured: bool) -> ReadResp:
         data=record.data,
     )
     return ReadResp(event=ReadResp.ReadEvent(event=event, commit_position=position))
+
+
+def _resolved(item: Resolved, structured: bool) -> ReadResp:
+    """A record read with ``resolve_links`` (evdb/projections/links.py), as KurrentDB sends it: a link
+    carries its target in ``event`` (absent when the target is gone) and itself in ``link``; the
+    read's position is the link's."""
+    if item.link is None:
+        assert item.event is not None
+        return _recorded(item.event, structured)
+    read = ReadResp.ReadEvent(
+        link=_recorded(item.link, structured).event.event, commit_position=item.link.log_position
+    )
+    if item.event is not None:
+        read.event.CopyFrom(_recorded(item.event, structured).event.event)
+    return ReadResp(event=read)
 
 
 def _event_filter(options: Any) -> Callable[[EventRecord], bool] | None:
@@ -110,6 +138,72 @@ def _invalid_position(filtered: bool) -> GRPCError:
     filtered form as InvalidCommitPositionError)."""
     kind = "FilteredReadAllResult" if filtered else "ReadAllResult"
     return GRPCError(Status.UNKNOWN, f"Unexpected {kind}: InvalidPosition")
+
+
+def _filter_window(options: Any) -> tuple[int, int]:
+    """(search window, checkpoint interval) of a filtered subscription: KurrentDB's
+    ``maxSearchWindow ?? ReadBatchSize`` and ``checkpointIntervalMultiplier * window``."""
+    which = options.WhichOneof("window")
+    if which == "max":
+        if options.max <= 0:
+            raise GRPCError(
+                Status.INVALID_ARGUMENT, "The filter's maximum search window must be greater than 0."
+            )
+        window = options.max
+    elif which == "count":
+        window = READ_BATCH_SIZE
+    else:
+        raise GRPCError(Status.INVALID_ARGUMENT, "A filter needs its search window: 'max' or 'count'.")
+    if options.checkpointIntervalMultiplier <= 0:
+        raise GRPCError(Status.INVALID_ARGUMENT, "The checkpoint interval multiplier must be greater than 0.")
+    return window, window * options.checkpointIntervalMultiplier
+
+
+class _FilterCheckpoints:
+    """When a filtered ``$all`` subscription sends a checkpoint (see the module docstring)."""
+
+    def __init__(self, window: int, interval: int) -> None:
+        self.window = window
+        self.interval = interval
+        self.live = False
+        self.counter = 0  # events looked at since the last checkpoint (catch-up: whole pages)
+        self.page_looked = 0
+        self.page_matched = 0
+        self.last_looked: int | None = None
+        self.last_sent: int | None = None  # the last checkpoint sent: never one at or before it again
+
+    def looked_at(self, position: int, matched: bool) -> int | None:
+        """An event was looked at; the checkpoint to send after it, if one is due."""
+        self.last_looked = position
+        if self.live:
+            self.counter += 1
+            if self.counter < self.interval:
+                return None
+            self.counter = 0
+            return self._due()
+        self.page_looked += 1
+        self.page_matched += matched
+        if self.page_matched < READ_BATCH_SIZE and self.page_looked < self.window:
+            return None
+        self.counter += self.page_looked  # the page is complete
+        self.page_looked = self.page_matched = 0
+        if self.counter < self.interval:
+            return None
+        self.counter %= self.interval
+        return self._due()
+
+    def caught_up(self) -> int | None:
+        """History is delivered: the checkpoint KurrentDB sends before going live, if any."""
+        self.live = True
+        self.counter = 0
+        return self._due()
+
+    def _due(self) -> int | None:
+        position = self.last_looked
+        if position is None or (self.last_sent is not None and position <= self.last_sent):
+            return None
+        self.last_sent = position
+        return position
 
 
 def _append_position(result: AppendResult) -> dict[str, Any]:
@@ -180,6 +274,7 @@ class StreamsService:
         check_leader(node, ctx)
         structured = options.uuid_option.WhichOneof("content") == "structured"
         subscribe = options.WhichOneof("count_option") == "subscription"
+        resolve = options.resolve_links
         try:
             if options.WhichOneof("stream_option") == "all":
                 await self._check_access(ctx, "$all", "read")
@@ -187,22 +282,41 @@ class StreamsService:
                     _event_filter(options.filter) if options.WhichOneof("filter_option") == "filter" else None
                 )
                 if subscribe:
-                    await self._subscribe_all(stream, options, event_filter, structured)
+                    await self._subscribe_all(stream, options, event_filter, structured, resolve)
                 else:
-                    await self._read_all(stream, options, event_filter, structured)
+                    await self._read_all(stream, options, event_filter, structured, resolve)
             else:
                 name = stream_name(options.stream.stream_identifier)
                 await self._check_access(ctx, name, "read")
                 if subscribe:
-                    await self._subscribe_stream(stream, name, options.stream, structured)
+                    await self._subscribe_stream(stream, name, options.stream, structured, resolve)
                 else:
-                    await self._read_stream(stream, name, options, structured)
+                    await self._read_stream(stream, name, options, structured, resolve)
         except (GRPCError, asyncio.CancelledError):
             raise
         except EvdbError as exc:
             raise grpc_error(node, exc) from None
 
-    async def _read_stream(self, stream: Stream, name: str, options: Any, structured: bool) -> None:
+    async def _send_page(
+        self, stream: Stream, db: Any, records: list[EventRecord], structured: bool, resolve: bool
+    ) -> None:
+        """A page of a read; with ``resolve``, its links resolved (off the event loop)."""
+        if resolve and any(record.event_type == LINK_TYPE for record in records):
+            for item in await asyncio.to_thread(resolve_links, db.read_event, records):
+                await stream.send_message(_resolved(item, structured))
+            return
+        for record in records:
+            await stream.send_message(_recorded(record, structured))
+
+    async def _message(self, db: Any, record: EventRecord, structured: bool, resolve: bool) -> ReadResp:
+        """One event of a subscription; with ``resolve``, a link resolved (off the event loop)."""
+        if resolve and record.event_type == LINK_TYPE:
+            return _resolved(await asyncio.to_thread(resolve_link, db.read_event, record), structured)
+        return _recorded(record, structured)
+
+    async def _read_stream(
+        self, stream: Stream, name: str, options: Any, structured: bool, resolve: bool = False
+    ) -> None:
         db = database(self.node)
         remaining = options.count
         which = options.stream.WhichOneof("revision_option")
@@ -234,8 +348,7 @@ class StreamsService:
                     )
                 return
             first = False
-            for record in page.events:
-                await stream.send_message(_recorded(record, structured))
+            await self._send_page(stream, db, page.events, structured, resolve)
             remaining -= len(page.events)
             if page.is_end_of_stream or not page.events:
                 return
@@ -247,6 +360,7 @@ class StreamsService:
         options: Any,
         event_filter: Callable[[EventRecord], bool] | None,
         structured: bool,
+        resolve: bool = False,
     ) -> None:
         db = database(self.node)
         remaining = options.count
@@ -270,14 +384,15 @@ class StreamsService:
                     page = await asyncio.to_thread(db.read_all_backward, position, batch, event_filter)
             except InvalidInput:
                 raise _invalid_position(event_filter is not None) from None
-            for record in page.events:
-                await stream.send_message(_recorded(record, structured))
+            await self._send_page(stream, db, page.events, structured, resolve)
             remaining -= len(page.events)
             if page.is_end or (not page.events and forwards and page.next_position == position):
                 return
             position = page.next_position
 
-    async def _subscribe_stream(self, stream: Stream, name: str, options: Any, structured: bool) -> None:
+    async def _subscribe_stream(
+        self, stream: Stream, name: str, options: Any, structured: bool, resolve: bool = False
+    ) -> None:
         node = self.node
         state = await asyncio.to_thread(database(node).stream_state, name)
         if state.tombstoned:
@@ -298,7 +413,7 @@ class StreamsService:
                 await stream.send_message(ReadResp(caught_up=caught_up))
             else:
                 last = item.event_number
-                await stream.send_message(_recorded(item, structured))
+                await stream.send_message(await self._message(database(node), item, structured, resolve))
 
     async def _subscribe_all(
         self,
@@ -306,6 +421,7 @@ class StreamsService:
         options: Any,
         event_filter: Callable[[EventRecord], bool] | None,
         structured: bool,
+        resolve: bool = False,
     ) -> None:
         node = self.node
         which = options.all.WhichOneof("all_option")
@@ -315,18 +431,20 @@ class StreamsService:
                 await asyncio.to_thread(database(node).read_all_forward, after, 1)
             except InvalidInput:
                 raise _invalid_position(event_filter is not None) from None
-        interval = 0
-        if event_filter is not None and options.filter.WhichOneof("window") == "max":
-            interval = max(1, options.filter.max) * max(1, options.filter.checkpointIntervalMultiplier)
+        checkpoints = None
+        if options.WhichOneof("filter_option") == "filter":
+            checkpoints = _FilterCheckpoints(*_filter_window(options.filter))
         await stream.send_message(
             ReadResp(confirmation=ReadResp.SubscriptionConfirmation(subscription_id=str(uuid.uuid4())))
         )
         last = after
-        scanned = 0
+        due: int | None = None
         async for item in subscribe_to_all(
             database(node), node.notifier, after=after, from_end=which == "end"
         ):
             if isinstance(item, CaughtUp):
+                if checkpoints is not None and (due := checkpoints.caught_up()) is not None:
+                    await stream.send_message(self._checkpoint(due))
                 caught_up = ReadResp.CaughtUp(timestamp=timestamp_now(node))
                 if last is not None:
                     caught_up.position.commit_position = last
@@ -336,19 +454,18 @@ class StreamsService:
             if isinstance(item, FilterCheckpoint):  # not asked for (no filter given to the reader)
                 continue
             last = item.log_position
-            if event_filter is None or event_filter(item):
-                await stream.send_message(_recorded(item, structured))
-            if interval:
-                scanned += 1
-                if scanned >= interval:
-                    scanned = 0
-                    await stream.send_message(
-                        ReadResp(
-                            checkpoint=ReadResp.Checkpoint(
-                                commit_position=last, prepare_position=last, timestamp=timestamp_now(node)
-                            )
-                        )
-                    )
+            matched = event_filter is None or event_filter(item)
+            if matched:
+                await stream.send_message(await self._message(database(node), item, structured, resolve))
+            if checkpoints is not None and (due := checkpoints.looked_at(last, matched)) is not None:
+                await stream.send_message(self._checkpoint(due))
+
+    def _checkpoint(self, position: int) -> ReadResp:
+        return ReadResp(
+            checkpoint=ReadResp.Checkpoint(
+                commit_position=position, prepare_position=position, timestamp=timestamp_now(self.node)
+            )
+        )
 
     # -- Append ------------------------------------------------------------------------------------------
     async def _write(self, name: str, events: list[NewEvent], expected: int) -> AppendResult:
@@ -519,16 +636,24 @@ class StreamsService:
         try:
             result = await asyncio.wrap_future(database(node).delete_stream_async(name, expected, hard=hard))
         except StreamNotFound:
-            # KurrentDB's wording; kurrentdbclient reads "Actual version: -1" as "not found"
-            raise GRPCError(
-                Status.FAILED_PRECONDITION, str(WrongExpectedVersion(name, expected, -1))
-            ) from None
+            # KurrentDB's answer: a wrong expected version, actual -1 (kurrentdbclient: "not found")
+            raise grpc_error(node, WrongExpectedVersion(name, expected, -1, "Delete")) from None
+        except WrongExpectedVersion as exc:
+            actual = exc.current_version
+            if actual < 0:  # a soft-deleted stream: KurrentDB reports its last event number
+                actual = await asyncio.to_thread(self._soft_deleted_last, name)
+            raise grpc_error(node, WrongExpectedVersion(name, expected, actual, "Delete")) from None
         except EvdbError as exc:
             raise grpc_error(node, exc) from None
         node.logger.info("%s stream '%s' through gRPC", "Tombstoned" if hard else "Deleted", name)
         reply = streams_pb2.TombstoneResp if hard else streams_pb2.DeleteResp
         position = reply.Position(commit_position=result.position, prepare_position=result.position)
         await stream.send_message(reply(position=position))
+
+    def _soft_deleted_last(self, name: str) -> int:
+        """The last event number of a soft-deleted stream (readers see none: -1 for them)."""
+        state = database(self.node).stream_state(name)
+        return state.last_event_number if state.soft_deleted and not state.tombstoned else -1
 
 
 def _status(status: Status, message: str, detail: Any) -> status_pb2.Status:

@@ -30,6 +30,8 @@ ROUTE_MODULES = (
     "evdb.http.autoscavenge",
     "evdb.http.backup",
     "evdb.http.streams",
+    "evdb.http.persistent",
+    "evdb.http.projections",
     "evdb.http.users",
     "evdb.http.openapi",
     "evdb.webui.routes",

@@ -42,6 +42,14 @@ from evdb.http.common import (
 from evdb.http.openapi import APP_PATHS
 
 FORWARDED = "X-Evdb-Forwarded-By"
+
+
+def _compact_json(data: Any, status: int = 200, **kwargs: Any) -> web.Response:
+    """Compact JSON: KurrentDB's auto-scavenge answers through ASP.NET's serializer, not the indenting
+    codec of its legacy endpoints."""
+    return json_response(data, status, compact=True, **kwargs)
+
+
 NO_LEADER = "No leader node was found in the cluster"
 #: how long a node without a known leader waits for one (and for the next one, when the leader it forwarded
 #: to stepped down) before answering NO_LEADER: a leader resigns at
@@ -62,11 +70,11 @@ def problem(status: int, detail: str) -> web.Response:
         "status": status,
         "detail": detail,
     }
-    return json_response(body, status, content_type="application/problem+json")
+    return _compact_json(body, status, content_type="application/problem+json")
 
 
 def _json_string(text: str, status: int = 400) -> web.Response:
-    return json_response(text, status)
+    return _compact_json(text, status)
 
 
 def _require_read(request: web.Request) -> None:
@@ -134,7 +142,7 @@ async def enabled(request: web.Request) -> web.Response:
     service = _service(request)
     if not service.enabling.plugin_form:
         require_authenticated(request)
-    return json_response({"enabled": bool(service.active)})
+    return _compact_json({"enabled": bool(service.active)})
 
 
 async def status(request: web.Request) -> web.Response:
@@ -142,7 +150,7 @@ async def status(request: web.Request) -> web.Response:
 
     async def local() -> web.Response:
         async with _service(request).leading() as machine:
-            return json_response(machine.status())
+            return _compact_json(machine.status())
 
     return await _on_leader(request, local)
 
@@ -152,7 +160,7 @@ async def progress(request: web.Request) -> web.Response:
 
     async def local() -> web.Response:
         async with _service(request).leading() as machine:
-            return json_response(machine.progress())
+            return _compact_json(machine.progress())
 
     return await _on_leader(request, local)
 
@@ -166,7 +174,7 @@ async def pause(request: web.Request) -> web.Response:
             code = await machine.pause()
         if code == 202:
             return web.Response(status=202)
-        return json_response({})
+        return _compact_json({})
 
     return await _on_leader(request, local)
 
@@ -179,7 +187,7 @@ async def resume(request: web.Request) -> web.Response:
             reason = await machine.resume()
         if reason is not None:
             return _json_string(reason)
-        return json_response({})
+        return _compact_json({})
 
     return await _on_leader(request, local)
 
@@ -196,7 +204,7 @@ async def cycle_now(request: web.Request) -> web.Response:
         except CycleNowRefused as exc:
             get_node(request).logger.info("Auto-scavenge cycle-now requested by %s refused: %s", who, exc)
             return _json_string(str(exc))
-        return json_response({"clusterScavengeId": started.cluster_scavenge_id, "members": started.members})
+        return _compact_json({"clusterScavengeId": started.cluster_scavenge_id, "members": started.members})
 
     return await _on_leader(request, local)
 
@@ -236,7 +244,7 @@ async def configure(request: web.Request) -> web.Response:
     async def local() -> web.Response:
         async with service.leading() as machine:
             await machine.configure(schedule)
-        return json_response({})
+        return _compact_json({})
 
     return await _on_leader(request, local)
 

@@ -55,7 +55,7 @@ async def require_leader_middleware(request: web.Request, handler):
         and not node.cluster.is_leader
         and any(request.headers.get(h, "").lower() == "true" for h in _REQUIRE_LEADER_HEADERS)
     ):
-        leader = node.cluster.leader_http_endpoint()
+        leader = node.cluster.leader_client_endpoint()  # as clients are told it (AdvertiseHostToClientAs)
         if leader is None:
             raise NotLeader()
         host, port = leader

@@ -1,4 +1,11 @@
-"""Anonymous and read-only node facts: /info, /gossip, /stats, /metrics, /ping."""
+"""Anonymous and read-only node facts: /info, /gossip, /stats, /metrics, /ping.
+
+Answers are negotiated as KurrentDB's controllers negotiate them (evdb/http/common.py
+``response_format``): indented JSON by default; ``Accept: application/xml`` or ``text/xml`` (or
+``?format=xml``) gives XML where KurrentDB serializes to XML (``/gossip``, ``/ping``); ``/info`` keeps its
+JSON body under the content type asked for, as KurrentDB's does; ``/stats`` has no XML form (KurrentDB's
+XML codec cannot write its dictionary: the body is empty); ``Accept: text/html`` is ``406``.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +13,29 @@ import asyncio
 
 from aiohttp import web
 
-from evdb.http.common import get_node, json_response
+from evdb.cluster.advertising import client_gossip
+from evdb.http.common import (
+    APPLICATION_XML,
+    JSON,
+    TEXT,
+    XML,
+    get_node,
+    json_response,
+    negotiated,
+    response_format,
+)
+
+#: the formats of KurrentDB's InfoController, GossipController, PingController and StatController
+_INFO = (JSON, XML, APPLICATION_XML, TEXT)
+_GOSSIP = (JSON, APPLICATION_XML, XML, TEXT)
+_STATS = (JSON, XML, APPLICATION_XML)
 
 
 async def info(request: web.Request) -> web.Response:
     from evdb.version import DB_VERSION, VERSION
 
     node = get_node(request)
+    fmt = response_format(request, _INFO)  # the body is JSON whatever is asked for, as KurrentDB's
     return json_response(
         {
             "dbVersion": DB_VERSION,
@@ -27,20 +50,30 @@ async def info(request: web.Request) -> web.Response:
             },
             "authentication": {"type": "internal", "properties": {}},
             "instanceId": str(node.instance_id),
-        }
+        },
+        content_type=fmt,
     )
 
 
 async def gossip(request: web.Request) -> web.Response:
     node = get_node(request)
     assert node.cluster is not None  # Node.start makes it before it opens the HTTP port
-    return json_response(
-        {"members": node.cluster.members(), "serverIp": node.advertised_host, "serverPort": node.port}
+    # the addresses clients are told (AdvertiseHostToClientAs); the cluster's in internalHttpEndPoint*
+    body = client_gossip(node.cluster.members(), node.client_endpoint)
+    members = ",".join(
+        ", ".join(f"{k[:1].upper()}{k[1:]}: {v}" for k, v in m.items()) for m in body["members"]
+    )
+    text = f"Server: {body['serverIp']}:{body['serverPort']}, Members: [{members}]"
+    return negotiated(
+        request, "ClientClusterInfo", body, formats=_GOSSIP, items={"Members": "ClientMemberInfo"}, text=text
     )
 
 
 async def stats(request: web.Request) -> web.Response:
     node = get_node(request)
+    fmt = response_format(request, _STATS)
+    if fmt != JSON:
+        return web.Response(text="", content_type=fmt)
     return json_response(await asyncio.to_thread(node.collect_stats))
 
 
@@ -51,7 +84,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def ping(request: web.Request) -> web.Response:
-    return json_response({"text": "Ping request successfully handled"})
+    text = "Ping request successfully handled"
+    return negotiated(request, "TextMessage", {"text": text}, formats=_INFO, text=f"Text: {text}")
 
 
 def setup(app: web.Application) -> None:

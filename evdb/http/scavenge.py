@@ -7,7 +7,7 @@ import asyncio
 from aiohttp import web
 
 from evdb.errors import ScavengeNotFound
-from evdb.http.common import get_node, json_response, require_ops, text_or_json, wants_json
+from evdb.http.common import get_node, json_response, negotiated, require_ops, response_format, text_or_json
 from evdb.http.openapi import EXTRA_PATHS, SCAVENGE_ID_CONTENT
 from evdb.scavenge.params import ScavengeRequest, parse_scavenge_request
 
@@ -29,6 +29,7 @@ def parse_request(request: web.Request) -> ScavengeRequest:
 
 async def start(request: web.Request) -> web.Response:
     require_ops(request)
+    response_format(request)  # an answer it cannot give (Accept: text/html) is refused first: 406
     node = get_node(request)
     query = request.query_string
     node.logger.info(
@@ -37,7 +38,7 @@ async def start(request: web.Request) -> web.Response:
     )
     scavenge_request = parse_request(request)
     scavenge_id = await asyncio.to_thread(node.open_scavenge().start, scavenge_request)
-    return text_or_json(request, {"scavengeId": scavenge_id})
+    return text_or_json(request, {"scavengeId": scavenge_id}, dto="ScavengeResultDto")
 
 
 async def current(request: web.Request) -> web.Response:
@@ -45,7 +46,9 @@ async def current(request: web.Request) -> web.Response:
     node = get_node(request)
     scavenge_id = node.open_scavenge().current_id() or ""
     link = f"/admin/scavenge/{scavenge_id}" if scavenge_id else ""
-    return text_or_json(request, {"scavengeId": scavenge_id, "scavengeLink": link})
+    return text_or_json(
+        request, {"scavengeId": scavenge_id, "scavengeLink": link}, dto="ScavengeGetCurrentResultDto"
+    )
 
 
 async def last(request: web.Request) -> web.Response:
@@ -53,7 +56,11 @@ async def last(request: web.Request) -> web.Response:
     node = get_node(request)
     found = await asyncio.to_thread(node.open_scavenge().last)
     if found is None:
-        return text_or_json(request, {"scavengeId": "", "scavengeLink": "", "scavengeResult": "Unknown"})
+        return text_or_json(
+            request,
+            {"scavengeId": "", "scavengeLink": "", "scavengeResult": "Unknown"},
+            dto="ScavengeGetLastResultDto",
+        )
     scavenge_id, result = found
     return text_or_json(
         request,
@@ -62,6 +69,7 @@ async def last(request: web.Request) -> web.Response:
             "scavengeLink": f"/admin/scavenge/{scavenge_id}",
             "scavengeResult": result,
         },
+        dto="ScavengeGetLastResultDto",
     )
 
 
@@ -82,6 +90,7 @@ async def stop(request: web.Request) -> web.Response:
     require_ops(request)
     node = get_node(request)
     scavenge_id = request.match_info["scavenge_id"]
+    response_format(request)  # 406 before anything is done, as KurrentDB
     node.logger.info(
         "Stopping scavenge because /admin/scavenge/%s DELETE request has been received.", scavenge_id
     )
@@ -89,9 +98,7 @@ async def stop(request: web.Request) -> web.Response:
         stopped = await node.open_scavenge().stop_async(scavenge_id)
     except ScavengeNotFound:
         return web.Response(status=404, text="Scavenge Id does not exist", content_type="text/plain")
-    if wants_json(request):
-        return json_response(stopped)
-    return web.Response(text=stopped, content_type="text/plain")
+    return negotiated(request, "string", stopped)
 
 
 def setup(app: web.Application) -> None:

@@ -23,6 +23,7 @@ from evdb.auth import Principal, stream_access
 from evdb.clock import TICKS_PER_SECOND
 from evdb.errors import EventTooLarge, InvalidInput, StreamDeleted
 from evdb.http.common import bad_request, get_node, get_principal, json_response, parse_json, unauthorized
+from evdb.projections.links import LINK_TYPE, Resolved, parse_link, resolve_link, resolve_links
 from evdb.storage.records import EventRecord
 from evdb.streams import ANY, NewEvent, StreamMetadata, check_metadata_events, is_metastream
 from evdb.subscriptions import CaughtUp, subscribe_to_all, subscribe_to_stream
@@ -54,11 +55,14 @@ def database(request: web.Request) -> Database:
 
 
 # -- access control ----------------------------------------------------------------------------------
-def check_access(request: web.Request, stream: str, action: str) -> Principal:
-    """Stream ACLs (evdb.auth.stream_access): 401 for anonymous callers refused, 403 for others."""
+def check_access(request: web.Request, stream: str, action: str, *, page: bool = False) -> Principal:
+    """Stream ACLs (evdb.auth.stream_access): a refused caller gets 401, anonymous or not, as KurrentDB
+    answers a denied controller action over HTTP (gRPC answers PERMISSION_DENIED). The web Admin UI's
+    parts (``page``) answer a signed-in user 403, so that the page says "access denied" rather than
+    asking them to sign in again."""
     principal = get_principal(request)
     verdict = stream_access(database(request), principal, stream, action)
-    if verdict == "unauthenticated":
+    if verdict == "unauthenticated" or (verdict == "denied" and not page):
         raise unauthorized()
     if verdict == "denied":
         raise web.HTTPForbidden(text="Access denied.", content_type="text/plain")
@@ -145,6 +149,69 @@ def _entry(request: web.Request, record: EventRecord, embed: str | None) -> dict
     return entry
 
 
+def resolve_link_tos(request: web.Request, default: bool) -> bool:
+    """The ``Kurrent-ResolveLinkTos`` header (legacy ``ES-ResolveLinkTos``): ``true`` or ``false`` in
+    any case; absent, ``default`` (KurrentDB: true for stream reads, false for ``$all``)."""
+    value = header(request, "ResolveLinkTos")
+    if not value:
+        return default
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise InvalidInput("Kurrent-ResolveLinkTos header in wrong format.")
+
+
+def _resolved_json(item: Resolved, embed: str | None) -> dict[str, Any]:
+    """A resolved link's fields (KurrentDB's rich entry): the target's, positioned at the link; a
+    link whose target is gone has only the link's position fields."""
+    link = item.link
+    if link is None:
+        assert item.event is not None
+        return event_json(item.event, embed=embed)
+    out = event_json(item.event, embed=embed) if item.event is not None else {}
+    out.update(
+        {
+            "positionEventNumber": link.event_number,
+            "positionStreamId": link.stream,
+            "position": link.log_position,
+            "isLinkMetaData": bool(link.metadata),
+            "updated": _iso(link.timestamp),
+        }
+    )
+    if embed in ("body", "rich", "tryharder", "pretty") and link.metadata:
+        out["linkMetaData"] = link.metadata.decode("utf-8", "replace")
+    return out
+
+
+def _resolved_entry(request: web.Request, item: Resolved, embed: str | None) -> dict[str, Any]:
+    """A feed entry of a read that resolves links: a link's entry names its target (summary ``$>``)."""
+    link = item.link
+    target = parse_link(link.data) if link is not None else None
+    if link is None or target is None:
+        assert item.event is not None
+        return _entry(request, item.event, embed)
+    number, stream = target
+    uri = f"{_base(request)}/streams/{quote(stream, safe='$')}/{number}"
+    entry: dict[str, Any] = {
+        "title": f"{number}@{stream}",
+        "id": uri,
+        "author": {"name": "evdb"},
+        "summary": LINK_TYPE,
+        "links": [{"uri": uri, "relation": "edit"}, {"uri": uri, "relation": "alternate"}],
+    }
+    entry.update(_resolved_json(item, embed))
+    return entry
+
+
+async def _entries(
+    request: web.Request, db: Database, records: list[EventRecord], embed: str | None, resolve: bool
+) -> list[dict[str, Any]]:
+    """The entries of a page; with ``resolve``, links resolved (evdb/projections/links.py)."""
+    if resolve and any(record.event_type == LINK_TYPE for record in records):
+        items = await asyncio.to_thread(resolve_links, db.read_event, records)
+        return [_resolved_entry(request, item, embed) for item in items]
+    return [_entry(request, record, embed) for record in records]
+
+
 def _page_count(text: str) -> int:
     if not is_number(text) or not 1 <= int(text) <= MAX_PAGE:
         raise InvalidInput(f"The page size must be between 1 and {MAX_PAGE}.")
@@ -158,6 +225,7 @@ async def _feed(
     node = get_node(request)
     check_access(request, stream, "read")
     embed = request.query.get("embed")
+    resolve = resolve_link_tos(request, True)
     long_poll = header(request, "LongPoll")
     db = database(request)
     if direction == "forward":
@@ -189,6 +257,7 @@ async def _feed(
         links.append({"uri": f"{base}/{last + 1}/forward/{count}", "relation": "previous"})
     links.append({"uri": f"{base}/metadata", "relation": "metadata"})
     head = direction == "backward" and (start is None or start >= last)
+    entries = await _entries(request, db, events, embed, resolve)
     body = {
         "title": f"Event stream '{stream}'",
         "id": base,
@@ -199,7 +268,7 @@ async def _feed(
         "selfUrl": base,
         "eTag": f"{last};-1",
         "links": links,
-        "entries": [_entry(request, e, embed) for e in events],
+        "entries": entries,
     }
     return json_response(body, content_type=ATOM)
 
@@ -240,8 +309,15 @@ async def read_event(request: web.Request) -> web.Response:
         number = int(number_text)
     else:
         raise InvalidInput(f"'{number_text}' is not an event number.")
-    record = await asyncio.to_thread(database(request).read_event, stream, number)
+    resolve = resolve_link_tos(request, True)
+    db = database(request)
+    record = await asyncio.to_thread(db.read_event, stream, number)
     accept = request.headers.get("Accept", "")
+    if resolve and record.event_type == LINK_TYPE:
+        item = await asyncio.to_thread(resolve_link, db.read_event, record)
+        if "atom" in accept or request.query.get("embed"):
+            return json_response(_resolved_entry(request, item, "body"), content_type=ATOM)
+        record = item.event if item.event is not None else record
     if "atom" in accept or request.query.get("embed"):
         entry = _entry(request, record, "body")
         return json_response(entry, content_type=ATOM)
@@ -255,6 +331,7 @@ async def _all_feed(request: web.Request, start: int | None, direction: str, cou
     check_access(request, ALL, "read")
     db = database(request)
     embed = request.query.get("embed")
+    resolve = resolve_link_tos(request, False)
     if direction == "forward":
         page = await asyncio.to_thread(db.read_all_forward, start or 0, count)
         events = list(reversed(page.events))
@@ -266,6 +343,7 @@ async def _all_feed(request: web.Request, start: int | None, direction: str, cou
         after = start if start is not None else db.readable_position
         before = page.next_position
     base = f"{_base(request)}/streams/%24all"
+    entries = await _entries(request, db, events, embed, resolve)
     links = [
         {"uri": base, "relation": "self"},
         {"uri": f"{base}/head/backward/{count}", "relation": "first"},
@@ -281,7 +359,7 @@ async def _all_feed(request: web.Request, start: int | None, direction: str, cou
         "headOfStream": after >= db.readable_position,
         "selfUrl": base,
         "links": links,
-        "entries": [_entry(request, e, embed) for e in events],
+        "entries": entries,
     }
     return json_response(body, content_type=ATOM)
 
@@ -449,6 +527,8 @@ async def set_metadata(request: web.Request) -> web.Response:
 
 # -- subscriptions (server-sent events) --------------------------------------------------------------
 async def _sse(request: web.Request, items) -> web.StreamResponse:
+    resolve = resolve_link_tos(request, False)  # before the answer starts: a bad header is a 400
+    db = database(request)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
     embed = request.query.get("embed", "body")
@@ -457,7 +537,11 @@ async def _sse(request: web.Request, items) -> web.StreamResponse:
             if isinstance(item, CaughtUp):
                 chunk = f"event: caught-up\ndata: {json.dumps({'position': item.position})}\n\n"
             else:
-                chunk = f"event: event\nid: {item.log_position}\ndata: {json.dumps(event_json(item, embed=embed))}\n\n"
+                if resolve and item.event_type == LINK_TYPE:
+                    fields = _resolved_json(await asyncio.to_thread(resolve_link, db.read_event, item), embed)
+                else:
+                    fields = event_json(item, embed=embed)
+                chunk = f"event: event\nid: {item.log_position}\ndata: {json.dumps(fields)}\n\n"
             await response.write(chunk.encode())
     except StreamDeleted as exc:
         await response.write(f"event: error\ndata: {json.dumps({'error': str(exc)})}\n\n".encode())

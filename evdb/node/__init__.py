@@ -32,6 +32,8 @@ from evdb.licensing.loading import check_license
 from evdb.logs import close_node_logging, configure_node_logging
 from evdb.metrics import NodeMetrics, NodeSources
 from evdb.options import Options, deprecation_warnings, effective_configuration
+from evdb.persistent import DatabaseStore, PersistentSubscriptionService
+from evdb.projections import SystemProjections
 from evdb.redaction import start_redaction_service
 from evdb.scavenge.service import ScavengeService
 from evdb.streams import NewEvent
@@ -65,6 +67,16 @@ class Node:
         self.license: License | None = None
         self.redaction: Any = None  # the unix-socket redaction service (EnableUnixSocket)
         self.auto_scavenge: Any = None  # evdb.autoscavenge.AutoScavengeService (mapped or not)
+        #: the system projections (evdb/projections; RunProjections System or All), run by the leader
+        self.projections: SystemProjections | None = None
+        #: persistent subscriptions (evdb/persistent), served while this node is the leader
+        self.persistent = PersistentSubscriptionService(
+            store=DatabaseStore(self.open_db, self.clock.ticks),
+            clock=self.clock,
+            is_leader=lambda: self.cluster is not None and self.cluster.is_leader,
+            follow_commits=lambda position: self.notifier.wait_beyond(position),
+            logger=self.logger,
+        )
         self.statuses: dict[str, tuple[str, float]] = {}
         self.metrics = NodeMetrics(NodeSources(lambda: self.db, lambda: self.scavenge, lambda: self.statuses))
         self.server_tls: Any = None  # the HTTP port's swappable ssl context (evdb/tls/reload.py)
@@ -118,8 +130,26 @@ class Node:
 
     @property
     def advertised_host(self) -> str:
-        """The address other nodes and clients use to reach this node's HTTP port."""
+        """The address other nodes use to reach this node's HTTP port (NodeHostAdvertiseAs)."""
+        given = self.options.node_host_advertise_as
+        if given:
+            return str(given)
         return self.host if self.host not in ("0.0.0.0", "::") else "127.0.0.1"
+
+    @property
+    def advertised_port(self) -> int:
+        """The HTTP port other nodes are told (NodePortAdvertiseAs)."""
+        return int(self.options.node_port_advertise_as or self.port)
+
+    @property
+    def client_endpoint(self) -> tuple[str, int]:
+        """What clients are told to reach this node at: gossip and not-leader redirects
+        (AdvertiseHostToClientAs, AdvertiseNodePortToClientAs), as KurrentDB."""
+        o = self.options
+        return (
+            str(o.advertise_host_to_client_as or self.advertised_host),
+            int(o.advertise_node_port_to_client_as or self.advertised_port),
+        )
 
     @property
     def endpoint(self) -> str:
@@ -201,7 +231,7 @@ class Node:
             unsafe_ignore_hard_delete=o.unsafe_ignore_hard_delete,
             hash_users_cache_capacity=o.scavenge_hash_users_cache_capacity,
             history_max_age_days=o.scavenge_history_max_age,
-            page_size_kib=o.scavenge_backend_page_size,
+            page_size_kib=o.scavenge_backend_page_size // 1024,  # the option is in bytes, as KurrentDB
             cache_size_bytes=o.scavenge_backend_cache_size,
             set_status=lambda status: self.set_status("Scavenge", status),
             wall_clock=self.clock.time,
@@ -258,6 +288,9 @@ class Node:
     async def on_became_leader(self) -> None:
         """Called by the cluster when this node takes office: create the default users if missing."""
         await asyncio.to_thread(self.users.ensure_defaults)
+        await self.persistent.leadership_changed()
+        if self.projections is not None:
+            self.projections.wake()
 
     async def start(self) -> None:
         o = self.options
@@ -266,7 +299,7 @@ class Node:
         for name, value, source in effective_configuration(o):
             if source != "default":
                 self.logger.info("Option %s = %s (from %s)", name, value, source)
-        for warning in deprecation_warnings(o):
+        for warning in [*deprecation_warnings(o), *o.environment_warnings]:
             self.logger.warning(warning)
         if o.unsafe_ignore_hard_delete:
             self.logger.warning(
@@ -300,14 +333,17 @@ class Node:
             name=self.name,
             db=lambda: self.db,
             cluster=MembershipView(
-                lambda: self.cluster, lambda: peer_name((self.advertised_host, self.port))
+                lambda: self.cluster, lambda: peer_name((self.advertised_host, self.advertised_port))
             ),
             peers=self.peer_client,
         )
         await self._open_database()
         sockets = self._bind_sockets()
+        self.persistent.logger = self.logger
         self.cluster = ClusterService(self)
         await self.cluster.start()
+        self.persistent.run()
+        await self._start_projections()
         await self.auto_scavenge.start()
         self.redaction = await start_redaction_service(
             o,
@@ -322,6 +358,26 @@ class Node:
         if o.stats_period_sec > 0:
             self._tasks.append(asyncio.create_task(self._write_statistics(), name=f"{self.name}-stats"))
         self.logger.info("Node is ready: %s", self.http_url)
+
+    async def _start_projections(self) -> None:
+        """KurrentDB's RunProjections / StartStandardProjections (dev mode turns both on, as there)."""
+        o = self.options
+        mode = "System" if o.dev and o.run_projections == "None" else o.run_projections
+        if mode == "None":
+            return
+        if mode == "All":
+            self.logger.warning(
+                "RunProjections is All: evdb runs the system projections only (no user-defined projections)"
+            )
+        self.projections = SystemProjections(
+            database=self.open_db,
+            notifier=lambda: self.notifier,
+            is_leader=lambda: self.cluster is not None and self.cluster.is_leader,
+            clock=self.clock,
+            logger=self.logger,
+            start_standard=o.start_standard_projections or o.dev,
+        )
+        await self.projections.start()
 
     def _bind_sockets(self) -> list[socket.socket]:
         """Bind the HTTP port now (port 0 picks a free one), so the node knows its endpoint."""
@@ -364,6 +420,9 @@ class Node:
         if self.redaction is not None:
             await self.redaction.close()
             self.redaction = None
+        await self.persistent.close()
+        if self.projections is not None:
+            await self.projections.stop()
         if self.auto_scavenge is not None:
             await self.auto_scavenge.stop()
         if self.cluster is not None:

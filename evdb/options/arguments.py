@@ -32,9 +32,15 @@ def _metavar(o: OptionSpec) -> str:
         return "true|false"
     if o.choices:
         return "{" + ",".join(str(c) for c in o.choices) + "}"
-    return {"int": "INT", "float": "NUMBER", "size": "SIZE", "str": "TEXT", "path": "PATH", "ip": "IP"}[
-        o.type
-    ]
+    return {
+        "int": "INT",
+        "float": "NUMBER",
+        "size": "SIZE",
+        "str": "TEXT",
+        "path": "PATH",
+        "ip": "IP",
+        "host": "HOST",
+    }[o.type]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

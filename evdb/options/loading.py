@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from evdb.errors import InvalidOption
 from evdb.options.arguments import add_arguments
 from evdb.options.model import BY_NAME, Options
-from evdb.options.sources import read_environment, read_yaml_file, suggest
+from evdb.options.sources import foreign_environment, read_environment, read_yaml_file, suggest
 from evdb.options.table import OPTIONS
 
 __all__ = ["load_options", "options_from_namespace", "reload_options"]
@@ -64,7 +64,11 @@ def _build(given: _Given, environ: Mapping[str, str], problems: list[str]) -> Op
             take(name, raw, where, label)
     if problems:
         _raise(problems)
-    return Options(config_sources=sources, **{BY_NAME[name].attr: value for name, value in values.items()})
+    return Options(
+        config_sources=sources,
+        environment_warnings=tuple(foreign_environment(environ)),
+        **{BY_NAME[name].attr: value for name, value in values.items()},
+    )
 
 
 def _given_on_command_line(ns: argparse.Namespace) -> _Given:

@@ -102,8 +102,8 @@ def _bound(o: OptionSpec, number: float) -> str:
 def _accepted_cell(o: OptionSpec) -> str:
     if o.choices:
         text = "one of " + ", ".join(f"`{c}`" for c in o.choices)
-        if o.unit:
-            text += f" ({o.unit})"
+        if o.unit or o.type == "size":
+            text += f" ({o.unit or 'bytes'})"
     else:
         text = o.type_text
         if o.minimum is not None and o.maximum is not None:

@@ -42,6 +42,8 @@ def derived_index(db: str) -> str:
 class _OptionsBase:
     #: option name (PascalCase) -> "default", "yaml", "env", "command line" or "code"
     config_sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    #: what the node warns of at start about its environment (KURRENTDB_* variables it does not read)
+    environment_warnings: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         given = dict(self.config_sources)
@@ -89,7 +91,13 @@ if TYPE_CHECKING:
     class Options(_OptionsBase):
         """The effective options of a node (one attribute per option, snake_case)."""
 
-        def __init__(self, *, config_sources: Mapping[str, str] = ..., **values: Any) -> None: ...
+        def __init__(
+            self,
+            *,
+            config_sources: Mapping[str, str] = ...,
+            environment_warnings: tuple[str, ...] = ...,
+            **values: Any,
+        ) -> None: ...
         def __getattr__(self, name: str) -> Any: ...
 
 else:

@@ -18,8 +18,10 @@ from evdb.options.spec import ENV_PREFIX, env_name
 from evdb.options.table import OPTIONS
 
 __all__ = [
+    "FOREIGN_PREFIXES",
     "IGNORED_ENVIRONMENT",
     "RawValues",
+    "foreign_environment",
     "option_name",
     "read_environment",
     "read_yaml_file",
@@ -40,6 +42,8 @@ IGNORED_ENVIRONMENT = re.compile(
     r"^SERVICE_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)$"
 )
 _KUBERNETES_PORT_URL = re.compile(r"^(tcp|udp|sctp)://", re.IGNORECASE)
+#: KurrentDB's environment prefixes (and EventStoreDB's, which KurrentDB still reads): evdb reads neither
+FOREIGN_PREFIXES = ("KURRENTDB_", "EVENTSTORE_")
 
 
 def suggest(unknown: str, known: list[str], prefix: str = "") -> str:
@@ -84,6 +88,30 @@ def read_environment(environ: Mapping[str, str], problems: list[str]) -> RawValu
             continue
         out[name] = (value, where)
     return out
+
+
+def foreign_environment(environ: Mapping[str, str]) -> list[str]:
+    """One warning per ``KURRENTDB_*`` / ``EVENTSTORE_*`` variable: evdb ignores them, and the warning
+    names the ``SERVICE_`` variable it reads for the same option (or says no option has that name)."""
+    warnings = []
+    for key in sorted(environ):
+        prefix = next((p for p in FOREIGN_PREFIXES if key.upper().startswith(p)), None)
+        if prefix is None:
+            continue
+        rest = re.sub(r"_+", "_", key[len(prefix) :].upper()).strip("_")
+        name = _ENV.get(ENV_PREFIX + rest)
+        if name is not None:
+            warnings.append(
+                f"The environment variable {key} is ignored: evdb reads {env_name(name)} for the option "
+                f"{name}. Rename it to {env_name(name)}."
+            )
+        else:
+            warnings.append(
+                f"The environment variable {key} is ignored: evdb reads options from {ENV_PREFIX}* "
+                f"variables, and no option is named {ENV_PREFIX}{rest}"
+                f"{suggest(ENV_PREFIX + rest, list(_ENV), ENV_PREFIX)}."
+            )
+    return warnings
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

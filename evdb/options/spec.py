@@ -19,6 +19,7 @@ from evdb.options.values import (
     format_size,
     parse_bool,
     parse_float,
+    parse_host,
     parse_int,
     parse_ip,
     parse_path,
@@ -39,6 +40,7 @@ GROUPS = (
     "Scavenging",
     "AutoScavenge",
     "Cluster",
+    "Projections",
     "Logging",
     "Licensing",
 )
@@ -51,6 +53,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "str": parse_str,
     "path": parse_path,
     "ip": parse_ip,
+    "host": parse_host,
     "enum": parse_str,  # then matched against the choices
 }
 TYPES = tuple(_PARSERS)
@@ -62,6 +65,7 @@ _PYTHON_TYPES = {
     "str": str,
     "path": str,
     "ip": str,
+    "host": str,
     "enum": str,
 }
 _TYPE_TEXT = {
@@ -72,6 +76,7 @@ _TYPE_TEXT = {
     "str": "string",
     "path": "path",
     "ip": "IP address",
+    "host": "host name or IP address",
     "enum": "enum",
 }
 
@@ -170,6 +175,8 @@ class OptionSpec:
         """What the option accepts, in words; every error message about a value ends with it."""
         if self.choices:
             text = "one of " + ", ".join(str(c) for c in self.choices)
+            if self.type == "size":
+                text += " (bytes)"
         elif self.type == "bool":
             text = "true or false (also yes/no, on/off, 1/0)"
         elif self.type in ("int", "float", "size"):
@@ -186,6 +193,8 @@ class OptionSpec:
                 text += f" of at most {self._bound_text(self.maximum)}"
         elif self.type == "ip":
             text = "an IPv4 or IPv6 address"
+        elif self.type == "host":
+            text = "a host name or an IPv4 or IPv6 address"
         elif self.type == "path":
             text = "a file or folder path"
         else:

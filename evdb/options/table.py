@@ -135,10 +135,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "127.0.0.1",
         "Address the HTTP API listens on; 0.0.0.0 (or ::) listens on every interface.",
         "Interface",
+        aliases=("NodeIp",),
         details=(
             "The default is the loopback address, unlike KurrentDB's 0.0.0.0: a node started with "
             "defaults (or in developer mode, with its well-known default passwords) is not reachable from "
-            "the network until an operator says so."
+            "the network until an operator says so. KurrentDB 25's name `NodeIp` is accepted too."
         ),
     ),
     OptionSpec(
@@ -147,8 +148,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
         2113,
         "Port of the HTTP API; 0 picks a free port (the node logs the one it got).",
         "Interface",
+        aliases=("NodePort",),
         minimum=0,
         maximum=65535,
+        details="KurrentDB 25's name `NodePort` is accepted too.",
     ),
     OptionSpec(
         "Insecure",
@@ -185,6 +188,79 @@ OPTIONS: tuple[OptionSpec, ...] = (
             "request gets `429 Too Many Requests` with `Retry-After: 1` and an empty body, before "
             "authentication. Long polls and subscriptions count while they wait."
         ),
+    ),
+    OptionSpec(
+        "NodeHostAdvertiseAs",
+        "host",
+        None,
+        "Host name or address other nodes (and clients, unless AdvertiseHostToClientAs is set) are told "
+        "to reach this node's HTTP port at.",
+        "Interface",
+        aliases=("ExtHostAdvertiseAs",),
+        default_note="the HttpIp address (127.0.0.1 when it is 0.0.0.0 or ::)",
+        details=(
+            "KurrentDB's option (formerly `ExtHostAdvertiseAs`, also accepted). Set it when the node listens "
+            "on `0.0.0.0` or behind address translation, or to gossip a DNS name that the node certificates "
+            "carry instead of an IP address."
+        ),
+    ),
+    OptionSpec(
+        "NodePortAdvertiseAs",
+        "int",
+        0,
+        "HTTP port other nodes (and clients, unless AdvertiseNodePortToClientAs is set) are told; 0: HttpPort.",
+        "Interface",
+        minimum=0,
+        maximum=65535,
+        aliases=("HttpPortAdvertiseAs",),
+        details="KurrentDB's option (formerly `HttpPortAdvertiseAs`, also accepted).",
+    ),
+    OptionSpec(
+        "AdvertiseHostToClientAs",
+        "host",
+        None,
+        "Host name or address clients are told to reach this node at: gossip (HTTP /gossip and gRPC "
+        "Gossip) and not-leader redirects.",
+        "Interface",
+        default_note="NodeHostAdvertiseAs",
+        details=(
+            "For clients that reach the cluster through other addresses than the nodes use among "
+            "themselves (Docker, Kubernetes, NAT). `GET /gossip` then shows it as each member's "
+            "`httpEndPointIp` and as `serverIp`; the address other nodes use stays in "
+            "`internalHttpEndPointIp`, as in KurrentDB."
+        ),
+    ),
+    OptionSpec(
+        "AdvertiseNodePortToClientAs",
+        "int",
+        0,
+        "HTTP port clients are told (gossip, not-leader redirects); 0: NodePortAdvertiseAs, else HttpPort.",
+        "Interface",
+        minimum=0,
+        maximum=65535,
+        aliases=("AdvertiseHttpPortToClientAs",),
+        details="KurrentDB's option (formerly `AdvertiseHttpPortToClientAs`, also accepted).",
+    ),
+    OptionSpec(
+        "ReplicationHostAdvertiseAs",
+        "host",
+        None,
+        "Host name or address other nodes are told to reach this node's node-to-node listener at.",
+        "Interface",
+        aliases=("IntHostAdvertiseAs",),
+        default_note="ReplicationIp",
+        details="KurrentDB's option (formerly `IntHostAdvertiseAs`, also accepted); gossiped as `internalTcpIp`.",
+    ),
+    OptionSpec(
+        "ReplicationTcpPortAdvertiseAs",
+        "int",
+        0,
+        "Node-to-node port other nodes are told; 0: the port the listener has.",
+        "Interface",
+        minimum=0,
+        maximum=65535,
+        aliases=("IntTcpPortAdvertiseAs",),
+        details="KurrentDB's option (formerly `IntTcpPortAdvertiseAs`, also accepted).",
     ),
     # -- Cluster -------------------------------------------------------------------------------------
     OptionSpec(
@@ -340,13 +416,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "ScavengeBackendPageSize",
-        "int",
-        16,
-        "Page size of the scavenge database.",
+        "size",
+        16 * KiB,
+        "Page size of the scavenge database, in bytes.",
         "Scavenging",
-        choices=(1, 2, 4, 8, 16, 32, 64),
-        unit="KiB",
-        details="SQLite page sizes are powers of two up to 64 KiB.",
+        choices=tuple(KiB << n for n in range(7)),
+        details=(
+            "In bytes, as KurrentDB takes it (`ScavengeBackendPageSize: 16384`; `16KiB` is accepted too). "
+            "SQLite page sizes are powers of two; evdb takes 1 KiB to 64 KiB. The page size of an existing "
+            "scavenge database is fixed when it is created."
+        ),
     ),
     OptionSpec(
         "ScavengeBackendCacheSize",
@@ -446,6 +525,31 @@ OPTIONS: tuple[OptionSpec, ...] = (
             "the AutoScavenge plugin (a plugin.json naming AutoScavenge); it is enabled by a JSON file in "
             "<InstallationDirectory>/config. See docs/operations/auto-scavenge.md."
         ),
+    ),
+    # -- Projections ---------------------------------------------------------------------------------
+    OptionSpec(
+        "RunProjections",
+        "enum",
+        "None",
+        "Which projections run: None, System (the system projections) or All.",
+        "Projections",
+        choices=("None", "System", "All"),
+        details=(
+            "As KurrentDB's option. `System` runs `$streams`, `$stream_by_category`, `$by_category`, "
+            "`$by_event_type` and `$by_correlation_id` on the leader (they write the `$streams`, "
+            "`$category-*`, `$ce-*`, `$et-*` and `$bc-*` streams) and serves the projections management "
+            "API over gRPC and HTTP. evdb has no user-defined (JavaScript) projections: `All` runs what "
+            "`System` runs, and creating one is refused. Dev mode (`Dev`) turns `None` into `System`, as "
+            "KurrentDB's does."
+        ),
+    ),
+    OptionSpec(
+        "StartStandardProjections",
+        "bool",
+        False,
+        "Enable the system projections when the node starts (they are created disabled).",
+        "Projections",
+        details="Dev mode (`Dev`) turns it on, as KurrentDB's does. Needs `RunProjections` System or All.",
     ),
     # -- Logging -------------------------------------------------------------------------------------
     OptionSpec(

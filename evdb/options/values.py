@@ -19,6 +19,7 @@ __all__ = [
     "format_size",
     "parse_bool",
     "parse_float",
+    "parse_host",
     "parse_int",
     "parse_ip",
     "parse_path",
@@ -43,6 +44,9 @@ SIZE_UNITS = {
 }
 _INT = re.compile(r"^[+-]?\d+$")
 _SIZE = re.compile(r"^(\d+)\s*([a-z]*)$", re.IGNORECASE)
+
+
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
 
 
 class BadValue(ValueError):
@@ -90,6 +94,20 @@ def parse_float(value: Any) -> float:
     if number != number or number in (float("inf"), float("-inf")):
         raise BadValue(f"{value!r} is not a finite number")
     return number
+
+
+def parse_host(value: Any) -> str:
+    """A host name (``db1.example.com``, ``localhost``) or an IP address, as clients and other nodes
+    are to be told (the ``*AdvertiseAs`` options). An IPv6 address is given without brackets."""
+    text = _scalar_text(value)
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        pass
+    name = text[:-1] if text.endswith(".") else text
+    if not name or len(name) > 253 or not all(_HOST_LABEL.match(label) for label in name.split(".")):
+        raise BadValue(f"{value!r} is not a host name or an IP address")
+    return text
 
 
 def parse_size(value: Any) -> int:

@@ -6,7 +6,7 @@ The spec's rules (Endpoints › Scavenge, Errors, Limits), in KurrentDB's ranges
 
 - ``threads``: 1 or more (a 32-bit integer; the node runs at most 4);
 - ``threshold``: -1 (every chunk), 0 (every chunk with something to remove) or a minimum weight, a
-  32-bit integer: below -1 is refused;
+  32-bit integer (beyond one: KurrentDB's ``threshold must be an integer``): below -1 is refused;
 - ``throttlePercent``: 1 to 100, and 100 when ``threads`` is above 1;
 - ``syncOnly``: a boolean;
 - ``startFromChunk``: deprecated and ignored, but still a chunk number: 0 to 2^31-1.
@@ -120,7 +120,9 @@ def parse_scavenge_request(
     if threads_value > INT32_MAX:
         raise InvalidScavengeParameter("threads", f"threads must be at most {INT32_MAX}")
     threshold_value = _integer("threshold", threshold, 0, THRESHOLD_TYPE)
-    if not -1 <= threshold_value <= INT32_MAX:
+    if not INT32_MIN <= threshold_value <= INT32_MAX:  # KurrentDB's int.TryParse fails: its message
+        raise InvalidScavengeParameter("threshold", THRESHOLD_TYPE)
+    if threshold_value < -1:
         raise InvalidScavengeParameter("threshold", THRESHOLD_RANGE)
     throttle = _integer("throttlePercent", throttle_percent, 100, THROTTLE)
     if not 1 <= throttle <= 100:

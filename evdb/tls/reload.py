@@ -47,11 +47,11 @@ __all__ = [
 #: KurrentDB's log lines (reference: kurrentdb-http-api.md); ``{source}`` names what asked for the reload.
 RELOAD_REQUESTED = {
     "http": "Reloading the node's configuration since a request has been received on /admin/reloadconfig.",
-    "SIGHUP": "Reloading the node's configuration since the SIGHUP signal has been received.",
+    "SIGHUP": "Reloading the node's configuration since SIGHUP has been received.",
 }
 RELOAD_SUCCEEDED = "The node's configuration was successfully reloaded"
 RELOAD_FAILED = (
-    "An error has occurred while reloading the node's configuration: %s "
+    "An error has occurred while reloading the configuration: %s "
     "The new configuration does not take effect; the node keeps its current configuration."
 )
 

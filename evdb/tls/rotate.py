@@ -330,15 +330,21 @@ def _followers_first(
 
 
 def _reload(url: str, trust: ssl.SSLContext, auth: tuple[str, str]) -> str | None:
-    """None when the node reloaded, else why not."""
+    """None when the node reloaded, else why not. The POST answers 200 whatever the outcome (as
+    KurrentDB's); the node's ``lastReload`` in ``GET /admin/certificates`` says how it went."""
     try:
         with httpx.Client(base_url=url, verify=trust, auth=auth, timeout=30) as client:
             response = client.post("/admin/reloadconfig")
+            if response.status_code != 200:
+                return f"{response.status_code}: {response.text.strip() or 'no reason given'}"
+            last = client.get("/admin/certificates").json().get("lastReload") or {}
     except httpx.HTTPError as exc:
         return f"POST /admin/reloadconfig failed: {exc}"
-    if response.status_code == 200:
+    except ValueError:
+        return "GET /admin/certificates did not answer JSON: the outcome of the reload is unknown"
+    if last.get("result") == "Success":
         return None
-    return f"{response.status_code}: {response.text.strip() or 'no reason given'}"
+    return str(last.get("error") or "the node did not record the reload")
 
 
 def _presented_fingerprint(url: str, trust: ssl.SSLContext) -> str:

@@ -192,7 +192,7 @@ async def admin_fragment(request: web.Request) -> web.Response:
 
 async def streams_fragment(request: web.Request) -> web.Response:
     """Streams in order of their newest event (read from ``$all``: it needs ``$all`` read access)."""
-    check_access(request, views.ALL, "read")
+    check_access(request, views.ALL, "read", page=True)
     before = _position(request, "before")
     listing = await asyncio.to_thread(views.stream_list, database(request), before)
     return _html("streams.html", listing=listing, before=before)
@@ -204,7 +204,7 @@ async def stream_fragment(request: web.Request) -> web.Response:
     if not stream:
         raise InvalidInput("A stream name is needed.")
     count = _count(request)
-    check_access(request, stream, "read")
+    check_access(request, stream, "read", page=True)
     if stream == views.ALL:
         before = _position(request, "before")
         all_page = await asyncio.to_thread(views.read_all_page, database(request), before, count)

@@ -58,13 +58,15 @@ def _plugin(
 def test_on_by_default_with_a_valid_licence(tmp_path, caplog):
     e = _decide(tmp_path, caplog, license=_license())
     assert (e.mapped, e.active, e.plugin_form) == (True, True, False)
-    assert f"AutoScavenge {VERSION} plugin enabled." in caplog.text
+    assert f'"AutoScavenge" "{VERSION}" plugin enabled.' in caplog.text  # KurrentDB's line
 
 
 def test_off_without_a_licence_naming_the_setting(tmp_path, caplog):
     e = _decide(tmp_path, caplog)
     assert (e.mapped, e.active) == (False, False)
-    assert f"AutoScavenge {VERSION} plugin disabled. To enable AutoScavenge: set LicenseKey" in caplog.text
+    assert (
+        f'"AutoScavenge" "{VERSION}" plugin disabled. "To enable AutoScavenge: set LicenseKey' in caplog.text
+    )
 
 
 def test_off_with_an_expired_licence_or_without_the_entitlement(tmp_path, caplog):
@@ -78,7 +80,8 @@ def test_enabled_false_turns_it_off(tmp_path, caplog):
     e = _decide(tmp_path, caplog, "--auto-scavenge-enabled", "false", license=_license())
     assert not e.mapped
     assert (
-        "plugin disabled. To enable AutoScavenge: Do not set 'AutoScavenge:Enabled' to 'false'" in caplog.text
+        "plugin disabled. \"To enable AutoScavenge: Do not set 'AutoScavenge:Enabled' to 'false'\""
+        in caplog.text
     )
 
 
@@ -88,7 +91,7 @@ def test_refused_in_dev_mode_and_with_mem_db(tmp_path, caplog, flag, words, expl
     argv = [flag, *(["--auto-scavenge-enabled", "true"] if explicit else [])]
     e = _decide(tmp_path, caplog, *argv, license=_license())
     assert (e.mapped, e.active) == (False, False)
-    assert f"plugin disabled. AutoScavenge is not compatible with {words}" in caplog.text
+    assert f'plugin disabled. "AutoScavenge is not compatible with {words}' in caplog.text
 
 
 def test_explicitly_enabled_without_a_licence_maps_the_endpoints_but_does_not_run(tmp_path, caplog):
@@ -113,7 +116,7 @@ def test_the_earlier_plugin_form(tmp_path, caplog):
     assert (e.mapped, e.active, e.plugin_form, e.version) == (True, True, True, "0.0.1")
     assert "Plugins found in" in caplog.text and "AutoScavenge 0.0.1 (my-auto-scavenge)" in caplog.text
     assert "Loaded plugin AutoScavenge 0.0.1" in caplog.text
-    assert "AutoScavenge 0.0.1 plugin enabled." in caplog.text
+    assert '"AutoScavenge" "0.0.1" plugin enabled.' in caplog.text
 
 
 def test_the_plugin_form_accepts_kurrentdbs_plugin_folder(tmp_path, caplog):
@@ -212,4 +215,4 @@ async def test_plugin_form_roles(tmp_path, clock):
         assert (await user.get("/auto-scavenge/status")).status_code == 403
         assert (await ops.get("/auto-scavenge/status")).status_code == 200
     messages = log_messages(tmp_path, "plugin")
-    assert "AutoScavenge 0.0.1 plugin enabled." in messages
+    assert '"AutoScavenge" "0.0.1" plugin enabled.' in messages

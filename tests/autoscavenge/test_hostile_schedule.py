@@ -22,9 +22,19 @@ def test_a_six_field_schedule_that_never_fires_is_refused():
         parse_schedule("0 0 0 31 2 *", allow_seconds=True)
 
 
-@pytest.mark.parametrize("expression", ["0 0 29 2 *", "0 0 31 * *", "0 0 31 2 mon"])
-def test_rare_schedules_that_do_fire_are_accepted(expression):
-    assert parse_schedule(expression).expression == expression
+@pytest.mark.parametrize(
+    ("expression", "normal"),
+    [("0 0 29 2 *", "0 0 29 2 *"), ("0 0 31 * *", "0 0 31 * *"), ("0 0 29 2 mon", "0 0 29 2 1")],
+)
+def test_rare_schedules_that_do_fire_are_accepted(expression, normal):
+    assert parse_schedule(expression).expression == normal
+
+
+def test_a_day_of_month_and_a_day_of_week_must_both_match_as_in_kurrentdb():
+    """NCrontab's rule: 31 February is never a Monday, so it never fires (croniter's default would fire
+    on every Monday of February)."""
+    with pytest.raises(InvalidSchedule, match="never fires"):
+        parse_schedule("0 0 31 2 mon")
 
 
 def test_a_stored_schedule_that_never_fires_still_loads():

@@ -97,11 +97,24 @@ async def test_configure_refuses_bad_schedules_and_payloads(clients):
     assert status["state"] == "NotConfigured"
 
 
-async def test_schedules_with_names_steps_and_ranges_are_accepted(clients):
-    for schedule in ("0 6 * * SAT", "*/15 1-5 * JAN-MAR MON,WED", "0 0 1 */2 *"):
+async def test_schedules_are_shown_in_kurrentdb_s_normal_form(clients):
+    """KurrentDB keeps and shows NCrontab's form of a schedule: values listed, names as numbers."""
+    for schedule, normal in (
+        ("0 6 * * SAT", "0 6 * * 6"),
+        ("*/15 1-5 * JAN-MAR MON,WED", "0,15,30,45 1-5 * 1-3 1,3"),
+        ("0 0 1 */2 *", "0 0 1 1,3,5,7,9,11 *"),
+        ("*/15 * * * *", "0,15,30,45 * * * *"),
+        ("0 3 * * MON", "0 3 * * 1"),
+    ):
         r = await clients["ops"].post("/auto-scavenge/configure", json={"Schedule": schedule})
-        assert r.status_code == 200, (schedule, r.text)
-    assert (await clients["ops"].get("/auto-scavenge/status")).json()["schedule"] == "0 0 1 */2 *"
+        assert r.status_code == 200 and r.json() == {}, (schedule, r.text)
+        assert (await clients["ops"].get("/auto-scavenge/status")).json()["schedule"] == normal
+
+
+async def test_a_day_of_week_7_is_refused_as_in_kurrentdb(clients):
+    for schedule in ("0 6 * * 7", "0 6 * * 0-7", "0 6 * * @daily"):
+        r = await clients["ops"].post("/auto-scavenge/configure", json={"schedule": schedule})
+        assert r.status_code == 400 and r.json() == "Invalid CRON expression", schedule
 
 
 async def _wait_for(condition, what: str, timeout: float = 20.0):

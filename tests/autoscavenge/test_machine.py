@@ -178,7 +178,7 @@ async def test_a_full_cycle_followers_one_at_a_time_then_resign_then_the_old_lea
     await machine.assess()
     assert machine.status() == {
         "state": "InProgress",
-        "schedule": "*/5 * * * *",
+        "schedule": "0,5,10,15,20,25,30,35,40,45,50,55 * * * *",  # KurrentDB's (NCrontab's) form
         "timeUntilNextCycle": "00:00:00",
     }
     order = []

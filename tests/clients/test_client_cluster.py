@@ -89,6 +89,20 @@ def test_discovery_not_leader_and_forwarding(cluster):
             timeout=20,
         )
         assert reply.WhichOneof("result") == "success" and reply.success.current_revision == 1
+
+        # leader required: KurrentDB's not-leader trailers, which the Node.js client reads (NotLeaderError)
+        with pytest.raises(grpc.RpcError) as refused:
+            streams_pb2_grpc.StreamsStub(channel).Append(
+                iter(
+                    [streams_pb2.AppendReq(options=options), streams_pb2.AppendReq(proposed_message=message)]
+                ),
+                metadata=[("authorization", f"Basic {token}"), ("requires-leader", "true")],
+                timeout=20,
+            )
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        trailers = dict(refused.value.trailing_metadata() or ())
+        assert trailers["exception"] == "not-leader"
+        assert f"{trailers['leader-endpoint-host']}:{trailers['leader-endpoint-port']}" == leader
     finally:
         channel.close()
     with KurrentDBClient(uri(cluster, followers[0], "&nodePreference=follower")) as client:

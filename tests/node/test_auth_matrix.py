@@ -58,7 +58,7 @@ NO_STREAM = "-"
 @dataclass(frozen=True)
 class Row:
     endpoint: str  # "METHOD /path" with fnmatch wildcards
-    streams: str  # which stream sample the row is about (NO_STREAM when the path has none)
+    streams: str  # which stream sample the row is about (NO_STREAM when the path has none, "*" any)
     anonymous: str
     user: str
     ops: str
@@ -100,9 +100,23 @@ EXPECTED: tuple[Row, ...] = (
     Row("* /streams/*", USER_STREAM, R401, ALLOWED, ALLOWED, ALLOWED),
     Row("* /streams/*", SYSTEM_STREAM, R401, REFUSED, REFUSED, ALLOWED),
     Row("GET /streams/*", ALL_STREAM, R401, REFUSED, REFUSED, ALLOWED),
-    Row("* /subscriptions/*", USER_STREAM, R401, ALLOWED, ALLOWED, ALLOWED),
-    Row("* /subscriptions/*", SYSTEM_STREAM, R401, REFUSED, REFUSED, ALLOWED),
-    Row("GET /subscriptions/*", ALL_STREAM, R401, REFUSED, REFUSED, ALLOWED),
+    # evdb's live subscription to a stream (server-sent events): the stream's read rights
+    Row("GET /subscriptions/streams/*", USER_STREAM, R401, ALLOWED, ALLOWED, ALLOWED),
+    Row("GET /subscriptions/streams/*", SYSTEM_STREAM, R401, REFUSED, REFUSED, ALLOWED),
+    Row("GET /subscriptions/streams/*", ALL_STREAM, R401, REFUSED, REFUSED, ALLOWED),
+    # persistent subscriptions, as KurrentDB: listing and statistics for any user whatever the stream;
+    # managing for $ops/$admins (401 otherwise); reading and acknowledging with the stream's read rights
+    Row("GET /subscriptions", NO_STREAM, R401, ALLOWED, ALLOWED, ALLOWED),
+    Row("POST /subscriptions/restart", NO_STREAM, R401, R401, ALLOWED, ALLOWED),
+    Row("GET /subscriptions/{stream}", "*", R401, ALLOWED, ALLOWED, ALLOWED),
+    Row("GET /subscriptions/{stream}/{group}/info", "*", R401, ALLOWED, ALLOWED, ALLOWED),
+    Row("PUT /subscriptions/{stream}/{group}", "*", R401, R401, ALLOWED, ALLOWED),
+    Row("POST /subscriptions/{stream}/{group}", "*", R401, R401, ALLOWED, ALLOWED),
+    Row("DELETE /subscriptions/{stream}/{group}", "*", R401, R401, ALLOWED, ALLOWED),
+    Row("POST /subscriptions/{stream}/{group}/replayParked", "*", R401, R401, ALLOWED, ALLOWED),
+    Row("* /subscriptions/{stream}/{group}*", USER_STREAM, R401, ALLOWED, ALLOWED, ALLOWED),
+    Row("* /subscriptions/{stream}/{group}*", SYSTEM_STREAM, R401, REFUSED, REFUSED, ALLOWED),
+    Row("* /subscriptions/{stream}/{group}*", ALL_STREAM, R401, REFUSED, REFUSED, ALLOWED),
     # user management: admins only (for another user's account)
     Row("* /users", NO_STREAM, R401, REFUSED, REFUSED, ALLOWED),
     Row("* /users/*", NO_STREAM, R401, REFUSED, REFUSED, ALLOWED),
@@ -120,6 +134,8 @@ SAMPLES = {  # path parameters other than {stream}
     "scavengeId": "no-such-scavenge",
     "login": "nobody-here",  # a user that is not the caller: admin rights are needed
     "command": "enable",
+    "group": "matrix-group",
+    "id": str(uuid.uuid4()),
 }
 EVENTS = [{"eventId": str(uuid.uuid4()), "eventType": "MatrixEvent", "data": {"n": 1}}]
 SEED_MARKER = "matrix-seed-7f3a"  # in every seeded event: a refusal's body must never hold it
@@ -165,7 +181,7 @@ class Call:
 def rule_for(method: str, template: str, stream_kind: str) -> Row | None:
     endpoint = f"{method} {template}"
     for row in EXPECTED:
-        if row.streams == stream_kind and fnmatch.fnmatchcase(endpoint, row.endpoint):
+        if row.streams in (stream_kind, "*") and fnmatch.fnmatchcase(endpoint, row.endpoint):
             return row
     return None
 

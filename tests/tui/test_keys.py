@@ -204,6 +204,30 @@ async def test_failed_call_is_reported(leader):
         assert any("could not load the certificate" in n.message for n in app._notifications)
 
 
+async def test_a_reload_answered_200_that_failed_is_reported_and_stops_the_rolling_reload(leader, follower):
+    """POST /admin/reloadconfig answers 200 whatever the outcome (as KurrentDB's); the node's lastReload
+    in /admin/certificates says it failed."""
+    follower.certificates = {
+        "secure": True,
+        "lastReload": {
+            "trigger": "/admin/reloadconfig",
+            "result": "Failed",
+            "error": "node.key does not exist",
+        },
+    }
+    app = make_app(leader, follower)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("R")
+        await pilot.pause()
+        await pilot.click("#send")
+        await app.workers.wait_for_complete()
+        assert follower.changes() == ["POST http://127.0.0.1:2114/admin/reloadconfig"]
+        assert leader.changes() == []  # stopped at the first failure: the leader is not reloaded
+        assert app.state.activity[-1].outcome == "failed"
+        assert any("node.key does not exist" in n.message for n in app._notifications)
+
+
 async def test_auto_scavenge_pause_resume_and_schedule(leader, clock):
     leader.auto_scavenge = {"state": "Waiting", "schedule": "0 6 * * 6", "timeUntilNextCycle": "1.02:03:04.5"}
     app = make_app(leader, clock=clock)

@@ -1,0 +1,428 @@
+"""The node's persistent subscriptions: KurrentDB's PersistentSubscriptionService.
+
+Served by the leader only: the service starts (loads ``$persistentSubscriptionConfig`` and every
+group's checkpoint) when its node becomes the leader, and stops (every consumer is dropped) when it
+is not any more; a clock tick every second notices both, times messages out and writes checkpoints.
+While stopped, every call answers :class:`~evdb.errors.PersistentSubscriptionsNotReady`.
+
+Its ports: a :class:`~evdb.persistent.checkpoints.SubscriptionStore`, the clock, ``is_leader``, and
+``follow_commits`` (wait until the log has grown past a position), which feeds committed events to
+the groups of their stream and of ``$all``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from evdb.clock import Clock
+from evdb.errors import (
+    EvdbError,
+    MaximumSubscribersReached,
+    PersistentSubscriptionExists,
+    PersistentSubscriptionFailed,
+    PersistentSubscriptionNotFound,
+    PersistentSubscriptionsNotReady,
+)
+from evdb.persistent.checkpoints import SubscriptionStore
+from evdb.persistent.engine import Group, Io
+from evdb.persistent.model import (
+    ALL,
+    STRATEGIES,
+    EventSource,
+    GroupSettings,
+    check_settings,
+    default_all_allows,
+    group_key,
+    settings_from_entry,
+)
+from evdb.persistent.strategies import ConsumerSink
+
+__all__ = ["Connection", "PersistentSubscriptionService"]
+
+TICK_SECONDS = 1.0
+NAK_ACTIONS = ("Unknown", "Park", "Retry", "Skip", "Stop")
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """A consumer's connection to a group: what the gRPC Read call acks and nacks through."""
+
+    key: str
+    correlation_id: uuid.UUID
+    last_position: int
+    last_event_number: int | None
+
+
+class PersistentSubscriptionService:
+    def __init__(
+        self,
+        *,
+        store: SubscriptionStore,
+        clock: Clock,
+        is_leader: Callable[[], bool],
+        follow_commits: Callable[[int], Awaitable[None]],
+        logger: logging.Logger,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._is_leader = is_leader
+        self._follow_commits = follow_commits
+        self._io = Io(logger)
+        self.logger = logger
+        self.started = False
+        self._starting = False
+        self._groups: dict[str, Group] = {}
+        self._config: dict[str, Any] = {"version": "2", "entries": []}
+        self._tick_task: asyncio.Task | None = None
+        self._pump_task: asyncio.Task | None = None
+        self._lock = asyncio.Lock()  # create/update/delete/restart, one at a time
+
+    @property
+    def logger(self) -> logging.Logger:
+        return self._io.logger
+
+    @logger.setter
+    def logger(self, logger: logging.Logger) -> None:  # the node's own, once it has configured logging
+        self._io.logger = logger
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def run(self) -> None:
+        """Start the clock tick (which starts the subscriptions once this node leads)."""
+        if self._tick_task is None:
+            self._tick_task = asyncio.get_running_loop().create_task(self._ticks(), name="persistent-ticks")
+
+    async def close(self) -> None:
+        for task in (self._tick_task, self._pump_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self._tick_task = None
+        self._pump_task = None
+        self._stop_subscriptions()
+        self._io.cancel()
+
+    async def _ticks(self) -> None:
+        while True:
+            try:
+                await self.leadership_changed()
+                if self.started:
+                    for group in list(self._groups.values()):
+                        group.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the tick must go on
+                self.logger.error("Persistent subscriptions: clock tick failed: %s", exc)
+            await self._clock.sleep(TICK_SECONDS)
+
+    async def leadership_changed(self) -> None:
+        """Start on becoming the leader, stop on losing it (called at each tick and by the node)."""
+        leader = self._is_leader()
+        if leader and not self.started and not self._starting:
+            await self._start_subscriptions()
+        elif not leader and self.started:
+            self.logger.info("Persistent subscriptions: this node is not the leader; stopping them")
+            self._stop_subscriptions()
+
+    async def _start_subscriptions(self) -> None:
+        self._starting = True
+        try:
+            config = await asyncio.to_thread(self._store.load_config)
+            position = await asyncio.to_thread(self._store.last_position)
+        except EvdbError as exc:
+            self.logger.error(
+                "Persistent subscriptions could not load their configuration ($persistentSubscriptionConfig): %s",
+                exc,
+            )
+            return
+        except ValueError as exc:
+            self.logger.error(
+                "There was an error loading configuration from storage ($persistentSubscriptionConfig): %s",
+                exc,
+            )
+            return
+        finally:
+            self._starting = False
+        if not self._is_leader():
+            return
+        self._groups = {}
+        self._config = config if config is not None else {"version": "2", "entries": []}
+        entries = self._config.get("entries") or []
+        for entry in entries if isinstance(entries, list) else []:
+            try:
+                source, group, settings = settings_from_entry(entry if isinstance(entry, dict) else {})
+            except (ValueError, KeyError, TypeError) as exc:
+                self.logger.error(
+                    "A persistent subscription in $persistentSubscriptionConfig cannot be loaded (%s). Ignoring it.",
+                    exc,
+                )
+                continue
+            if settings.consumer_strategy not in STRATEGIES:
+                self.logger.error(
+                    "A persistent subscription exists with an invalid consumer strategy '%s'. Ignoring it.",
+                    settings.consumer_strategy,
+                )
+                continue
+            key = group_key(source.stream, group)
+            if key in self._groups:
+                self.logger.warning(
+                    "A duplicate persistent subscription: %s was found in the configuration. Ignoring it.",
+                    key,
+                )
+                continue
+            self._add_group(source, group, settings)
+        self.started = True
+        self._pump_task = asyncio.get_running_loop().create_task(self._pump(position), name="persistent-live")
+        self.logger.info("Persistent subscriptions have been started (%d groups).", len(self._groups))
+
+    def _stop_subscriptions(self) -> None:
+        if self._pump_task is not None:
+            self._pump_task.cancel()
+            self._pump_task = None
+        for group in self._groups.values():
+            group.shutdown()
+        self._groups = {}
+        if self.started:
+            self.logger.info("Persistent subscriptions have been stopped.")
+        self.started = False
+
+    async def restart(self) -> None:
+        """KurrentDB's RestartPersistentSubscriptions: stop every group, load them again."""
+        if not self.started:
+            raise PersistentSubscriptionsNotReady()
+        async with self._lock:
+            self.logger.info("Persistent Subscriptions are being restarted")
+            self._stop_subscriptions()
+            self._io.cancel()
+            await self._start_subscriptions()
+
+    def _add_group(self, source: EventSource, group: str, settings: GroupSettings) -> Group:
+        instance = Group(
+            source,
+            group,
+            settings,
+            store=self._store,
+            io=self._io,
+            clock=self._clock,
+            schedule=lambda fn: asyncio.get_running_loop().call_soon(fn),
+            logger=self.logger,
+        )
+        self._groups[instance.key] = instance
+        instance.start()
+        return instance
+
+    def _ready(self) -> None:
+        if not self.started:
+            raise PersistentSubscriptionsNotReady()
+
+    # -- live events -----------------------------------------------------------------------------------
+    async def _pump(self, position: int) -> None:
+        """Committed events after ``position``, to the groups of their stream and of ``$all``."""
+        while True:
+            await self._follow_commits(position)
+            try:
+                page = await asyncio.to_thread(self._store.read_all, position, 500, None, 500, False)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.logger.error("Persistent subscriptions: reading new events in $all failed: %s", exc)
+                await self._clock.sleep(TICK_SECONDS)
+                continue
+            for resolved in page.events:
+                record = resolved.original
+                for group in self._groups_for(record.stream):
+                    if group.source.is_all and not default_all_allows(record.stream):
+                        continue
+                    item = resolved
+                    if group.settings.resolve_links:
+                        item = await asyncio.to_thread(self._store.resolve, record, True)
+                    group.notify_live(item)
+            if page.next_position > position:
+                position = page.next_position
+
+    def _groups_for(self, stream: str) -> list[Group]:
+        return [g for g in self._groups.values() if g.source.stream in (stream, ALL)]
+
+    # -- management ------------------------------------------------------------------------------------
+    def _save_entry(
+        self, user: str | None, key: tuple[str, str], entry: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        config = dict(self._config)
+        entries = [
+            e
+            for e in (config.get("entries") or [])
+            if not (e.get("stream") == key[0] and e.get("group") == key[1])
+        ]
+        if entry is not None:
+            old = [
+                i
+                for i, e in enumerate(config.get("entries") or [])
+                if e.get("stream") == key[0] and e.get("group") == key[1]
+            ]
+            if old:
+                entries.insert(min(old[-1], len(entries)), entry)
+            else:
+                entries.append(entry)
+        config["version"] = "2"
+        config["updated"] = datetime.fromtimestamp(self._clock.time(), UTC).isoformat()
+        if user:
+            config["updatedBy"] = user
+        config["entries"] = entries
+        return config
+
+    async def create(
+        self, source: EventSource, group: str, settings: GroupSettings, user: str | None
+    ) -> None:
+        async with self._lock:
+            self._ready()
+            self.logger.info("Creating persistent subscription %s", group_key(source.stream, group))
+            check_settings(source, group, settings, await asyncio.to_thread(self._store.last_position))
+            if group_key(source.stream, group) in self._groups:
+                raise PersistentSubscriptionExists(source.stream, group)
+            config = self._save_entry(user, (source.stream, group), settings.to_entry(source, group))
+            await asyncio.to_thread(self._store.save_config, config)
+            self._config = config
+            self._add_group(source, group, settings)
+
+    async def update(
+        self, source: EventSource, group: str, settings: GroupSettings, user: str | None
+    ) -> None:
+        async with self._lock:
+            self._ready()
+            key = group_key(source.stream, group)
+            self.logger.info("Updating persistent subscription %s", key)
+            old = self._groups.get(key)
+            if old is None:
+                raise PersistentSubscriptionNotFound(source.stream, group)
+            if source.is_all:  # an update keeps the group's filter (KurrentDB's UpdateToAll)
+                source = old.source
+            check_settings(source, group, settings, await asyncio.to_thread(self._store.last_position))
+            config = self._save_entry(user, (source.stream, group), settings.to_entry(source, group))
+            await asyncio.to_thread(self._store.save_config, config)
+            self._config = config
+            old.shutdown()
+            del self._groups[key]
+            self._add_group(source, group, settings)
+
+    async def delete(self, stream: str, group: str, user: str | None) -> None:
+        async with self._lock:
+            self._ready()
+            key = group_key(stream, group)
+            self.logger.info("Deleting persistent subscription %s", key)
+            instance = self._groups.get(key)
+            if instance is None:
+                raise PersistentSubscriptionNotFound(stream, group)
+            config = self._save_entry(user, (stream, group), None)
+            await asyncio.to_thread(self._store.save_config, config)
+            self._config = config
+            instance.shutdown()
+            del self._groups[key]
+            for name in (instance.checkpoint_stream, instance.parked_stream):
+                self._io.run(f"deleting {name}", self._store.delete_stream, name)
+
+    # -- consumers -------------------------------------------------------------------------------------
+    async def connect(
+        self,
+        stream: str,
+        group: str,
+        sink: ConsumerSink,
+        *,
+        buffer_size: int,
+        connection_name: str,
+        user: str | None,
+        from_: str,
+    ) -> Connection:
+        self._ready()
+        key = group_key(stream, group)
+        instance = self._groups.get(key)
+        if instance is None:
+            raise PersistentSubscriptionNotFound(stream, group)
+        if instance.has_reached_max_clients:
+            raise MaximumSubscribersReached(stream, group)
+        last_number = None
+        if stream != ALL:
+            last_number = await asyncio.to_thread(self._store.last_event_number, stream)
+        last_position = await asyncio.to_thread(self._store.last_position)
+        if self._groups.get(key) is not instance:  # deleted or updated meanwhile
+            raise PersistentSubscriptionNotFound(stream, group)
+        correlation_id = uuid.uuid4()
+        self.logger.info("New connection to persistent subscription %s by %s", key, connection_name)
+        instance.add_client(correlation_id, connection_name, sink, buffer_size, user or "anonymous", from_)
+        return Connection(key, correlation_id, last_position, last_number)
+
+    def disconnect(self, connection: Connection) -> None:
+        instance = self._groups.get(connection.key)
+        if instance is not None:
+            instance.remove_client(connection.correlation_id, notify=False)
+
+    def ack(self, key: str, event_ids: list[bytes]) -> None:
+        instance = self._groups.get(key) if self.started else None
+        if instance is not None:
+            instance.ack(event_ids)
+
+    def nack(self, key: str, event_ids: list[bytes], action: str, reason: str) -> None:
+        if action not in NAK_ACTIONS:
+            raise ValueError(f"unknown nack action {action!r}")
+        instance = self._groups.get(key) if self.started else None
+        if instance is not None:
+            instance.nack(event_ids, action, reason)
+
+    async def read_next(self, stream: str, group: str, count: int) -> list[tuple[Any, int]]:
+        """KurrentDB's ReadNextNPersistentMessages (the HTTP competing-consumer read): up to ``count``
+        messages handed out as in flight, each with its retry count."""
+        self._ready()
+        instance = self._groups.get(group_key(stream, group))
+        if instance is None:
+            raise PersistentSubscriptionNotFound(stream, group)
+        return instance.take_next(count)
+
+    def replay_parked(self, stream: str, group: str, stop_at: int | None, user: str | None) -> None:
+        self._ready()
+        key = group_key(stream, group)
+        self.logger.info(
+            "Replaying parked messages for persistent subscription %s %s. Requested by %s",
+            key,
+            f"(To: '{stop_at}')" if stop_at is not None else "(All)",
+            user,
+        )
+        if stop_at is not None and stop_at < 0:
+            raise PersistentSubscriptionFailed(
+                stream, group, "Cannot stop replaying parked message at a negative version."
+            )
+        instance = self._groups.get(key)
+        if instance is None:
+            raise PersistentSubscriptionNotFound(stream, group)
+        result = instance.replay_parked(stop_at)
+        if result == "NotReady":
+            raise PersistentSubscriptionsNotReady()
+        if result == "AlreadyInProgress":
+            raise PersistentSubscriptionFailed(stream, group, "A replay or truncate is already in progress.")
+
+    # -- statistics ------------------------------------------------------------------------------------
+    def info(self, stream: str, group: str) -> dict[str, Any]:
+        self._ready()
+        instance = self._groups.get(group_key(stream, group))
+        if instance is None:
+            raise PersistentSubscriptionNotFound(stream, group)
+        return instance.statistics()
+
+    def list(self, stream: str | None = None) -> list[dict[str, Any]]:
+        """Every group's statistics (by stream name, as KurrentDB's sorted topics), or one stream's;
+        PersistentSubscriptionNotFound when that stream has none."""
+        self._ready()
+        groups = sorted(self._groups.values(), key=lambda g: g.source.stream)
+        if stream is not None:
+            groups = [g for g in groups if g.source.stream == stream]
+            if not groups:
+                raise PersistentSubscriptionNotFound(stream, "")
+        return [g.statistics() for g in groups]
+
+    def topic_count(self) -> int:
+        return len({g.source.stream for g in self._groups.values()})

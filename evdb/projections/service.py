@@ -1,0 +1,751 @@
+"""The system projections at run time: KurrentDB's ``RunProjections=System`` on the leader.
+
+What is kept in the log, as KurrentDB keeps it:
+
+- ``$projections-$all``: ``$ProjectionsInitialized`` (event 0), then one ``$ProjectionCreated`` per
+  projection (its data the name); a projection's id is the number of that event.
+- ``$projections-<name>``: ``$ProjectionUpdated`` events, the persisted state (enabled, epoch, ...); a
+  projection's *version* is the number of the last one, its *epoch* the version of its last reset.
+- ``$projections-<name>-checkpoint``: ``$ProjectionCheckpoint`` events whose metadata is the checkpoint
+  tag ``{"$v": "<id>:<epoch>:<version>:4", "$c": <pos>, "$p": <pos>}`` (the last event processed).
+- Every event a projection writes carries the tag of the event that caused it, plus the handler's
+  own keys and ``$causedBy`` / ``$correlationId``. That tag makes a resume idempotent: before a
+  projection first writes to a stream it reads the stream's last event, and writes only what
+  comes after that event's ``$c`` (KurrentDB's recovery of emitted streams). So a node killed between
+  writing links and writing its checkpoint neither loses nor duplicates a link.
+
+Each batch (links, the new streams' metadata, and the checkpoint when due) is written by one
+``Database.call_in_writer`` call: one group commit. Only a leader writes: the call checks the
+database's write permit first (a follower's own appends would otherwise be forwarded to the leader).
+The projections run while this node is the leader; a supervisor starts and stops them as the
+cluster's leadership moves, reloading their state and checkpoints from the log each time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from evdb.clock import Clock
+from evdb.database import Database, WriterContext
+from evdb.errors import (
+    DatabaseClosed,
+    InvalidInput,
+    NotLeader,
+    ProjectionNotFound,
+    ProjectionOperationFailed,
+    StreamDeleted,
+    StreamNotFound,
+)
+from evdb.projections.standard import STANDARD_PROJECTIONS, Emitted, StandardProjection, by_name
+from evdb.storage.records import EventRecord
+from evdb.streams import ANY, NO_STREAM, NewEvent, check_stream_name, metastream_of
+from evdb.subscriptions import CommitNotifier
+
+__all__ = [
+    "REGISTRATION_STREAM",
+    "SystemProjections",
+    "checkpoint_stream",
+    "parse_tag",
+    "state_stream",
+]
+
+REGISTRATION_STREAM = "$projections-$all"
+SUBSYSTEM_VERSION = 4  # KurrentDB's ProjectionConstants.SubsystemVersion, the 4th part of "$v"
+BATCH = 1000  # events of $all read per step
+CHECKPOINT_HANDLED_THRESHOLD = 4000  # KurrentDB's: a checkpoint at least every 4000 events handled
+CHECKPOINT_AFTER_SECONDS = 2.0  # when caught up, the checkpoint waits at most this long
+LEADERSHIP_POLL_SECONDS = 1.0
+STREAM_CACHE_SIZE = 100_000  # emitted streams whose last written source position is remembered
+_EMITTED_ACL = {"$r": "$all", "$mr": "$all"}  # KurrentDB's ACL of a $-stream a projection writes
+_CHECKPOINT_METADATA = {
+    "$maxCount": 2,
+    "$acl": {"$r": "$admins", "$w": "$admins", "$d": "$admins", "$mr": "$all", "$mw": "$admins"},
+}
+
+
+def state_stream(name: str) -> str:
+    return f"$projections-{name}"
+
+
+def checkpoint_stream(name: str) -> str:
+    return f"$projections-{name}-checkpoint"
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _tfpos(position: int) -> str:
+    """KurrentDB's ``TFPos.ToString()``: commit and prepare positions (one and the same in evdb)."""
+    return f"C:{position}/P:{position}"
+
+
+class Tag(NamedTuple):
+    """A checkpoint tag read back from an event's metadata."""
+
+    projection_id: int
+    epoch: int
+    version: int
+    position: int
+
+
+def parse_tag(metadata: bytes) -> Tag | None:
+    """The ``$v`` and ``$c`` of a projection-written event's metadata; None when it has none."""
+    try:
+        parsed = json.loads(metadata) if metadata else None
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    version, commit = parsed.get("$v"), parsed.get("$c")
+    if not isinstance(version, str) or isinstance(commit, bool) or not isinstance(commit, int):
+        return None
+    parts = version.split(":")
+    try:
+        projection_id, epoch, number = (int(p) for p in parts[:3])
+    except ValueError:
+        return None
+    return Tag(projection_id, epoch, number, commit)
+
+
+@dataclass(slots=True)
+class _Persisted:
+    enabled: bool
+    epoch: int
+    version: int
+
+
+@dataclass(slots=True)
+class _Target:
+    """What a projection knows of one stream it writes to."""
+
+    last_number: int  # its last event number (-1: none)
+    last_source: int  # position of the source event of the last event written in this epoch (-1: none)
+    metadata: dict[str, Any] | None  # metadata to write before its next event (a new logical stream)
+    skip: bool = False  # tombstoned or not a valid name: nothing is written to it
+
+
+class ProjectionFaulted(Exception):
+    """A projection met a state it must not write over (KurrentDB faults it)."""
+
+
+@dataclass
+class _Runtime:
+    """One projection on this leader."""
+
+    definition: StandardProjection
+    projection_id: int
+    persisted: _Persisted
+    status: str = "Stopped"
+    reason: str = ""
+    position: int = -1  # the last event processed (-1: none)
+    next_position: int = 0  # where the next read of $all starts
+    checkpoint: int = -1
+    unchecked: int = 0  # events processed since the last checkpoint
+    checkpoint_at: float = 0.0
+    processed: int = 0  # since this node took office
+    processing_seconds: float = 0.0
+    checkpoint_metadata_written: bool = False
+    targets: OrderedDict[str, _Target] = field(default_factory=OrderedDict)
+    task: asyncio.Task[None] | None = None
+    stopping: bool = False
+    write_checkpoint_on_stop: bool = True
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    def start_at(self, position: int) -> None:
+        self.position = position
+        self.next_position = max(position, 0)
+        self.checkpoint = position
+        self.unchecked = 0
+        self.targets.clear()
+
+
+class SystemProjections:
+    """The system projections of one node (KurrentDB's projections subsystem in ``System`` mode)."""
+
+    def __init__(
+        self,
+        *,
+        database: Callable[[], Database],
+        notifier: Callable[[], CommitNotifier],
+        is_leader: Callable[[], bool],
+        clock: Clock,
+        logger: logging.Logger,
+        start_standard: bool,
+    ) -> None:
+        self._database = database
+        self._notifier = notifier
+        self._is_leader = is_leader
+        self._clock = clock
+        self._log = logger
+        self.start_standard = start_standard
+        self._runtimes: dict[str, _Runtime] = {}
+        self._active = False
+        self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._supervisor: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._supervisor = asyncio.create_task(self._supervise(), name="system-projections")
+
+    async def stop(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+            self._supervisor = None
+        await self._deactivate()
+
+    def wake(self) -> None:
+        """Leadership changed: look now rather than at the next poll."""
+        self._wake.set()
+
+    @property
+    def active(self) -> bool:
+        """True while this node runs the projections (it is the leader and has loaded them)."""
+        return self._active
+
+    async def _supervise(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                async with self._lock:
+                    if self._is_leader():
+                        if not self._active:
+                            await self._activate()
+                        self._restart_stopped_runners()
+                    elif self._active:
+                        await self._deactivate()
+            except asyncio.CancelledError:
+                raise
+            except (DatabaseClosed, NotLeader):
+                await self._deactivate()
+            except Exception as exc:
+                self._log.warning(
+                    "The system projections could not start on this leader (stream %s): %s",
+                    REGISTRATION_STREAM,
+                    exc,
+                )
+                await self._deactivate()
+            await self._sleep_or_wake(LEADERSHIP_POLL_SECONDS)
+
+    async def _sleep_or_wake(self, seconds: float) -> None:
+        waits = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(self._clock.sleep(seconds))]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+
+    async def _activate(self) -> None:
+        runtimes = await asyncio.to_thread(self._load, self._database())
+        self._runtimes = runtimes
+        self._active = True
+        enabled = [rt.name for rt in runtimes.values() if rt.persisted.enabled]
+        self._log.info("System projections loaded on this leader; running: %s", ", ".join(enabled) or "none")
+
+    def _restart_stopped_runners(self) -> None:
+        for rt in self._runtimes.values():
+            if rt.persisted.enabled and rt.task is None and rt.status != "Faulted":
+                self._start_runner(rt)
+
+    async def _deactivate(self) -> None:
+        self._active = False
+        runtimes, self._runtimes = self._runtimes, {}
+        for rt in runtimes.values():
+            if rt.task is not None:
+                rt.task.cancel()
+        for rt in runtimes.values():
+            if rt.task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await rt.task
+                rt.task = None
+
+    # -- loading (a worker thread) ------------------------------------------------------------------------
+    def _load(self, db: Database) -> dict[str, _Runtime]:
+        ids = self._register(db)
+        runtimes: dict[str, _Runtime] = {}
+        for definition in STANDARD_PROJECTIONS:
+            persisted = self._read_state(db, definition)
+            rt = _Runtime(definition, ids[definition.name], persisted, checkpoint_at=self._clock.monotonic())
+            rt.start_at(self._read_checkpoint(db, rt))
+            rt.checkpoint_metadata_written = db.stream_state(checkpoint_stream(rt.name)).metadata_version >= 0
+            runtimes[definition.name] = rt
+        if self.start_standard:  # KurrentDB's StartStandardProjections: enable the stopped ones
+            for rt in runtimes.values():
+                if not rt.persisted.enabled:
+                    self._write_state(db, rt, enabled=True, reset=False)
+        return runtimes
+
+    def _register(self, db: Database) -> dict[str, int]:
+        """``$projections-$all``: create it and the missing registrations; answer each projection's id."""
+        try:
+            records = db.read_stream_forward(REGISTRATION_STREAM, 0, 4096).events
+        except StreamNotFound:
+            db.append(REGISTRATION_STREAM, [NewEvent("$ProjectionsInitialized", is_json=False)], NO_STREAM)
+            records = db.read_stream_forward(REGISTRATION_STREAM, 0, 4096).events
+        ids: dict[str, int] = {}
+        for record in records:
+            if record.event_type == "$ProjectionCreated":
+                ids.setdefault(record.data.decode("utf-8", "replace"), record.event_number)
+        missing = [p.name for p in STANDARD_PROJECTIONS if p.name not in ids]
+        if missing:
+            result = db.append(
+                REGISTRATION_STREAM, [NewEvent("$ProjectionCreated", n.encode()) for n in missing]
+            )
+            for offset, name in enumerate(missing):
+                ids[name] = result.first_event_number + offset
+        return ids
+
+    def _read_state(self, db: Database, definition: StandardProjection) -> _Persisted:
+        stream = state_stream(definition.name)
+        try:
+            page = db.read_stream_backward(stream, None, 1)
+        except StreamNotFound:
+            page = None
+        if page is not None and page.events:
+            record = page.events[0]
+            try:
+                body = json.loads(record.data)
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                body = None
+            if isinstance(body, dict):
+                epoch = body.get("epoch")
+                return _Persisted(
+                    bool(body.get("enabled")),
+                    epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else -1,
+                    record.event_number,
+                )
+        # KurrentDB creates the system projections disabled
+        persisted = _Persisted(False, -1, -1)
+        self._append_state(db, definition, persisted, enabled=False, reset=False)
+        return persisted
+
+    def _read_checkpoint(self, db: Database, rt: _Runtime) -> int:
+        try:
+            page = db.read_stream_backward(checkpoint_stream(rt.name), None, 1)
+        except StreamNotFound:
+            return -1
+        if not page.events:
+            return -1
+        tag = parse_tag(page.events[0].metadata)
+        if tag is None or tag.projection_id != rt.projection_id or tag.version < rt.persisted.epoch:
+            return -1  # written before the last reset
+        return tag.position
+
+    def _append_state(
+        self,
+        db: Database,
+        definition: StandardProjection,
+        persisted: _Persisted,
+        *,
+        enabled: bool,
+        reset: bool,
+    ) -> None:
+        """Write a ``$ProjectionUpdated`` (KurrentDB's persisted state); its number is the new version,
+        and a reset makes it the epoch too."""
+        version = persisted.version + 1
+        epoch = version if reset else persisted.epoch
+        body = {
+            "handlerType": definition.handler_type,
+            "query": definition.query,
+            "mode": "Continuous",
+            "enabled": enabled,
+            "emitEnabled": True,
+            "checkpointsDisabled": False,
+            "trackEmittedStreams": False,
+            "epoch": epoch,
+            "version": version,
+            "runAs": {"name": "$system", "roles": ["$admins"]},
+            "checkpointHandledThreshold": CHECKPOINT_HANDLED_THRESHOLD,
+            "projectionSubsystemVersion": SUBSYSTEM_VERSION,
+            "engineVersion": 1,
+        }
+        expected = persisted.version if persisted.version >= 0 else NO_STREAM
+        event = NewEvent("$ProjectionUpdated", _json(body), is_json=True)
+        db.append(state_stream(definition.name), [event], expected)
+        persisted.enabled, persisted.epoch, persisted.version = enabled, epoch, version
+
+    def _write_state(self, db: Database, rt: _Runtime, *, enabled: bool, reset: bool) -> None:
+        self._append_state(db, rt.definition, rt.persisted, enabled=enabled, reset=reset)
+
+    # -- running ------------------------------------------------------------------------------------------
+    def _start_runner(self, rt: _Runtime) -> None:
+        rt.stopping = False
+        rt.write_checkpoint_on_stop = True
+        rt.wakeup = asyncio.Event()
+        rt.status = "Running"
+        rt.reason = ""
+        rt.task = asyncio.create_task(self._run(rt), name=f"projection {rt.name}")
+
+    async def _run(self, rt: _Runtime) -> None:
+        try:
+            while not rt.stopping:
+                db = self._database()
+                caught_up = await asyncio.to_thread(self._step, db, rt)
+                if not caught_up:
+                    continue
+                timeout = None
+                if rt.unchecked:
+                    timeout = CHECKPOINT_AFTER_SECONDS - (self._clock.monotonic() - rt.checkpoint_at)
+                    if timeout <= 0:
+                        await asyncio.to_thread(self._commit, db, rt, [], {}, rt.position)
+                        continue
+                await self._wait(rt, rt.next_position, timeout)
+            if rt.write_checkpoint_on_stop and rt.unchecked:
+                await asyncio.to_thread(self._commit, self._database(), rt, [], {}, rt.position)
+            rt.status = "Stopped"
+        except asyncio.CancelledError:
+            rt.status = "Stopped"
+            raise
+        except (DatabaseClosed, NotLeader) as exc:  # the supervisor restarts or stops it
+            self._log.info("Projection %s stopped: %s", rt.name, exc)
+            rt.status = "Stopped"
+        except Exception as exc:
+            rt.status = "Faulted"
+            rt.reason = str(exc)
+            self._log.error(
+                "Projection %s faulted at position %d (checkpoint stream %s): %s",
+                rt.name,
+                rt.position,
+                checkpoint_stream(rt.name),
+                exc,
+            )
+        finally:
+            rt.targets.clear()
+            if rt.status != "Faulted" and not rt.stopping:
+                rt.task = None  # a stop by the leader's loss or a closing database: restartable
+
+    async def _wait(self, rt: _Runtime, position: int, timeout: float | None) -> None:
+        waits: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(self._notifier().wait_beyond(position)),
+            asyncio.ensure_future(rt.wakeup.wait()),
+        ]
+        if timeout is not None:
+            waits.append(asyncio.ensure_future(self._clock.sleep(timeout)))
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+
+    def _step(self, db: Database, rt: _Runtime) -> bool:
+        """Process one batch of ``$all`` (a worker thread); True when it reached the end."""
+        started = self._clock.monotonic()
+        page = db.read_all_forward(rt.next_position, BATCH)
+        position = rt.position
+        emitted: list[tuple[EventRecord, Emitted]] = []
+        processed = 0
+        for record in page.events:
+            if record.log_position <= position:  # the checkpoint's own event is read again
+                continue
+            position = record.log_position
+            processed += 1
+            emitted.extend((record, e) for e in rt.definition.process(record))
+        writes, metadata = self._plan(db, rt, emitted)
+        due = rt.unchecked + processed >= CHECKPOINT_HANDLED_THRESHOLD
+        if writes or metadata or due:
+            self._commit(db, rt, writes, metadata, position if due else None)
+        rt.position = position
+        rt.next_position = page.next_position
+        rt.processed += processed
+        if not due:
+            rt.unchecked += processed
+        rt.processing_seconds += self._clock.monotonic() - started
+        return page.is_end
+
+    def _target(self, db: Database, rt: _Runtime, stream: str) -> _Target:
+        known = rt.targets.get(stream)
+        if known is not None:
+            rt.targets.move_to_end(stream)
+            return known
+        target = self._read_target(db, rt, stream)
+        rt.targets[stream] = target
+        if len(rt.targets) > STREAM_CACHE_SIZE:
+            rt.targets.popitem(last=False)
+        return target
+
+    def _read_target(self, db: Database, rt: _Runtime, stream: str) -> _Target:
+        """What ``stream`` holds of this projection's output (KurrentDB's emitted stream recovery)."""
+        try:
+            check_stream_name(stream)
+        except InvalidInput as exc:
+            self._log.warning("Projection %s does not write to stream %r: %s", rt.name, stream[:200], exc)
+            return _Target(-1, -1, None, skip=True)
+        state = db.stream_state(stream)
+        if state.tombstoned:
+            self._log.warning("Projection %s cannot write to stream %s: it is deleted", rt.name, stream)
+            return _Target(state.last_event_number, -1, None, skip=True)
+        last = state.last_event_number
+        fresh: dict[str, Any] = {"$acl": _EMITTED_ACL}
+        if last < 0 or state.soft_deleted:
+            return _Target(last, -1, fresh)
+        try:
+            record: EventRecord | None = db.read_event(stream, last)
+        except (StreamNotFound, StreamDeleted):
+            record = None  # truncated or expired: a new logical stream after it
+        if record is None:
+            return _Target(last, -1, {"$tb": last + 1, **fresh})
+        tag = parse_tag(record.metadata)
+        if tag is None:
+            raise ProjectionFaulted(
+                f"The '{stream}' stream managed by projection {rt.name} has been written to from the outside."
+            )
+        if tag.projection_id != rt.projection_id:
+            raise ProjectionFaulted(
+                f"Multiple projections emitting to the same stream detected.  Stream: '{stream}'. "
+                f"Last event projection: '{tag.projection_id}'.  Emitting projection: '{rt.projection_id}'"
+            )
+        if tag.version < rt.persisted.epoch:  # written before the last reset: a new logical stream
+            return _Target(last, -1, {"$tb": last + 1, **fresh})
+        return _Target(last, tag.position, None)
+
+    def _metadata(self, rt: _Runtime, source: EventRecord, emitted: Emitted) -> bytes:
+        """The emitted event's metadata: the checkpoint tag of its source, the handler's keys, then
+        ``$causedBy`` and ``$correlationId`` (KurrentDB's ``EmittedStream`` order)."""
+        persisted = rt.persisted
+        body: dict[str, Any] = {
+            "$v": f"{rt.projection_id}:{persisted.epoch}:{persisted.version}:{SUBSYSTEM_VERSION}",
+            "$c": source.log_position,
+            "$p": source.log_position,
+        }
+        for key, value in emitted.extra:
+            if key != "$causedBy":
+                body[key] = value
+        body["$causedBy"] = str(source.id)
+        if "$correlationId" not in body and source.is_json and source.metadata:
+            correlation = _source_correlation_id(source.metadata)
+            if correlation is not None:
+                body["$correlationId"] = correlation
+        return _json(body)
+
+    def _plan(
+        self, db: Database, rt: _Runtime, emitted: list[tuple[EventRecord, Emitted]]
+    ) -> tuple[list[tuple[str, list[NewEvent]]], dict[str, bytes]]:
+        """The appends for a batch's output, per stream in order, skipping what a stream already has."""
+        per_stream: dict[str, list[NewEvent]] = {}
+        metadata: dict[str, bytes] = {}
+        for source, e in emitted:
+            target = self._target(db, rt, e.stream)
+            if target.skip or source.log_position <= target.last_source:
+                continue
+            if target.metadata is not None and e.stream not in metadata:
+                metadata[e.stream] = _json(target.metadata)
+            event = NewEvent(e.event_type, e.data, self._metadata(rt, source, e), uuid.uuid4(), False)
+            per_stream.setdefault(e.stream, []).append(event)
+            target.last_source = source.log_position
+        return list(per_stream.items()), metadata
+
+    def _commit(
+        self,
+        db: Database,
+        rt: _Runtime,
+        writes: list[tuple[str, list[NewEvent]]],
+        metadata: dict[str, bytes],
+        checkpoint: int | None,
+    ) -> None:
+        """Write a batch's output (and the checkpoint) in one writer call, on the leader only."""
+        budget = max(4096, db.config.chunk_size // 4)  # each append must fit well inside a chunk
+        checkpoint_event = None
+        if checkpoint is not None:
+            tag = {
+                "$v": f"{rt.projection_id}:{rt.persisted.epoch}:{rt.persisted.version}:{SUBSYSTEM_VERSION}",
+                "$c": checkpoint,
+                "$p": checkpoint,
+            }
+            checkpoint_event = NewEvent("$ProjectionCheckpoint", b"", _json(tag), uuid.uuid4(), True)
+
+        def write(ctx: WriterContext) -> None:
+            permit = db.write_permit
+            if permit is not None and not permit():
+                raise NotLeader()
+            for stream, data in metadata.items():
+                ctx.append(metastream_of(stream), [NewEvent("$metadata", data, b"", uuid.uuid4(), True)])
+            for stream, events in writes:
+                for part in _parts(stream, events, budget):
+                    ctx.append(stream, part)
+            if checkpoint_event is not None:
+                name = checkpoint_stream(rt.name)
+                if not rt.checkpoint_metadata_written:
+                    meta = NewEvent("$metadata", _json(_CHECKPOINT_METADATA), b"", uuid.uuid4(), True)
+                    ctx.append(metastream_of(name), [meta])
+                ctx.append(name, [checkpoint_event], ANY)
+
+        try:
+            db.call_in_writer(write)
+        except BaseException:
+            rt.targets.clear()  # what was written is read back from the streams at the next step
+            raise
+        for stream in metadata:
+            target = rt.targets.get(stream)
+            if target is not None:
+                target.metadata = None
+        if checkpoint is not None:
+            rt.checkpoint_metadata_written = True
+            rt.checkpoint = checkpoint
+            rt.unchecked = 0
+            rt.checkpoint_at = self._clock.monotonic()
+
+    # -- management -----------------------------------------------------------------------------------------
+    def _runtime(self, name: str) -> _Runtime:
+        if by_name(name) is None:
+            raise ProjectionNotFound(name)
+        if not self._active:
+            raise NotLeader()
+        rt = self._runtimes.get(name)
+        if rt is None:
+            raise NotLeader()
+        return rt
+
+    def names(self) -> list[str]:
+        return [p.name for p in STANDARD_PROJECTIONS]
+
+    def statistics(self, name: str | None = None) -> list[dict[str, Any]]:
+        """KurrentDB's ``ProjectionStatistics`` of one projection (or all), as the gRPC Details fields."""
+        if name is not None:
+            return [self._statistics(self._runtime(name))]
+        if not self._active:
+            raise NotLeader()
+        return [self._statistics(self._runtimes[p.name]) for p in STANDARD_PROJECTIONS]
+
+    def _statistics(self, rt: _Runtime) -> dict[str, Any]:
+        status = rt.status
+        if status != "Running" and rt.persisted.enabled and status in ("Stopped", "Faulted"):
+            status += " (Enabled)"
+        try:
+            end = self._database().readable_position
+        except DatabaseClosed:
+            end = 0
+        progress = 100.0 if end <= 0 else round(min(100.0, 100.0 * rt.next_position / end), 1)
+        return {
+            "coreProcessingTime": int(rt.processing_seconds * 1000),
+            "version": rt.persisted.version,
+            "epoch": rt.persisted.epoch,
+            "effectiveName": rt.name,
+            "writesInProgress": 0,
+            "readsInProgress": 0,
+            "partitionsCached": 1,
+            "status": status,
+            "stateReason": rt.reason,
+            "name": rt.name,
+            "mode": "Continuous",
+            "position": _tfpos(rt.position),
+            "progress": progress,
+            "lastCheckpoint": _tfpos(rt.checkpoint),
+            "eventsProcessedAfterRestart": rt.processed,
+            "checkpointStatus": "",
+            "bufferedEvents": 0,
+            "writePendingEventsBeforeCheckpoint": 0,
+            "writePendingEventsAfterCheckpoint": 0,
+        }
+
+    async def _stop_runner(self, rt: _Runtime, *, write_checkpoint: bool) -> None:
+        task = rt.task
+        if task is None:
+            return
+        rt.stopping = True
+        rt.write_checkpoint_on_stop = write_checkpoint
+        rt.wakeup.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        rt.task = None
+
+    async def enable(self, name: str) -> None:
+        async with self._lock:
+            rt = self._runtime(name)
+            if not rt.persisted.enabled:
+                await asyncio.to_thread(self._write_state, self._database(), rt, enabled=True, reset=False)
+            if rt.task is None or rt.status == "Faulted":
+                await self._stop_runner(rt, write_checkpoint=False)
+                self._start_runner(rt)
+            self._log.info("Projection %s enabled", name)
+
+    async def disable(self, name: str, *, write_checkpoint: bool = True) -> None:
+        """KurrentDB's Disable (a checkpoint is written) or, without ``write_checkpoint``, Abort."""
+        async with self._lock:
+            rt = self._runtime(name)
+            await self._stop_runner(rt, write_checkpoint=write_checkpoint)
+            if rt.persisted.enabled:
+                await asyncio.to_thread(self._write_state, self._database(), rt, enabled=False, reset=False)
+            rt.status = "Stopped"
+            self._log.info("Projection %s %s", name, "disabled" if write_checkpoint else "aborted")
+
+    async def reset(self, name: str) -> None:
+        """Start over from the beginning of ``$all`` in a new epoch: each stream it writes to begins a
+        new logical stream (its earlier events are truncated away when it is next written to)."""
+        async with self._lock:
+            rt = self._runtime(name)
+            await self._stop_runner(rt, write_checkpoint=False)
+            await asyncio.to_thread(
+                self._write_state, self._database(), rt, enabled=rt.persisted.enabled, reset=True
+            )
+            rt.start_at(-1)
+            rt.processed = 0
+            rt.status = "Stopped"
+            if rt.persisted.enabled:
+                self._start_runner(rt)
+            self._log.info("Projection %s reset (epoch %d)", name, rt.persisted.epoch)
+
+    async def restart(self) -> None:
+        """KurrentDB's RestartSubsystem: stop every projection and load them again from the log."""
+        async with self._lock:
+            if not self._active:
+                raise ProjectionOperationFailed(
+                    "", "Projection Subsystem cannot be restarted as it is in the wrong state: Stopped"
+                )
+            await self._deactivate()
+        self._log.info("The projections subsystem is restarting")
+        self.wake()
+
+    def delete(self, name: str) -> None:
+        """KurrentDB refuses to delete a system projection; no other projection exists here."""
+        if by_name(name) is None:
+            raise ProjectionNotFound(name)
+        raise ProjectionOperationFailed(
+            name, "We currently don't allow for the deletion of System Projections."
+        )
+
+    def state(self, name: str) -> str:
+        """A system projection's state and result: none (KurrentDB answers an empty one)."""
+        self._runtime(name)
+        return ""
+
+
+def _source_correlation_id(metadata: bytes) -> str | None:
+    try:
+        parsed = json.loads(metadata)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    value = parsed.get("$correlationId") if isinstance(parsed, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _parts(stream: str, events: list[NewEvent], budget: int) -> list[list[NewEvent]]:
+    """``events`` in appends of at most ``budget`` bytes (about: names, data, metadata, headers)."""
+    parts: list[list[NewEvent]] = []
+    current: list[NewEvent] = []
+    size = 0
+    overhead = len(stream.encode()) + 128
+    for event in events:
+        cost = overhead + len(event.event_type) + len(event.data) + len(event.metadata)
+        if current and size + cost > budget:
+            parts.append(current)
+            current, size = [], 0
+        current.append(event)
+        size += cost
+    if current:
+        parts.append(current)
+    return parts

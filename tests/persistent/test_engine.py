@@ -1,0 +1,294 @@
+"""The persistent subscriptions engine in-process: a real (in-memory) database, the clock moved by the
+test. Message timeouts, retries, parking, checkpoints, restarts and the consumer strategies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from evdb.clock import ManualClock
+from evdb.database import Database
+from evdb.errors import (
+    MaximumSubscribersReached,
+    PersistentSubscriptionExists,
+    PersistentSubscriptionFailed,
+    PersistentSubscriptionNotFound,
+    PersistentSubscriptionsNotReady,
+)
+from evdb.persistent import ALL, DatabaseStore, EventFilterSpec, EventSource, GroupSettings
+from evdb.persistent.model import ResolvedEvent
+from evdb.persistent.service import PersistentSubscriptionService
+from evdb.streams import NewEvent
+from evdb.subscriptions import CommitNotifier
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.items: list[tuple[ResolvedEvent, int]] = []
+        self.dropped_count = 0
+
+    def deliver(self, resolved: ResolvedEvent, retry_count: int) -> None:
+        self.items.append((resolved, retry_count))
+
+    def dropped(self) -> None:
+        self.dropped_count += 1
+
+    def numbers(self) -> list[int]:
+        return [r.original.event_number for r, _ in self.items]
+
+
+async def until(condition: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
+    """Let the loop run until ``condition()`` holds (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last: {value!r}")
+        await asyncio.sleep(0.005)
+
+
+class Harness:
+    def __init__(self, db: Database, clock: ManualClock) -> None:
+        self.db = db
+        self.clock = clock
+        self.leader = True
+        self.notifier = CommitNotifier(db)
+        self.service = self.new_service()
+
+    def new_service(self) -> PersistentSubscriptionService:
+        return PersistentSubscriptionService(
+            store=DatabaseStore(lambda: self.db, self.clock.ticks),
+            clock=self.clock,
+            is_leader=lambda: self.leader,
+            follow_commits=self.notifier.wait_beyond,
+            logger=logging.getLogger("test.persistent"),
+        )
+
+    def append(self, stream: str, count: int, **metadata: Any) -> None:
+        for n in range(count):
+            meta = json.dumps(metadata).encode() if metadata else b""
+            self.db.append(stream, [NewEvent("E", json.dumps({"n": n}).encode(), meta, is_json=True)])
+
+    async def tick(self) -> None:
+        """One clock tick of the service (it sleeps one second between ticks)."""
+        sleepers = self.clock.sleepers
+        self.clock.advance(1.0)
+        await until(lambda: self.clock.sleepers >= sleepers, "the next tick to be waiting")
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+async def h(clock: ManualClock):
+    db = Database.open(None, clock=clock)
+    harness = Harness(db, clock)
+    harness.service.run()
+    await until(lambda: harness.service.started, "the service to start")
+    yield harness
+    await harness.service.close()
+    harness.notifier.close()
+    db.close()
+
+
+def settings(**overrides: Any) -> GroupSettings:
+    values: dict[str, Any] = {"read_batch_size": 20, "history_buffer_size": 500}
+    values.update(overrides)
+    return GroupSettings(**values)
+
+
+async def test_history_then_live_in_order_and_acks_checkpoint(h: Harness) -> None:
+    h.append("orders", 5)
+    await h.service.create(EventSource.of("orders"), "g", settings(min_checkpoint_count=1), "admin")
+    sink = Sink()
+    conn = await h.service.connect(
+        "orders", "g", sink, buffer_size=10, connection_name="c", user="admin", from_="x"
+    )
+    assert conn.key == "orders::g" and conn.last_event_number == 4
+    await until(lambda: len(sink.items) == 5, "the history")
+    h.append("orders", 2)
+    await until(lambda: len(sink.items) == 7, "the live events")
+    assert sink.numbers() == list(range(7))
+    h.service.ack(conn.key, [r.event_id for r, _ in sink.items])
+    await h.tick()
+    await h.tick()
+    info = h.service.info("orders", "g")
+    assert info["status"] == "Live"
+    assert info["lastKnownEventPosition"] == "6"
+    await until(
+        lambda: h.service.info("orders", "g")["lastCheckpointedEventPosition"] == "6", "the checkpoint"
+    )
+    page = h.db.read_stream_backward("$persistentsubscription-orders::g-checkpoint", None, 1)
+    assert page.events[0].event_type == "$SubscriptionCheckpoint"
+    assert json.loads(page.events[0].data) == "6"
+
+
+async def test_timeout_retries_then_parks_and_replay_delivers_again(h: Harness) -> None:
+    h.append("s", 1)
+    await h.service.create(
+        EventSource.of("s"), "g", settings(message_timeout_ms=1500, max_retry_count=1), None
+    )
+    sink = Sink()
+    conn = await h.service.connect("s", "g", sink, buffer_size=10, connection_name="c", user="u", from_="x")
+    await until(lambda: len(sink.items) == 1, "the first delivery")
+    await h.tick()  # 1 s: not yet
+    assert len(sink.items) == 1
+    await h.tick()  # 2 s: timed out, retried once
+    await until(lambda: len(sink.items) == 2, "the retry")
+    assert sink.items[1][1] == 1
+    await h.tick()
+    await h.tick()  # timed out again, past max_retry_count: parked
+    await until(lambda: h.service.info("s", "g")["parkedMessageCount"] == 1, "the message to be parked")
+    parked = h.db.read_stream_forward("$persistentsubscription-s::g-parked", 0, 10).events
+    assert parked[0].event_type == "$>" and parked[0].data == b"0@s"
+    assert json.loads(parked[0].metadata)["reason"] == "Reached retry count of 1"
+    assert h.service.info("s", "g")["parkedDueToMaxRetries"] == 1
+    h.service.replay_parked("s", "g", None, "admin")
+    await until(lambda: len(sink.items) == 3, "the replayed message")
+    replayed, retries = sink.items[2]
+    assert replayed.event is not None and replayed.event.event_number == 0 and replayed.link is not None
+    assert retries == 0
+    h.service.ack(conn.key, [replayed.event_id])
+    await until(lambda: h.service.info("s", "g")["parkedMessageCount"] == 0, "the parked stream to be cut")
+    assert h.db.stream_state("$persistentsubscription-s::g-parked").metadata.truncate_before == 1
+
+
+async def test_nack_actions(h: Harness) -> None:
+    h.append("s", 3)
+    await h.service.create(EventSource.of("s"), "g", settings(), None)
+    sink = Sink()
+    conn = await h.service.connect("s", "g", sink, buffer_size=10, connection_name="c", user="u", from_="x")
+    await until(lambda: len(sink.items) == 3, "the events")
+    ids = [r.event_id for r, _ in sink.items]
+    h.service.nack(conn.key, [ids[0]], "Retry", "again")
+    await until(lambda: len(sink.items) == 4, "the retried event")
+    assert sink.items[3][0].event_id == ids[0] and sink.items[3][1] == 1
+    h.service.nack(conn.key, [ids[1]], "Park", "bad")
+    h.service.nack(conn.key, [ids[2]], "Skip", "")
+    await until(lambda: h.service.info("s", "g")["parkedMessageCount"] == 1, "the parked event")
+    info = h.service.info("s", "g")
+    assert info["parkedDueToClientNak"] == 1
+    assert info["outstandingMessagesCount"] == 1  # the retried one
+    with pytest.raises(ValueError):
+        h.service.nack(conn.key, [ids[0]], "Explode", "")
+
+
+async def test_checkpoint_survives_a_restart_of_the_service(h: Harness) -> None:
+    h.append("s", 4)
+    await h.service.create(
+        EventSource.of("s"), "g", settings(min_checkpoint_count=1, checkpoint_after_ms=500), None
+    )
+    sink = Sink()
+    conn = await h.service.connect("s", "g", sink, buffer_size=10, connection_name="c", user="u", from_="x")
+    await until(lambda: len(sink.items) == 4, "the events")
+    h.service.ack(conn.key, [r.event_id for r, _ in sink.items[:2]])  # 0 and 1 done
+    await h.tick()
+    await until(lambda: h.service.info("s", "g")["lastCheckpointedEventPosition"] == "1", "the checkpoint")
+    await h.service.restart()
+    assert sink.dropped_count == 1
+    again = Sink()
+    await h.service.connect("s", "g", again, buffer_size=10, connection_name="c", user="u", from_="x")
+    await until(lambda: len(again.items) == 2, "the unacknowledged events")
+    assert again.numbers() == [2, 3]
+
+
+async def test_not_leader_refuses_and_stops(h: Harness) -> None:
+    await h.service.create(EventSource.of("s"), "g", settings(), None)
+    sink = Sink()
+    await h.service.connect("s", "g", sink, buffer_size=10, connection_name="c", user="u", from_="x")
+    h.leader = False
+    await h.tick()
+    assert not h.service.started and sink.dropped_count == 1
+    with pytest.raises(PersistentSubscriptionsNotReady):
+        h.service.info("s", "g")
+    h.leader = True
+    await h.tick()
+    await until(lambda: h.service.started, "the service to start again")
+    assert h.service.info("s", "g")["groupName"] == "g"  # the configuration came back from the log
+
+
+async def test_management_errors(h: Harness) -> None:
+    source = EventSource.of("s")
+    await h.service.create(source, "g", settings(max_subscriber_count=1), None)
+    with pytest.raises(PersistentSubscriptionExists, match=r"Subscription group g on stream s exists\."):
+        await h.service.create(source, "g", settings(), None)
+    with pytest.raises(PersistentSubscriptionFailed, match="ReadBatchSize may not be greater"):
+        await h.service.create(source, "h", settings(read_batch_size=600), None)
+    with pytest.raises(PersistentSubscriptionFailed, match=r"Consumer strategy Nope does not exist\."):
+        await h.service.create(source, "h", settings(consumer_strategy="Nope"), None)
+    with pytest.raises(PersistentSubscriptionFailed, match="commit position must be less than"):
+        await h.service.create(EventSource.of(ALL), "h", settings(start_from=10**12), None)
+    with pytest.raises(PersistentSubscriptionNotFound, match="does not exist"):
+        await h.service.update(source, "nope", settings(), None)
+    await h.service.connect("s", "g", Sink(), buffer_size=1, connection_name="c", user="u", from_="x")
+    with pytest.raises(MaximumSubscribersReached):
+        await h.service.connect("s", "g", Sink(), buffer_size=1, connection_name="c", user="u", from_="x")
+    await h.service.delete("s", "g", None)
+    with pytest.raises(PersistentSubscriptionNotFound):
+        h.service.info("s", "g")
+    assert h.service.list() == []
+
+
+async def test_round_robin_and_dispatch_to_single(h: Harness) -> None:
+    h.append("rr", 4)
+    h.append("ds", 4)
+    await h.service.create(EventSource.of("rr"), "g", settings(consumer_strategy="RoundRobin"), None)
+    await h.service.create(EventSource.of("ds"), "g", settings(consumer_strategy="DispatchToSingle"), None)
+    await until(lambda: h.service.info("rr", "g")["readBufferCount"] == 4, "rr to be read")
+    await until(lambda: h.service.info("ds", "g")["readBufferCount"] == 4, "ds to be read")
+    a, b = Sink(), Sink()
+    await h.service.connect("rr", "g", a, buffer_size=10, connection_name="a", user="u", from_="x")
+    await h.service.connect("rr", "g", b, buffer_size=10, connection_name="b", user="u", from_="x")
+    h.append("rr", 4)
+    await until(lambda: len(a.items) + len(b.items) == 8, "rr deliveries")
+    assert len(b.items) >= 2  # the second consumer takes turns once it is there
+    c, d = Sink(), Sink()
+    await h.service.connect("ds", "g", c, buffer_size=3, connection_name="c", user="u", from_="x")
+    await h.service.connect("ds", "g", d, buffer_size=3, connection_name="d", user="u", from_="x")
+    await until(lambda: len(c.items) + len(d.items) == 4, "ds deliveries")
+    assert len(c.items) == 3 and len(d.items) == 1  # the first until it is full
+
+
+@pytest.mark.parametrize("strategy", ["Pinned", "PinnedByCorrelation"])
+async def test_pinned_strategies_keep_a_source_on_one_consumer(h: Harness, strategy: str) -> None:
+    await h.service.create(
+        EventSource.of(ALL), "g", settings(consumer_strategy=strategy, start_from=-1), None
+    )
+    consumers = [Sink(), Sink()]
+    for n, sink in enumerate(consumers):
+        await h.service.connect(ALL, "g", sink, buffer_size=50, connection_name=f"c{n}", user="u", from_="x")
+    await until(lambda: h.service.info(ALL, "g")["status"] == "Live", "the group to be live")
+    for stream in ("a-1", "a-2", "a-3", "a-4", "a-5", "a-6"):
+        h.append(stream, 3, **({"$correlationId": "same"} if strategy == "PinnedByCorrelation" else {}))
+    await until(lambda: sum(len(s.items) for s in consumers) == 18, "every event")
+    owners: dict[str, set[int]] = {}
+    for n, sink in enumerate(consumers):
+        for resolved, _ in sink.items:
+            owners.setdefault(resolved.original.stream, set()).add(n)
+    assert all(len(o) == 1 for o in owners.values())
+    if strategy == "PinnedByCorrelation":  # one correlation id: one consumer takes everything
+        assert sorted(len(s.items) for s in consumers) == [0, 18]
+
+
+async def test_filtered_all_group_and_its_own_streams_are_left_out(h: Harness) -> None:
+    h.append("keep-1", 2)
+    h.append("drop-1", 2)
+    spec = EventFilterSpec.create("streamid", "prefix", ["keep-"])
+    await h.service.create(EventSource.of(ALL, spec), "g", settings(), None)
+    sink = Sink()
+    await h.service.connect(ALL, "g", sink, buffer_size=10, connection_name="c", user="u", from_="x")
+    await until(lambda: len(sink.items) == 2, "the history")
+    h.append("keep-2", 1)
+    h.append("drop-2", 1)
+    await until(lambda: len(sink.items) == 3, "the live event")
+    assert {r.original.stream for r, _ in sink.items} == {"keep-1", "keep-2"}
+    entry = h.db.read_stream_backward("$persistentSubscriptionConfig", None, 1).events[0]
+    stored = json.loads(entry.data)["entries"][0]
+    assert stored["filter"] == {"context": "streamid", "type": "prefix", "data": "keep-", "isAllStream": True}
+    assert stored["startPosition"] == "C:0/P:0"
