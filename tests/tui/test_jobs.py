@@ -118,7 +118,7 @@ async def test_demo_load_writes_through_the_selected_node_and_tells_what_a_scave
             "DELETE",
         }
         assert nodes[0].written == {}  # through the selected node only
-        assert "a scavenge should reclaim about" in notices(app)
+        # (its notification says the same, but may have expired by now on a busy machine: the panel keeps it)
         text = " ".join(text_of(app, "scavenge-panel").split())
         assert "Demo data written through node2" in text and "a scavenge should reclaim about" in text
         assert app.state.node().job == ""

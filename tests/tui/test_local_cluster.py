@@ -144,5 +144,5 @@ async def test_stop_and_start_a_node_from_the_keys_and_restore_is_refused_while_
         await pilot.press("tab", "enter")
         await until(pilot, lambda: app.state.activity[-1].outcome == "done", f"{name} to start", 70)
         assert app.state.activity[-1].body.endswith(f"{name} is Follower"), app.state.activity[-1]
-        await until(pilot, lambda: node.reachable and node.role == "Follower", f"{name} to follow again", 20)
+        await until(pilot, lambda: node.reachable and node.role == "Follower", f"{name} to follow again", 60)
         assert node.pid == cluster.info()["nodes"][int(name.removeprefix("node")) - 1]["pid"] != pid
