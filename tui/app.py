@@ -81,6 +81,7 @@ from tui.routine import (
     why_not_followers_first,
 )
 from tui.state import Activity, DashboardState, NodeState
+from tui.subscriptions import SubscriptionsScreen
 from tui.widgets import KeyBar
 
 if TYPE_CHECKING:
@@ -251,6 +252,7 @@ class DashboardApp(App[str | None]):
         Binding("o", "stop_node", "Stop node (local cluster)", show=False),
         Binding("u", "start_node", "Start node (local cluster)", show=False),
         Binding("B", "restore_node", "Restore node from a backup (local cluster)", show=False),
+        Binding("S", "subscriptions", "Persistent subscriptions (groups, consumers, parked)", show=False),
         Binding("e", "browse_events", "Events"),
         Binding("slash", "filter_logs", "Filter logs", key_display="/"),
         Binding("colon", "command_palette", "Commands", key_display=":"),
@@ -311,6 +313,7 @@ class DashboardApp(App[str | None]):
         self._routine: FollowersFirst | None = None
         #: how long the followers-first routine waits for a new leader after the resign
         self.routine_leader_wait = LEADER_WAIT_SECONDS
+        self._subscriptions_wanted = False  # the subscriptions screen is open: collectors read them
         for spec in self._specs:
             self._add_node(spec)
         for folder in self._extra_log_dirs:
@@ -396,6 +399,7 @@ class DashboardApp(App[str | None]):
             ca_file=self.connection.ca_file,
             on_members=self._on_poll,
         )
+        collector.subscriptions_wanted = self._subscriptions_wanted
         self.collectors[node.url] = collector
         if self.start_collectors:
             self.run_worker(
@@ -843,6 +847,20 @@ class DashboardApp(App[str | None]):
         assert node is not None and self.client is not None
         source = EventSource(self.client, node.url, timeout=max(self.connection.timeout, 10.0))
         self.push_screen(EventBrowser(source, node.label))
+
+    def action_subscriptions(self) -> None:
+        if not any(isinstance(screen, SubscriptionsScreen) for screen in self.screen_stack):
+            self.push_screen(SubscriptionsScreen())
+
+    def want_subscriptions(self, wanted: bool) -> None:
+        """The subscriptions screen opened (every node's are read at once, then each poll) or closed."""
+        self._subscriptions_wanted = wanted
+        for collector in self.collectors.values():
+            collector.subscriptions_wanted = wanted
+            if wanted:
+                collector.state.subscriptions = None  # nothing older than this opening is shown
+                collector.full_poll_next = True
+                collector.wake.set()
 
     def action_stop_scavenge(self) -> None:
         node = self.state.node()

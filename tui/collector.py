@@ -37,6 +37,9 @@ from tui.state import (
     ScavengeHistoryEntry,
     ScavengeState,
     SourceError,
+    SubscriptionConnection,
+    SubscriptionGroup,
+    SubscriptionsState,
 )
 
 __all__ = [
@@ -72,6 +75,8 @@ _METRIC_PHASES = {
 _HISTORY_LINKS = 100
 #: a backup in one of these states has ended
 _BACKUP_ENDED = ("completed", "failed", "stopped")
+#: persistent subscription groups whose ``/info`` is read each poll (the rest are listed without it)
+MAX_SUBSCRIPTION_DETAILS = 50
 
 
 def normalise_url(url: str) -> str:
@@ -137,6 +142,9 @@ class NodeCollector:
         self.wake = asyncio.Event()
         #: set by the app after it sent this node a call: the next poll reads everything at once
         self.full_poll_next = False
+        #: set by the app while its subscriptions screen is open: each poll reads the node's persistent
+        #: subscriptions (``/subscriptions`` and each group's ``/info``)
+        self.subscriptions_wanted = False
 
     # -- scheduling ------------------------------------------------------------------------------------
     def next_delay(self) -> float:
@@ -220,6 +228,10 @@ class NodeCollector:
         if full or self._certificates_at is None or now - self._certificates_at >= self.certificate_every:
             self._certificates_at = now
             tasks.append(self._from("certificates", self._read_node_certificates()))
+        if self.subscriptions_wanted:
+            tasks.append(self._from("subscriptions", self._read_subscriptions()))
+        else:
+            s.errors.pop("subscriptions", None)  # nothing of them is shown: nothing is stale
         results = await asyncio.gather(*tasks, return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         for error in errors:
@@ -267,6 +279,7 @@ class NodeCollector:
             s.certificates,
             s.process,
             repr(s.info),
+            s.subscriptions,
         )
 
     # -- readers ---------------------------------------------------------------------------------------
@@ -566,6 +579,55 @@ class NodeCollector:
             finished=finished,
         )
 
+    async def _read_subscriptions(self) -> None:
+        """``GET /subscriptions``, then each group's ``/info`` (strategy, consumers, parked count).
+
+        A node that does not serve them says so (evdb's followers answer 503 "Server Is Not Ready":
+        the leader serves them; KurrentDB's forward the request to the leader): kept as its answer,
+        not as a failure. Any other failure keeps what was read before, marked stale."""
+        s = self.state
+        response = await self._get("/subscriptions")
+        if response.status_code in (404, 405):
+            s.subscriptions = SubscriptionsState(available=False)
+            return
+        if response.status_code == 503 and s.role != "Leader":
+            s.subscriptions = SubscriptionsState(
+                available=True, not_served=_describe(_status_error(response))
+            )
+            return
+        if response.status_code >= 300 and s.subscriptions is not None and s.subscriptions.not_served:
+            s.subscriptions = None  # what it said as a follower is not the leader's answer: unknown
+        _check(response)
+        body = response.json()
+        if not isinstance(body, list):
+            raise ValueError("/subscriptions did not answer a JSON list")
+        summaries = [item for item in body if isinstance(item, dict)]
+        shown = summaries[:MAX_SUBSCRIPTION_DETAILS]
+        details = await asyncio.gather(*(self._subscription_info(item) for item in shown))
+        groups = [_subscription_group(item, *detail) for item, detail in zip(shown, details, strict=True)]
+        groups += [_subscription_group(item, None, None) for item in summaries[MAX_SUBSCRIPTION_DETAILS:]]
+        s.subscriptions = SubscriptionsState(
+            available=True,
+            groups=tuple(groups),
+            details_left_out=max(0, len(summaries) - MAX_SUBSCRIPTION_DETAILS),
+        )
+
+    async def _subscription_info(self, summary: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+        """A group's ``/info`` answer, or why it could not be read."""
+        stream = quote(str(summary.get("eventStreamId", "")), safe="")
+        group = quote(str(summary.get("groupName", "")), safe="")
+        try:
+            response = await self._get(f"/subscriptions/{stream}/{group}/info")
+        except httpx.HTTPError as exc:
+            return None, _describe(exc)
+        if response.status_code != 200:
+            return None, _describe(_status_error(response))
+        try:
+            body = response.json()
+        except ValueError:
+            return None, f"/subscriptions/{stream}/{group}/info did not answer JSON"
+        return (body, None) if isinstance(body, dict) else (None, "the group's info is not a JSON object")
+
     async def _read_backup(self) -> None:
         s = self.state
         response = await self._get("/admin/backup/current")
@@ -826,6 +888,49 @@ def cycle_from_progress(body: Any) -> AutoScavengeCycle | None:
         started_at=parse_iso(body.get("startedAt")),
         last_problem=str(body["lastProblem"]) if body.get("lastProblem") else None,
     )
+
+
+def _subscription_group(
+    summary: dict[str, Any], info: dict[str, Any] | None, error: str | None
+) -> SubscriptionGroup:
+    """A group from its ``/subscriptions`` summary and its ``/info`` (KurrentDB's JSON shapes)."""
+    config = _object(info.get("config")) if info is not None else {}
+    connections = tuple(
+        SubscriptionConnection(
+            source=str(c.get("from") or ""),
+            username=str(c.get("username") or ""),
+            connection_name=str(c.get("connectionName") or ""),
+            in_flight=_int_or_none(c.get("inFlightMessages")) or 0,
+            available_slots=_int_or_none(c.get("availableSlots")) or 0,
+            items_per_second=_float_or_none(c.get("averageItemsPerSecond")) or 0.0,
+            total_items=_int_or_none(c.get("totalItemsProcessed")) or 0,
+        )
+        for c in (info.get("connections") or () if info is not None else ())
+        if isinstance(c, dict)
+    )
+    source = info if info is not None else summary
+    return SubscriptionGroup(
+        stream=str(summary.get("eventStreamId", "")),
+        group=str(summary.get("groupName", "")),
+        status=str(source.get("status") or ""),
+        connection_count=len(connections)
+        if info is not None
+        else _int_or_none(summary.get("connectionCount")) or 0,
+        in_flight=_int_or_none(source.get("totalInFlightMessages")) or 0,
+        last_known=_text_or_none(source.get("lastKnownEventPosition")),
+        last_checkpointed=_text_or_none(source.get("lastCheckpointedEventPosition")),
+        items_per_second=_float_or_none(source.get("averageItemsPerSecond")) or 0.0,
+        total_items=_int_or_none(source.get("totalItemsProcessed")) or 0,
+        strategy=str(config["namedConsumerStrategy"]) if config.get("namedConsumerStrategy") else None,
+        parked=_int_or_none(info.get("parkedMessageCount")) if info is not None else None,
+        outstanding=_int_or_none(info.get("outstandingMessagesCount")) if info is not None else None,
+        connections=connections,
+        detail_error=error,
+    )
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None or value == "" else str(value)
 
 
 def _object(value: Any) -> dict[str, Any]:

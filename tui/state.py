@@ -31,6 +31,9 @@ __all__ = [
     "ScavengeHistoryEntry",
     "ScavengeState",
     "SourceError",
+    "SubscriptionConnection",
+    "SubscriptionGroup",
+    "SubscriptionsState",
 ]
 
 #: The phases a node reports, in order: the spec's Beginning, then the node's stages (evdb's
@@ -343,6 +346,83 @@ class MirrorState:
 
 
 @dataclass(frozen=True)
+class SubscriptionConnection:
+    """A consumer connected to a persistent subscription group (``connections`` of its ``/info``)."""
+
+    source: str  # KurrentDB's ``from``: the consumer's address
+    username: str = ""
+    connection_name: str = ""
+    in_flight: int = 0
+    available_slots: int = 0
+    items_per_second: float = 0.0
+    total_items: int = 0
+
+
+@dataclass(frozen=True)
+class SubscriptionGroup:
+    """One persistent subscription group as the node reports it: ``GET /subscriptions`` (the summary)
+    and its ``/info`` (strategy, consumers, parked messages)."""
+
+    stream: str  # ``$all`` for a group to $all
+    group: str
+    status: str = ""
+    connection_count: int = 0
+    in_flight: int = 0
+    #: positions as the node writes them: an event number (``"5"``) or for $all ``"C:120/P:120"``;
+    #: None: none yet (nothing checkpointed)
+    last_known: str | None = None
+    last_checkpointed: str | None = None
+    items_per_second: float = 0.0
+    total_items: int = 0
+    #: from ``/info``; None where it was not read (``detail_error`` says why)
+    strategy: str | None = None
+    parked: int | None = None
+    outstanding: int | None = None
+    connections: tuple[SubscriptionConnection, ...] = ()
+    detail_error: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.stream, self.group)
+
+    def lag(self) -> tuple[int, str] | None:
+        """How far the checkpoint is behind the last event the group knows: (amount, unit), events
+        for a stream, bytes of the log for $all; None when either is not known."""
+        known, checkpointed = (
+            _subscription_position(self.last_known),
+            _subscription_position(self.last_checkpointed),
+        )
+        if known is None or checkpointed is None:
+            return None
+        unit = "bytes" if (self.last_known or "").startswith("C:") else "events"
+        return max(0, known - checkpointed), unit
+
+
+def _subscription_position(text: str | None) -> int | None:
+    """``"5"`` → 5; ``"C:120/P:120"`` → 120 (the commit position); anything else None."""
+    if not text:
+        return None
+    value = text.partition("/")[0].removeprefix("C:") if text.startswith("C:") else text
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class SubscriptionsState:
+    """A node's persistent subscriptions (``GET /subscriptions`` and each group's ``/info``)."""
+
+    available: bool  # False: the node has no /subscriptions endpoint (404)
+    groups: tuple[SubscriptionGroup, ...] = ()
+    #: the node answered that it does not serve them (evdb's followers: 503 "Server Is Not Ready"; the
+    #: leader serves them): its answer, as it sent it
+    not_served: str | None = None
+    #: groups beyond those whose details were read (a node with very many groups)
+    details_left_out: int = 0
+
+
+@dataclass(frozen=True)
 class ProcessFigures:
     pid: int
     cpu_percent: float
@@ -382,6 +462,8 @@ class NodeState:
     own_endpoint: str = ""  # host:port of its own entry in its gossip (IPv6 in brackets)
     #: a job of the dashboard on this node now (a local node's stop, start or restore, a demo load)
     job: str = ""
+    #: persistent subscriptions (read while the subscriptions screen is open); None: not read
+    subscriptions: SubscriptionsState | None = None
 
     @property
     def label(self) -> str:

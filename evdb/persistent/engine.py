@@ -604,7 +604,8 @@ class Group:
                 self.parked_due_to_client_nak += 1
 
         def parked(number: int) -> None:
-            self._parked_last = number
+            # parks run concurrently (each write off the loop): an earlier one may answer last
+            self._parked_last = max(self._parked_last, number)
             if self._oldest_parked_ticks is None:
                 self._oldest_parked_ticks = self._clock.ticks()
             self._outstanding.pop(resolved.event_id, None)

@@ -272,6 +272,23 @@ class _Checker:
             for var, path in args["save"].items():
                 if not isinstance(var, str) or not isinstance(path, str):
                     self.problem(node, f"{where}: 'save' maps variable names to JSON paths (strings)")
+        if kind == "consume" and "expect" in args:
+            expect = args["expect"]
+            if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in expect):
+                self.problem(
+                    _child(node, "expect") or node, f"{where}: 'expect' must list event numbers (0 or more)"
+                )
+            elif len(expect) != args.get("count"):
+                self.problem(
+                    _child(node, "expect") or node,
+                    f"{where}: 'expect' lists {len(expect)} event numbers for a count of {args.get('count')}",
+                )
+        if kind in ("create_subscription", "consume"):
+            for name in ("stream", "group"):
+                if args.get(name) == "":
+                    self.problem(node, f"{where}: '{name}' must not be empty")
+            if args.get("stream") == "$all" and kind == "create_subscription":
+                self.problem(node, f"{where}: groups to $all are created over gRPC only (as KurrentDB)")
         if kind == "restart" and args.get("node") in ("leader", "follower", "replica"):
             self.problem(node, f"{where}: restart names a node (node1, …, or killed), not a role")
 

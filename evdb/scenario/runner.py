@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from rich.console import Console
 
@@ -261,6 +262,48 @@ class StepDriver:
                 raise StepFailed(f"cannot save {variable}: the answer has no {path}: {response.text[:300]}")
             self.variables[variable] = value if isinstance(value, str) else json.dumps(value)
 
+    async def step_create_subscription(self, args: dict) -> None:
+        path = f"/subscriptions/{quote(args['stream'], safe='')}/{quote(args['group'], safe='')}"
+        response = await self.cluster.request(args["node"], "PUT", path, json_body=args["settings"])
+        await self._expect_status(response, 201, f"PUT {path}")
+
+    async def step_consume(self, args: dict) -> None:
+        """Take ``count`` messages of the group over HTTP (KurrentDB's competing-consumer read: a group
+        hands out what it has read so far, so ask again until they have come, bounded), then answer
+        them all with one ack or nack."""
+        base = f"/subscriptions/{quote(args['stream'], safe='')}/{quote(args['group'], safe='')}"
+        taken: list[tuple[int, str]] = []  # (event number, message id)
+        deadline = time.monotonic() + args["timeout"]
+        while len(taken) < args["count"]:
+            path = f"{base}/{args['count'] - len(taken)}?embed=body"
+            response = await self.cluster.request(args["node"], "GET", path)
+            await self._expect_status(response, 200, f"GET {path}")
+            try:
+                entries = response.json()["entries"]
+                # each message's id is the one its ack link names (a replayed parked message's too)
+                taken += [(int(e["eventNumber"]), _message_id(e)) for e in entries]
+            except (ValueError, KeyError, TypeError, StopIteration):
+                raise StepFailed(f"GET {path}: not a feed of messages: {response.text[:300]!r}") from None
+            if len(taken) >= args["count"]:
+                break
+            if time.monotonic() >= deadline:
+                raise StepFailed(
+                    f"waited {args['timeout']:g} s for {args['count']} messages of {args['stream']} / "
+                    f"{args['group']}; took {len(taken)}: {sorted(n for n, _ in taken)}"
+                )
+            await asyncio.sleep(0.25)
+        numbers = sorted(n for n, _ in taken)
+        if "expect" in args and numbers != sorted(args["expect"]):
+            raise StepFailed(
+                f"{args['stream']} / {args['group']}: expected the messages {sorted(args['expect'])}, "
+                f"took {numbers}"
+            )
+        ids = ",".join(message_id for _, message_id in taken)
+        action = args["action"]
+        path = f"{base}/ack?ids={ids}" if action == "ack" else f"{base}/nack?ids={ids}&action={action}"
+        response = await self.cluster.request(args["node"], "POST", path)
+        await self._expect_status(response, 202, f"POST {path}")
+
     async def step_kill(self, args: dict) -> None:
         node = await self.cluster.resolve(args["node"])
         await asyncio.to_thread(self.cluster.kill, node)
@@ -425,6 +468,11 @@ class StepDriver:
         await self.pilot.pause()
         path = self.app.save_screenshot(f"scenario-{self.scenario.name}-{args['name']}.svg", str(folder))
         self.result.screenshots.append(path)
+
+
+def _message_id(entry: dict[str, Any]) -> str:
+    ack = next(link["uri"] for link in entry["links"] if link["relation"] == "ack")
+    return str(ack).rsplit("/", 1)[1]
 
 
 def _as_list(value: Any) -> list[str]:

@@ -10,6 +10,7 @@ from typing import Any
 __all__ = [
     "CLUSTER_FIELDS",
     "COMMON_STEP_FIELDS",
+    "CONSUME_ACTIONS",
     "DASHBOARD_FIELDS",
     "EVDB_PROGRAMS",
     "JSON_OPERATORS",
@@ -69,6 +70,9 @@ JSON_OPERATORS = {
     "in": "one of the listed values",
     "exists": "the path is present (true) or absent (false)",
 }
+
+#: What a ``consume`` step answers for the messages it took: ``ack``, or a nack's action (KurrentDB's).
+CONSUME_ACTIONS = ("ack", "park", "retry", "skip", "stop")
 
 TOP_LEVEL_FIELDS = (
     Field(
@@ -215,6 +219,46 @@ STEP_KINDS: dict[str, StepKind] = {
                 Field(
                     "save", "map", "variables to keep from the JSON answer: `{name: path}`, used as `${name}`"
                 ),
+            ),
+        ),
+        StepKind(
+            "create_subscription",
+            "client",
+            "create a persistent subscription group on a stream (`PUT /subscriptions/{stream}/{group}`)",
+            (
+                Field("stream", "str", "the stream the group reads", True),
+                Field("group", "str", "the group's name", True),
+                Field(
+                    "settings",
+                    "map",
+                    "the group's settings by KurrentDB's HTTP names (`namedConsumerStrategy`, "
+                    "`minCheckPointCount`, `checkPointAfterMilliseconds`, `messageTimeoutMilliseconds`, "
+                    "`maxRetryCount`, …); the node checks them",
+                    default={},
+                ),
+                _node,
+            ),
+        ),
+        StepKind(
+            "consume",
+            "client",
+            "be a consumer of a persistent subscription group over HTTP: take `count` messages (asking "
+            "until they come, at most `timeout`), then acknowledge them all or refuse them with `action`",
+            (
+                Field("stream", "str", "the group's stream", True),
+                Field("group", "str", "the group", True),
+                Field("count", "int", "how many messages to take", True, minimum=1, maximum=100),
+                Field(
+                    "action",
+                    "str",
+                    "what to answer for them: `ack`, or a nack: `park` (into the parked stream), "
+                    "`retry`, `skip`, `stop`",
+                    default="ack",
+                    choices=CONSUME_ACTIONS,
+                ),
+                Field("expect", "list", "the event numbers the messages must have (in any order)"),
+                _node,
+                _timeout,
             ),
         ),
         StepKind(

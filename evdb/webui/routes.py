@@ -23,7 +23,8 @@ from urllib.parse import quote
 import jinja2
 from aiohttp import web
 
-from evdb.errors import InvalidInput
+from evdb.cluster.advertising import client_member
+from evdb.errors import InvalidInput, PersistentSubscriptionsNotReady
 from evdb.http.common import get_node, get_principal, require_authenticated, require_ops
 from evdb.http.openapi import EXTRA_PATHS
 from evdb.http.streams import check_access, database, is_number, parse_position
@@ -58,6 +59,7 @@ def _templates() -> jinja2.Environment:
     )
     env.filters["stream_href"] = lambda name: "#/streams/" + quote(name, safe="")
     env.filters["bytes"] = _human_bytes
+    env.filters["urlencode_all"] = lambda name: quote(str(name), safe="")
     return env
 
 
@@ -214,6 +216,28 @@ async def stream_fragment(request: web.Request) -> web.Response:
     return _html("stream.html", page=stream_page)
 
 
+async def subscriptions_fragment(request: web.Request) -> web.Response:
+    """The persistent subscription groups (statistics: any authenticated user, as ``GET /subscriptions``)
+    with a replay button for parked messages; a node that does not serve them (a follower: the leader
+    does) says so and names the leader."""
+    require_authenticated(request)
+    node = get_node(request)
+    state = node.cluster.state if node.cluster else "Leader"
+    try:
+        groups = node.persistent.list()
+    except PersistentSubscriptionsNotReady:
+        leader = None
+        for member in node.cluster.members() if node.cluster else []:
+            if member.get("state") == "Leader" and member.get("isAlive"):
+                shown = client_member(member)
+                leader = f"{shown['httpEndPointIp']}:{shown['httpEndPointPort']}"
+        scheme = "https" if node.http_url.startswith("https:") else "http"
+        return _html("subscriptions.html", rows=None, state=state, leader=leader, scheme=scheme)
+    return _html(
+        "subscriptions.html", rows=views.subscription_rows(groups), state=state, leader=None, scheme=""
+    )
+
+
 def _hide_challenge_from_the_page(request: web.Request, response: web.StreamResponse) -> None:
     if response.status == 401 and request.headers.get("X-Requested-With") == "XMLHttpRequest":
         response.headers.popall("WWW-Authenticate", None)
@@ -233,6 +257,7 @@ def setup(app: web.Application) -> None:
     r.add_get("/web/fragments/admin", admin_fragment)
     r.add_get("/web/fragments/admin/current", admin_current_fragment)
     r.add_get("/web/fragments/streams", streams_fragment)
+    r.add_get("/web/fragments/subscriptions", subscriptions_fragment)
     r.add_get("/web/fragments/streams/{stream}", stream_fragment)
     app.on_response_prepare.append(_on_response_prepare)
 
@@ -322,6 +347,10 @@ EXTRA_PATHS.append(
             "Admin UI: the Admin page (current scavenge, start form, auto-scavenge, history); $ops or $admins"
         ),
         "/web/fragments/admin/current": _fragment("Admin UI: the running scavenge; $ops or $admins"),
+        "/web/fragments/subscriptions": _fragment(
+            "Admin UI: the persistent subscription groups (consumers, lag, in flight, parked) with replay "
+            "of parked messages; on a follower, which node serves them"
+        ),
         "/web/fragments/streams": _fragment(
             "Admin UI: streams by their newest event, read from $all",
             params=[_query("before", "$all position to continue from (a number or 32 hex digits)")],

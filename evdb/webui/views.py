@@ -16,6 +16,7 @@ from evdb.clock import TICKS_PER_SECOND
 from evdb.database import Database
 from evdb.errors import InvalidInput, StreamNotFound
 from evdb.http.common import parse_json
+from evdb.persistent import EventSource
 from evdb.scavenge.events import SCAVENGES_STREAM, scavenge_stream
 from evdb.storage.records import EventRecord
 from evdb.streams import is_metastream
@@ -28,12 +29,14 @@ __all__ = [
     "StreamListPage",
     "StreamPage",
     "StreamSummary",
+    "SubscriptionRow",
     "describe_payload",
     "event_view",
     "read_all_page",
     "read_stream_page",
     "scavenge_history",
     "stream_list",
+    "subscription_rows",
     "ticks_to_iso",
 ]
 
@@ -239,3 +242,70 @@ def _json_object(data: bytes) -> dict[str, Any]:
     except InvalidInput:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+# -- persistent subscriptions ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ConsumerView:
+    source: str  # KurrentDB's ``from``
+    username: str
+    connection_name: str
+    in_flight: int
+    available_slots: int
+    total_items: int
+
+
+@dataclass(frozen=True)
+class SubscriptionRow:
+    """A persistent subscription group as the Admin UI lists it (its statistics, KurrentDB's names)."""
+
+    stream: str
+    group: str
+    status: str
+    strategy: str
+    last_checkpointed: str  # an event number, or ``C:…/P:…`` for $all; "" when none yet
+    last_known: str
+    lag: int | None  # how far the checkpoint is behind the last known event: events, or bytes of $all
+    lag_unit: str
+    in_flight: int
+    outstanding: int
+    parked: int
+    consumers: list[ConsumerView]
+
+
+def subscription_rows(groups: list[dict[str, Any]]) -> list[SubscriptionRow]:
+    """Rows of the groups' statistics (``PersistentSubscriptionService.list``), in its order."""
+    rows = []
+    for stats in groups:
+        source = EventSource.of(str(stats["eventSource"]))
+        checkpointed, known = stats.get("lastCheckpointedEventPosition"), stats.get("lastKnownEventPosition")
+        lag = None
+        if checkpointed is not None and known is not None:
+            lag = max(0, source.parse(known) - source.parse(checkpointed))
+        rows.append(
+            SubscriptionRow(
+                stream=source.stream,
+                group=str(stats["groupName"]),
+                status=str(stats["status"]),
+                strategy=str(stats["namedConsumerStrategy"]),
+                last_checkpointed=checkpointed or "",
+                last_known=known or "",
+                lag=lag,
+                lag_unit="bytes" if source.is_all else "events",
+                in_flight=int(stats["totalInFlightMessages"]),
+                outstanding=int(stats["outstandingMessagesCount"]),
+                parked=int(stats["parkedMessageCount"]),
+                consumers=[
+                    ConsumerView(
+                        source=str(c["from"]),
+                        username=str(c.get("username") or ""),
+                        connection_name=str(c.get("connectionName") or ""),
+                        in_flight=int(c["inFlightMessages"]),
+                        available_slots=int(c["availableSlots"]),
+                        total_items=int(c["totalItems"]),
+                    )
+                    for c in stats["connections"]
+                ],
+            )
+        )
+    return rows

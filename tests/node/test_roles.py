@@ -54,6 +54,7 @@ RULES: dict[tuple[str, str], set[str]] = {
     ("GET", "/web/fragments/admin/current"): OPS_OR_ADMIN,
     ("GET", "/web/fragments/streams"): ADMIN_ONLY,  # it reads $all
     ("GET", "/web/fragments/streams/{stream}"): AUTHENTICATED,
+    ("GET", "/web/fragments/subscriptions"): AUTHENTICATED,  # statistics, as GET /subscriptions
     ("GET", "/streams/{stream}"): AUTHENTICATED,
     ("POST", "/streams/{stream}"): AUTHENTICATED,
     ("DELETE", "/streams/{stream}"): AUTHENTICATED,

@@ -12,6 +12,98 @@ from urllib.parse import unquote, urlsplit
 import httpx
 
 
+def subscription_group(
+    stream: str,
+    group: str,
+    *,
+    parked: int = 0,
+    in_flight: tuple[int, ...] = (),
+    known: int | None = 20,
+    checkpointed: int | None = 12,
+    strategy: str = "RoundRobin",
+    status: str = "Live",
+) -> dict[str, Any]:
+    """A group's ``GET /subscriptions/{stream}/{group}/info`` as evdb answers it (KurrentDB's shape);
+    one consumer per ``in_flight`` entry, with that many messages in flight of 10 slots."""
+
+    def position(number: int | None) -> str | None:
+        if number is None:
+            return None
+        return f"C:{number}/P:{number}" if stream == "$all" else str(number)
+
+    connections = [
+        {
+            "from": f"127.0.0.1:{50000 + i}",
+            "username": "admin",
+            "averageItemsPerSecond": 0.0,
+            "totalItemsProcessed": 10 + i,
+            "countSinceLastMeasurement": 0,
+            "extraStatistics": [],
+            "availableSlots": 10 - n,
+            "inFlightMessages": n,
+            "connectionName": f"worker-{i + 1}",
+        }
+        for i, n in enumerate(in_flight)
+    ]
+    return {
+        "config": {"namedConsumerStrategy": strategy, "readBatchSize": 20},
+        "eventStreamId": stream,
+        "groupName": group,
+        "status": status,
+        "averageItemsPerSecond": 0.0,
+        "totalItemsProcessed": 30,
+        "lastCheckpointedEventPosition": position(checkpointed),
+        "lastKnownEventPosition": position(known),
+        "totalInFlightMessages": sum(in_flight),
+        "outstandingMessagesCount": sum(in_flight),
+        "connections": connections,
+        "parkedMessageCount": parked,
+    }
+
+
+@dataclass
+class FakeSubscriptions:
+    """The persistent subscription groups of a cluster: served by whichever fake node leads (an evdb
+    follower answers 503 "Server Is Not Ready"; a KurrentDB follower forwards, so answers them too)."""
+
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    #: (stream, group) of every replayParked received
+    replayed: list[tuple[str, str]] = field(default_factory=list)
+
+    def find(self, stream: str, group: str) -> dict[str, Any] | None:
+        return next((g for g in self.groups if (g["eventStreamId"], g["groupName"]) == (stream, group)), None)
+
+    def handle(self, node: FakeNode, method: str, path: str) -> httpx.Response:
+        if node.evdb and node.state != "Leader":
+            return httpx.Response(503, text="Server Is Not Ready")
+        parts = path.split("/")[2:]  # the path is unquoted: a name with '/' is not supported here
+        if method == "GET" and parts == []:
+            keys = ("eventStreamId", "groupName", "status", "averageItemsPerSecond", "totalItemsProcessed")
+            summaries = [
+                {
+                    **{k: g[k] for k in keys},
+                    "lastCheckpointedEventPosition": g["lastCheckpointedEventPosition"],
+                    "lastKnownEventPosition": g["lastKnownEventPosition"],
+                    "connectionCount": len(g["connections"]),
+                    "totalInFlightMessages": g["totalInFlightMessages"],
+                }
+                for g in self.groups
+            ]
+            return httpx.Response(200, json=summaries)
+        if len(parts) == 3 and parts[2] in ("info", "replayParked"):
+            group = self.find(parts[0], parts[1])
+            if group is None:
+                return httpx.Response(404, text="")
+            if method == "GET" and parts[2] == "info":
+                return httpx.Response(200, json=group)
+            if method == "POST" and parts[2] == "replayParked":
+                self.replayed.append((parts[0], parts[1]))
+                group["totalItemsProcessed"] += group["parkedMessageCount"]
+                group["parkedMessageCount"] = 0
+                return httpx.Response(200, json={"correlationId": "c-1", "reason": "", "result": "Success"})
+        return httpx.Response(404, text="Not found")
+
+
 @dataclass
 class FakeNode:
     host: str = "127.0.0.1"
@@ -34,6 +126,8 @@ class FakeNode:
     #: evdb's GET /admin/certificates (None: 404, as KurrentDB)
     certificates: dict[str, Any] | None = None
     backup: dict[str, Any] | None = None
+    #: the cluster's persistent subscriptions (None: no /subscriptions endpoint, 404)
+    subscriptions: FakeSubscriptions | None = None
     requests: list[httpx.Request] = field(default_factory=list)
     answers: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     #: GET /admin/scavenge/last: the last scavenge started here and its result (InProgress while it runs)
@@ -227,6 +321,10 @@ class FakeNode:
             if self.backup is None:
                 return httpx.Response(404)
             return httpx.Response(200, json=self.backup)
+        if (
+            path == "/subscriptions" or path.startswith("/subscriptions/")
+        ) and self.subscriptions is not None:
+            return self.subscriptions.handle(self, method, path)
         if path == "/admin/certificates" and self.certificates is not None:
             return httpx.Response(200, json=self.certificates)
         if path in ("/admin/node/resign", "/admin/reloadconfig") and method == "POST":
