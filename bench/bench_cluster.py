@@ -1,80 +1,71 @@
-"""Append latency and throughput: a 3-node local cluster against a single node, same machine, same run.
+"""Append latency and throughput: a 3-node local cluster against a single node, same machine, same run,
+measured with a compiled load generator (wrk) so that the figures are the node's, not a Python client's.
 
-    .venv/bin/python bench/bench_cluster.py [--appends 2000] [--runs 3] [--writers 8]
+    sh bench/install-tools.sh
+    .venv/bin/python bench/bench_cluster.py [--seconds 10] [--runs 3] [--connections 8]
 
-Each configuration is launched with `evdb cluster up` (TLS, separate processes); appends go over HTTPS
-to the leader. Reports p50/p99 of sequential appends and appends/s with concurrent writers (medians).
+Each configuration is launched with `evdb cluster up` (TLS, one process per node, on-disk databases);
+wrk posts single-event appends over HTTPS to the leader (bench/wrk_append.lua: a unique event id per
+request): first from one connection (sequential: p50/p99), then from --connections connections
+(appends/s). Reported as medians of the runs, with wrk's CPU and each node's CPU beside them.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
-import threading
-import time
 import uuid
 
-from evdb.cluster.launcher import LocalCluster
-
-
-def measure(local: LocalCluster, appends: int, writers: int) -> tuple[float, float, float]:
-    url = local.wait_for_leader(60)
-    latencies = []
-    with local.client(url) as c:
-        for _ in range(appends):
-            started = time.perf_counter()
-            r = c.post(
-                "/streams/bench",
-                json={"n": 1},
-                headers={"Kurrent-EventType": "B", "Kurrent-EventId": str(uuid.uuid4())},
-            )
-            latencies.append(time.perf_counter() - started)
-            assert r.status_code == 201, r.text
-    latencies.sort()
-    p50 = latencies[len(latencies) // 2] * 1000
-    p99 = latencies[int(len(latencies) * 0.99)] * 1000
-
-    def writer(count: int) -> None:
-        with local.client(url) as c:
-            for _ in range(count):
-                c.post("/streams/bench-c", json={"n": 1}, headers={"Kurrent-EventType": "B"})
-
-    threads = [threading.Thread(target=writer, args=(appends // writers,)) for _ in range(writers)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    rate = (appends // writers) * writers / (time.perf_counter() - started)
-    return p50, p99, rate
+from netbench import LoadResult, launch, load_average, need_tools, wrk_appends
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--appends", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--writers", type=int, default=8)
+    parser.add_argument("--connections", type=int, default=8)
     args = parser.parse_args()
-    results: dict[int, list[tuple[float, float, float]]] = {1: [], 3: []}
-    for _ in range(args.runs):
-        for nodes in (1, 3):
-            with tempfile.TemporaryDirectory() as folder:
-                local = LocalCluster(folder)
-                local.up(nodes=nodes, log=lambda *_: None)
-                try:
-                    results[nodes].append(measure(local, args.appends, args.writers))
-                finally:
-                    local.down(log=lambda *_: None)
-    for nodes, rows in results.items():
-        p50 = statistics.median(r[0] for r in rows)
-        p99 = statistics.median(r[1] for r in rows)
-        rate = statistics.median(r[2] for r in rows)
+    need_tools("wrk")
+    print(f"load average at start: {load_average()}", flush=True)
+    configs = {"1 node": "single-tls", "3 nodes": "cluster3-tls"}
+    results: dict[str, list[tuple[LoadResult, LoadResult]]] = {name: [] for name in configs}
+    for run in range(args.runs):
+        for name, kind in configs.items():
+            with launch(kind) as target:
+                seq = wrk_appends(
+                    target, f"seq-{uuid.uuid4().hex[:8]}", seconds=args.seconds, connections=1, threads=1
+                )
+                conc = wrk_appends(
+                    target, f"conc-{uuid.uuid4().hex[:8]}", seconds=args.seconds, connections=args.connections
+                )
+            results[name].append((seq, conc))
+            print(
+                f"run {run + 1}, {name}: sequential p50 {seq.p50_ms:.2f} ms, p99 {seq.p99_ms:.2f} ms "
+                f"(CPU {seq.cpu_text()}); {args.connections} connections {conc.rate:,.0f} appends/s, "
+                f"p50 {conc.p50_ms:.2f} ms (CPU {conc.cpu_text()}); load {conc.load}",
+                flush=True,
+            )
+    print(f"\nmedians of {args.runs} runs, {args.seconds:g} s per load; CPU as shares of one core")
+    print(
+        f"| | sequential p50 | sequential p99 | appends/s, {args.connections} connections | p50 | p99 "
+        "| wrk CPU | leader CPU | followers' CPU |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    rates = {}
+    for name, rows in results.items():
+
+        def med(f, rows=rows) -> float:
+            return statistics.median(f(r) for r in rows)
+
+        rates[name] = med(lambda r: r[1].rate)
         print(
-            f"{nodes} node(s): append p50 {p50:.2f} ms, p99 {p99:.2f} ms, {rate:.0f} appends/s with {args.writers} writers"
+            f"| {name} | {med(lambda r: r[0].p50_ms):.2f} ms | {med(lambda r: r[0].p99_ms):.2f} ms | "
+            f"{rates[name]:,.0f} | {med(lambda r: r[1].p50_ms):.2f} ms | {med(lambda r: r[1].p99_ms):.2f} ms | "
+            f"{med(lambda r: r[1].client_share):.0%} | "
+            f"{med(lambda r: r[1].leader_share):.0%} | "
+            f"{med(lambda r: r[1].others_share):.0%} |"
         )
-    single, three = (statistics.median(r[2] for r in results[n]) for n in (1, 3))
-    print(f"3-node throughput / single node: {three / single:.2f}")
+    print(f"3-node throughput / single node: {rates['3 nodes'] / rates['1 node']:.2f}")
 
 
 if __name__ == "__main__":

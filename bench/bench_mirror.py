@@ -1,6 +1,6 @@
 """`evdb mirror`: catch-up throughput (events/s) and lag under a steady write load.
 
-    .venv/bin/python bench/bench_mirror.py [--events 5000] [--streams 50] [--rate 100] [--seconds 20] [--runs 3]
+    .venv/bin/python bench/bench_mirror.py [--events 5000] [--streams 50] [--rate 1000] [--seconds 20] [--runs 3]
 
 Two real nodes (`evdb node --insecure --mem-db`, separate processes) and `evdb mirror` between them.
 
@@ -8,8 +8,10 @@ Two real nodes (`evdb node --insecure --mem-db`, separate processes) and `evdb m
    streams (the worst case: every event is its own append on the secondary), and the same number
    again written 10 per append to one stream per batch (runs of 10). A mirror starts with no
    checkpoint; events/s = events copied / time from its start line until it reports caught up.
+   The CPU of the mirror and of both nodes over the catch-up is printed beside it.
 2. Lag: the mirror is live; a writer appends `--rate` events/s for `--seconds` seconds (one event per
-   append, round-robin over the streams) and every 0.2 s a probe event to `probe`, stamped with its
+   append, round-robin over the streams, paced from 8 aiohttp connections: event i is sent at
+   start + i / rate) and every 0.2 s a probe event to `probe`, stamped with its
    write time; a subscriber on the secondary (`/subscriptions/streams/probe`) records when each probe
    arrives. Lag = arrival - write time (same machine clock), p50/p99/max.
 """
@@ -17,6 +19,7 @@ Two real nodes (`evdb node --insecure --mem-db`, separate processes) and `evdb m
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import sys
@@ -26,12 +29,17 @@ import time
 import uuid
 from pathlib import Path
 
+import aiohttp
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "mirror"))
 from mirror_helpers import MirrorProcess, NodeProcess, wait_until
 
 from evdb.mirror.state import MirrorPaths, read_status
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from netbench import BASIC, cpu_seconds, load_average
 
 EVENTS_JSON = {"Content-Type": "application/vnd.kurrent.events+json"}
 
@@ -49,7 +57,7 @@ def fill(node: NodeProcess, events: int, streams: int) -> None:
             c.post(f"/streams/runs-{i // 10 % streams}", json=batch, headers=EVENTS_JSON).raise_for_status()
 
 
-def catch_up(folder: Path, events: int, streams: int) -> float:
+def catch_up(folder: Path, events: int, streams: int) -> tuple[float, dict[str, float]]:
     primary, secondary = NodeProcess(folder / "p", "p"), NodeProcess(folder / "s", "s")
     try:
         fill(primary, events, streams)
@@ -60,6 +68,8 @@ def catch_up(folder: Path, events: int, streams: int) -> float:
         try:
             mirror.wait_for_line("Mirroring ", 30)
             started = time.monotonic()
+            pids = {"mirror": mirror.proc.pid, "primary": primary.proc.pid, "secondary": secondary.proc.pid}
+            before = {k: cpu_seconds(v) for k, v in pids.items()}
             status = wait_until(
                 lambda: (s := read_status(paths.status)) and s["position"] >= head and s,
                 600,
@@ -67,13 +77,53 @@ def catch_up(folder: Path, events: int, streams: int) -> float:
                 interval=0.02,
             )
             elapsed = time.monotonic() - started
+            cpu = {k: (cpu_seconds(v) - before[k]) / elapsed for k, v in pids.items()}
             assert mirror.terminate() == 0
         finally:
             mirror.close()
-        return status["eventsCopied"] / elapsed
+        return status["eventsCopied"] / elapsed, cpu
     finally:
         primary.close()
         secondary.close()
+
+
+async def paced_writer(
+    url: str, rate: float, seconds: float, streams: int, written: dict[int, float], connections: int = 8
+) -> tuple[int, int, float]:
+    """Appends one event per request at ``rate`` events/s for ``seconds`` (round-robin over the streams,
+    from ``connections`` connections: request i is sent at start + i / rate, or as soon as a connection
+    is free), and a probe event to `probe` every 0.2 s, its write time kept in ``written``. Returns
+    (events sent, probes sent, the rate achieved)."""
+    async with aiohttp.ClientSession(
+        url, headers={"Authorization": BASIC}, connector=aiohttp.TCPConnector(limit=connections + 1)
+    ) as session:
+        started = time.monotonic()
+        total = int(rate * seconds)
+        counter = iter(range(total))
+
+        async def post(stream: str, body: list[dict]) -> None:
+            async with session.post(f"/streams/{stream}", json=body, headers=EVENTS_JSON) as r:
+                if r.status != 201:
+                    raise SystemExit(f"append to {stream} answered {r.status}: {await r.text()}")
+
+        async def writer() -> None:
+            for i in counter:
+                delay = started + i / rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await post(f"load-{i % streams}", [event(i)])
+
+        async def prober() -> int:
+            n = 0
+            while time.monotonic() - started < seconds:
+                written[n] = time.time()
+                await post("probe", [{**event(n), "eventType": "Probe"}])
+                n += 1
+                await asyncio.sleep(max(0.0, started + n * 0.2 - time.monotonic()))
+            return n
+
+        probes, *_ = await asyncio.gather(prober(), *(writer() for _ in range(connections)))
+        return total, probes or 0, total / (time.monotonic() - started)
 
 
 def lag(folder: Path, rate: float, seconds: float, streams: int) -> tuple[list[float], float]:
@@ -105,22 +155,7 @@ def lag(folder: Path, rate: float, seconds: float, streams: int) -> tuple[list[f
         wait_until(lambda: (s := read_status(paths.status)) and s["caughtUp"], 60, "the mirror to start")
         reader = threading.Thread(target=subscriber, daemon=True)
         reader.start()
-        with httpx.Client(base_url=primary.url, auth=("admin", "changeit"), timeout=30) as c:
-            started = time.monotonic()
-            sent = probes = 0
-            while (now := time.monotonic()) - started < seconds:
-                due = int((now - started) * rate)
-                while sent < due:
-                    c.post(f"/streams/load-{sent % streams}", json=[event(sent)], headers=EVENTS_JSON)
-                    sent += 1
-                if now - started >= probes * 0.2:
-                    written[probes] = time.time()
-                    c.post(
-                        "/streams/probe", json=[{**event(probes), "eventType": "Probe"}], headers=EVENTS_JSON
-                    )
-                    probes += 1
-                time.sleep(0.002)
-            achieved = sent / (time.monotonic() - started)
+        _, probes, achieved = asyncio.run(paced_writer(primary.url, rate, seconds, streams, written))
         wait_until(lambda: len(arrivals) >= probes, 60, "every probe on the secondary")
         stop.set()
         return [arrivals[n] - written[n] for n in sorted(written)], achieved
@@ -135,14 +170,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--streams", type=int, default=50)
-    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     rates, p50s, p99s, maxes, achieved = [], [], [], [], []
     for run in range(args.runs):
         with tempfile.TemporaryDirectory() as folder:
-            rates.append(catch_up(Path(folder), args.events, args.streams))
+            rate, cpu = catch_up(Path(folder), args.events, args.streams)
+            rates.append(rate)
         with tempfile.TemporaryDirectory() as folder:
             lags, got = lag(Path(folder), args.rate, args.seconds, args.streams)
         lags.sort()
@@ -151,7 +187,9 @@ def main() -> None:
         maxes.append(lags[-1] * 1000)
         achieved.append(got)
         print(
-            f"run {run + 1}: catch-up {rates[-1]:.0f} events/s; at {got:.0f} events/s written, "
+            f"run {run + 1}: catch-up {rates[-1]:.0f} events/s (CPU: "
+            + ", ".join(f"{k} {v:.0%}" for k, v in cpu.items())
+            + f"); load {load_average()}; at {got:.0f} events/s written, "
             f"lag p50 {p50s[-1]:.0f} ms, p99 {p99s[-1]:.0f} ms, max {maxes[-1]:.0f} ms",
             flush=True,
         )
