@@ -6,6 +6,18 @@ applied, so a leader elected later (after the resign, or after a crash) reads th
 carries on from the same place. Commands and assessments run one at a time under :attr:`lock`;
 stopping a node scavenge for a pause runs outside it (it can take a while) and takes the lock to
 record the outcome.
+
+The state in memory is the streams' as one leader read them, in one leadership term, and is only
+ever written on with the expected version it was read at:
+
+- a leader reads the streams only once it can read its whole log (:class:`TakingOffice` until then:
+  a node that has just taken office sees the previous leader's last records once a majority holds
+  its own epoch record);
+- a leader that finds itself in another term than the one it read them in (it stepped down and was
+  elected again between two rounds) reads them again;
+- an event refused on its expected version means the streams moved on without this state: it is
+  dropped and the streams are read again (:class:`StateOutdated`); an event is never written through
+  a node that does not lead (the store refuses it: NotLeader).
 """
 
 from __future__ import annotations
@@ -15,6 +27,7 @@ import contextlib
 import logging
 import math
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -23,15 +36,44 @@ from evdb.autoscavenge.scavenger import NodeScavenger, NodeUnreachable
 from evdb.autoscavenge.schedule import Schedule, format_timespan
 from evdb.autoscavenge.state import AutoScavengeState, InternalStatus, node_id, to_iso
 from evdb.clock import Clock
-from evdb.errors import EvdbError
+from evdb.errors import EvdbError, NotLeader, WrongExpectedVersion
 from evdb.streams import ANY
 
-__all__ = ["AutoScavengeMachine", "ClusterView", "CycleNowRefused", "CycleStarted", "EventStore", "Member"]
+__all__ = [
+    "AutoScavengeMachine",
+    "ClusterView",
+    "CycleNowRefused",
+    "CycleStarted",
+    "EventStore",
+    "Member",
+    "StateOutdated",
+    "StoredStreams",
+    "TakingOffice",
+]
 
 #: node states in which a node can be scavenged (a leader resigns first)
 READY_STATES = ("Follower", "ReadOnlyReplica")
 FINAL_RESULTS = ("Success", "Stopped", "Errored")
 CANCELLED = "Cancelled"
+
+
+class TakingOffice(NotLeader):
+    """This node leads, but cannot read the auto-scavenge streams whole yet: it has just taken office
+    and its readers see the previous leader's last records once a majority holds its epoch record.
+    Nothing is read or written until then (a command is answered as by a node that does not lead)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__()
+        self.args = (f"This node is taking office as the leader: {detail}",)
+
+
+class StateOutdated(NotLeader):
+    """``$auto-scavenges`` moved on without this leader's state in memory (an event was refused on its
+    expected version): the state was dropped, nothing was written, and the streams are read again."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__()
+        self.args = (detail,)
 
 
 class CycleNowRefused(EvdbError):
@@ -71,12 +113,26 @@ class ClusterView(Protocol):
     async def resign(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class StoredStreams:
+    """The two streams as a leader read them."""
+
+    configuration: list[tuple[str, dict]]  # the newest ``$configuration-updated`` (or none)
+    events: list[tuple[str, dict]]  # ``$auto-scavenges``, oldest first
+    version: int  # the last event number of ``$auto-scavenges`` (-1: none)
+    term: int  # the leadership term (epoch number) of the log they were read from
+
+
 class EventStore(Protocol):
-    async def load(self) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]], int]:
-        """(configuration events, auto-scavenge events, last event number of ``$auto-scavenges``)."""
+    def term(self) -> int:
+        """The leadership term (epoch number) of the node's log now; -1 when it has none."""
+
+    async def load(self) -> StoredStreams:
+        """Both streams, whole. TakingOffice when the node cannot read all its log yet."""
 
     async def append(self, stream: str, event_type: str, data: dict, expected_version: int) -> int:
-        """Append one event; the stream's new last event number."""
+        """Append one event; the stream's new last event number. NotLeader when this node does not
+        lead (never sent on to another node); WrongExpectedVersion when the stream moved on."""
 
 
 class AutoScavengeMachine:
@@ -89,6 +145,7 @@ class AutoScavengeMachine:
         cluster: ClusterView,
         logger: logging.Logger,
         node_timeout: float = 300.0,
+        prepare: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.clock = clock
         self.store = store
@@ -99,6 +156,8 @@ class AutoScavengeMachine:
         self.state = AutoScavengeState()
         self.loaded = False
         self.version = -1
+        self.term: int | None = None  # the leadership term the state was read in
+        self._prepare = prepare  # run once the streams can be read, before the state is made from them
         self.lock = asyncio.Lock()
         self.last_problem: str | None = None
         self._emitted = 0
@@ -107,16 +166,45 @@ class AutoScavengeMachine:
         self._pause_task: asyncio.Task | None = None
 
     # -- loading -----------------------------------------------------------------------------------
+    async def ensure_loaded(self) -> None:
+        """Read the streams unless the state in memory was read in this leadership term (under
+        :attr:`lock`). TakingOffice (logged once) while this node cannot read its whole log yet."""
+        if self.loaded:
+            term = self.store.term()
+            if term == self.term:
+                return
+            self.logger.info(
+                "This node leads in term %d, not in term %s in which it read %s: reading it again",
+                term,
+                self.term,
+                ev.EVENTS_STREAM,
+            )
+            self.unload()
+        try:
+            await self.load()
+        except TakingOffice as exc:
+            self._say_once(
+                "office",
+                logging.INFO,
+                "Auto-scavenge waits before reading %s: %s",
+                ev.EVENTS_STREAM,
+                exc,
+            )
+            raise
+
     async def load(self) -> None:
         """Rebuild the state from the streams (a node that has just become the leader)."""
-        config_events, events, version = await self.store.load()
+        streams = await self.store.load()
+        if self._prepare is not None:
+            await self._prepare()
         state = AutoScavengeState()
-        for event_type, data in [*config_events, *events]:
+        for event_type, data in [*streams.configuration, *streams.events]:
             state.apply(event_type, data)
         state.apply(ev.INITIALIZED, {"initializedAt": to_iso(self.clock.time())})
-        self.state, self.version, self.loaded = state, version, True
+        self.state, self.version, self.term, self.loaded = state, streams.version, streams.term, True
         self._unreachable_since.clear()
         self._said.clear()
+        self.last_problem = None  # what an earlier term (or the wait to read the streams) saw
         where = ""
         if state.in_cycle:
             where = (
@@ -124,24 +212,48 @@ class AutoScavengeMachine:
                 f"{len(state.members)} nodes done, current node {state.designated or 'none'})"
             )
         self.logger.info(
-            "Loaded the auto-scavenge state from %s: %s, schedule %s%s",
+            "Loaded the auto-scavenge state from %s: %s, schedule %s%s (%d events, read in term %d)",
             ev.EVENTS_STREAM,
             state.status.public,
             f"'{state.schedule}'" if state.schedule else "not set",
             where,
+            streams.version + 1,
+            streams.term,
         )
 
     def unload(self) -> None:
         """This node is no longer the leader: forget the state (the next leader reads the streams)."""
-        if self._pause_task is not None:
-            self._pause_task.cancel()
-            self._pause_task = None
+        task, self._pause_task = self._pause_task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
         self.loaded = False
         self.state = AutoScavengeState()
         self.version = -1
+        self.term = None
 
     async def _emit(self, event_type: str, data: dict[str, Any]) -> None:
-        self.version = await self.store.append(ev.EVENTS_STREAM, event_type, data, self.version)
+        try:
+            self.version = await self.store.append(ev.EVENTS_STREAM, event_type, data, self.version)
+        except WrongExpectedVersion as exc:
+            expected = self.version
+            self.unload()
+            detail = (
+                f"{ev.EVENTS_STREAM} moved on without this leader's state: {event_type} was refused at "
+                f"expected version {expected} ({exc}). The state is dropped and the streams are read "
+                "again; nothing was written"
+            )
+            self.logger.warning("%s", detail)
+            raise StateOutdated(detail) from exc
+        except NotLeader:
+            if self.loaded:
+                self.unload()
+                self.logger.info(
+                    "This node no longer leads: %s was not written; auto-scavenge hands over to the next "
+                    "leader, which carries on from %s",
+                    event_type,
+                    ev.EVENTS_STREAM,
+                )
+            raise
         self.state.apply(event_type, data)
         self._emitted += 1
 
@@ -285,6 +397,10 @@ class AutoScavengeMachine:
             self._pause_task = asyncio.create_task(self._stop_for_pause(), name="auto-scavenge-pause")
 
     async def _stop_for_pause(self) -> None:
+        with contextlib.suppress(NotLeader):  # the state was dropped (logged): the next leader carries on
+            await self._stop_and_record()
+
+    async def _stop_and_record(self) -> None:
         endpoint, scavenge_id = self.state.designated, self.state.scavenge_id
         if endpoint is None:
             async with self.lock:

@@ -2,7 +2,8 @@
 does not, and forwards the endpoints' requests to the leader.
 
 Every node (leader, followers, read-only replicas) has one. Only the leader's does anything: every
-``AutoScavengeAssessIntervalMs`` it reads the streams if it has just become the leader, then assesses
+``AutoScavengeAssessIntervalMs`` it reads the streams if it has just become the leader (once it can
+read its whole log: :class:`~evdb.autoscavenge.machine.TakingOffice`), then assesses
 (:meth:`AutoScavengeMachine.assess`). A command (configure, pause, resume) wakes it at once.
 """
 
@@ -17,11 +18,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from evdb.autoscavenge.enabling import Enabling, decide
-from evdb.autoscavenge.machine import AutoScavengeMachine, Member
+from evdb.autoscavenge.machine import AutoScavengeMachine, Member, StoredStreams, TakingOffice
 from evdb.autoscavenge.nodeauth import NODE_SCHEME, current_token, ensure_node_token
 from evdb.autoscavenge.scavenger import HttpNodeScavenger, NodeUnreachable
 from evdb.autoscavenge.state import CONFIGURATION_STREAM, EVENTS_STREAM
-from evdb.errors import StreamNotFound
+from evdb.errors import DatabaseReopening, NotLeader, StreamNotFound
 from evdb.streams import NewEvent
 
 if TYPE_CHECKING:
@@ -132,10 +133,12 @@ class MembershipView:
 
 
 class DatabaseStore:
-    """The two system streams in the node's database (writes go through the leader's writer)."""
+    """The two system streams in the node's database, written only while this node leads (through its
+    own writer: never sent on to another node, as a follower's writes are)."""
 
-    def __init__(self, db: Callable[[], Database | None]) -> None:
+    def __init__(self, db: Callable[[], Database | None], is_leader: Callable[[], bool]) -> None:
         self._db = db
+        self._is_leader = is_leader
 
     def db(self) -> Database:
         db = self._db()
@@ -143,9 +146,27 @@ class DatabaseStore:
             raise NodeUnreachable("the node's database is not open")
         return db
 
-    async def load(self) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]], int]:
-        def read() -> tuple[list[tuple[str, dict]], list[tuple[str, dict]], int]:
+    def term(self) -> int:
+        db = self._db()
+        if db is None:  # closed for a moment (never on a leader but while it stops)
+            raise DatabaseReopening()
+        epochs = db.epochs(1)
+        return int(epochs[0]["epochNumber"]) if epochs else -1
+
+    async def load(self) -> StoredStreams:
+        def read() -> StoredStreams:
             db = self.db()
+            epochs = db.epochs(1)
+            term = int(epochs[0]["epochNumber"]) if epochs else -1
+            readable = db.readable_position
+            if epochs and readable < int(epochs[0]["position"]):
+                # a leader that has just taken office: the records before its epoch record (the last
+                # ones of the previous leader among them) are all readable once a majority holds it
+                raise TakingOffice(
+                    f"its log is readable up to position {readable}, the previous leader's records end "
+                    f"at its epoch {term} record at {epochs[0]['position']} (readable once a majority "
+                    "holds that record)"
+                )
             config: list[tuple[str, dict]] = []
             try:
                 for e in db.read_stream_backward(CONFIGURATION_STREAM, None, 1).events:
@@ -165,13 +186,19 @@ class DatabaseStore:
                 if page.is_end_of_stream or not page.events:
                     break
                 start = page.next_event_number
-            return config, events, version
+            return StoredStreams(config, events, version, term)
 
         return await asyncio.to_thread(read)
 
     async def append(self, stream: str, event_type: str, data: dict, expected_version: int) -> int:
         event = NewEvent(event_type, json.dumps(data, separators=(",", ":")).encode(), is_json=True)
-        result = await asyncio.wrap_future(self.db().append_async(stream, [event], expected_version))
+        db = self.db()
+        # checked and submitted with no await between: a node that stepped down (its writes go to the
+        # leader) never writes the auto-scavenge's decisions, made from its own state, into the next
+        # leader's streams
+        if not self._is_leader():
+            raise NotLeader()
+        result = await asyncio.wrap_future(db.append_async(stream, [event], expected_version))
         return result.next_expected_version
 
 
@@ -198,7 +225,7 @@ class AutoScavengeService:
         self.name = name
         self.clock = clock
         self._license = license
-        self.store = DatabaseStore(db)
+        self.store = DatabaseStore(db, lambda: cluster.is_leader)
         self.interval = settings.assess_interval
         self.allow_seconds = settings.allow_seconds
         # every call to another node goes through the node's one peer client (evdb/cluster/peers.py):
@@ -214,6 +241,7 @@ class AutoScavengeService:
             cluster=cluster,
             logger=logger,
             node_timeout=settings.node_timeout,
+            prepare=self._ensure_token,
         )
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -287,19 +315,25 @@ class AutoScavengeService:
                 )
             return
         async with self.machine.lock:
-            await self._ensure_loaded()
-            await self.machine.assess()
+            try:
+                await self.machine.ensure_loaded()
+                await self.machine.assess()
+            except TakingOffice:
+                return  # logged once by the machine; the next round looks again
+            except NotLeader:
+                return  # the state was dropped (logged): the next round reads the streams, if it leads
 
-    async def _ensure_loaded(self) -> None:
-        if not self.machine.loaded:
-            self._token = await asyncio.to_thread(ensure_node_token, self.store.db())
-            await self.machine.load()
+    async def _ensure_token(self) -> None:
+        self._token = await asyncio.to_thread(ensure_node_token, self.store.db())
 
     @contextlib.asynccontextmanager
     async def leading(self) -> AsyncIterator[AutoScavengeMachine]:
-        """The loaded machine, for one command on the leader (under the lock)."""
+        """The loaded machine, for one command on the leader (under the lock). NotLeader when this
+        node does not lead (any more: the request waited for the lock), or is taking office."""
         async with self.machine.lock:
-            await self._ensure_loaded()
+            if not self.cluster.is_leader:
+                raise NotLeader()
+            await self.machine.ensure_loaded()
             yield self.machine
         self.wake()
 

@@ -30,7 +30,7 @@ from aiohttp import web
 from evdb.autoscavenge.machine import CycleNowRefused
 from evdb.autoscavenge.schedule import InvalidSchedule, parse_schedule
 from evdb.cluster.peers import PeerError
-from evdb.errors import InvalidInput
+from evdb.errors import InvalidInput, NotLeader
 from evdb.http.common import (
     get_node,
     get_principal,
@@ -117,7 +117,18 @@ async def _on_leader(request: web.Request, local) -> web.Response:
     while True:
         leader = await _leader_within(service.cluster, max(0.0, deadline - loop.time()))
         if leader == "here":
-            return await local()
+            try:
+                return await local()
+            except NotLeader as exc:
+                # it stepped down while the request waited for the auto-scavenge lock, is taking office
+                # (it cannot read the streams whole yet), or its state was outdated: the request did
+                # nothing; run it again on whichever node leads, within the same bound
+                if request.headers.get(FORWARDED) and not service.cluster.is_leader:
+                    return problem(500, NO_LEADER)  # no second hop: the sender tries the next leader
+                if loop.time() >= deadline:
+                    return problem(500, f"{NO_LEADER} ({exc})")
+                await asyncio.sleep(0.1)
+                continue
         if leader is None:
             return problem(500, NO_LEADER)  # KurrentDB's words: none elected within LEADER_WAIT_SECONDS
         try:

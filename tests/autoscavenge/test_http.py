@@ -227,3 +227,37 @@ async def test_a_request_during_an_election_waits_for_the_new_leader():
     cluster.leader = ("127.0.0.1", 2114)
     assert await asyncio.wait_for(waiting, 2) == ("127.0.0.1", 2114)
     assert await autoscavenge_http._leader_within(Electing(), 0.2) is None
+
+
+async def test_a_leader_taking_office_answers_once_it_can_read_its_log_and_no_leader_if_it_never_can(
+    clients, licensed_node, monkeypatch
+):
+    """While the leader cannot read its whole log yet (TakingOffice), a request waits for it (bounded by
+    LEADER_WAIT_SECONDS), then runs; past the bound the answer is KurrentDB's no-leader problem, naming
+    the reason. Nothing is written meanwhile."""
+    from evdb.autoscavenge.machine import TakingOffice
+
+    store = licensed_node.auto_scavenge.store
+    load = store.load
+    refusals = {"left": 3}
+
+    async def taking_office_for_a_while():
+        if refusals["left"] > 0:
+            refusals["left"] -= 1
+            raise TakingOffice("its log is readable up to position 10, ... (test)")
+        return await load()
+
+    licensed_node.auto_scavenge.machine.unload()
+    monkeypatch.setattr(store, "load", taking_office_for_a_while)
+    r = await clients["ops"].post("/auto-scavenge/pause")
+    assert (r.status_code, r.json(), refusals["left"]) == (200, {}, 0)
+    licensed_node.auto_scavenge.machine.unload()
+    refusals["left"] = 10**6
+    monkeypatch.setattr(autoscavenge_http, "LEADER_WAIT_SECONDS", 0.3)
+    r = await clients["ops"].post("/auto-scavenge/resume")
+    assert r.status_code == 500
+    assert r.json()["detail"].startswith(
+        "No leader node was found in the cluster (This node is taking office"
+    )
+    db = licensed_node.db
+    assert [e.event_type for e in db.read_stream_forward(EVENTS_STREAM, 0, 10).events] == ["$paused"]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from evdb.autoscavenge.machine import AutoScavengeMachine, Member
+from evdb.autoscavenge.machine import AutoScavengeMachine, Member, StateOutdated, StoredStreams
 from evdb.autoscavenge.scavenger import LastScavenge, NodeUnreachable
 from evdb.autoscavenge.schedule import parse_schedule
 from evdb.autoscavenge.state import CONFIGURATION_STREAM, EVENTS_STREAM
@@ -24,10 +24,16 @@ START = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
 class MemoryStore:
     def __init__(self) -> None:
         self.streams: dict[str, list[tuple[str, dict]]] = {}
+        self.current_term = 0
+
+    def term(self) -> int:
+        return self.current_term
 
     async def load(self):
         events = self.streams.get(EVENTS_STREAM, [])
-        return self.streams.get(CONFIGURATION_STREAM, [])[-1:], list(events), len(events) - 1
+        return StoredStreams(
+            self.streams.get(CONFIGURATION_STREAM, [])[-1:], list(events), len(events) - 1, self.current_term
+        )
 
     async def append(self, stream, event_type, data, expected_version):
         events = self.streams.setdefault(stream, [])
@@ -402,5 +408,11 @@ async def test_a_stale_leader_cannot_write_over_a_newer_one(world):
     )
     await other.load()
     assert await other.pause() == 200
-    with pytest.raises(WrongExpectedVersion):
+    with pytest.raises(StateOutdated, match="moved on without this leader's state") as raised:
         await machine.pause()
+    assert isinstance(raised.value.__cause__, WrongExpectedVersion)
+    assert store.types() == ["$paused"]  # nothing written over it
+    # the stale state is dropped: the streams are read again, with the other leader's pause in them
+    assert not machine.loaded
+    await machine.ensure_loaded()
+    assert machine.status()["state"] == "Paused" and machine.version == 0

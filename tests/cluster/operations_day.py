@@ -38,6 +38,7 @@ import io
 import itertools
 import json
 import os
+import re
 import signal
 import ssl
 import subprocess
@@ -120,6 +121,34 @@ class Miss:
         return self.seen
 
 
+#: the node log lines a failed step prints (stdout.log): auto-scavenge, elections and leadership
+LOG_PATTERN = re.compile(
+    r"auto-?scavenge|cluster scavenge|node scavenge|SCAVENGING: Scavenge (Started|Completed|Stopped)|"
+    r"Request scavenging|stop\w* (the )?scavenge|leader|resign|election|vote|epoch|take office|"
+    r"caught up|truncat|starting \(instance|Shutting down",
+    re.IGNORECASE,
+)
+LOG_TAIL = 80  # lines per node
+
+
+def relevant_log_lines(text: str) -> list[str]:
+    """The records of a node's stdout.log that match LOG_PATTERN; a record logged with a traceback
+    (continuation lines) keeps its first line, the traceback's innermost place and the exception."""
+    records: list[list[str]] = []
+    for line in text.splitlines():
+        if line.startswith("[") or not records:
+            records.append([line])
+        else:
+            records[-1].append(line)
+    out = []
+    for record in records:
+        if LOG_PATTERN.search(record[0]) or len(record) > 1:
+            where = [line.strip() for line in record[1:] if line.strip().startswith("File ")][-1:]
+            tail = " ".join([*where, record[-1].strip()])
+            out.append(record[0] if len(record) == 1 else f"{record[0]} ... {tail}")
+    return out
+
+
 def endpoint(url: str) -> str:
     """``host:port`` of a node url, as the node names itself (``nodeEndpoint``, auto-scavenge members)."""
     parsed = httpx.URL(url)
@@ -142,6 +171,7 @@ class OperationsDay:
         self.backed_up: str | None = None  # the follower whose differential backup was taken
         self.redacted_on: set[str] = set()
         self.scavenged_last: str | None = None  # the node scavenged last in the cycle
+        self._logs_shown_at = 0  # how many findings there were when the node logs were last printed
 
     # -- the cluster -------------------------------------------------------------------------------------
     def info(self) -> dict:
@@ -232,6 +262,37 @@ class OperationsDay:
             except Exception as exc:
                 self.findings.expect(False, f"the step failed: {type(exc).__name__}: {exc}")
             self.check()
+        self.print_node_logs_after_failures()
+
+    def print_node_logs_after_failures(self) -> None:
+        """The nodes' logs (:meth:`print_node_logs`) when a step or check failed since they were last
+        printed (before the cluster stops: call it before :meth:`close`)."""
+        if len(self.findings.failures) > self._logs_shown_at:
+            self._logs_shown_at = len(self.findings.failures)
+            self.print_node_logs()
+
+    def print_node_logs(self, tail: int = LOG_TAIL) -> None:
+        """What each node said about auto-scavenge, elections and leadership (the last ``tail`` such
+        lines of its stdout.log), so that a failure in CI can be understood from the CI log alone."""
+        try:
+            nodes = self.info()["nodes"]
+        except Exception as exc:
+            self.log(f"   (no node logs: {type(exc).__name__}: {exc})")
+            return
+        for node in nodes:
+            path = Path(node["config"]).parent / "stdout.log"
+            try:
+                lines = relevant_log_lines(path.read_text(errors="replace"))
+            except OSError as exc:
+                self.log(f"   (no log of {node['name']}: {exc})")
+                continue
+            shown = lines[-tail:]
+            self.log(
+                f"   == {node['name']} ({endpoint(node['url'])}) {path}: the last {len(shown)} of "
+                f"{len(lines)} lines about auto-scavenge, elections and leadership"
+            )
+            for line in shown:
+                self.log(f"   | {line}")
 
     def up(self) -> None:
         """The cluster, the data the day works on, the client load and the followers' full backups."""
@@ -372,22 +433,35 @@ class OperationsDay:
             return body if body.get("lastCompletedAt") else Miss(f"{r.status_code} {r.text[:400]}")
 
         wait_until(completed, 120, "the cluster scavenge to complete", interval=0.2, tolerate=TRANSIENT)
-        # what the day expects of each node's scavenge history: the cycle's results node by node
+        # what the day expects of each node's scavenge history, from the leader's own record of the
+        # cycle: each node scavenge's result; one that a $paused follows before its result was stopped
+        # by the pause (and started again on resume). The pause may stop another node's scavenge than
+        # the one seen running before it was sent (the leader may have gone on to the next node first)
+        # or none (it ended on its own before the stop reached it: its result is recorded first).
         by_endpoint = {e: n for n, e in self.endpoints().items()}
-        completions = [
-            (by_endpoint.get(f"{e['data']['nodeId']['address']}:{e['data']['nodeId']['port']}"), e["data"])
-            for e in self.auto_scavenges()
-            if e["eventType"] == "$node-scavenge-completed"
-        ]
-        for name, data in completions:
-            self.scavenges.setdefault(str(name), []).append(data["result"])
-        if pause.status_code == 202:  # the node scavenge that was running was stopped, then resumed
-            self.scavenges.setdefault(by_endpoint[running["designatedNode"]], []).insert(0, "Stopped")
+        events = self.auto_scavenges()
+
+        def name_of(data: dict) -> str:
+            return str(by_endpoint.get(f"{data['nodeId']['address']}:{data['nodeId']['port']}"))
+
+        completions = []
+        started: str | None = None  # the node whose scavenge runs (started, no result yet)
+        for e in events:
+            if e["eventType"] == "$node-scavenge-started":
+                started = name_of(e["data"])
+            elif e["eventType"] == "$node-scavenge-completed":
+                completions.append((name_of(e["data"]), e["data"]))
+                self.scavenges.setdefault(name_of(e["data"]), []).append(e["data"]["result"])
+                started = None
+            elif e["eventType"] == "$paused" and started is not None:
+                self.log(f"   the pause stopped the node scavenge of {started}")
+                self.scavenges.setdefault(started, []).append("Stopped")
+                started = None
         results = [data["result"] for _, data in completions]
         self.findings.expect(
             results == ["Success"] * 4, f"$node-scavenge-completed results in $auto-scavenges: {results}"
         )
-        kinds = [e["eventType"] for e in self.auto_scavenges()]
+        kinds = [e["eventType"] for e in events]
         pausing = [k for k in kinds if k in ("$pause-requested", "$paused", "$resumed")]
         expected = ["$pause-requested"] * (pause.status_code == 202) + ["$paused", "$resumed"]
         self.findings.expect(pausing == expected, f"the pause and resume in $auto-scavenges: {kinds}")
@@ -567,7 +641,11 @@ class OperationsDay:
     def scavenge_records(self, name: str) -> list[dict]:
         """The scavenges linked in ``$scavenges`` on node ``name``, oldest first: id, node, result."""
         c = self.client(name)
-        page = c.get("/streams/%24scavenges/0/forward/200?embed=body")
+        # the links themselves ("0@$scavenges-{id}"), not the events they point to (stream reads
+        # resolve links by default, as KurrentDB's)
+        page = c.get(
+            "/streams/%24scavenges/0/forward/200?embed=body", headers={"Kurrent-ResolveLinkTos": "false"}
+        )
         if page.status_code == 404:
             return []
         page.raise_for_status()

@@ -33,6 +33,7 @@ def test_an_operations_day_keeps_every_write_and_every_endpoint(tmp_path):
         with day.step("end: the load stopped, every node's $all the same", under_load=False):
             day.finish()
     finally:
+        day.print_node_logs_after_failures()  # a failed start or end step: what the nodes said
         day.close()
     took = time.monotonic() - began
     print("step times: " + "; ".join(f"{name} {seconds:.1f} s" for name, seconds in day.times))
