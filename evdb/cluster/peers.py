@@ -17,6 +17,7 @@ the node scavenges it starts) goes through :class:`PeerClient`: it holds the nod
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 import time
@@ -128,6 +129,7 @@ class PeerClient:
         self._ssl: ssl.SSLContext | bool = False
         self._ssl_for: Any = None
         self._session: aiohttp.ClientSession | None = None
+        self._closing: set[asyncio.Future[None]] = set()  # replaced pools being closed
         self._session_for: Any = None
         self._session_made = 0.0
 
@@ -162,16 +164,23 @@ class PeerClient:
             reason = "Node-to-node connections are made again with the reloaded certificates"
         elif now - self._session_made > self.reset_interval:
             reason = "Resetting node-to-node connections (ConnectionResetInterval)"
-        if reason is not None:
-            old = self._session
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.ssl()))
-            self._session_for = tls
-            self._session_made = now
-            if old is not None and not old.closed:
-                self.logger.info("%s", reason)
-                await old.close()
-        assert self._session is not None
-        return self._session
+        if reason is None:
+            assert self._session is not None
+            return self._session
+        # no await from the check above to the return: a concurrent call or reset() cannot come between
+        # (it made the pool vanish under a gossip round during a node restart)
+        old = self._session
+        new = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.ssl()))
+        self._session, self._session_for, self._session_made = new, tls, now
+        if old is not None and not old.closed:
+            self.logger.info("%s", reason)
+            self._close_later(old)
+        return new
+
+    def _close_later(self, session: aiohttp.ClientSession) -> None:
+        task = asyncio.ensure_future(session.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def reset(self) -> None:
         """Close every open connection now; the next call connects again."""
@@ -181,6 +190,8 @@ class PeerClient:
 
     async def close(self) -> None:
         await self.reset()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
     # -- calls ---------------------------------------------------------------------------------------
     def url(self, endpoint: tuple[str, int] | str, path: str, *, websocket: bool = False) -> str:
