@@ -8,8 +8,8 @@ KurrentDB's trailing metadata, ``exception`` (``stream-deleted``, ``wrong-expect
 ``actual-version``, ``leader-endpoint-host``/``-port``, ...), from evdb/errors.py (``trailers_of``): the
 Node.js client and its Rust bridge choose their error class from them. A wrong expected version on
 Delete/Tombstone and a deleted stream are ``FAILED_PRECONDITION`` with KurrentDB's messages (which
-kurrentdbclient reads); "not leader" is ``FAILED_PRECONDITION`` whose ``grpc-status-details-bin`` packs
-``kurrent.rpc.NotLeaderNodeErrorDetails`` with the leader's address, and the ``not-leader`` trailers.
+kurrentdbclient reads); "not leader" is ``NOT_FOUND`` "Leader info available" with the ``not-leader``
+trailers naming the leader's address (KurrentDB's ``RpcExceptions.LeaderInfo``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from grpclib.events import RecvRequest, listen
 from grpclib.metadata import decode_timeout
 from grpclib.protocol import H2Protocol
 from grpclib.server import Handler, Server, Stream
-from kurrentdbclient.protos.kurrent.rpc import errors_pb2
 from kurrentdbclient.protos.v1 import shared_pb2
 
 from evdb.auth import ADMINS, OPS, Principal, parse_basic_authorization, stream_access
@@ -140,21 +139,16 @@ def access_denied() -> GRPCError:
 
 
 def not_leader_error(node: Node) -> GRPCError:
-    """FAILED_PRECONDITION with the leader's address, as KurrentDB answers a requires-leader call on a
-    follower; UNAVAILABLE when no leader is known."""
+    """KurrentDB's ``RpcExceptions.LeaderInfo``: NOT_FOUND "Leader info available" with the
+    ``not-leader`` trailers naming the leader's address, as KurrentDB answers a requires-leader call on
+    a follower; UNAVAILABLE "Server Is Not Ready" when no leader is known."""
     cluster = node.cluster
     # the leader's address as clients are told it (AdvertiseHostToClientAs), as KurrentDB
     leader = cluster.leader_client_endpoint() if cluster is not None else None
     if leader is None:
         return GRPCError(Status.UNAVAILABLE, "Server Is Not Ready")
     host, port = leader
-    peer = cluster.leader_peer() if cluster is not None else None
-    node_id = str(peer.info.get("instanceId", "")) if peer is not None else ""
-    details = errors_pb2.NotLeaderNodeErrorDetails(
-        current_leader=errors_pb2.NotLeaderNodeErrorDetails.NodeInfo(host=host, port=port, node_id=node_id)
-    )
-    trailers = trailers_of(NotLeader(host, port))
-    return kurrent_error(Status.FAILED_PRECONDITION, "Leader info available", trailers, [details])
+    return kurrent_error(Status.NOT_FOUND, "Leader info available", trailers_of(NotLeader(host, port)))
 
 
 def check_leader(node: Node, ctx: CallContext) -> None:

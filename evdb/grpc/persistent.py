@@ -23,12 +23,11 @@ from evdb.auth import Principal
 from evdb.errors import (
     EvdbError,
     PersistentSubscriptionDropped,
-    PersistentSubscriptionError,
     PersistentSubscriptionsNotReady,
-    status_of,
 )
 from evdb.grpc.common import (
     CallContext,
+    access_denied,
     call_context,
     check_leader,
     check_stream_access,
@@ -52,29 +51,6 @@ BINARY = "application/octet-stream"
 _NAMED = {0: "DispatchToSingle", 1: "RoundRobin", 2: "Pinned"}
 _NACK = {0: "Unknown", 1: "Park", 2: "Retry", 3: "Skip", 4: "Stop"}
 _DROPPED = object()
-
-
-def _access_denied() -> GRPCError:
-    return GRPCError(Status.PERMISSION_DENIED, "Access Denied")
-
-
-async def _answer_error(stream: Stream, exc: BaseException, node: Node) -> None:
-    """The call's trailers for an error, with KurrentDB's ``exception`` metadata when it has one."""
-    if isinstance(exc, PersistentSubscriptionError):
-        known = status_of(exc)
-        status = Status[known[1]] if known else Status.UNKNOWN
-        metadata = {"exception": exc.exception, "stream-name": exc.stream, "group-name": exc.group}
-        reason = getattr(exc, "reason", None)
-        if reason is not None:
-            metadata["reason"] = reason
-        await stream.send_trailing_metadata(status=status, status_message=str(exc), metadata=metadata)
-        return
-    if isinstance(exc, GRPCError) and exc.status is Status.PERMISSION_DENIED:
-        await stream.send_trailing_metadata(
-            status=exc.status, status_message=exc.message, metadata={"exception": "access-denied"}
-        )
-        return
-    raise grpc_error(node, exc)
 
 
 def _recorded(record: EventRecord, position: int) -> P.ReadResp.ReadEvent.RecordedEvent:
@@ -269,27 +245,31 @@ class PersistentSubscriptionsService:
     def service(self) -> PersistentSubscriptionService:
         return self.node.persistent
 
-    async def _begin(self, stream: Stream) -> tuple[CallContext, Any]:
+    async def _begin(self, stream: Stream, *, leader: bool = True) -> tuple[CallContext, Any]:
+        """The caller and the request; with ``leader``, a follower answers a requires-leader call with
+        the leader's address. GetInfo and List do not (KurrentDB's statistics requests carry no
+        requires-leader): a follower, which runs no groups, answers them "Server Is Not Ready"."""
         ctx = await call_context(self.node, stream)
         request = await stream.recv_message()
-        check_leader(self.node, ctx)
+        if leader:
+            check_leader(self.node, ctx)
         return ctx, request
 
     @staticmethod
     def _require_ops(principal: Principal) -> None:
         if not principal.is_authenticated or not principal.is_ops:
-            raise _access_denied()
+            raise access_denied()
 
     @staticmethod
     def _require_authenticated(principal: Principal) -> None:
         if not principal.is_authenticated:
-            raise _access_denied()
+            raise access_denied()
 
     async def _run(self, stream: Stream, work: Any) -> None:
         try:
             await work()
         except (EvdbError, GRPCError) as exc:
-            await _answer_error(stream, exc, self.node)
+            raise grpc_error(self.node, exc) from None
 
     # -- management ------------------------------------------------------------------------------------
     async def create(self, stream: Stream) -> None:
@@ -357,7 +337,7 @@ class PersistentSubscriptionsService:
 
     async def get_info(self, stream: Stream) -> None:
         async def work() -> None:
-            ctx, request = await self._begin(stream)
+            ctx, request = await self._begin(stream, leader=False)
             self._require_authenticated(ctx.principal)
             options = request.options
             stats = self.service.info(self._source_name(options), options.group_name)
@@ -367,7 +347,7 @@ class PersistentSubscriptionsService:
 
     async def list(self, stream: Stream) -> None:
         async def work() -> None:
-            ctx, request = await self._begin(stream)
+            ctx, request = await self._begin(stream, leader=False)
             self._require_authenticated(ctx.principal)
             options = request.options
             name: str | None = None
@@ -427,8 +407,7 @@ class PersistentSubscriptionsService:
                 await asyncio.to_thread(check_stream_access, node, ctx.principal, name, "read")
         except GRPCError as exc:
             if exc.status in (Status.PERMISSION_DENIED, Status.UNAUTHENTICATED):
-                await _answer_error(stream, _access_denied(), node)
-                return
+                raise access_denied() from None
             raise
         structured = options.uuid_option.WhichOneof("content") == "structured"
         metadata: Any = stream.metadata or {}
@@ -448,8 +427,7 @@ class PersistentSubscriptionsService:
                 from_=from_,
             )
         except EvdbError as exc:
-            await _answer_error(stream, exc, node)
-            return
+            raise grpc_error(node, exc) from None
         pump = asyncio.get_running_loop().create_task(self._acks(stream, connection.key))
         try:
             await stream.send_message(
@@ -462,8 +440,7 @@ class PersistentSubscriptionsService:
             while True:  # until the group drops it or the client cancels the call (as KurrentDB)
                 item = await sink.queue.get()
                 if item is _DROPPED:
-                    await _answer_error(stream, PersistentSubscriptionDropped(name, options.group_name), node)
-                    return
+                    raise grpc_error(node, PersistentSubscriptionDropped(name, options.group_name))
                 resolved, retry_count = item
                 await stream.send_message(_read_event(resolved, retry_count, structured))
         finally:

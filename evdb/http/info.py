@@ -42,7 +42,7 @@ async def info(request: web.Request) -> web.Response:
             "esVersion": VERSION,
             "state": node.cluster.state.lower() if node.cluster else "unknown",
             "features": {
-                "projections": False,
+                "projections": node.projections is not None,  # RunProjections System or All
                 "userManagement": True,
                 "atomPub": True,
                 "scavenge": True,

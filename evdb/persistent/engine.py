@@ -240,6 +240,8 @@ class Group:
         self._faulted = False
         self._push_scheduled = False
         self._closed = False
+        self._loaded: Callable[[], object] | None = None
+        self._live_from = -1
         # statistics
         self._started = clock.monotonic()
         self._total_items = 0
@@ -256,8 +258,13 @@ class Group:
         self._oldest_parked_ticks: int | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------
-    def start(self) -> None:
-        """Load the checkpoint, then start reading (KurrentDB's InitAsNew)."""
+    def start(self, loaded: Callable[[], object] | None = None, live_from: int = -1) -> None:
+        """Load the checkpoint, then start reading (KurrentDB's InitAsNew). ``loaded`` is called once
+        the group takes live events (its checkpoint is loaded), or once loading failed. ``live_from``:
+        the log's end when the group was created; a group from the end with no checkpoint takes no
+        live event committed before it (the live feed may hand such an event over late)."""
+        self._loaded = loaded
+        self._live_from = live_from
         self._io.run(
             f"loading the checkpoint of {self.key} from {self.checkpoint_stream}",
             self._store.load_checkpoint,
@@ -274,9 +281,16 @@ class Group:
             exc,
         )
         self._faulted = True
+        self._tell_loaded()
+
+    def _tell_loaded(self) -> None:
+        loaded, self._loaded = self._loaded, None
+        if loaded is not None:
+            loaded()
 
     def _on_checkpoint_loaded(self, checkpoint: str | None) -> None:
         if self._closed:
+            self._tell_loaded()
             return
         settings = self.settings
         self.state = BEHIND
@@ -286,6 +300,7 @@ class Group:
             self._buffer = StreamBuffer(
                 settings.history_buffer_size, settings.live_buffer_size, None, not live
             )
+            self._tell_loaded()
             self._load_parked_stats(self.try_reading_new_batch)
             return
         try:
@@ -300,6 +315,7 @@ class Group:
             self.state = NOT_READY
             self._on_checkpoint_loaded(None)
             return
+        self._live_from = -1  # history from the checkpoint covers everything after it
         self._next_pull = position
         self._skip_first = position
         self._next_sequence = 1
@@ -308,11 +324,13 @@ class Group:
         self._last_known_message = position
         self.last_checkpointed = position
         self._buffer = StreamBuffer(settings.history_buffer_size, settings.live_buffer_size, position, True)
+        self._tell_loaded()
         self._load_parked_stats(self.try_reading_new_batch)
 
     def shutdown(self) -> None:
         """Drop every consumer (they are told: the gRPC call ends with "dropped")."""
         self._closed = True
+        self._tell_loaded()
         for client in list(self.clients.values()):
             self.remove_client(client.correlation_id, notify=True)
 
@@ -418,6 +436,8 @@ class Group:
         position = self.source.position_of(resolved)
         if position < self.settings.start_from or position <= self._history_seen:
             return  # before the start, or already handed over by the history reader
+        if resolved.original.log_position < self._live_from:
+            return  # committed before the group was created from the end
         if self.source.filter is not None and not self.source.allows(resolved.original):
             self.handle_skipped(position, 1)
             return

@@ -180,6 +180,7 @@ class PersistentSubscriptionService:
             self._add_group(source, group, settings)
         self.started = True
         self._pump_task = asyncio.get_running_loop().create_task(self._pump(position), name="persistent-live")
+        self._pump_task.add_done_callback(self._pump_ended)
         self.logger.info("Persistent subscriptions have been started (%d groups).", len(self._groups))
 
     def _stop_subscriptions(self) -> None:
@@ -203,7 +204,29 @@ class PersistentSubscriptionService:
             self._io.cancel()
             await self._start_subscriptions()
 
-    def _add_group(self, source: EventSource, group: str, settings: GroupSettings) -> Group:
+    async def _add_group_loaded(
+        self, source: EventSource, group: str, settings: GroupSettings, live_from: int
+    ) -> None:
+        """A new or updated group, answered once it takes live events: KurrentDB loads the checkpoint
+        while the configuration is written, so an event appended after the answer reaches the group
+        (and, from the end, none committed before ``live_from``, the log's end before it was made)."""
+        loaded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def tell() -> None:
+            if not loaded.done():
+                loaded.set_result(None)
+
+        self._add_group(source, group, settings, loaded=tell, live_from=live_from)
+        await loaded
+
+    def _add_group(
+        self,
+        source: EventSource,
+        group: str,
+        settings: GroupSettings,
+        loaded: Callable[[], object] | None = None,
+        live_from: int = -1,
+    ) -> Group:
         instance = Group(
             source,
             group,
@@ -215,7 +238,7 @@ class PersistentSubscriptionService:
             logger=self.logger,
         )
         self._groups[instance.key] = instance
-        instance.start()
+        instance.start(loaded, live_from)
         return instance
 
     def _ready(self) -> None:
@@ -240,12 +263,31 @@ class PersistentSubscriptionService:
                 for group in self._groups_for(record.stream):
                     if group.source.is_all and not default_all_allows(record.stream):
                         continue
-                    item = resolved
-                    if group.settings.resolve_links:
-                        item = await asyncio.to_thread(self._store.resolve, record, True)
-                    group.notify_live(item)
+                    try:
+                        item = resolved
+                        if group.settings.resolve_links:
+                            item = await asyncio.to_thread(self._store.resolve, record, True)
+                        group.notify_live(item)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:  # one group's fault must not stop every group's live events
+                        self.logger.exception(
+                            "Persistent subscription %s failed to take the live event %s@%s (position %d)",
+                            group.key,
+                            record.event_number,
+                            record.stream,
+                            record.log_position,
+                        )
             if page.next_position > position:
                 position = page.next_position
+
+    def _pump_ended(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.logger.error(
+                "Persistent subscriptions stopped following $all: %s",
+                task.exception(),
+                exc_info=task.exception(),
+            )
 
     def _groups_for(self, stream: str) -> list[Group]:
         return [g for g in self._groups.values() if g.source.stream in (stream, ALL)]
@@ -283,13 +325,14 @@ class PersistentSubscriptionService:
         async with self._lock:
             self._ready()
             self.logger.info("Creating persistent subscription %s", group_key(source.stream, group))
-            check_settings(source, group, settings, await asyncio.to_thread(self._store.last_position))
+            end = await asyncio.to_thread(self._store.last_position)
+            check_settings(source, group, settings, end)
             if group_key(source.stream, group) in self._groups:
                 raise PersistentSubscriptionExists(source.stream, group)
             config = self._save_entry(user, (source.stream, group), settings.to_entry(source, group))
             await asyncio.to_thread(self._store.save_config, config)
             self._config = config
-            self._add_group(source, group, settings)
+            await self._add_group_loaded(source, group, settings, end)
 
     async def update(
         self, source: EventSource, group: str, settings: GroupSettings, user: str | None
@@ -303,13 +346,14 @@ class PersistentSubscriptionService:
                 raise PersistentSubscriptionNotFound(source.stream, group)
             if source.is_all:  # an update keeps the group's filter (KurrentDB's UpdateToAll)
                 source = old.source
-            check_settings(source, group, settings, await asyncio.to_thread(self._store.last_position))
+            end = await asyncio.to_thread(self._store.last_position)
+            check_settings(source, group, settings, end)
             config = self._save_entry(user, (source.stream, group), settings.to_entry(source, group))
             await asyncio.to_thread(self._store.save_config, config)
             self._config = config
             old.shutdown()
             del self._groups[key]
-            self._add_group(source, group, settings)
+            await self._add_group_loaded(source, group, settings, end)
 
     async def delete(self, stream: str, group: str, user: str | None) -> None:
         async with self._lock:

@@ -99,7 +99,8 @@ def test_discovery_not_leader_and_forwarding(cluster):
                 metadata=[("authorization", f"Basic {token}"), ("requires-leader", "true")],
                 timeout=20,
             )
-        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert refused.value.code() == grpc.StatusCode.NOT_FOUND  # KurrentDB's RpcExceptions.LeaderInfo
+        assert refused.value.details() == "Leader info available"
         trailers = dict(refused.value.trailing_metadata() or ())
         assert trailers["exception"] == "not-leader"
         assert f"{trailers['leader-endpoint-host']}:{trailers['leader-endpoint-port']}" == leader

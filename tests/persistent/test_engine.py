@@ -292,3 +292,22 @@ async def test_filtered_all_group_and_its_own_streams_are_left_out(h: Harness) -
     stored = json.loads(entry.data)["entries"][0]
     assert stored["filter"] == {"context": "streamid", "type": "prefix", "data": "keep-", "isAllStream": True}
     assert stored["startPosition"] == "C:0/P:0"
+
+
+async def test_a_group_from_the_end_takes_an_event_appended_as_soon_as_create_answers(h: Harness) -> None:
+    # KurrentDB loads a new group's checkpoint while its configuration is written: once Create has
+    # answered, the group takes live events (an event appended then was lost while it loaded)
+    h.append("before", 1)
+    for source in (EventSource.of(ALL), EventSource.of("orders")):
+        await h.service.create(source, "end", settings(start_from=-1), None)
+        assert h.service.info(source.stream, "end")["status"] != "NotReady"
+    h.append("orders", 1)
+    for stream in (ALL, "orders"):
+        sink = Sink()
+        await h.service.connect(stream, "end", sink, buffer_size=10, connection_name="c", user="u", from_="x")
+        await until(lambda s=sink: "orders" in _streams(s), f"the event through {stream}")  # type: ignore[misc]
+        assert "before" not in _streams(sink)  # committed before the group was made from the end
+
+
+def _streams(sink: Sink) -> list[str]:
+    return [r.original.stream for r, _ in sink.items]
