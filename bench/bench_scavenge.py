@@ -98,6 +98,19 @@ class PeakMemory:
                 pass
         return total, anon
 
+    @staticmethod
+    def cpu() -> float:
+        """CPU seconds (user + system) used so far by this process and its live children."""
+        me = psutil.Process()
+        used = 0.0
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                times = p.cpu_times()
+                used += times.user + times.system
+            except psutil.Error:
+                pass
+        return used
+
     def _run(self) -> None:
         while not self._stop.is_set():
             total, anon = self.sample()
@@ -137,10 +150,12 @@ def scavenge_here(directory: str, chunk_size: int, threads: int) -> dict:
     )
     before = folder_size(db_dir)
     with PeakMemory() as memory:
+        cpu = memory.cpu()
         started = time.perf_counter()
         service.start(ScavengeRequest(threads=threads))
         service.wait()
         took = time.perf_counter() - started
+        cpu = memory.cpu() - cpu
     assert service.last()[1] == "Success", service.last()
     service.close()
     if pool is not None:
@@ -148,6 +163,7 @@ def scavenge_here(directory: str, chunk_size: int, threads: int) -> dict:
     db.close()
     return {
         "took": took,
+        "cpu": cpu,
         "open": opened,
         "startup": startup,
         "before": before,
@@ -331,7 +347,8 @@ def main() -> None:
                 took = got["took"]
                 print(
                     f"run {run + 1}, {threads} thread(s): cp -r {cp:.2f} s, cp -r; sync {cp_sync:.2f} s, "
-                    f"scavenge {took:.2f} s ({took / cp_sync:.2f}× cp -r; sync, {took / cp:.2f}× cp -r), "
+                    f"scavenge {took:.2f} s ({took / cp_sync:.2f}× cp -r; sync, {took / cp:.2f}× cp -r; "
+                    f"CPU {got.get('cpu', 0):.2f} s), load {os.getloadavg()[0]:.1f}, "
                     f"{got['before'] / 1024**3:.2f} -> {got['after'] / 1024**3:.2f} GiB; peak memory of the node "
                     f"and its workers: anonymous {got['peak_anon'] / 2**20:.0f} MiB "
                     f"({got.get('anon_before', 0) / 2**20:.0f} MiB at the start), RSS "
@@ -347,7 +364,8 @@ def main() -> None:
                     befores[threads].append((cp_sync, old))
                     print(
                         f"run {run + 1}, {threads} thread(s), the evdb in {args.before}: cp -r; sync "
-                        f"{cp_sync:.2f} s, scavenge {old['took']:.2f} s ({old['took'] / cp_sync:.2f}× cp -r; sync)",
+                        f"{cp_sync:.2f} s, scavenge {old['took']:.2f} s ({old['took'] / cp_sync:.2f}× cp -r; sync; "
+                        f"CPU {old.get('cpu', 0):.2f} s)",
                         flush=True,
                     )
                     shutil.rmtree(copy)
@@ -363,9 +381,9 @@ def main() -> None:
         print()
         print(
             "| threads | cp -r | cp -r; sync | scavenge | × cp -r; sync | × cp -r | × the first "
-            "| peak anonymous memory | peak RSS | worker start-up |"
+            "| CPU (node and workers) | peak anonymous memory | peak RSS | worker start-up |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         first = results[thread_counts[0]]
         for threads, rows in results.items():
             print(
@@ -373,6 +391,7 @@ def main() -> None:
                 f"{med(r[2]['took'] for r in rows):.2f} s | {med(r[2]['took'] / r[1] for r in rows):.2f} | "
                 f"{med(r[2]['took'] / r[0] for r in rows):.2f} | "
                 f"{med(r[2]['took'] / f[2]['took'] for r, f in zip(rows, first, strict=True)):.2f} | "
+                f"{med(r[2].get('cpu', 0.0) for r in rows):.2f} s | "
                 f"{max(r[2]['peak_anon'] for r in rows) / 2**20:.0f} MiB | "
                 f"{max(r[2]['peak_rss'] for r in rows) / 2**20:.0f} MiB | "
                 f"{med(r[2]['startup'] for r in rows):.2f} s |"
@@ -382,7 +401,8 @@ def main() -> None:
                 print(
                     f"\nthe evdb in {args.before}, {threads} thread(s): scavenge "
                     f"{med(r[1]['took'] for r in rows):.2f} s, {med(r[1]['took'] / r[0] for r in rows):.2f}× "
-                    f"cp -r; sync; this evdb / that one (same runs): "
+                    f"cp -r; sync, CPU {med(r[1].get('cpu', 0.0) for r in rows):.2f} s; this evdb / that one "
+                    "(same runs): "
                     f"{med(a[2]['took'] / b[1]['took'] for a, b in zip(results[threads], rows, strict=True)):.2f}"
                 )
         if args.no_latency:

@@ -122,19 +122,110 @@ def _copy_to_temp(source: str, target: str, progress: ProgressCallback | None) -
     return tmp, size
 
 
+#: bytes compared at a time when an earlier copy is brought up to date (``_update_to_temp``)
+_COMPARE = 8 * 1024 * 1024
+
+
+def _same_prefix(src: int, old: int, size: int) -> int:
+    """How many leading bytes of the two files are the same, in whole blocks of :data:`_COMPARE`
+    (read into two buffers and compared; nothing is written)."""
+    ours, theirs = bytearray(min(_COMPARE, size)), bytearray(min(_COMPARE, size))
+    same = 0
+    while same < size:
+        count = min(_COMPARE, size - same)
+        if count != len(ours):
+            ours, theirs = bytearray(count), bytearray(count)
+        if os.preadv(src, [ours], same) != count or os.preadv(old, [theirs], same) != count:
+            break  # a file shorter than it said: what follows is copied
+        if ours != theirs:
+            break
+        same += count
+    return same
+
+
+def _unchanged_size(source: str, target: str) -> int | None:
+    """The size of ``source`` when ``target`` holds exactly its bytes, else None."""
+    with _writing(target):
+        src = os.open(source, os.O_RDONLY)
+        try:
+            dst = os.open(target, os.O_RDONLY)
+            try:
+                size = os.fstat(src).st_size
+                if os.fstat(dst).st_size != size or _same_prefix(src, dst, size) != size:
+                    return None
+                return size
+            finally:
+                os.close(dst)
+        finally:
+            os.close(src)
+
+
+def _update_to_temp(
+    source: str, target: str, earlier: str, progress: ProgressCallback | None
+) -> tuple[str, int]:
+    """Like :func:`_copy_to_temp`, from ``earlier``, an older copy of ``source`` in the target's
+    folder (the differential backup's ``.old`` chunk: the same chunk, fewer records): it is renamed
+    to the temporary name, and only what differs from ``source`` is written into it — everything
+    from the first block that is not the same, so a chunk that was only appended to (or completed)
+    since costs its new bytes, and any other change a plain copy. ``earlier`` is gone afterwards,
+    whatever happens; the temporary file is removed on an error."""
+    directory = os.path.dirname(target) or "."
+    tmp = os.path.join(directory, f".{os.path.basename(target)}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
+    with _writing(target):
+        os.rename(earlier, tmp)
+    try:
+        src = os.open(source, os.O_RDONLY)
+        try:
+            size = os.fstat(src).st_size
+            dst = os.open(tmp, os.O_RDWR)
+            try:
+                with _writing(target):
+                    same = _same_prefix(src, dst, min(size, os.fstat(dst).st_size))
+                    os.ftruncate(dst, same)  # what follows is the source's: holes stay holes
+                    if progress is not None and same:
+                        progress(same)
+                    for offset, length in _data_regions(src, size):
+                        begin = max(offset, same)
+                        if begin < offset + length:
+                            _copy_range(src, dst, begin, offset + length - begin, progress)
+                    os.ftruncate(dst, size)
+            finally:
+                os.close(dst)
+        finally:
+            os.close(src)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return tmp, size
+
+
 def _sync_and_rename(tmp: str, target: str) -> None:
     with _writing(target):
         fsync_file(tmp)
         os.replace(tmp, target)
 
 
-def copy_file(source: str, target: str, progress: ProgressCallback | None = None) -> int:
+def copy_file(
+    source: str, target: str, progress: ProgressCallback | None = None, *, update: bool = False
+) -> int:
     """Copy ``source`` to ``target`` (replacing it) through a temporary file; returns the size.
+    ``update``: an existing ``target`` (an earlier copy of the same file) is brought up to date
+    instead, writing only what differs (``_update_to_temp``; a file that did not change costs a
+    read of both and no write).
 
     The target's folder is not fsynced here: callers fsync each folder once after a batch of files
     and before they write anything that says the batch is complete.
     """
-    tmp, size = _copy_to_temp(source, target, progress)
+    if update and os.path.exists(target):
+        size = _unchanged_size(source, target)
+        if size is not None:  # the backup holds these bytes already, durably (an earlier run's)
+            if progress is not None and size:
+                progress(size)
+            return size
+        tmp, size = _update_to_temp(source, target, target, progress)
+    else:
+        tmp, size = _copy_to_temp(source, target, progress)
     try:
         _sync_and_rename(tmp, target)
     except BaseException:
@@ -148,18 +239,25 @@ def copy_files(
     pairs: list[tuple[str, str]],
     progress: ProgressCallback | None = None,
     copied: Callable[[str, int], None] | None = None,
+    earlier: dict[str, str] | None = None,
 ) -> None:
     """Copy several files, each through a temporary file that is fsynced, then renamed into place
     (``copied(target, size)`` after each rename, in order). Each file's fsync runs on a second thread
     while the next file is copied, so the disk writes one file back while the kernel copies the next
     instead of the copy waiting on every fsync in turn; a file still gets its final name only once
-    its bytes are on disk. On an error every temporary file is removed, and the files already
-    renamed stay (each complete)."""
+    its bytes are on disk. ``earlier``: for a target, an older copy of its source in the target's
+    folder, brought up to date instead of copying the whole file (``_update_to_temp``). On an error
+    every temporary file is removed, and the files already renamed stay (each complete)."""
     temps: list[tuple[str, str, int, Future[None]]] = []
+    earlier = earlier or {}
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="backup-fsync") as syncing:
         try:
             for source, target in pairs:
-                tmp, size = _copy_to_temp(source, target, progress)
+                base = earlier.get(target)
+                if base is not None and os.path.exists(base):
+                    tmp, size = _update_to_temp(source, target, base, progress)
+                else:
+                    tmp, size = _copy_to_temp(source, target, progress)
                 temps.append((tmp, target, size, syncing.submit(fsync_file, tmp)))
             while temps:
                 tmp, target, size, synced = temps[0]

@@ -84,7 +84,8 @@ class _Backup:
     # -- helpers ---------------------------------------------------------------------------------------
     def _copy(self, source: str, target: str, relative: str) -> int:
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        size = copy_file(source, target, self.p.bytes_moved)
+        # a differential brings the backup's earlier copy up to date: an unchanged file costs no write
+        size = copy_file(source, target, self.p.bytes_moved, update=self.differential)
         self._dirty_dirs.add(os.path.dirname(target))
         self.p.file_copied(relative, size)
         return size
@@ -316,6 +317,7 @@ class _Backup:
         os.makedirs(self.dest_db, exist_ok=True)
         self.p.begin_step("log", 1, "rename the backup's last chunk to .old")
         existing = L.chunk_files(self.dest_db)
+        last = None
         if existing:
             last = existing[-1]
             os.rename(os.path.join(self.dest_db, last), os.path.join(self.dest_db, last + ".old"))
@@ -348,14 +350,20 @@ class _Backup:
         for name in chunk_files:
             if name in present:
                 self.p.file_skipped(f"db/{name}")
-        self._copy_chunks(todo)
+        # the source's version of the chunk renamed to .old (the one that was being written, most
+        # often): brought up to date from the .old, whose records it starts with, not copied whole
+        earlier = {}
+        if last is not None and last in todo:
+            earlier[os.path.join(self.dest_db, last)] = os.path.join(self.dest_db, last + ".old")
+        self._copy_chunks(todo, earlier)
         self.p.end_step()
         self.p.begin_step("log", 5, "remove chunks the source does not have (and the .old file)")
         self._remove_stale_chunks(chunk_files)
         self.p.end_step()
 
-    def _copy_chunks(self, names: list[str]) -> None:
-        """The chunk files, the bulk of a backup: copied as one batch (see copying.copy_files)."""
+    def _copy_chunks(self, names: list[str], earlier: dict[str, str] | None = None) -> None:
+        """The chunk files, the bulk of a backup: copied as one batch (see copying.copy_files;
+        ``earlier``: older copies in the backup to bring up to date instead)."""
         os.makedirs(self.dest_db, exist_ok=True)
         pairs = [(os.path.join(self.db, name), os.path.join(self.dest_db, name)) for name in names]
         try:
@@ -363,6 +371,7 @@ class _Backup:
                 pairs,
                 self.p.bytes_moved,
                 lambda target, size: self.p.file_copied(f"db/{os.path.basename(target)}", size),
+                earlier,
             )
         except FileNotFoundError as exc:
             raise ScavengeDuringBackup(

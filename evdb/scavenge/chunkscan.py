@@ -14,6 +14,7 @@ GIL (``time.sleep(0)``) every few thousand records, so appends go on while a sca
 from __future__ import annotations
 
 import struct
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -171,16 +172,29 @@ def record_table(
     merge copies every record and needs no names). ``compiled``: walk the frames with the compiled
     kernels or with numpy (the same table); by default, compiled once :func:`load_compiled` ran here."""
     where = chunk.path or chunk.file_name
-    if verify:
-        verify_checksum(chunk)
     if compiled is None:
         compiled = _use_compiled
-    if should_stop():
-        raise InterruptedError("scan stopped")
-    if compiled:
-        columns = _compiled_columns(chunk, where)
+    if verify and compiled and chunk.footer is not None:
+        # one pass over the chunk's pages: the compiled walk (it runs without the GIL) goes on
+        # another thread while this one hashes the chunk; a checksum mismatch is reported first
+        walk = _Walk(chunk, where)
+        walk.start()
+        try:
+            verify_checksum(chunk)
+        finally:
+            walk.join()
+        if should_stop():
+            raise InterruptedError("scan stopped")
+        columns = walk.result()
     else:
-        columns = _numpy_columns(chunk, should_stop, where, streams)
+        if verify:
+            verify_checksum(chunk)
+        if should_stop():
+            raise InterruptedError("scan stopped")
+        if compiled:
+            columns = _compiled_columns(chunk, where)
+        else:
+            columns = _numpy_columns(chunk, should_stop, where, streams)
     offsets, sizes, types, flags, positions, numbers, timestamps, name_lengths, new_run = columns
     if streams:
         run_of, run_names, run_starts = _runs(
@@ -191,6 +205,29 @@ def record_table(
     return RecordTable(
         offsets, sizes, types, flags, positions, numbers, timestamps, run_of, run_names, run_starts
     )
+
+
+class _Walk(threading.Thread):
+    """:func:`_compiled_columns` on a thread of its own; :meth:`result` gives its columns or raises
+    what it raised."""
+
+    def __init__(self, chunk: Chunk, where: str) -> None:
+        super().__init__(name="evdb-scavenge-walk", daemon=True)
+        self._chunk, self._where = chunk, where
+        self._columns: tuple | None = None
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._columns = _compiled_columns(self._chunk, self._where)
+        except BaseException as exc:  # handed to the caller by result()
+            self._error = exc
+
+    def result(self) -> tuple:
+        if self._error is not None:
+            raise self._error
+        assert self._columns is not None  # run() set one or the other
+        return self._columns
 
 
 def _raise(where: str, kind: int, offset: int, value: int) -> None:

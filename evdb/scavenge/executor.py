@@ -10,11 +10,15 @@ import concurrent.futures
 import contextlib
 import os
 import time
+from dataclasses import dataclass
 
 from evdb.index.durable import fsync_file
+from evdb.logs import n0
 from evdb.scavenge.chunkscan import DecisionTable
 from evdb.scavenge.decisions import Decider
-from evdb.scavenge.run import ChunkReport, RunContext, ScavengeStopped, timespan
+from evdb.scavenge.merger import append_copy, fits_together
+from evdb.scavenge.run import ChunkReport, FusedMerge, RunContext, ScavengeStopped, timespan
+from evdb.storage import disk
 from evdb.storage.chunk import Chunk
 
 __all__ = ["execute_chunks", "should_execute"]
@@ -23,6 +27,29 @@ __all__ = ["execute_chunks", "should_execute"]
 def should_execute(weight: float, threshold: int) -> bool:
     """-1: every chunk; 0: chunks with anything to remove; N > 0: chunks whose weight is above N."""
     return threshold < 0 or weight > threshold
+
+
+@dataclass
+class _Part:
+    """One chunk's scavenged copy, made and not yet live."""
+
+    chunk: Chunk  # the version it replaces
+    weight: float
+    size_after: int  # its copy's file size
+    removed: int
+    started: float
+
+
+@dataclass
+class _Held:
+    """Copies made and not yet switched in, merged into one file (``new``, under a temporary name):
+    held while the next copy is made, which joins them when the merging phase would merge it with
+    them anyway (its records are then written after theirs, and theirs are not written again)."""
+
+    parts: list[_Part]
+    new: Chunk
+    synced: bool  # ``new`` is fsynced as it is now
+    merge_time: float = 0.0
 
 
 def execute_chunks(ctx: RunContext, decider: Decider) -> None:
@@ -36,6 +63,7 @@ def execute_chunks(ctx: RunContext, decider: Decider) -> None:
     # run already executed are done, the rest to do
     ctx.progress.chunks_done = len(eligible) - len(chunks)
     ctx.progress.chunks_total = len(eligible)
+    del eligible  # (it would keep every switched-out version, and its pages, until the phase ends)
     threshold = point.threshold
     decisions = DecisionTable.from_decider(decider)
     # a pipeline: up to ``threads`` copies are made at once (in worker processes, or threads), and
@@ -45,6 +73,7 @@ def execute_chunks(ctx: RunContext, decider: Decider) -> None:
     # blocks released) as soon as it is switched out, not all at once at the end of the phase
     upcoming = collections.deque(chunks)
     del chunks
+    held: _Held | None = None
     ctx.throttle.mark()
     with (
         concurrent.futures.ThreadPoolExecutor(
@@ -64,31 +93,122 @@ def execute_chunks(ctx: RunContext, decider: Decider) -> None:
                     future = pool.submit(_copy, ctx, decisions, chunk, weight)
                 pending.append((chunk, weight, future))
 
+        def release() -> None:
+            """Switch the held copies in; the versions they replace are let go on another thread
+            (the last reference to an unlinked file frees its pages and blocks, tens of
+            milliseconds for a big chunk)."""
+            nonlocal held
+            if held is None:
+                return
+            group, held = held, None
+            _switch_group(ctx, group)
+            freeing.submit(_let_go, [part.chunk for part in group.parts])
+            ctx.state.update_checkpoint(executedThrough=group.parts[-1].chunk.end_number)
+            del group
+
         try:
             fill()
             while pending:
                 ctx.check_stop()
                 chunk, weight, future = pending.popleft()
                 if future is None:
+                    release()
                     _skipped(ctx, chunk, weight, threshold)
+                    end_number = chunk.end_number
+                    freeing.submit(_let_go, [chunk])
+                    del chunk
+                    ctx.state.update_checkpoint(executedThrough=end_number)
+                    fill()
+                    continue
+                new, removed, started = future.result()
+                del future
+                if not ctx.throttle.active:
+                    fill()  # the next copy is made while this one is synced and switched in
+                part = _Part(chunk, weight, new.file_size, removed, started)
+                del chunk
+                if held is not None and _joins(ctx, held, new):
+                    held = _merge_into(ctx, held, part, new)
                 else:
-                    new, removed, started = future.result()
-                    if not ctx.throttle.active:
-                        # the next copy is made while this one is synced and switched in; throttled,
-                        # only after this one's rest (work done during a rest is not throttled)
-                        fill()
-                    _switch_in(ctx, chunk, weight, new, removed, started)
-                    del new
-                end_number = chunk.end_number
-                # the switched-out version is let go on another thread: the last reference to an
-                # unlinked file frees its pages and blocks, tens of milliseconds for a big chunk
-                freeing.submit(_let_go, [chunk])
-                del chunk, future
-                ctx.state.update_checkpoint(executedThrough=end_number)
+                    release()
+                    held = _Held([part], new, synced=False)
+                del new, part
+                # keep the copy back only when the next copy may join it (the merging phase would
+                # merge them); else, or when the next one does not fit, it goes live now
+                if not _may_grow(ctx, held, pending):
+                    release()
+                elif not held.synced:  # its bytes reach the disk while the next copy is made
+                    _sync(held)
+                # throttled, the next copy starts only after this one's rest: work done during a rest
+                # would not be throttled
                 fill()
+            release()
         except BaseException:
+            if held is not None:
+                _discard(held.new)
             _abandon(pending)
             raise
+
+
+def _may_grow(ctx: RunContext, held: _Held, pending) -> bool:
+    """Whether the next copy could join the held ones: merging is on, the next chunk is being
+    copied and follows them, and the held copies leave room in a chunk."""
+    if not ctx.merging or not pending or held.new.path is None:
+        return False
+    chunk, _, future = pending[0]
+    return (
+        future is not None
+        and chunk.start_number == held.new.end_number + 1
+        and fits_together([held.new], held.new.chunk_size - 1)
+    )
+
+
+def _joins(ctx: RunContext, held: _Held, new: Chunk) -> bool:
+    return (
+        ctx.merging
+        and new.path is not None
+        and new.start_number == held.new.end_number + 1
+        and fits_together([held.new, new], held.new.chunk_size)
+    )
+
+
+def _merge_into(ctx: RunContext, held: _Held, part: _Part, new: Chunk) -> _Held:
+    """The next copy joins the held ones: its records are written after theirs, in their file."""
+    started = time.perf_counter()
+    first = held.parts[0].chunk
+    covered = [p.chunk for p in held.parts] + [part.chunk]
+    version = max(c.file_version for c in covered) + 1  # above every version of the chunks it covers
+    try:
+        merged = append_copy(held.new, new, version)
+    except BaseException:
+        _discard(new)
+        raise
+    _discard(new)
+    ctx.verified.pop(id(held.new), None)
+    ctx.logger.info(
+        "SCAVENGING: Merging the scavenged copy of chunk %d into the copy of chunks %d => %d.",
+        part.chunk.start_number,
+        first.start_number,
+        held.new.end_number,
+    )
+    return _Held(
+        [*held.parts, part],
+        merged,
+        synced=False,
+        merge_time=held.merge_time + time.perf_counter() - started,
+    )
+
+
+def _sync(held: _Held) -> None:
+    if held.new.path:
+        fsync_file(held.new.path)
+    held.synced = True
+
+
+def _discard(new: Chunk) -> None:
+    """Remove a copy that will not go live (through the disk seam, as every change to the log's files)."""
+    if new.path:
+        with contextlib.suppress(OSError):
+            disk.current.unlink(new.path)
 
 
 def _let_go(held: list) -> None:
@@ -104,9 +224,7 @@ def _abandon(pending) -> None:
             new, _, _ = future.result()
         except BaseException:
             continue  # it removed its own file
-        if new.path:
-            with contextlib.suppress(OSError):
-                os.unlink(new.path)
+        _discard(new)
 
 
 def _skipped(ctx: RunContext, chunk: Chunk, weight: float, threshold: int) -> None:
@@ -114,7 +232,7 @@ def _skipped(ctx: RunContext, chunk: Chunk, weight: float, threshold: int) -> No
     ctx.logger.info(
         "SCAVENGING: Skipped physical chunk: %s with weight %s. The threshold is %s.",
         name,
-        weight,
+        n0(weight),
         threshold,
     )
     ctx.progress.current_chunk = name
@@ -123,7 +241,7 @@ def _skipped(ctx: RunContext, chunk: Chunk, weight: float, threshold: int) -> No
         ChunkReport(chunk.start_number, chunk.end_number, weight, False, chunk.file_size, chunk.file_size)
     )
     ctx.progress.chunks_done += 1
-    ctx.emit.chunks_completed(chunk.start_number, chunk.end_number, 0.0, False, 0, "")
+    # no $scavengeChunksCompleted: KurrentDB writes one only for a chunk it scavenged
 
 
 def _copy(ctx: RunContext, decisions: DecisionTable, chunk: Chunk, weight: float) -> tuple[Chunk, int, float]:
@@ -135,7 +253,7 @@ def _copy(ctx: RunContext, decisions: DecisionTable, chunk: Chunk, weight: float
     ctx.logger.info(
         "SCAVENGING: Started to scavenge physical chunk: %s with weight %s. %d => %d (%d => %d)",
         name,
-        weight,
+        n0(weight),
         chunk.start_number,
         chunk.end_number,
         chunk.start_position,
@@ -151,46 +269,63 @@ def _copy(ctx: RunContext, decisions: DecisionTable, chunk: Chunk, weight: float
     return new, removed, started
 
 
-def _switch_in(
-    ctx: RunContext, chunk: Chunk, weight: float, new: Chunk, removed: int, started: float
-) -> None:
-    """Make the copy durable, then the live version of ``chunk`` (in the scavenge thread)."""
+def _switch_group(ctx: RunContext, held: _Held) -> None:
+    """Make the held copy durable, then the live version of the chunks it covers (in the scavenge
+    thread); report each chunk, and the merge when it covers several copies."""
     log = ctx.db.log
-    name = chunk.file_name
+    new = held.new
+    originals = [part.chunk for part in held.parts]
     try:
-        if new.path:
-            fsync_file(new.path)
+        if not held.synced:
+            _sync(held)
         with log.chunk_lock:
-            if log.chunk_by_number(chunk.start_number) is not chunk:
+            if any(log.chunk_by_number(c.start_number) is not c for c in originals):
                 # switched meanwhile (a redaction): nothing removed here this time
-                if new.path:
-                    os.unlink(new.path)
-                ctx.logger.warning(
-                    "SCAVENGING: Chunk %s changed while it was scavenged; it is left for the next scavenge.",
-                    name,
-                )
+                _discard(new)
+                for chunk in originals:
+                    ctx.logger.warning(
+                        "SCAVENGING: Chunk %s changed while it was scavenged; it is left for the next scavenge.",
+                        chunk.file_name,
+                    )
                 return
             log.switch_chunk(new)
-        ctx.verified.pop(id(chunk), None)  # (its file goes once the last reader lets it go)
+        for chunk in originals:
+            ctx.verified.pop(id(chunk), None)  # (its file goes once the last reader lets it go)
         ctx.verified[id(new)] = new  # made by this run: a merge copies it without checking it again
     except BaseException:
         if new.path and os.path.exists(new.path):
-            with contextlib.suppress(OSError):
-                os.unlink(new.path)
+            _discard(new)
         raise
-    elapsed = time.perf_counter() - started
-    saved = chunk.file_size - new.file_size
+    for part in held.parts:
+        _report_chunk(ctx, part)
+    if len(held.parts) > 1:
+        ctx.fused_merges.append(
+            FusedMerge(
+                held.parts[0].chunk.start_number,
+                held.parts[-1].chunk.end_number,
+                new.file_name,
+                sum(part.size_after for part in held.parts),
+                new.file_size,
+                held.merge_time,
+            )
+        )
+
+
+def _report_chunk(ctx: RunContext, part: _Part) -> None:
+    chunk = part.chunk
+    elapsed = time.perf_counter() - part.started
+    saved = chunk.file_size - part.size_after
     ctx.progress.bytes_reclaimed += saved
-    ctx.progress.records_removed += removed
+    ctx.progress.records_removed += part.removed
     ctx.progress.chunks.append(
-        ChunkReport(chunk.start_number, chunk.end_number, weight, True, chunk.file_size, new.file_size)
+        ChunkReport(chunk.start_number, chunk.end_number, part.weight, True, chunk.file_size, part.size_after)
     )
     ctx.progress.chunks_done += 1
     ctx.emit.chunks_completed(chunk.start_number, chunk.end_number, elapsed, True, saved, "")
     ctx.logger.info(
         "SCAVENGING: Scavenged physical chunk %s: %d records removed, %d bytes saved, took %s.",
-        name,
-        removed,
+        chunk.file_name,
+        part.removed,
         saved,
         timespan(elapsed),
     )

@@ -6,11 +6,26 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 
-from evdb.scavenge.run import ChunkReport, RunContext, ScavengeStopped
-from evdb.storage.chunk import Chunk
+import numpy as np
+import xxhash
 
-__all__ = ["merge_chunks", "plan_merges"]
+from evdb.scavenge.run import ChunkReport, FusedMerge, RunContext, ScavengeStopped
+from evdb.storage import disk
+from evdb.storage.chunk import FOOTER_SIZE, HEADER_SIZE, Chunk, ChunkFooter, ChunkHeader
+
+__all__ = ["append_copy", "fits_together", "merge_chunks", "plan_merges"]
+
+
+def _data_size(chunk: Chunk) -> int:
+    """What a chunk brings to a merge: its records and its position map entries."""
+    return chunk.physical_end + 16 * (chunk.footer.posmap_count if chunk.footer else 0)
+
+
+def fits_together(chunks: list[Chunk], chunk_size: int) -> bool:
+    """Whether these neighbours' data fits in one chunk (the rule :func:`plan_merges` applies)."""
+    return sum(_data_size(c) for c in chunks) <= chunk_size
 
 
 def plan_merges(chunks: list[Chunk], chunk_size: int) -> list[list[Chunk]]:
@@ -19,7 +34,7 @@ def plan_merges(chunks: list[Chunk], chunk_size: int) -> list[list[Chunk]]:
     current: list[Chunk] = []
     size = 0
     for chunk in chunks:
-        data = chunk.physical_end + 16 * (chunk.footer.posmap_count if chunk.footer else 0)
+        data = _data_size(chunk)
         if current and size + data <= chunk_size:
             current.append(chunk)
             size += data
@@ -32,8 +47,58 @@ def plan_merges(chunks: list[Chunk], chunk_size: int) -> list[list[Chunk]]:
     return groups
 
 
+def append_copy(head: Chunk, tail: Chunk, version: int) -> Chunk:
+    """Merge ``tail`` into ``head``, in ``head``'s own file: two scavenged copies this run made
+    (under their temporary names, not yet live), ``tail`` covering the chunks right after ``head``'s.
+    ``tail``'s records are written after ``head``'s, then the joint position map, the footer and a
+    header for the whole range (as ``version``); ``head``'s records are not copied again, only read
+    for the new checksum. Returns the merged chunk, under ``head``'s temporary name and not fsynced;
+    ``head`` must not be used afterwards. A crash midway leaves a temporary file, deleted at open."""
+    assert head.path is not None and head.footer is not None and tail.footer is not None
+    if tail.start_number != head.end_number + 1 or tail.chunk_size != head.chunk_size:
+        raise ValueError(f"{tail.file_name} does not follow {head.file_name}")
+    head_size, tail_size = head.physical_end, tail.physical_end
+    head_positions, head_offsets = head.posmap_arrays()
+    tail_positions, tail_offsets = tail.posmap_arrays()
+    count = len(head_offsets) + len(tail_offsets)
+    posmap = (
+        np.concatenate((head_positions, tail_positions)).astype("<i8").tobytes()
+        + np.concatenate((head_offsets, tail_offsets + head_size)).astype("<i8").tobytes()
+    )
+    header = ChunkHeader(
+        head.chunk_size, head.start_number, tail.end_number, True, uuid.uuid4().bytes, version
+    ).encode()
+    footer = ChunkFooter(head_size + tail_size, tail.data_end_position, count)
+    tail_data = memoryview(tail.buffer)[HEADER_SIZE : HEADER_SIZE + tail_size]
+    head_data = memoryview(head.buffer)[HEADER_SIZE : HEADER_SIZE + head_size]
+    try:
+        hasher = xxhash.xxh3_128(header)
+        hasher.update(head_data)
+        hasher.update(tail_data)
+        hasher.update(posmap)
+        tail_bytes = footer.encode_without_checksum()
+        hasher.update(tail_bytes)
+        tail_bytes += hasher.digest()
+        end = HEADER_SIZE + head_size + tail_size
+        fd = disk.current.open(head.path, os.O_WRONLY)
+        try:
+            disk.write_all(fd, tail_data, HEADER_SIZE + head_size)
+            disk.write_all(fd, posmap + tail_bytes, end)
+            disk.current.ftruncate(fd, end + len(posmap) + FOOTER_SIZE)
+            disk.write_all(fd, header, 0)
+        finally:
+            os.close(fd)
+    finally:
+        tail_data.release()
+        head_data.release()
+    return Chunk.open(head.path, verify=False)
+
+
 def merge_chunks(ctx: RunContext) -> None:
     log, point = ctx.db.log, ctx.point
+    for fused in ctx.fused_merges:  # merged as chunk execution switched them in: reported here
+        _report(ctx, fused)
+    ctx.fused_merges.clear()
     while True:
         ctx.check_stop()
         chunks = [c for c in log.distinct_chunks() if c.is_completed and c.start_position < point.position]
@@ -67,17 +132,25 @@ def _merge(ctx: RunContext, group: list[Chunk]) -> None:
         ctx.verified.pop(id(chunk), None)
     ctx.verified[id(new)] = new
     elapsed = time.perf_counter() - started
-    saved = before - new.file_size
+    _report(
+        ctx, FusedMerge(first.start_number, last.end_number, new.file_name, before, new.file_size, elapsed)
+    )
+    ctx.throttle.rest_after(elapsed)
+
+
+def _report(ctx: RunContext, merge: FusedMerge) -> None:
+    saved = merge.size_before - merge.size_after
     ctx.progress.bytes_reclaimed += saved
     ctx.progress.chunks.append(
-        ChunkReport(first.start_number, last.end_number, 0.0, True, before, new.file_size, True)
+        ChunkReport(
+            merge.start_number, merge.end_number, 0.0, True, merge.size_before, merge.size_after, True
+        )
     )
     ctx.logger.info(
         "SCAVENGING: Merged chunks %d => %d into %s (%d bytes saved).",
-        first.start_number,
-        last.end_number,
-        new.file_name,
+        merge.start_number,
+        merge.end_number,
+        merge.file_name,
         saved,
     )
-    ctx.emit.merge_completed(first.start_number, last.end_number, elapsed, saved, True, "")
-    ctx.throttle.rest_after(elapsed)
+    ctx.emit.merge_completed(merge.start_number, merge.end_number, merge.elapsed, saved, True, "")

@@ -14,7 +14,7 @@ from evdb.database import Database
 from evdb.scavenge.point import ScavengePoint
 from evdb.scavenge.state import ScavengeState
 
-__all__ = ["ChunkReport", "Progress", "RunContext", "ScavengeStopped", "Throttle"]
+__all__ = ["ChunkReport", "FusedMerge", "Progress", "RunContext", "ScavengeStopped", "Throttle"]
 
 
 class ScavengeStopped(Exception):
@@ -30,6 +30,18 @@ class ChunkReport:
     size_before: int
     size_after: int
     merged: bool = False
+
+
+@dataclass(frozen=True)
+class FusedMerge:
+    """A merge made (and switched in) by chunk execution, reported in the merging phase."""
+
+    start_number: int
+    end_number: int
+    file_name: str
+    size_before: int  # the scavenged copies' files together
+    size_after: int
+    elapsed: float
 
 
 @dataclass
@@ -163,6 +175,8 @@ class RunContext:
     #: the completed chunks whose checksum this run has verified (accumulation read them whole), by
     #: id: execution does not read them for that a second time
     verified: dict[int, Any] = field(default_factory=dict)
+    #: merges chunk execution made as it switched copies in, for the merging phase to report
+    fused_merges: list[FusedMerge] = field(default_factory=list)
     clock_time: Any = time.time
 
     def check_stop(self) -> None:

@@ -352,6 +352,15 @@ class ChunkWorkers:
             and chunk.physical_end >= PROCESS_MIN_DATA
         )
 
+    def _wanted_together(self, chunks: list[Chunk]) -> bool:
+        """A copy of several chunks (a merge) goes to a worker when they hold enough data together:
+        a merge of a big scavenged chunk with a small one is a big copy."""
+        return (
+            not self._broken
+            and all(c.path is not None and c.chunk_size >= PROCESS_MIN_CHUNK_SIZE for c in chunks)
+            and sum(c.physical_end for c in chunks) >= PROCESS_MIN_DATA
+        )
+
     def _broke(self, exc: BaseException) -> None:
         """A worker process died (or could not start: an embedding whose main module cannot be
         imported again): the rest of the run works in the scavenge thread."""
@@ -392,7 +401,7 @@ class ChunkWorkers:
     ) -> tuple[Chunk, int]:
         """The finished copy (under its temporary name; fsynced unless ``sync`` is off) and how many
         records it left out; ``verify`` off skips the checksum of chunks this run checked already."""
-        if not all(self.wanted(c) for c in chunks):
+        if not self._wanted_together(chunks):
             return build_copy(chunks, builder, decisions, self.stop.is_set, verify=verify, sync=sync)
         args = _builder_args(builder)
         builder.abort()  # the worker writes a file of its own

@@ -464,6 +464,13 @@ class Chunk:
         lists every record it holds); None for a chunk without one."""
         return self._posmap_offsets
 
+    def posmap_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(logical positions, physical offsets) of a scavenged or merged chunk's records, from its
+        position map (empty arrays for a chunk without one)."""
+        if self._posmap_positions is None or self._posmap_offsets is None:
+            return np.zeros(0, dtype="<i8"), np.zeros(0, dtype="<i8")
+        return self._posmap_positions, self._posmap_offsets
+
     def physical_offset(self, position: int) -> int | None:
         """Physical offset of the record at logical ``position``; None when no record starts there."""
         positions, offsets = self._posmap_positions, self._posmap_offsets  # both set, or neither

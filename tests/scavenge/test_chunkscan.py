@@ -231,3 +231,28 @@ def test_both_walks_report_the_same_damage(tmp_path, clock, what):
         assert chunk.file_name in errors[0] or (chunk.path or "") in errors[0]
     finally:
         db.close()
+
+
+@pytest.mark.parametrize("what", ["a record", "the header"])
+def test_the_checksum_is_checked_beside_the_compiled_walk_and_reported_first(tmp_path, clock, what):
+    """With ``verify``, the compiled walk runs on another thread while the chunk is hashed: a damaged
+    chunk is reported as a checksum mismatch (before any record damage the walk found), as the numpy
+    path reports it, and an intact one gives the same table as without ``verify``."""
+    from evdb.database import Database
+
+    db = Database.open(str(tmp_path / "db"), clock=clock, chunk_size=64 * 1024, existence_filter_capacity=100)
+    try:
+        chunk = fill(db, clock, seed=7)[0]
+        assert chunk.path is not None and chunk.footer is not None
+        same_tables(record_table(chunk, compiled=True, verify=True), record_table(chunk, verify=False))
+        if what == "a record":
+            damage(chunk, int(record_table(chunk, compiled=False).offsets[1]) - HEADER_SIZE, b"\0\0\0\0")
+        else:  # (its padding: nothing but the checksum notices)
+            with open(chunk.path, "r+b") as f:
+                f.seek(HEADER_SIZE - 1)
+                f.write(b"\x01")
+        for compiled in (True, False):
+            with pytest.raises(CorruptedFile, match="chunk checksum mismatch"):
+                record_table(chunk, verify=True, compiled=compiled)
+    finally:
+        db.close()

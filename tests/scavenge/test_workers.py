@@ -166,21 +166,21 @@ def test_a_stop_while_one_copy_is_synced_and_the_next_made(tmp_path, make_harnes
     h = make_harness(tmp_path / "stopped")
     fill(h)
     copies, switched = [], []
-    real_copy, real_switch = executor._copy, executor._switch_in
+    real_copy, real_switch = executor._copy, executor._switch_group
 
     def copy(ctx, decisions, chunk, weight):
         copies.append(chunk.start_number)
         return real_copy(ctx, decisions, chunk, weight)
 
-    def switch_in(ctx, chunk, weight, new, removed, started):
+    def switch_in(ctx, held):
         # the next copy was handed out before this one is synced: wait until it is being made
         wait_until(lambda: len(copies) > len(switched) + 1, 30, "the next copy to start")
         h.service._current.stop()
-        switched.append(chunk.start_number)
-        return real_switch(ctx, chunk, weight, new, removed, started)
+        switched.append(held.parts[0].chunk.start_number)
+        return real_switch(ctx, held)
 
     monkeypatch.setattr(executor, "_copy", copy)
-    monkeypatch.setattr(executor, "_switch_in", switch_in)
+    monkeypatch.setattr(executor, "_switch_group", switch_in)
     assert h.scavenge()[1] == "Stopped"
     assert len(switched) == 1 and len(copies) == 2
     assert not [n for n in os.listdir(h.path / "db") if n.endswith(".tmp")]
