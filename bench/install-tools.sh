@@ -5,7 +5,6 @@
 #   postgresql    Debian's PostgreSQL server, started by bench_eventsourcing.py in a temporary folder
 #   psycopg       eventsourcing[postgres]'s driver (binary wheel) and its pool, into the project's venv
 #   py-spy        sampling profiler for the node processes (--profile)
-#   uvloop        the compiled event loop of the node variant experiments (bench/node_variant.py)
 # Run as root from the repository's root: sh bench/install-tools.sh   (idempotent)
 set -eu
 VENV="${VENV:-.venv}"
@@ -18,6 +17,6 @@ if [ -n "$need" ]; then
     # the package's own cluster is never started: the benchmark runs its own server (initdb, pg_ctl)
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need
 fi
-# the Python side: pyproject.toml's "bench" extra (psycopg, py-spy, uvloop)
+# the Python side: pyproject.toml's "bench" extra (psycopg, py-spy)
 "$VENV/bin/pip" install -q -e '.[bench]'
 echo "wrk: $(command -v wrk); h2load: $(command -v h2load); initdb: $(ls /usr/lib/postgresql/*/bin/initdb | tail -1); py-spy: $VENV/bin/py-spy"

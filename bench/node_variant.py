@@ -1,22 +1,22 @@
 """`evdb node ...` with a variant of its Python runtime: a benchmark experiment only (evdb itself runs on
-asyncio's own loop with Python's default GIL switch interval of 5 ms).
+uvloop, or asyncio's own loop with EVDB_EVENT_LOOP=asyncio, with Python's default GIL switch interval of
+5 ms).
 
     EVDB_BENCH_VARIANT=uvloop+gil0.5ms .venv/bin/python bench/node_variant.py node --config node.yaml
 
 A variant is a "+"-joined list of:
 - ``uvloop``: the node's event loop is uvloop's (libuv transports, TLS and call_soon_threadsafe in
-  Cython) instead of asyncio's pure-Python selector loop;
+  Cython), evdb's default since issue 24's first changes;
 - ``gil<N>ms``: ``sys.setswitchinterval(N / 1000)``: a thread that waits for the GIL (the writer thread
   woken by a request, the event loop woken by the writer's answer) gets it after at most N ms instead
   of 5 ms.
-- ``asyncio``: no change.
+- ``asyncio``: asyncio's pure-Python selector loop (``EVDB_EVENT_LOOP=asyncio``), the loop before.
 It measures what such a change would bring on the request paths before anything in evdb is changed:
 the `--variants` option of bench_http.py and bench_grpc.py starts every node of a target this way.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import sys
@@ -37,9 +37,9 @@ def check_variant(variant: str) -> str:
 def apply(variant: str) -> None:
     for part in check_variant(variant).split("+"):
         if part == "uvloop":
-            import uvloop
-
-            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+            os.environ["EVDB_EVENT_LOOP"] = "uvloop"
+        elif part == "asyncio":
+            os.environ["EVDB_EVENT_LOOP"] = "asyncio"
         elif part.startswith("gil"):
             sys.setswitchinterval(float(part[3:-2]) / 1000)
 

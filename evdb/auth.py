@@ -8,6 +8,7 @@ with a per-user salt. Two users exist from the first start: ``admin`` (group ``$
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import builtins
@@ -155,6 +156,9 @@ class UserStore:
         self._cache: OrderedDict[tuple[str, str], Principal] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
+        #: bumped by every change of a user: a sign-in that read the record before a change does not
+        #: cache what it read
+        self._changes = 0
 
     # -- records --------------------------------------------------------------------------------------
     def _record(self, login: str) -> dict | None:
@@ -187,6 +191,7 @@ class UserStore:
 
     def _forget(self, login: str) -> None:
         with self._lock:
+            self._changes += 1
             for key in [k for k in self._cache if k[0] == login]:
                 del self._cache[key]
 
@@ -204,13 +209,40 @@ class UserStore:
     def _was_deleted(self, login: str) -> bool:
         return self._db.stream_state(f"$user-{login}").tombstoned
 
-    def authenticate(self, login: str, password: str) -> Principal | None:
-        key = (login, hashlib.sha256(password.encode()).hexdigest())
+    @staticmethod
+    def _cache_key(login: str, password: str) -> tuple[str, str]:
+        return login, hashlib.sha256(password.encode()).hexdigest()
+
+    def cached(self, login: str, password: str) -> Principal | None:
+        """The principal of credentials that signed in before and are still cached, else None. Never
+        blocks (no read, no password hashing; the lock guards only the cache's own operations): safe
+        on the event loop."""
+        key = self._cache_key(login, password)
         with self._lock:
             principal = self._cache.get(key)
             if principal is not None:
                 self._cache.move_to_end(key)
-                return principal
+            return principal
+
+    async def sign_in(self, login: str, password: str) -> Principal | None:
+        """:meth:`authenticate` from the event loop: cached credentials are answered on the loop, and
+        only a miss (a read of the user record and a scrypt hash) goes to a worker thread. The one way
+        the node's APIs authenticate a caller's Basic credentials."""
+        principal = self.cached(login, password)
+        if principal is not None:
+            return principal
+        return await asyncio.to_thread(self.authenticate, login, password)
+
+    def authenticate(self, login: str, password: str) -> Principal | None:
+        """The principal of these credentials, or None (unknown login, disabled, wrong password).
+        Blocking on a cache miss (reads the user's record, hashes the password): call off the loop,
+        or through :meth:`sign_in`."""
+        principal = self.cached(login, password)
+        if principal is not None:
+            return principal
+        key = self._cache_key(login, password)
+        with self._lock:
+            changes = self._changes
         record = self._record(login)
         # the password is hashed whatever the record: an unknown or disabled login takes as long to
         # refuse as a wrong password (no timing answer to "does this user exist?")
@@ -220,6 +252,8 @@ class UserStore:
             return None
         principal = Principal(login, frozenset([login, *record.get("groups", [])]))
         with self._lock:
+            if self._changes != changes:  # a user changed while this one was read: not cached
+                return principal
             self._cache[key] = principal
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)

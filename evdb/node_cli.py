@@ -6,10 +6,14 @@ import argparse
 import asyncio
 import signal
 import sys
+from collections.abc import Callable, Mapping
 
-from evdb.errors import EvdbError
+from evdb.errors import EvdbError, InvalidInput
 
-__all__ = ["register_cli", "run_node"]
+__all__ = ["EVENT_LOOP_VARIABLE", "event_loop", "register_cli", "run_node"]
+
+#: the environment variable that chooses the node's event loop (docs/operations/event-loop.md)
+EVENT_LOOP_VARIABLE = "EVDB_EVENT_LOOP"
 
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
@@ -40,12 +44,40 @@ def _main(args: argparse.Namespace) -> int:
         print(f"evdb node: {exc}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(run_node(options))
+        loop_name, loop_factory = event_loop(os.environ)
+    except EvdbError as exc:
+        print(f"evdb node: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            return runner.run(run_node(options, loop_name))
     except KeyboardInterrupt:
         return 0
 
 
-async def run_node(options) -> int:
+def event_loop(environ: Mapping[str, str]) -> tuple[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """The event loop the node runs on, as ``EVDB_EVENT_LOOP`` chooses: ``uvloop`` (the default:
+    libuv's loop, its transports and TLS in compiled code) or ``asyncio`` (Python's own selector
+    loop, the fall-back). Returns its name (with uvloop's version) and a factory of new loops."""
+    choice = environ.get(EVENT_LOOP_VARIABLE, "uvloop").strip().lower() or "uvloop"
+    if choice == "asyncio":
+        return "asyncio", asyncio.new_event_loop
+    if choice != "uvloop":
+        raise InvalidInput(
+            f"{EVENT_LOOP_VARIABLE}={environ[EVENT_LOOP_VARIABLE]!r} is not an event loop: "
+            "uvloop (the default) or asyncio."
+        )
+    try:
+        import uvloop
+    except ImportError as exc:
+        raise InvalidInput(
+            f"The uvloop event loop cannot be loaded ({exc}): install evdb's dependencies again, or "
+            f"set {EVENT_LOOP_VARIABLE}=asyncio to run on Python's own event loop."
+        ) from None
+    return f"uvloop {uvloop.__version__}", uvloop.new_event_loop
+
+
+async def run_node(options, loop_name: str = "asyncio") -> int:
     from evdb.node import Node
 
     node = Node(options)
@@ -56,6 +88,7 @@ async def run_node(options) -> int:
         node.logger.critical("Cannot start: %s", exc)
         await node.stop()
         return 1
+    node.logger.info("Running on the %s event loop", loop_name)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, node.shutdown_requested.set)

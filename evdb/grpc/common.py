@@ -14,7 +14,6 @@ trailers naming the leader's address (KurrentDB's ``RpcExceptions.LeaderInfo``).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import urllib.parse
 import uuid
@@ -94,7 +93,7 @@ async def call_context(node: Node, stream: Stream) -> CallContext:
         parsed = parse_basic_authorization(header)
         if parsed is None:
             raise GRPCError(Status.UNAUTHENTICATED, "Malformed authorization header.")
-        principal = await asyncio.to_thread(node.users.authenticate, *parsed)
+        principal = await node.users.sign_in(*parsed)  # one rule with HTTP: cached sign-ins stay on the loop
         if principal is None:
             raise GRPCError(Status.UNAUTHENTICATED, "Bad credentials.")
         return CallContext(principal, requires_leader)

@@ -58,7 +58,8 @@ async def auth_middleware(request: web.Request, handler):
         if parsed is None:
             raise web.HTTPUnauthorized(headers=_UNAUTHORIZED_HEADERS, text="Malformed Authorization header.")
         node = request.app[NODE]
-        principal = await asyncio.to_thread(node.users.authenticate, *parsed)
+        # cached credentials on the loop, a worker thread only for a miss (the record read and scrypt)
+        principal = await node.users.sign_in(*parsed)
         if principal is None:
             raise unauthorized()
         request[PRINCIPAL] = principal

@@ -22,6 +22,7 @@ WRONG_TYPE = {
     "float": ["abc", "1,5"],
     "size": ["12 parsecs", "-3", "1.5.2KiB"],
     "ip": ["999.1.1.1", "localhost", "1.2.3"],
+    "host": ["-leading-dash", "under_score.example", "a..b", "x" * 64],
     "enum": ["NoSuchChoice"],
     "str": [],
     "path": [],
