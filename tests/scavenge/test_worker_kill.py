@@ -196,10 +196,18 @@ def test_kill_9_during_worker_copies_leaves_no_orphans_and_no_temp_files(tmp_pat
             "/streams/late", json=extra, headers={"Content-Type": "application/vnd.kurrent.events+json"}
         )
         assert r.status_code == 201, r.text
-        r = node.client.post(
-            "/admin/scavenge", params={"threads": "2"}, headers={"Accept": "application/json"}
-        )
-        assert r.status_code == 200, r.text
+
+        def start() -> None:
+            # threshold -1: every chunk is copied again, so a second scavenge has copies to make too
+            r = node.client.post(
+                "/admin/scavenge",
+                params={"threads": "2", "threshold": "-1"},
+                headers={"Accept": "application/json"},
+            )
+            assert r.status_code == 200, r.text
+
+        start()
+        starts = 1
 
         def look() -> None:
             for w, command in workers_of(node.proc.pid):
@@ -208,10 +216,17 @@ def test_kill_9_during_worker_copies_leaves_no_orphans_and_no_temp_files(tmp_pat
                     commands[w.pid] = command
 
         def copying() -> bool:
+            nonlocal starts
             look()
-            return any(p.endswith(".scavenge.tmp") for p in temp_files(db_dir))
+            if any(p.endswith(".scavenge.tmp") for p in temp_files(db_dir)):
+                return True
+            if scavenge_result(node.client):  # it ended between two looks: scavenge again
+                start()
+                starts += 1
+            return False
 
-        wait_until(copying, 60, "a worker process writing a scavenged copy")
+        wait_until(copying, 120, "a worker process writing a scavenged copy", interval=0.01)
+        print(f"scavenges started until a copy was seen: {starts}")
         look()
         assert any("spawn_main" in c for c in commands.values()), f"no scavenge worker among {commands}"
         node.kill()
