@@ -293,28 +293,27 @@ def _stream_only(stream: str, kind: str) -> web.Response | None:
     return None
 
 
-async def create(request: web.Request) -> web.Response:
+async def _create_or_update(request: web.Request, kind: str, status: int) -> web.Response:
+    """PUT (create) and POST (update) of a stream's group: the same checks, settings and answer."""
     user = _require_ops(request)
     stream, group = _names(request)
-    refused = _stream_only(stream, "create")
+    refused = _stream_only(stream, kind)
     if refused is not None:
         return refused
     settings = await _settings(request)
-    await _service(request).create(EventSource.of(stream), group, settings, user)
+    service = _service(request)
+    change = service.create if kind == "create" else service.update
+    await change(EventSource.of(stream), group, settings, user)
     location = f"{_base(request)}/subscriptions/{quote(stream, safe='')}/{quote(group, safe='')}"
-    return _result("create", "Success", "", 201, Location=location)
+    return _result(kind, "Success", "", status, Location=location)
+
+
+async def create(request: web.Request) -> web.Response:
+    return await _create_or_update(request, "create", 201)
 
 
 async def update(request: web.Request) -> web.Response:
-    user = _require_ops(request)
-    stream, group = _names(request)
-    refused = _stream_only(stream, "update")
-    if refused is not None:
-        return refused
-    settings = await _settings(request)
-    await _service(request).update(EventSource.of(stream), group, settings, user)
-    location = f"{_base(request)}/subscriptions/{quote(stream, safe='')}/{quote(group, safe='')}"
-    return _result("update", "Success", "", 200, Location=location)
+    return await _create_or_update(request, "update", 200)
 
 
 async def delete(request: web.Request) -> web.Response:
