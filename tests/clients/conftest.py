@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ssl
 import threading
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from evdb.clock import ManualClock
@@ -116,20 +118,46 @@ def dev_certs(tmp_path_factory) -> DevCertificates:
     return generate_dev_certificates(tmp_path_factory.mktemp("certs"))
 
 
+def tls_options(path: Path, certs: DevCertificates, *extra: str):
+    """A node's options (tests' defaults, database under ``path``) with TLS from ``certs``."""
+    return node_options(
+        path,
+        "--certificate-file",
+        str(certs.cert_path),
+        "--certificate-private-key-file",
+        str(certs.key_path),
+        "--trusted-root-certificates-path",
+        str(certs.ca_path),
+        *extra,
+    )
+
+
+def tls_node_with_user(
+    base: Path, name: str, user: tuple[str, str], *extra: str
+) -> tuple[NodeThread, DevCertificates]:
+    """A TLS node (its own certificates under ``base/certs``) on a thread, with the plain user ``user``
+    created (for the refusals); the caller stops it."""
+    certs = generate_dev_certificates(base / "certs")
+    thread = NodeThread(tls_options(base, certs, *extra), name=name).start()
+    try:
+        with httpx.Client(
+            base_url=f"https://localhost:{thread.port}",
+            verify=ssl.create_default_context(cafile=str(certs.ca_path)),
+            auth=ADMIN,
+            timeout=30,
+        ) as http:
+            created = http.post(
+                "/users", json={"loginName": user[0], "fullName": name, "groups": [], "password": user[1]}
+            )
+        assert created.status_code == 201, created.text
+    except BaseException:
+        thread.stop()
+        raise
+    return thread, certs
+
+
 def _target(path: Path, tls: bool, certs: DevCertificates, clock: ManualClock | None, *extra: str) -> Target:
-    if tls:
-        options = node_options(
-            path,
-            "--certificate-file",
-            str(certs.cert_path),
-            "--certificate-private-key-file",
-            str(certs.key_path),
-            "--trusted-root-certificates-path",
-            str(certs.ca_path),
-            *extra,
-        )
-    else:
-        options = node_options(path, "--insecure", *extra)
+    options = tls_options(path, certs, *extra) if tls else node_options(path, "--insecure", *extra)
     thread = NodeThread(options, clock).start()
     user, password = ADMIN
     if tls:

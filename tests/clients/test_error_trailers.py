@@ -16,7 +16,6 @@ from collections.abc import Iterator
 import grpc
 import h2.connection
 import h2.events
-import httpx
 import pytest
 from kurrentdbclient import KurrentDBClient, NewEvent, StreamState
 from kurrentdbclient.exceptions import (
@@ -31,8 +30,7 @@ from evdb import errors
 from evdb.grpc.common import KurrentError
 from evdb.grpc.features import SERVICE, SupportedMethods, server_version, supported_methods
 from evdb.grpc.streams import READ_BATCH_SIZE, _FilterCheckpoints
-from evdb.tls.certs import generate_dev_certificates
-from tests.clients.conftest import ADMIN, NodeThread, node_options
+from tests.clients.conftest import ADMIN, NodeThread, tls_node_with_user
 
 MAX_APPEND = 4096
 USER = ("trailers-user", "trailers-pw")
@@ -172,25 +170,7 @@ class Node:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory) -> Iterator[Node]:
     base = tmp_path_factory.mktemp("trailers")
-    certs = generate_dev_certificates(base / "certs")
-    options = node_options(
-        base,
-        "--certificate-file", str(certs.cert_path),
-        "--certificate-private-key-file", str(certs.key_path),
-        "--trusted-root-certificates-path", str(certs.ca_path),
-        "--max-append-size", str(MAX_APPEND),
-    )  # fmt: skip
-    thread = NodeThread(options, name="trailers").start()
-    with httpx.Client(
-        base_url=f"https://localhost:{thread.port}",
-        verify=ssl.create_default_context(cafile=str(certs.ca_path)),
-        auth=ADMIN,
-        timeout=30,
-    ) as http:
-        created = http.post(
-            "/users", json={"loginName": USER[0], "fullName": "t", "groups": [], "password": USER[1]}
-        )
-        assert created.status_code == 201, created.text
+    thread, certs = tls_node_with_user(base, "trailers", USER, "--max-append-size", str(MAX_APPEND))
     n = Node(thread, certs.ca_path.read_bytes(), str(certs.ca_path))
     try:
         yield n

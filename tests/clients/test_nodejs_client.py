@@ -14,16 +14,13 @@ import hashlib
 import json
 import os
 import shutil
-import ssl
 import subprocess
 import tempfile
 from pathlib import Path
 
-import httpx
 import pytest
 
-from evdb.tls.certs import generate_dev_certificates
-from tests.clients.conftest import ADMIN, NodeThread, node_options
+from tests.clients.conftest import ADMIN, tls_node_with_user
 
 HERE = Path(__file__).parent / "nodejs"
 MAX_APPEND = 4096
@@ -84,26 +81,8 @@ def run_check(folder: Path, env: dict[str, str]) -> list[dict]:
 
 def test_the_nodejs_client_against_a_tls_node(tmp_path):
     folder = _installed_client()
-    certs = generate_dev_certificates(tmp_path / "certs")
-    options = node_options(
-        tmp_path,
-        "--certificate-file", str(certs.cert_path),
-        "--certificate-private-key-file", str(certs.key_path),
-        "--trusted-root-certificates-path", str(certs.ca_path),
-        "--max-append-size", str(MAX_APPEND),
-    )  # fmt: skip
-    thread = NodeThread(options, name="nodejs").start()
+    thread, certs = tls_node_with_user(tmp_path, "nodejs", USER, "--max-append-size", str(MAX_APPEND))
     try:
-        with httpx.Client(
-            base_url=f"https://localhost:{thread.port}",
-            verify=ssl.create_default_context(cafile=str(certs.ca_path)),
-            auth=ADMIN,
-            timeout=30,
-        ) as http:
-            created = http.post(
-                "/users", json={"loginName": USER[0], "fullName": "n", "groups": [], "password": USER[1]}
-            )
-            assert created.status_code == 201, created.text
         where = f"localhost:{thread.port}?tlsCAFile={certs.ca_path}"
         lines = run_check(
             folder,
