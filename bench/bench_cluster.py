@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import uuid
 
-from netbench import LoadResult, launch, load_average, need_tools, wrk_appends
+from netbench import load_average, need_tools, sequential_then_concurrent
 
 
 def main() -> None:
@@ -28,23 +27,17 @@ def main() -> None:
     need_tools("wrk")
     print(f"load average at start: {load_average()}", flush=True)
     configs = {"1 node": "single-tls", "3 nodes": "cluster3-tls"}
-    results: dict[str, list[tuple[LoadResult, LoadResult]]] = {name: [] for name in configs}
-    for run in range(args.runs):
-        for name, kind in configs.items():
-            with launch(kind) as target:
-                seq = wrk_appends(
-                    target, f"seq-{uuid.uuid4().hex[:8]}", seconds=args.seconds, connections=1, threads=1
-                )
-                conc = wrk_appends(
-                    target, f"conc-{uuid.uuid4().hex[:8]}", seconds=args.seconds, connections=args.connections
-                )
-            results[name].append((seq, conc))
-            print(
-                f"run {run + 1}, {name}: sequential p50 {seq.p50_ms:.2f} ms, p99 {seq.p99_ms:.2f} ms "
-                f"(CPU {seq.cpu_text()}); {args.connections} connections {conc.rate:,.0f} appends/s, "
-                f"p50 {conc.p50_ms:.2f} ms (CPU {conc.cpu_text()}); load {conc.load}",
-                flush=True,
-            )
+    results = sequential_then_concurrent(
+        configs,
+        runs=args.runs,
+        seconds=args.seconds,
+        connections=args.connections,
+        describe=lambda run, name, seq, conc: (
+            f"run {run + 1}, {name}: sequential p50 {seq.p50_ms:.2f} ms, p99 {seq.p99_ms:.2f} ms "
+            f"(CPU {seq.cpu_text()}); {args.connections} connections {conc.rate:,.0f} appends/s, "
+            f"p50 {conc.p50_ms:.2f} ms (CPU {conc.cpu_text()}); load {conc.load}"
+        ),
+    )
     print(f"\nmedians of {args.runs} runs, {args.seconds:g} s per load; CPU as shares of one core")
     print(
         f"| | sequential p50 | sequential p99 | appends/s, {args.connections} connections | p50 | p99 "

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import uuid
 
-from netbench import LoadResult, launch, load_average, need_tools, wrk_appends
+from netbench import load_average, need_tools, sequential_then_concurrent
 
 CONFIGS = {
     "3 nodes": "cluster3-tls",
@@ -35,22 +34,16 @@ def main() -> None:
     args = parser.parse_args()
     need_tools("wrk")
     print(f"load average at start: {load_average()}", flush=True)
-    results: dict[str, list[tuple[LoadResult, LoadResult]]] = {name: [] for name in CONFIGS}
-    for run in range(args.runs):
-        for name, kind in CONFIGS.items():
-            with launch(kind) as target:
-                seq = wrk_appends(
-                    target, f"seq-{uuid.uuid4().hex[:8]}", seconds=args.seconds, connections=1, threads=1
-                )
-                conc = wrk_appends(
-                    target, f"conc-{uuid.uuid4().hex[:8]}", seconds=args.seconds, connections=args.connections
-                )
-            results[name].append((seq, conc))
-            print(
-                f"run {run + 1}, {name}: p50 {seq.p50_ms:.2f} ms, p99 {seq.p99_ms:.2f} ms; "
-                f"{conc.rate:,.0f} appends/s (CPU {conc.cpu_text()}); load {conc.load}",
-                flush=True,
-            )
+    results = sequential_then_concurrent(
+        CONFIGS,
+        runs=args.runs,
+        seconds=args.seconds,
+        connections=args.connections,
+        describe=lambda run, name, seq, conc: (
+            f"run {run + 1}, {name}: p50 {seq.p50_ms:.2f} ms, p99 {seq.p99_ms:.2f} ms; "
+            f"{conc.rate:,.0f} appends/s (CPU {conc.cpu_text()}); load {conc.load}"
+        ),
+    )
     print(f"\nmedians of {args.runs} runs, {args.seconds:g} s per load; CPU as shares of one core")
     print(
         f"| cluster | append p50 | append p99 | appends/s, {args.connections} connections | wrk CPU "

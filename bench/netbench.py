@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -370,3 +370,29 @@ class Profiler:
             if p.returncode != 0:
                 raise SystemExit(f"py-spy failed: {err.decode(errors='replace')[-1000:]}")
         return self.files
+
+
+def sequential_then_concurrent(
+    configs: dict[str, str],
+    *,
+    runs: int,
+    seconds: float,
+    connections: int,
+    describe: Callable[[int, str, LoadResult, LoadResult], str],
+) -> dict[str, list[tuple[LoadResult, LoadResult]]]:
+    """Per run, each target of ``configs`` (name -> launch kind) launched fresh and loaded twice with wrk:
+    one connection (the sequential latency), then ``connections``; ``describe(run, name, seq, conc)`` is
+    the line printed for each. The pairs by target name, one per run."""
+    results: dict[str, list[tuple[LoadResult, LoadResult]]] = {name: [] for name in configs}
+    for run in range(runs):
+        for name, kind in configs.items():
+            with launch(kind) as target:
+                seq = wrk_appends(
+                    target, f"seq-{uuid.uuid4().hex[:8]}", seconds=seconds, connections=1, threads=1
+                )
+                conc = wrk_appends(
+                    target, f"conc-{uuid.uuid4().hex[:8]}", seconds=seconds, connections=connections
+                )
+            results[name].append((seq, conc))
+            print(describe(run, name, seq, conc), flush=True)
+    return results
