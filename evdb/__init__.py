@@ -3,31 +3,83 @@
 The public surface for code that embeds evdb (tests, tools); everything else is internal.
 """
 
-from evdb.clock import Clock, ManualClock, SystemClock
-from evdb.database import Database, DatabaseConfig
-from evdb.errors import (
-    AccessDenied,
-    CorruptedFile,
-    DatabaseClosed,
-    DatabaseLocked,
-    EvdbError,
-    EventTooLarge,
-    InvalidInput,
-    InvalidOption,
-    NotLeader,
-    ScavengeAlreadyRunning,
-    ScavengeError,
-    ScavengeNotFound,
-    StorageError,
-    StreamDeleted,
-    StreamError,
-    StreamNotFound,
-    WrongExpectedVersion,
-)
-from evdb.node import Node
-from evdb.options import Options, load_options
-from evdb.storage.records import EventRecord
-from evdb.streams import ANY, NO_STREAM, STREAM_EXISTS, AppendResult, NewEvent, StreamMetadata
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from evdb.clock import Clock, ManualClock, SystemClock
+    from evdb.database import Database, DatabaseConfig
+    from evdb.errors import (
+        AccessDenied,
+        CorruptedFile,
+        DatabaseClosed,
+        DatabaseLocked,
+        EvdbError,
+        EventTooLarge,
+        InvalidInput,
+        InvalidOption,
+        NotLeader,
+        ScavengeAlreadyRunning,
+        ScavengeError,
+        ScavengeNotFound,
+        StorageError,
+        StreamDeleted,
+        StreamError,
+        StreamNotFound,
+        WrongExpectedVersion,
+    )
+    from evdb.node import Node
+    from evdb.options import Options, load_options
+    from evdb.storage.records import EventRecord
+    from evdb.streams import ANY, NO_STREAM, STREAM_EXISTS, AppendResult, NewEvent, StreamMetadata
+
+_LAZY = {
+    "Clock": "evdb.clock",
+    "ManualClock": "evdb.clock",
+    "SystemClock": "evdb.clock",
+    "Database": "evdb.database",
+    "DatabaseConfig": "evdb.database",
+    "AccessDenied": "evdb.errors",
+    "CorruptedFile": "evdb.errors",
+    "DatabaseClosed": "evdb.errors",
+    "DatabaseLocked": "evdb.errors",
+    "EvdbError": "evdb.errors",
+    "EventTooLarge": "evdb.errors",
+    "InvalidInput": "evdb.errors",
+    "InvalidOption": "evdb.errors",
+    "NotLeader": "evdb.errors",
+    "ScavengeAlreadyRunning": "evdb.errors",
+    "ScavengeError": "evdb.errors",
+    "ScavengeNotFound": "evdb.errors",
+    "StorageError": "evdb.errors",
+    "StreamDeleted": "evdb.errors",
+    "StreamError": "evdb.errors",
+    "StreamNotFound": "evdb.errors",
+    "WrongExpectedVersion": "evdb.errors",
+    "Node": "evdb.node",
+    "Options": "evdb.options",
+    "load_options": "evdb.options",
+    "EventRecord": "evdb.storage.records",
+    "ANY": "evdb.streams",
+    "AppendResult": "evdb.streams",
+    "NO_STREAM": "evdb.streams",
+    "NewEvent": "evdb.streams",
+    "STREAM_EXISTS": "evdb.streams",
+    "StreamMetadata": "evdb.streams",
+}
+
+
+def __getattr__(name: str) -> object:
+    """Import the public names on first use: a command such as ``evdb backup`` does not pay for the
+    node's modules (aiohttp, numpy, the index) it never touches."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'evdb' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"
 

@@ -13,35 +13,47 @@ import sys
 
 __all__ = ["build_parser", "main"]
 
-#: Modules that contribute sub-commands, in the order ``evdb --help`` lists them.
-COMMAND_MODULES = (
-    "evdb.node_cli",
-    "evdb.cluster.cli",
-    "evdb.admin_cli",
-    "evdb.tls.cli",
-    "evdb.licensing.cli",
-    "evdb.backup.cli",
-    "evdb.dashboard_cli",
-    "evdb.mirror.cli",
-    "evdb.scenario.cli",
-    "evdb.demo",
-)
+#: The module that contributes each sub-command, in the order ``evdb --help`` lists them. A command
+#: line that names one imports only its module: ``evdb backup`` does not load the node, the cluster
+#: and the dashboard (tests/cli/test_cli_commands.py checks this table against what each registers).
+COMMANDS = {
+    "node": "evdb.node_cli",
+    "cluster": "evdb.cluster.cli",
+    "scavenge": "evdb.admin_cli",
+    "user": "evdb.admin_cli",
+    "certs": "evdb.tls.cli",
+    "license": "evdb.licensing.cli",
+    "backup": "evdb.backup.cli",
+    "restore": "evdb.backup.cli",
+    "dashboard": "evdb.dashboard_cli",
+    "mirror": "evdb.mirror.cli",
+    "scenario": "evdb.scenario.cli",
+    "demo-load": "evdb.demo",
+}
+
+#: Modules that contribute sub-commands, in order.
+COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``evdb`` parser with every sub-command, or with only the module that contributes
+    ``command`` (the one a command line names)."""
     parser = argparse.ArgumentParser(
         prog="evdb",
         description="evdb: an event database server and its operations tooling.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    modules = (COMMANDS[command],) if command in COMMANDS else COMMAND_MODULES
+    for name in modules:
         importlib.import_module(name).register_cli(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else argv
+    named = next((arg for arg in arguments[:1] if not arg.startswith("-")), None)
+    parser = build_parser(named)
+    args = parser.parse_args(arguments)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -47,3 +47,11 @@ def test_every_error_is_an_evdb_error():
         obj = getattr(evdb, name)
         if isinstance(obj, type) and issubclass(obj, Exception):
             assert issubclass(obj, evdb.EvdbError), name
+
+
+def test_every_public_name_resolves_and_the_table_matches_all():
+    # the names are imported on first use (evdb/__init__.py's table): each must resolve, and the
+    # table must list exactly __all__
+    for name in evdb.__all__:
+        assert getattr(evdb, name) is not None, name
+    assert sorted(evdb._LAZY) == sorted(evdb.__all__)

@@ -9,11 +9,12 @@ ask, the scavenge's temporary chunk files in the database folder.
 from __future__ import annotations
 
 import os
-from typing import Any, Protocol
-
-import httpx
+from typing import TYPE_CHECKING, Any, Protocol
 
 from evdb.backup.errors import BackupError
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["FolderScavengeGuard", "HttpScavengeGuard", "NodeScavengeGuard", "ScavengeGuard"]
 
@@ -81,8 +82,11 @@ class HttpScavengeGuard:
         timeout: float = 60.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        import httpx  # here: a backup without --node does not pay for the HTTP client at start-up
+
         verify: Any = ca if ca else True
         self.url = url.rstrip("/")
+        self._http_error = httpx.HTTPError
         self._client = httpx.Client(
             base_url=self.url,
             auth=auth,
@@ -98,7 +102,7 @@ class HttpScavengeGuard:
     def _get(self, path: str) -> dict[str, Any]:
         try:
             response = self._client.get(path)
-        except httpx.HTTPError as exc:
+        except self._http_error as exc:
             raise BackupError(f"Cannot reach the node at {self.url}: {exc}") from None
         if response.status_code in (401, 403):
             raise BackupError(
@@ -124,7 +128,7 @@ class HttpScavengeGuard:
     def stop(self, scavenge_id: str) -> None:
         try:
             response = self._client.delete(f"/admin/scavenge/{scavenge_id}")
-        except httpx.HTTPError as exc:
+        except self._http_error as exc:
             raise BackupError(f"Cannot reach the node at {self.url}: {exc}") from None
         if response.status_code == 404:
             return  # it finished meanwhile
@@ -137,7 +141,7 @@ class HttpScavengeGuard:
         params = {k: str(v) for k, v in settings.items()}
         try:
             response = self._client.post("/admin/scavenge", params=params)
-        except httpx.HTTPError as exc:
+        except self._http_error as exc:
             raise BackupError(f"Cannot reach the node at {self.url}: {exc}") from None
         if response.status_code != 200:
             raise BackupError(f"Restarting the scavenge failed ({response.status_code}): {response.text}")

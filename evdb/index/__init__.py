@@ -17,9 +17,34 @@ The file formats are described in docs/storage-format-index.md.
 
 from __future__ import annotations
 
-from evdb.index.existence import StreamExistenceFilter
-from evdb.index.hashing import stream_hash
-from evdb.index.table_index import IndexScavengeResult, TableIndex, TableScavengeReport
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from evdb.index.existence import StreamExistenceFilter
+    from evdb.index.hashing import stream_hash
+    from evdb.index.table_index import IndexScavengeResult, TableIndex, TableScavengeReport
+
+#: where each public name lives: imported on first use, so a module that needs only
+#: ``evdb.index.durable`` or ``evdb.index.indexmap`` (the backup command) does not load the index
+_LAZY = {
+    "IndexScavengeResult": "evdb.index.table_index",
+    "StreamExistenceFilter": "evdb.index.existence",
+    "TableIndex": "evdb.index.table_index",
+    "TableScavengeReport": "evdb.index.table_index",
+    "stream_hash": "evdb.index.hashing",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'evdb.index' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "IndexScavengeResult",
