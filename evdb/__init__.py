@@ -5,6 +5,8 @@ The public surface for code that embeds evdb (tests, tools); everything else is 
 
 from typing import TYPE_CHECKING
 
+from evdb.lazy import lazy_getattr
+
 if TYPE_CHECKING:
     from evdb.clock import Clock, ManualClock, SystemClock
     from evdb.database import Database, DatabaseConfig
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
     from evdb.storage.records import EventRecord
     from evdb.streams import ANY, NO_STREAM, STREAM_EXISTS, AppendResult, NewEvent, StreamMetadata
 
+#: where each public name lives: imported on first use, so a command such as ``evdb backup`` does not
+#: pay for the node's modules (aiohttp, numpy, the index) it never touches
 _LAZY = {
     "Clock": "evdb.clock",
     "ManualClock": "evdb.clock",
@@ -68,17 +72,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    """Import the public names on first use: a command such as ``evdb backup`` does not pay for the
-    node's modules (aiohttp, numpy, the index) it never touches."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'evdb' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __version__ = "0.1.0"
