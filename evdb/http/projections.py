@@ -6,6 +6,10 @@
 - ``GET /projection/{name}``: one projection's statistics; ``/projection/{name}/statistics``: the
   same in a ``{"projections": [...]}`` list; ``/state`` and ``/result``: their (empty) state;
   ``/query``: their source.
+- ``GET /projection/{name}/config``: the projection's configuration as KurrentDB's ``ProjectionConfig``
+  (evdb/projections/config.py); ``PUT`` replaces it while the projection is stopped or faulted (500
+  "Cannot update the config of a projection that hasn't been stopped or faulted." otherwise, 400 for a
+  body KurrentDB cannot read) and answers ``{"name": ...}``.
 - ``POST /projection/{name}/command/enable|disable|abort|reset``: 200 ``{"name": ...}``.
 - ``POST /projections/restart``: restart them all.
 - ``POST /projections/continuous|transient|onetime`` and ``PUT /projection/{name}/query`` (creating or
@@ -14,7 +18,7 @@
   Projections." (KurrentDB's answer), 404 for any other name.
 
 Errors answer through evdb/errors.py STATUSES (404 not found, 501, 500 failed, 503 not the leader).
-Every route needs an authenticated caller; the commands, delete and restart ``$admins`` or ``$ops``
+Every route needs an authenticated caller; the commands, config, delete and restart ``$admins`` or ``$ops``
 (a refused caller gets 401, as KurrentDB answers). The routes are served only when the node runs
 projections (``RunProjections`` System or All).
 """
@@ -26,8 +30,9 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from evdb.errors import UserProjectionsNotSupported
-from evdb.http.common import get_node, json_response, require_authenticated, require_ops
+from evdb.errors import InvalidInput, UserProjectionsNotSupported
+from evdb.http.common import get_node, json_response, parse_json, require_authenticated, require_ops
+from evdb.projections.config import parse_config_update
 from evdb.projections.standard import by_name
 
 if TYPE_CHECKING:
@@ -115,6 +120,24 @@ async def update_query(request: web.Request) -> web.Response:
     raise UserProjectionsNotSupported(request.match_info["name"])
 
 
+async def get_config(request: web.Request) -> web.Response:
+    require_ops(request)
+    config = _projections(request).config(request.match_info["name"])
+    return json_response(config.to_http())
+
+
+async def put_config(request: web.Request) -> web.Response:
+    require_ops(request)
+    projections = _projections(request)
+    name = request.match_info["name"]
+    try:
+        body = parse_json(await request.read(), "The projection config")
+    except InvalidInput as exc:
+        raise InvalidInput(f"Failed to parse the projection config: {exc}") from None
+    await projections.update_config(name, parse_config_update(body))
+    return json_response({"name": name})
+
+
 async def delete(request: web.Request) -> web.Response:
     require_ops(request)
     _projections(request).delete(request.match_info["name"])
@@ -154,4 +177,6 @@ def setup(app: web.Application) -> None:
     r.add_get("/projection/{name}/result", state)
     r.add_get("/projection/{name}/query", query)
     r.add_put("/projection/{name}/query", update_query)
+    r.add_get("/projection/{name}/config", get_config)
+    r.add_put("/projection/{name}/config", put_config)
     r.add_post("/projection/{name}/command/{command:enable|disable|abort|reset}", command)

@@ -11,6 +11,9 @@ from evdb.http.common import get_node, json_response, negotiated, require_ops, r
 from evdb.http.openapi import EXTRA_PATHS, SCAVENGE_ID_CONTENT
 from evdb.scavenge.params import ScavengeRequest, parse_scavenge_request
 
+#: ``GET /admin/scavenge/last`` when no scavenge has run: KurrentDB answers ``Guid.Empty``
+NO_SCAVENGE_ID = "00000000-0000-0000-0000-000000000000"
+
 
 def parse_request(request: web.Request) -> ScavengeRequest:
     """The query's parameters, checked by the rules every surface shares (evdb.scavenge.params)."""
@@ -55,10 +58,10 @@ async def last(request: web.Request) -> web.Response:
     require_ops(request)
     node = get_node(request)
     found = await asyncio.to_thread(node.open_scavenge().last)
-    if found is None:
+    if found is None:  # KurrentDB's ScavengeGetLastResultDto defaults: the zero GUID, no link
         return text_or_json(
             request,
-            {"scavengeId": "", "scavengeLink": "", "scavengeResult": "Unknown"},
+            {"scavengeId": NO_SCAVENGE_ID, "scavengeLink": "", "scavengeResult": "Unknown"},
             dto="ScavengeGetLastResultDto",
         )
     scavenge_id, result = found
@@ -166,7 +169,7 @@ EXTRA_PATHS.append(
         },
         "/admin/scavenge/last": {
             "get": {
-                "summary": "The most recent scavenge and its result",
+                "summary": "The most recent scavenge and its result (the zero GUID and Unknown before any)",
                 "responses": {"200": _ok, "401": {"description": "Not authenticated, or not admin/ops"}},
             }
         },

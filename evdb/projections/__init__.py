@@ -4,6 +4,8 @@
   read path (streams, ``$all``, subscriptions; gRPC and HTTP) uses to resolve links.
 - :mod:`evdb.projections.standard`: ``$streams``, ``$stream_by_category``, ``$by_category``,
   ``$by_event_type`` and ``$by_correlation_id`` as KurrentDB's native handlers define them.
+- :mod:`evdb.projections.config`: a projection's configuration (KurrentDB's ``ProjectionConfig``): the
+  one rule set for ``PUT /projection/{name}/config``, how it is kept and how it is answered.
 - :mod:`evdb.projections.service`: :class:`SystemProjections`, which runs them on the leader from
   checkpoints kept in the log, and answers the management calls (statistics, enable, disable, reset).
 """

@@ -44,7 +44,14 @@ from evdb.errors import (
     StreamDeleted,
     StreamNotFound,
 )
-from evdb.projections.standard import STANDARD_PROJECTIONS, Emitted, StandardProjection, by_name
+from evdb.projections.config import DEFAULT_CONFIG, ProjectionConfig
+from evdb.projections.standard import (
+    PARTITION_CHECKPOINT_TYPE,
+    STANDARD_PROJECTIONS,
+    Emitted,
+    StandardProjection,
+    by_name,
+)
 from evdb.storage.records import EventRecord
 from evdb.streams import ANY, NO_STREAM, NewEvent, check_stream_name, metastream_of
 from evdb.subscriptions import CommitNotifier
@@ -60,8 +67,9 @@ __all__ = [
 REGISTRATION_STREAM = "$projections-$all"
 SUBSYSTEM_VERSION = 4  # KurrentDB's ProjectionConstants.SubsystemVersion, the 4th part of "$v"
 BATCH = 1000  # events of $all read per step
-CHECKPOINT_HANDLED_THRESHOLD = 4000  # KurrentDB's: a checkpoint at least every 4000 events handled
-CHECKPOINT_AFTER_SECONDS = 2.0  # when caught up, the checkpoint waits at most this long
+CHECKPOINT_HANDLED_THRESHOLD = DEFAULT_CONFIG.checkpoint_handled_threshold  # KurrentDB's ProjectionConsts
+CHECKPOINT_AFTER_SECONDS = 2.0  # evdb: when caught up, a checkpoint of handled events waits at most this
+EMIT_NOT_ALLOWED = "'emit' is not allowed by the projection/configuration/mode"  # KurrentDB's reason
 LEADERSHIP_POLL_SECONDS = 1.0
 STREAM_CACHE_SIZE = 100_000  # emitted streams whose last written source position is remembered
 _EMITTED_ACL = {"$r": "$all", "$mr": "$all"}  # KurrentDB's ACL of a $-stream a projection writes
@@ -84,8 +92,10 @@ def _json(value: Any) -> bytes:
 
 
 def _tfpos(position: int) -> str:
-    """KurrentDB's ``TFPos.ToString()``: commit and prepare positions (one and the same in evdb)."""
-    return f"C:{position}/P:{position}"
+    """KurrentDB's ``TFPos.ToString()``: commit and prepare positions (one and the same in evdb; the
+    zero tag, nothing processed yet, is ``C:0/P:-1``)."""
+    commit, prepare = tag_positions(position)
+    return f"C:{commit}/P:{prepare}"
 
 
 class Tag(NamedTuple):
@@ -97,8 +107,15 @@ class Tag(NamedTuple):
     position: int
 
 
+def tag_positions(position: int) -> tuple[int, int]:
+    """The ``$c`` and ``$p`` of a tag at ``position`` (-1: nothing processed yet, KurrentDB's zero tag
+    ``C:0/P:-1``)."""
+    return (position, position) if position >= 0 else (0, -1)
+
+
 def parse_tag(metadata: bytes) -> Tag | None:
-    """The ``$v`` and ``$c`` of a projection-written event's metadata; None when it has none."""
+    """The ``$v`` and ``$c`` of a projection-written event's metadata; None when it has none. The zero
+    tag (``$p`` -1) reads as position -1."""
     try:
         parsed = json.loads(metadata) if metadata else None
     except (ValueError, UnicodeDecodeError, RecursionError):
@@ -113,6 +130,8 @@ def parse_tag(metadata: bytes) -> Tag | None:
         projection_id, epoch, number = (int(p) for p in parts[:3])
     except ValueError:
         return None
+    if parsed.get("$p") == -1 and commit == 0:
+        commit = -1
     return Tag(projection_id, epoch, number, commit)
 
 
@@ -121,6 +140,7 @@ class _Persisted:
     enabled: bool
     epoch: int
     version: int
+    config: ProjectionConfig = DEFAULT_CONFIG
 
 
 @dataclass(slots=True)
@@ -130,11 +150,20 @@ class _Target:
     last_number: int  # its last event number (-1: none)
     last_source: int  # position of the source event of the last event written in this epoch (-1: none)
     metadata: dict[str, Any] | None  # metadata to write before its next event (a new logical stream)
-    skip: bool = False  # tombstoned or not a valid name: nothing is written to it
+    skip: bool = False  # not a valid name: nothing is written to it
 
 
 class ProjectionFaulted(Exception):
     """A projection met a state it must not write over (KurrentDB faults it)."""
+
+
+class _Planned(NamedTuple):
+    """One event a projection is about to write, at the tag of ``position``."""
+
+    position: int  # the source event's log position (or the checkpoint's)
+    source: EventRecord | None  # the event that caused it (None: a checkpoint's own event)
+    emitted: Emitted
+    repeatable: bool = False  # a checkpoint's: written again at the same tag (KurrentDB does at a start)
 
 
 @dataclass
@@ -149,9 +178,10 @@ class _Runtime:
     position: int = -1  # the last event processed (-1: none)
     next_position: int = 0  # where the next read of $all starts
     checkpoint: int = -1
-    unchecked: int = 0  # events processed since the last checkpoint
+    unchecked: int = 0  # events handled since the last checkpoint
+    last_passed: int = -1  # the last event handled, or the checkpoint (the unhandled bytes count from it)
     checkpoint_at: float = 0.0
-    processed: int = 0  # since this node took office
+    processed: int = 0  # events handled since this node took office
     processing_seconds: float = 0.0
     checkpoint_metadata_written: bool = False
     targets: OrderedDict[str, _Target] = field(default_factory=OrderedDict)
@@ -169,6 +199,7 @@ class _Runtime:
         self.next_position = max(position, 0)
         self.checkpoint = position
         self.unchecked = 0
+        self.last_passed = position
         self.targets.clear()
 
 
@@ -328,6 +359,7 @@ class SystemProjections:
                     bool(body.get("enabled")),
                     epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else -1,
                     record.event_number,
+                    ProjectionConfig.from_persisted(body),
                 )
         # KurrentDB creates the system projections disabled
         persisted = _Persisted(False, -1, -1)
@@ -354,23 +386,23 @@ class SystemProjections:
         *,
         enabled: bool,
         reset: bool,
+        config: ProjectionConfig | None = None,
     ) -> None:
         """Write a ``$ProjectionUpdated`` (KurrentDB's persisted state); its number is the new version,
         and a reset makes it the epoch too."""
         version = persisted.version + 1
         epoch = version if reset else persisted.epoch
-        body = {
+        config = persisted.config if config is None else config
+        body: dict[str, Any] = {
             "handlerType": definition.handler_type,
             "query": definition.query,
             "mode": "Continuous",
             "enabled": enabled,
-            "emitEnabled": True,
             "checkpointsDisabled": False,
-            "trackEmittedStreams": False,
             "epoch": epoch,
             "version": version,
             "runAs": {"name": "$system", "roles": ["$admins"]},
-            "checkpointHandledThreshold": CHECKPOINT_HANDLED_THRESHOLD,
+            **config.to_persisted(),
             "projectionSubsystemVersion": SUBSYSTEM_VERSION,
             "engineVersion": 1,
         }
@@ -378,9 +410,18 @@ class SystemProjections:
         event = NewEvent("$ProjectionUpdated", _json(body), is_json=True)
         db.append(state_stream(definition.name), [event], expected)
         persisted.enabled, persisted.epoch, persisted.version = enabled, epoch, version
+        persisted.config = config
 
-    def _write_state(self, db: Database, rt: _Runtime, *, enabled: bool, reset: bool) -> None:
-        self._append_state(db, rt.definition, rt.persisted, enabled=enabled, reset=reset)
+    def _write_state(
+        self,
+        db: Database,
+        rt: _Runtime,
+        *,
+        enabled: bool,
+        reset: bool,
+        config: ProjectionConfig | None = None,
+    ) -> None:
+        self._append_state(db, rt.definition, rt.persisted, enabled=enabled, reset=reset, config=config)
 
     # -- running ------------------------------------------------------------------------------------------
     def _start_runner(self, rt: _Runtime) -> None:
@@ -393,6 +434,7 @@ class SystemProjections:
 
     async def _run(self, rt: _Runtime) -> None:
         try:
+            await asyncio.to_thread(self._started, self._database(), rt)
             while not rt.stopping:
                 db = self._database()
                 caught_up = await asyncio.to_thread(self._step, db, rt)
@@ -400,9 +442,10 @@ class SystemProjections:
                     continue
                 timeout = None
                 if rt.unchecked:
-                    timeout = CHECKPOINT_AFTER_SECONDS - (self._clock.monotonic() - rt.checkpoint_at)
+                    wait = max(CHECKPOINT_AFTER_SECONDS, rt.persisted.config.checkpoint_after_ms / 1000)
+                    timeout = wait - (self._clock.monotonic() - rt.checkpoint_at)
                     if timeout <= 0:
-                        await asyncio.to_thread(self._commit, db, rt, [], {}, rt.position)
+                        await asyncio.to_thread(self._suggested_checkpoint, db, rt, rt.position)
                         continue
                 await self._wait(rt, rt.next_position, timeout)
             if rt.write_checkpoint_on_stop and rt.unchecked:
@@ -442,28 +485,77 @@ class SystemProjections:
             for wait in waits:
                 wait.cancel()
 
+    def _started(self, db: Database, rt: _Runtime) -> None:
+        """KurrentDB's ``NewCheckpointStarted`` as a projection starts: ``$by_event_type`` writes a
+        ``$Checkpoint`` at the position it starts from to ``$et``."""
+        planned = self._checkpoint_events(rt, rt.position)
+        if planned:
+            writes, metadata = self._plan(db, rt, planned)
+            if writes or metadata:
+                self._commit(db, rt, writes, metadata, None)
+
+    def _checkpoint_events(self, rt: _Runtime, position: int) -> list[_Planned]:
+        """What a projection writes as a checkpoint is suggested at ``position`` (KurrentDB's
+        ``IProjectionCheckpointHandler``): ``{"$c": .., "$p": ..}`` to its index checkpoint stream."""
+        stream = rt.definition.index_checkpoint_stream
+        if stream is None:
+            return []
+        commit, prepare = tag_positions(position)
+        data = _json({"$c": commit, "$p": prepare})
+        emitted = Emitted(stream, PARTITION_CHECKPOINT_TYPE, data, is_json=True)
+        return [_Planned(position, None, emitted, repeatable=True)]
+
+    def _suggested_checkpoint(self, db: Database, rt: _Runtime, position: int) -> None:
+        writes, metadata = self._plan(db, rt, self._checkpoint_events(rt, position))
+        self._commit(db, rt, writes, metadata, position)
+
+    def _checkpoint_due(self, rt: _Runtime, handled: int, position: int) -> bool:
+        """KurrentDB's ``ReaderSubscriptionBase``: a checkpoint is suggested after
+        ``checkpointHandledThreshold`` events handled, or ``checkpointUnhandledBytesThreshold`` bytes of
+        ``$all`` passed with none handled, no sooner than ``checkpointAfterMs`` after the last one."""
+        config = rt.persisted.config
+        if (self._clock.monotonic() - rt.checkpoint_at) * 1000 < config.checkpoint_after_ms:
+            return False
+        if (
+            config.checkpoint_handled_threshold > 0
+            and rt.unchecked + handled >= config.checkpoint_handled_threshold
+        ):
+            return True
+        unhandled = config.checkpoint_unhandled_bytes_threshold
+        return unhandled > 0 and rt.last_passed >= 0 and position - rt.last_passed > unhandled
+
     def _step(self, db: Database, rt: _Runtime) -> bool:
         """Process one batch of ``$all`` (a worker thread); True when it reached the end."""
         started = self._clock.monotonic()
         page = db.read_all_forward(rt.next_position, BATCH)
         position = rt.position
-        emitted: list[tuple[EventRecord, Emitted]] = []
-        processed = 0
+        planned: list[_Planned] = []
+        handled = 0
+        last_passed = rt.last_passed
+        definition = rt.definition
         for record in page.events:
             if record.log_position <= position:  # the checkpoint's own event is read again
                 continue
             position = record.log_position
-            processed += 1
-            emitted.extend((record, e) for e in rt.definition.process(record))
-        writes, metadata = self._plan(db, rt, emitted)
-        due = rt.unchecked + processed >= CHECKPOINT_HANDLED_THRESHOLD
+            if last_passed < 0:
+                last_passed = position  # the unhandled bytes count from the first event read
+            if not definition.passes(record):
+                continue
+            handled += 1
+            last_passed = position
+            planned.extend(_Planned(position, record, e) for e in definition.emit(record))
+        rt.last_passed = last_passed
+        due = self._checkpoint_due(rt, handled, position)
+        if due:
+            planned.extend(self._checkpoint_events(rt, position))
+        writes, metadata = self._plan(db, rt, planned)
         if writes or metadata or due:
             self._commit(db, rt, writes, metadata, position if due else None)
         rt.position = position
         rt.next_position = page.next_position
-        rt.processed += processed
+        rt.processed += handled
         if not due:
-            rt.unchecked += processed
+            rt.unchecked += handled
         rt.processing_seconds += self._clock.monotonic() - started
         return page.is_end
 
@@ -486,9 +578,8 @@ class SystemProjections:
             self._log.warning("Projection %s does not write to stream %r: %s", rt.name, stream[:200], exc)
             return _Target(-1, -1, None, skip=True)
         state = db.stream_state(stream)
-        if state.tombstoned:
-            self._log.warning("Projection %s cannot write to stream %s: it is deleted", rt.name, stream)
-            return _Target(state.last_event_number, -1, None, skip=True)
+        if state.tombstoned:  # KurrentDB's EmittedStream: the projection faults with this reason
+            raise ProjectionFaulted(f"Stream : {stream} is deleted. Cannot emit events to it")
         last = state.last_event_number
         fresh: dict[str, Any] = {"$acl": _EMITTED_ACL}
         if last < 0 or state.soft_deleted:
@@ -513,18 +604,23 @@ class SystemProjections:
             return _Target(last, -1, {"$tb": last + 1, **fresh})
         return _Target(last, tag.position, None)
 
-    def _metadata(self, rt: _Runtime, source: EventRecord, emitted: Emitted) -> bytes:
+    def _metadata(self, rt: _Runtime, item: _Planned) -> bytes:
         """The emitted event's metadata: the checkpoint tag of its source, the handler's keys, then
-        ``$causedBy`` and ``$correlationId`` (KurrentDB's ``EmittedStream`` order)."""
+        ``$causedBy`` and ``$correlationId`` (KurrentDB's ``EmittedStream`` order; a checkpoint's own
+        event has neither)."""
         persisted = rt.persisted
+        commit, prepare = tag_positions(item.position)
         body: dict[str, Any] = {
             "$v": f"{rt.projection_id}:{persisted.epoch}:{persisted.version}:{SUBSYSTEM_VERSION}",
-            "$c": source.log_position,
-            "$p": source.log_position,
+            "$c": commit,
+            "$p": prepare,
         }
-        for key, value in emitted.extra:
+        for key, value in item.emitted.extra:
             if key != "$causedBy":
                 body[key] = value
+        source = item.source
+        if source is None:
+            return _json(body)
         body["$causedBy"] = str(source.id)
         if "$correlationId" not in body and source.is_json and source.metadata:
             correlation = _source_correlation_id(source.metadata)
@@ -533,20 +629,29 @@ class SystemProjections:
         return _json(body)
 
     def _plan(
-        self, db: Database, rt: _Runtime, emitted: list[tuple[EventRecord, Emitted]]
+        self, db: Database, rt: _Runtime, planned: list[_Planned]
     ) -> tuple[list[tuple[str, list[NewEvent]]], dict[str, bytes]]:
-        """The appends for a batch's output, per stream in order, skipping what a stream already has."""
+        """The appends for a batch's output, per stream in order, skipping what a stream already has
+        (a checkpoint's event is written again at the tag the stream ends with, as KurrentDB does when
+        a projection starts from that checkpoint)."""
+        if planned and not rt.persisted.config.emit_enabled:
+            raise ProjectionFaulted(EMIT_NOT_ALLOWED)
         per_stream: dict[str, list[NewEvent]] = {}
         metadata: dict[str, bytes] = {}
-        for source, e in emitted:
+        for item in planned:
+            e = item.emitted
             target = self._target(db, rt, e.stream)
-            if target.skip or source.log_position <= target.last_source:
+            if target.skip:
+                continue
+            if item.position < target.last_source or (
+                item.position == target.last_source and not item.repeatable
+            ):
                 continue
             if target.metadata is not None and e.stream not in metadata:
                 metadata[e.stream] = _json(target.metadata)
-            event = NewEvent(e.event_type, e.data, self._metadata(rt, source, e), uuid.uuid4(), False)
+            event = NewEvent(e.event_type, e.data, self._metadata(rt, item), uuid.uuid4(), e.is_json)
             per_stream.setdefault(e.stream, []).append(event)
-            target.last_source = source.log_position
+            target.last_source = item.position
         return list(per_stream.items()), metadata
 
     def _commit(
@@ -559,6 +664,7 @@ class SystemProjections:
     ) -> None:
         """Write a batch's output (and the checkpoint) in one writer call, on the leader only."""
         budget = max(4096, db.config.chunk_size // 4)  # each append must fit well inside a chunk
+        most = max(1, rt.persisted.config.max_write_batch_length)
         checkpoint_event = None
         if checkpoint is not None:
             tag = {
@@ -566,7 +672,8 @@ class SystemProjections:
                 "$c": checkpoint,
                 "$p": checkpoint,
             }
-            checkpoint_event = NewEvent("$ProjectionCheckpoint", b"", _json(tag), uuid.uuid4(), True)
+            # the data is the root partition's state: none for a system projection, "[]" (PartitionState)
+            checkpoint_event = NewEvent("$ProjectionCheckpoint", b"[]", _json(tag), uuid.uuid4(), True)
 
         def write(ctx: WriterContext) -> None:
             permit = db.write_permit
@@ -575,7 +682,7 @@ class SystemProjections:
             for stream, data in metadata.items():
                 ctx.append(metastream_of(stream), [NewEvent("$metadata", data, b"", uuid.uuid4(), True)])
             for stream, events in writes:
-                for part in _parts(stream, events, budget):
+                for part in _parts(stream, events, budget, most):
                     ctx.append(stream, part)
             if checkpoint_event is not None:
                 name = checkpoint_stream(rt.name)
@@ -597,6 +704,7 @@ class SystemProjections:
             rt.checkpoint_metadata_written = True
             rt.checkpoint = checkpoint
             rt.unchecked = 0
+            rt.last_passed = checkpoint
             rt.checkpoint_at = self._clock.monotonic()
 
     # -- management -----------------------------------------------------------------------------------------
@@ -710,6 +818,29 @@ class SystemProjections:
         self._log.info("The projections subsystem is restarting")
         self.wake()
 
+    def config(self, name: str) -> ProjectionConfig:
+        """KurrentDB's ``GetConfig``: the projection's configuration as kept in its persisted state."""
+        return self._runtime(name).persisted.config
+
+    async def update_config(self, name: str, config: ProjectionConfig) -> None:
+        """KurrentDB's ``UpdateConfig``: only a stopped or faulted projection's (else OperationFailed);
+        a new ``$ProjectionUpdated`` is written (a new version) and the next start uses it."""
+        async with self._lock:
+            rt = self._runtime(name)
+            if rt.task is not None and rt.status != "Faulted":
+                raise ProjectionOperationFailed(
+                    name, "Cannot update the config of a projection that hasn't been stopped or faulted."
+                )
+            await asyncio.to_thread(
+                self._write_state,
+                self._database(),
+                rt,
+                enabled=rt.persisted.enabled,
+                reset=False,
+                config=config,
+            )
+            self._log.info("Projection %s configuration updated (stream %s)", name, state_stream(name))
+
     def delete(self, name: str) -> None:
         """KurrentDB refuses to delete a system projection; no other projection exists here."""
         if by_name(name) is None:
@@ -733,15 +864,16 @@ def _source_correlation_id(metadata: bytes) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _parts(stream: str, events: list[NewEvent], budget: int) -> list[list[NewEvent]]:
-    """``events`` in appends of at most ``budget`` bytes (about: names, data, metadata, headers)."""
+def _parts(stream: str, events: list[NewEvent], budget: int, most: int) -> list[list[NewEvent]]:
+    """``events`` in appends of at most ``most`` events and ``budget`` bytes (about: names, data,
+    metadata, headers)."""
     parts: list[list[NewEvent]] = []
     current: list[NewEvent] = []
     size = 0
     overhead = len(stream.encode()) + 128
     for event in events:
         cost = overhead + len(event.event_type) + len(event.data) + len(event.metadata)
-        if current and size + cost > budget:
+        if current and (size + cost > budget or len(current) >= most):
             parts.append(current)
             current, size = [], 0
         current.append(event)

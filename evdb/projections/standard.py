@@ -26,6 +26,7 @@ from evdb.storage.records import EventRecord
 from evdb.streams import StreamMetadata, is_metastream, original_stream_of
 
 __all__ = [
+    "PARTITION_CHECKPOINT_TYPE",
     "STANDARD_PROJECTIONS",
     "Emitted",
     "StandardProjection",
@@ -39,6 +40,8 @@ __all__ = [
 _NAMESPACE = "native:KurrentDB.Projections.Core.Standard."
 _DELETED = -1  # the value KurrentDB writes for "$deleted" in a link's metadata
 _FIRST_DASH = "first\r\n-"
+#: KurrentDB's ``ProjectionEventTypes.PartitionCheckpoint``: what ``$by_event_type`` writes to ``$et``
+PARTITION_CHECKPOINT_TYPE = "$Checkpoint"
 
 
 class Emitted(NamedTuple):
@@ -49,6 +52,7 @@ class Emitted(NamedTuple):
     data: bytes
     #: metadata keys written after the checkpoint tag, in order (JSON values)
     extra: tuple[tuple[str, Any], ...] = ()
+    is_json: bool = False
 
 
 def category_of(stream: str) -> str | None:
@@ -193,14 +197,23 @@ class StandardProjection:
     query: str  # the source KurrentDB creates it with
     include_links: bool
     emit: Callable[[EventRecord], list[Emitted]]
+    #: KurrentDB's ``IProjectionCheckpointHandler``: the stream that gets a ``$Checkpoint`` event at the
+    #: projection's start and at each checkpoint it is suggested (``$by_event_type``: ``$et``, which
+    #: KurrentDB's event-type index reader reads to know how far the ``$et-`` streams are written)
+    index_checkpoint_stream: str | None = None
 
     @property
     def handler_type(self) -> str:
         return _NAMESPACE + self.handler
 
+    def passes(self, record: EventRecord) -> bool:
+        """True when ``record`` of ``$all`` is handed to the handler (KurrentDB counts these towards
+        its checkpoints: ``CheckpointHandledThreshold``)."""
+        return passes_source(record, self.include_links) and is_valid_content(record)
+
     def process(self, record: EventRecord) -> list[Emitted]:
         """What this projection writes for ``record`` of ``$all`` (nothing when it skips it)."""
-        if not passes_source(record, self.include_links) or not is_valid_content(record):
+        if not self.passes(record):
             return []
         return self.emit(record)
 
@@ -213,7 +226,7 @@ STANDARD_PROJECTIONS: tuple[StandardProjection, ...] = (
         "$stream_by_category", "CategorizeStreamByPath", _FIRST_DASH, True, _categorize_streams
     ),
     StandardProjection("$by_category", "CategorizeEventsByStreamPath", _FIRST_DASH, True, _categorize_events),
-    StandardProjection("$by_event_type", "IndexEventsByEventType", "", False, _index_event_types),
+    StandardProjection("$by_event_type", "IndexEventsByEventType", "", False, _index_event_types, "$et"),
     StandardProjection(
         "$by_correlation_id",
         "ByCorrelationId",

@@ -7,11 +7,12 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from evdb.clock import SystemClock
+from evdb.clock import Clock, ManualClock, SystemClock
 from evdb.database import Database
 from evdb.errors import ProjectionNotFound, ProjectionOperationFailed, StreamNotFound
 from evdb.projections import SystemProjections
@@ -44,8 +45,9 @@ async def _until(condition, what: str, timeout: float = 20.0) -> None:
 
 
 class Harness:
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, clock: Clock | None = None) -> None:
         self.path = path
+        self.clock = clock or SystemClock()
         self.db = Database.open(str(path) if path else None, chunk_size=65536)
         self.notifier = CommitNotifier(self.db)
         self.service: SystemProjections | None = None
@@ -55,7 +57,7 @@ class Harness:
             database=lambda: self.db,
             notifier=lambda: self.notifier,
             is_leader=lambda: True,
-            clock=SystemClock(),
+            clock=self.clock,
             logger=LOG,
             start_standard=start_standard,
         )
@@ -172,7 +174,7 @@ async def test_resume_after_a_stop_without_checkpoint_neither_loses_nor_duplicat
         service = await h.start()
         await h.caught_up()
         # links written, the checkpoint not yet (it waits for 4000 events or 2 seconds): as at a kill
-        assert service.statistics("$by_category")[0]["lastCheckpoint"] == "C:-1/P:-1"
+        assert service.statistics("$by_category")[0]["lastCheckpoint"] == "C:0/P:-1"  # the zero tag
         service._supervisor.cancel()  # stop without the checkpoint a disable would write
         await h.stop()
         for n in range(30, 40):
@@ -242,3 +244,107 @@ async def test_disable_and_enable(harness: Harness) -> None:
         b"$by_event_type",
         b"$by_correlation_id",
     ]
+
+
+def _runtime(service: SystemProjections, name: str):
+    return service._runtimes[name]
+
+
+async def test_by_event_type_writes_checkpoints_to_et(tmp_path: Path) -> None:
+    """KurrentDB's IndexEventsByEventType: a ``$Checkpoint`` in ``$et`` at its start and at each
+    checkpoint suggested (not at the checkpoint a stop writes), tagged as its other output."""
+    h = Harness(tmp_path / "db", ManualClock())  # no checkpoint for time passing: the test moves none
+    try:
+        for n in range(7):
+            h.db.append(f"kind-{n}", [NewEvent.json("Made", {"n": n})])
+        service = await h.start(start_standard=False)
+        small = replace(service.config("$by_event_type"), checkpoint_handled_threshold=3)
+        await service.update_config("$by_event_type", small)
+        await service.enable("$by_event_type")
+        await _until(lambda: _events(h.db, "$et") != [], "the start's $Checkpoint")
+        start = _events(h.db, "$et")[0]
+        assert start.event_type == "$Checkpoint" and start.is_json
+        assert json.loads(start.data) == {"$c": 0, "$p": -1}  # KurrentDB's zero tag: nothing processed
+        meta = json.loads(start.metadata)
+        assert list(meta) == ["$v", "$c", "$p"] and (meta["$c"], meta["$p"]) == (0, -1)
+        assert meta["$v"].startswith("4:")  # $by_event_type is projection 4
+        assert h.db.get_stream_metadata("$et")[0].raw == {"$acl": {"$r": "$all", "$mr": "$all"}}
+
+        await h.caught_up("$by_event_type")  # one batch of 7 handled: one checkpoint suggested (>= 3)
+        rt = _runtime(service, "$by_event_type")
+        checkpoints = _events(h.db, checkpoint_stream("$by_event_type"))
+        assert len(checkpoints) == 1 and checkpoints[0].data == b"[]"  # the (empty) state, as KurrentDB
+        et = _events(h.db, "$et")
+        assert [e.event_type for e in et] == ["$Checkpoint"] * 2
+        tag = parse_tag(et[1].metadata)
+        assert tag is not None and tag == parse_tag(checkpoints[0].metadata) and tag.position == rt.checkpoint
+        assert json.loads(et[1].data) == {"$c": rt.checkpoint, "$p": rt.checkpoint}
+        assert et[1].log_position < checkpoints[0].log_position  # $et first, then the checkpoint
+        h.db.append("kind-7", [NewEvent.json("Made", {})])
+        await h.caught_up("$by_event_type")
+        assert rt.unchecked == 1 and len(_events(h.db, "$et")) == 2
+
+        # a restart from the checkpoint writes its $Checkpoint again at that tag (as KurrentDB does)
+        service._supervisor.cancel()  # type: ignore[union-attr]
+        await h.stop()
+        service = await h.start(start_standard=False)
+        await _until(lambda: len(_events(h.db, "$et")) == 3, "the restart's $Checkpoint")
+        et = _events(h.db, "$et")
+        assert et[2].data == et[1].data and parse_tag(et[2].metadata) == parse_tag(et[1].metadata)
+        await h.caught_up("$by_event_type")
+        assert len(_links(h.db, "$et-Made")) == 8
+        # the configuration was kept in $projections-$by_event_type and read back
+        assert service.config("$by_event_type").checkpoint_handled_threshold == 3
+        # a stop's checkpoint writes none to $et
+        await service.disable("$by_event_type")
+        assert len(_events(h.db, checkpoint_stream("$by_event_type"))) == 2
+        assert len(_events(h.db, "$et")) == 3
+    finally:
+        await h.stop()
+        h.close()
+
+
+async def test_events_of_system_streams_do_not_make_checkpoints(harness: Harness) -> None:
+    """Only handled events count towards a checkpoint (KurrentDB): the projections' own writes do not
+    keep suggesting checkpoints once they are caught up."""
+    harness.db.append("calm-1", [NewEvent.json("Made", {})])
+    service = await harness.start()
+    await harness.caught_up()
+    for name in service.names():
+        await service.disable(name)  # writes the checkpoint of the handled event
+    for name in service.names():
+        await service.enable(name)
+    harness.db.append("$system-thing", [NewEvent.json("Noise", {})])
+    await harness.caught_up()
+    assert {_runtime(service, n).unchecked for n in service.names()} == {0}
+    assert {s["eventsProcessedAfterRestart"] for s in service.statistics()} == {1}  # calm-1 only
+
+
+async def test_a_tombstoned_emitted_stream_faults_the_projection(harness: Harness) -> None:
+    db = harness.db
+    db.append("gone-1", [NewEvent.json("Made", {})])
+    db.delete_stream("$ce-gone", hard=True)
+    service = await harness.start()
+    await _until(lambda: service.statistics("$by_category")[0]["status"] != "Running", "the fault")
+    stats = service.statistics("$by_category")[0]
+    assert stats["status"] == "Faulted (Enabled)"
+    assert stats["stateReason"] == "Stream : $ce-gone is deleted. Cannot emit events to it"
+    await harness.caught_up("$by_event_type")
+    assert service.statistics("$by_event_type")[0]["status"] == "Running"  # the others go on
+    # a faulted projection's config may change; a running one's may not
+    await service.update_config("$by_category", service.config("$by_category"))
+    with pytest.raises(ProjectionOperationFailed, match="hasn't been stopped or faulted"):
+        await service.update_config("$by_event_type", service.config("$by_event_type"))
+
+
+async def test_emit_disabled_faults_at_the_first_write(harness: Harness) -> None:
+    harness.db.append("quiet-1", [NewEvent.json("Made", {})])
+    service = await harness.start(start_standard=False)
+    off = replace(service.config("$streams"), emit_enabled=False)
+    await service.update_config("$streams", off)
+    await service.enable("$streams")
+    await _until(lambda: service.statistics("$streams")[0]["status"] != "Running", "the fault")
+    stats = service.statistics("$streams")[0]
+    assert stats["status"] == "Faulted (Enabled)"
+    assert stats["stateReason"] == "'emit' is not allowed by the projection/configuration/mode"
+    assert _events(harness.db, "$streams") == []
