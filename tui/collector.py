@@ -582,9 +582,9 @@ class NodeCollector:
     async def _read_subscriptions(self) -> None:
         """``GET /subscriptions``, then each group's ``/info`` (strategy, consumers, parked count).
 
-        A node that does not serve them says so (evdb's followers answer 503 "Server Is Not Ready":
-        the leader serves them; KurrentDB's forward the request to the leader): kept as its answer,
-        not as a failure. Any other failure keeps what was read before, marked stale."""
+        A node that does not serve them says so (a follower forwards the request to its leader, as
+        KurrentDB's do; one that knows no leader answers 503 "Server Is Not Ready"): kept as its
+        answer, not as a failure. Any other failure keeps what was read before, marked stale."""
         s = self.state
         response = await self._get("/subscriptions")
         if response.status_code in (404, 405):

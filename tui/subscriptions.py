@@ -1,9 +1,9 @@
 """The dashboard's persistent subscriptions screen (``S``): every group as the node reports it, its
 consumers, lag, messages in flight and parked ones, and a confirmed replay of the parked messages.
 
-Persistent subscriptions live on the leader. An evdb follower answers ``/subscriptions`` with 503
-"Server Is Not Ready"; the screen then says so and shows the leader's groups, as the leader reports
-them (a KurrentDB follower forwards the request to its leader and answers itself). What is shown is
+Persistent subscriptions live on the leader. A follower sends ``/subscriptions`` on to its leader and
+answers what the leader answered, as KurrentDB's do; a node that knows no leader answers 503 "Server Is
+Not Ready", and the screen then says so and shows the leader's groups, as the leader reports them. What is shown is
 what the nodes answered, marked stale when a read fails, as on the other panels. The collectors read
 them only while this screen is open (``DashboardApp.want_subscriptions``).
 """

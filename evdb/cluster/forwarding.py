@@ -3,7 +3,8 @@
 The follower sends the write to the leader's node-to-node listener (``POST /internal/write``), the
 leader runs it like a local write (so it is acknowledged only once a majority has it), and the
 follower answers its caller once its own copy of the log has reached the written position, so a
-client reads its own write on the node it wrote through.
+client reads its own write on the node it wrote through. The HTTP requests of leader-only routes (the
+persistent subscriptions') are sent on as they came (:func:`forward_request`).
 """
 
 from __future__ import annotations
@@ -12,13 +13,59 @@ import asyncio
 import base64
 import concurrent.futures
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from evdb.cluster.peers import PeerAnswer, PeerClient
 from evdb.errors import EvdbError, EventTooLarge, InvalidInput, NotLeader, StreamDeleted, WrongExpectedVersion
 from evdb.streams import AppendResult, NewEvent
 
-__all__ = ["RemoteWriter", "decode_write", "encode_error", "encode_result", "raise_error"]
+__all__ = [
+    "FORWARDED_BY",
+    "RemoteWriter",
+    "decode_write",
+    "encode_error",
+    "encode_result",
+    "forward_request",
+    "raise_error",
+]
+
+#: the header on an HTTP request a node forwards to the leader: the node it reaches does not forward it
+#: again (a leader that has just stepped down answers it itself)
+FORWARDED_BY = "X-Evdb-Forwarded-By"
+#: the caller's headers a forwarded request does not carry (KurrentDB's HttpSendService.ForwardRequest)
+_HOP_HEADERS = frozenset(
+    {"connection", "content-length", "expect", "proxy-connection", "range", "host", "transfer-encoding"}
+)
+
+
+async def forward_request(
+    peers: PeerClient,
+    leader: tuple[str, int],
+    *,
+    method: str,
+    path: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    sender: str,
+    requested_host: str,
+) -> PeerAnswer:
+    """Send a client's HTTP request, as it came (``path`` with its query, the caller's own headers and
+    so its credentials), to the leader's HTTP endpoint and return the leader's answer, as KurrentDB's
+    HttpForwarder does for its leader-only routes. PeerError (naming the leader and the reason) when
+    the leader does not answer."""
+    sent = {k: v for k, v in headers.items() if k.lower() not in _HOP_HEADERS}
+    sent.setdefault("X-Forwarded-Host", requested_host)
+    sent[FORWARDED_BY] = sender
+    return await peers.request(
+        method,
+        leader,
+        path,
+        data=body or None,
+        headers=sent,
+        timeout=30,
+        what=f"forwarding {method} {path} to the leader {leader[0]}:{leader[1]}",
+    )
 
 
 def encode_write(request: Any) -> dict:

@@ -198,6 +198,10 @@ def _info(stats: dict[str, Any]) -> P.SubscriptionInfo:
                 available_slots=conn["availableSlots"],
                 in_flight_messages=conn["inFlightMessages"],
                 connection_name=conn["connectionName"],
+                observed_measurements=[
+                    P.SubscriptionInfo.Measurement(key=m["key"], value=m["value"])
+                    for m in conn["observedMeasurements"]
+                ],
                 **{"from": conn["from"]},
             )
         )

@@ -5,9 +5,17 @@
 ``/subscriptions/{stream}/{group}``, ``POST .../replayParked?stopAt=``, ``POST /subscriptions/restart``,
 and the competing-consumer routes: ``GET /subscriptions/{stream}/{group}[/{count}]`` (an atom feed of
 messages now in flight), ``POST .../ack/{id}``, ``.../nack/{id}?action=``, ``.../ack?ids=`` and
-``.../nack?ids=&action=``. Creating, updating and deleting a group to ``$all`` is gRPC only (as
-KurrentDB). Reading statistics needs an authenticated caller; managing groups needs ops or admins;
-reading messages needs read access to the stream.
+``.../nack?ids=&action=``, ``POST .../truncateParked?stopAt=`` (drop parked messages without replaying
+them), and ``GET /subscriptions/viewparkedmessages/{stream}/{group}/{event}/backward|forward/{count}``
+(the parked stream's atom feed, read on this node). Creating, updating and deleting a group to
+``$all`` is gRPC only (as KurrentDB). Reading statistics needs an authenticated caller; managing groups
+needs ops or admins; reading messages needs read access to the stream.
+
+Only the leader serves the groups: a follower or read-only replica that knows the leader sends every
+route but ``viewparkedmessages`` on to it, with the caller's credentials, and answers what the leader
+answered (KurrentDB's HttpForwarder); ``500 Error while forwarding request`` when the leader does not
+answer. With no leader known, or when the request was already forwarded once, the node answers itself
+(503: not ready).
 """
 
 from __future__ import annotations
@@ -19,10 +27,12 @@ from urllib.parse import quote
 from aiohttp import web
 
 from evdb.auth import ADMINS, OPS
+from evdb.cluster.forwarding import FORWARDED_BY, forward_request
+from evdb.cluster.peers import PeerError
 from evdb.errors import InvalidInput, PersistentSubscriptionsNotReady
 from evdb.http.common import get_node, get_principal, json_response, read_json, unauthorized
 from evdb.http.openapi import EXTRA_PATHS
-from evdb.http.streams import _entry, check_access
+from evdb.http.streams import _entry, _feed, check_access
 from evdb.persistent import ALL, EventSource, GroupSettings
 from evdb.persistent.service import PersistentSubscriptionService
 
@@ -68,6 +78,36 @@ def _require_ops(request: web.Request) -> str:
     if not principal.is_authenticated or not principal.has_any({ADMINS, OPS}):
         raise unauthorized()  # KurrentDB answers 401 for a denied controller action
     return principal.name
+
+
+async def _on_leader(request: web.Request) -> web.Response | None:
+    """None when this node answers the request itself (it leads, knows no leader, or the request was
+    forwarded to it already); else the leader's answer to the request, forwarded as it came."""
+    node = get_node(request)
+    cluster, peers = node.cluster, node.peer_client
+    if cluster is None or peers is None or cluster.is_leader or request.headers.get(FORWARDED_BY):
+        return None
+    leader = cluster.leader_http_endpoint()
+    if leader is None:
+        return None
+    try:
+        answer = await forward_request(
+            peers,
+            leader,
+            method=request.method,
+            path=request.raw_path,
+            body=await request.read(),
+            headers=request.headers,
+            sender=f"{node.advertised_host}:{node.advertised_port}",
+            requested_host=request.host,
+        )
+    except PeerError as exc:  # names the leader and the reason
+        node.logger.warning("Error while forwarding %s %s: %s", request.method, request.path, exc)
+        return web.Response(status=500, text="Error while forwarding request")
+    response = web.Response(status=answer.status, body=answer.body)
+    if answer.content_type:
+        response.headers["Content-Type"] = answer.content_type
+    return response
 
 
 def _names(request: web.Request) -> tuple[str, str]:
@@ -172,6 +212,8 @@ def _detail(request: web.Request, stats: dict[str, Any]) -> dict[str, Any]:
 
 async def list_all(request: web.Request) -> web.Response:
     _require_authenticated(request)
+    if (forwarded := await _on_leader(request)) is not None:
+        return forwarded
     stats = _service(request).list()
     query = request.query
     if "offset" not in query and "count" not in query:
@@ -213,12 +255,16 @@ async def list_all(request: web.Request) -> web.Response:
 
 async def list_stream(request: web.Request) -> web.Response:
     _require_authenticated(request)
+    if (forwarded := await _on_leader(request)) is not None:
+        return forwarded
     stats = _service(request).list(request.match_info["stream"])
     return json_response([_summary(request, s) for s in stats])
 
 
 async def info(request: web.Request) -> web.Response:
     _require_authenticated(request)
+    if (forwarded := await _on_leader(request)) is not None:
+        return forwarded
     stream, group = _names(request)
     return json_response(_detail(request, _service(request).info(stream, group)))
 
@@ -296,6 +342,8 @@ def _stream_only(stream: str, kind: str) -> web.Response | None:
 async def _create_or_update(request: web.Request, kind: str, status: int) -> web.Response:
     """PUT (create) and POST (update) of a stream's group: the same checks, settings and answer."""
     user = _require_ops(request)
+    if (forwarded := await _on_leader(request)) is not None:
+        return forwarded
     stream, group = _names(request)
     refused = _stream_only(stream, kind)
     if refused is not None:
@@ -318,6 +366,8 @@ async def update(request: web.Request) -> web.Response:
 
 async def delete(request: web.Request) -> web.Response:
     user = _require_ops(request)
+    if (forwarded := await _on_leader(request)) is not None:
+        return forwarded
     stream, group = _names(request)
     refused = _stream_only(stream, "delete")
     if refused is not None:
@@ -326,21 +376,71 @@ async def delete(request: web.Request) -> web.Response:
     return _result("delete", "Success")
 
 
+def _stop_at(request: web.Request, refused: str) -> int | None:
+    text = request.query.get("stopAt")
+    if text is None:
+        return None
+    if not text.isascii() or not text.isdigit() or int(text) >= 2**63:
+        raise InvalidInput(refused)
+    return int(text)
+
+
 async def replay_parked(request: web.Request) -> web.Response:
     user = _require_ops(request)
+    if (forwarded := await _on_leader(request)) is not None:
+        return forwarded
     stream, group = _names(request)
-    stop_text = request.query.get("stopAt")
-    stop_at = None
-    if stop_text is not None:
-        if not stop_text.isascii() or not stop_text.isdigit():
-            raise InvalidInput("stopAt should be a properly formed positive long")
-        stop_at = int(stop_text)
+    stop_at = _stop_at(request, "stopAt should be a properly formed positive long")
     _service(request).replay_parked(stream, group, stop_at, user)
     return _result("replay", "Success")
 
 
+async def truncate_parked(request: web.Request) -> web.Response:
+    user = _require_ops(request)
+    if (forwarded := await _on_leader(request)) is not None:
+        return forwarded
+    stream, group = _names(request)
+    stop_at = _stop_at(request, "stopAt should be a properly formed positive integer")
+    _service(request).truncate_parked(stream, group, stop_at, user)
+    return _result("truncate", "Success")
+
+
+# -- viewing parked messages (the parked stream, read here; KurrentDB does not forward these) --------------
+def _parked_stream_of(request: web.Request) -> str:
+    return f"$persistentsubscription-{request.match_info['stream']}::{request.match_info['group']}-parked"
+
+
+def _positive_count(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or not 0 < int(text) < 2**31:
+        raise InvalidInput(f"'{text}' is not valid count. Should be positive integer")
+    return int(text)
+
+
+async def view_parked_backward(request: web.Request) -> web.Response:
+    _require_authenticated(request)
+    where = request.match_info["event"]
+    start = None
+    if where != "head":
+        if not where.isascii() or not where.isdigit() or int(where) >= 2**63:
+            raise InvalidInput(f"'{where}' is not valid event number")
+        start = int(where)
+    count = _positive_count(request.match_info["count"])
+    return await _feed(request, _parked_stream_of(request), start, "backward", count)
+
+
+async def view_parked_forward(request: web.Request) -> web.Response:
+    _require_authenticated(request)
+    where = request.match_info["event"]
+    if not where.isascii() or not where.isdigit() or int(where) >= 2**63:
+        raise InvalidInput(f"'{where}' is not valid event number")
+    count = _positive_count(request.match_info["count"])
+    return await _feed(request, _parked_stream_of(request), int(where), "forward", count)
+
+
 async def restart(request: web.Request) -> web.Response:
     _require_ops(request)
+    if (forwarded := await _on_leader(request)) is not None:
+        return forwarded
     get_node(request).logger.info("Restarting persistent subscriptions: /subscriptions/restart request.")
     try:
         await _service(request).restart()
@@ -362,6 +462,8 @@ async def read_messages(request: web.Request) -> web.Response:
             raise InvalidInput(f"Message count must be an integer between 1 and 100 'count' ='{count_text}'")
         count = int(count_text)
     check_access(request, stream, "read")  # KurrentDB authorises before anything else
+    if (forwarded := await _on_leader(request)) is not None:
+        return forwarded
     if stream == ALL:
         raise InvalidInput(_ALL_VIA_GRPC)
     messages = await _service(request).read_next(stream, group, count)
@@ -418,18 +520,24 @@ def _key_for_ack(request: web.Request) -> str:
 
 async def ack_one(request: web.Request) -> web.Response:
     key = _key_for_ack(request)
+    if (forwarded := await _on_leader(request)) is not None:
+        return forwarded
     _service(request).ack(key, _ids([request.match_info["id"]]))
     return web.Response(status=202)
 
 
 async def ack_many(request: web.Request) -> web.Response:
     key = _key_for_ack(request)
+    if (forwarded := await _on_leader(request)) is not None:
+        return forwarded
     _service(request).ack(key, _ids(request.query.get("ids", "").split(",")))
     return web.Response(status=202)
 
 
 async def nack_one(request: web.Request) -> web.Response:
     key = _key_for_ack(request)
+    if (forwarded := await _on_leader(request)) is not None:
+        return forwarded
     action = _NACK.get(request.query.get("action", "").lower(), "Unknown")
     _service(request).nack(key, _ids([request.match_info["id"]]), action, "Nacked from HTTP")
     return web.Response(status=202)
@@ -437,6 +545,8 @@ async def nack_one(request: web.Request) -> web.Response:
 
 async def nack_many(request: web.Request) -> web.Response:
     key = _key_for_ack(request)
+    if (forwarded := await _on_leader(request)) is not None:
+        return forwarded
     action = _NACK.get(request.query.get("action", "").lower(), "Unknown")
     _service(request).nack(key, _ids(request.query.get("ids", "").split(",")), action, "Nacked from HTTP")
     return web.Response(status=202)
@@ -520,6 +630,40 @@ def _doc() -> dict[str, Any]:
         "in": "path",
         "required": True,
         "schema": {"type": "integer", "minimum": 1, "maximum": 100},
+    }
+    parked_event = {
+        "name": "event",
+        "in": "path",
+        "required": True,
+        "schema": {"oneOf": [{"type": "string", "enum": ["head"]}, {"type": "integer", "minimum": 0}]},
+    }
+    parked_number = {
+        "name": "event",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 0},
+    }
+    positive_count = {
+        "name": "count",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+    }
+    embed = {
+        "name": "embed",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "string", "enum": ["none", "content", "rich", "body", "pretty", "tryharder"]},
+    }
+    parked_feed = {
+        "200": r(
+            "The parked stream's atom feed",
+            {"application/vnd.kurrent.atom+json": {"schema": {"type": "object"}}},
+        ),
+        "400": bad,
+        "401": unauth,
+        "403": r("No read access to the parked stream", text),
+        "404": r("No parked stream", text),
     }
     return {
         "/subscriptions": {
@@ -607,6 +751,36 @@ def _doc() -> dict[str, Any]:
                 "responses": {"200": r("Replaying", json_object), "400": bad, "401": unauth, "404": missing},
             }
         },
+        "/subscriptions/{stream}/{group}/truncateParked": {
+            "post": {
+                "summary": "Drop the parked messages without replaying them (all, or those before stopAt)",
+                "parameters": [
+                    stream,
+                    group,
+                    {
+                        "name": "stopAt",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 0},
+                    },
+                ],
+                "responses": {"200": r("Truncating", json_object), "400": bad, "401": unauth, "404": missing},
+            }
+        },
+        "/subscriptions/viewparkedmessages/{stream}/{group}/{event}/backward/{count}": {
+            "get": {
+                "summary": "A page of a group's parked messages, newest first (the parked stream's feed)",
+                "parameters": [stream, group, parked_event, positive_count, embed],
+                "responses": parked_feed,
+            }
+        },
+        "/subscriptions/viewparkedmessages/{stream}/{group}/{event}/forward/{count}": {
+            "get": {
+                "summary": "A page of a group's parked messages, oldest first (the parked stream's feed)",
+                "parameters": [stream, group, parked_number, positive_count, embed],
+                "responses": parked_feed,
+            }
+        },
         "/subscriptions/{stream}/{group}/{count}": {
             "get": {
                 "summary": "Read the next messages",
@@ -652,6 +826,13 @@ def setup(app: web.Application) -> None:
     r.add_get("/subscriptions/{stream}", list_stream)
     r.add_get("/subscriptions/{stream}/{group}/info", info)
     r.add_post("/subscriptions/{stream}/{group}/replayParked", replay_parked)
+    r.add_post("/subscriptions/{stream}/{group}/truncateParked", truncate_parked)
+    r.add_get(
+        "/subscriptions/viewparkedmessages/{stream}/{group}/{event}/backward/{count}", view_parked_backward
+    )
+    r.add_get(
+        "/subscriptions/viewparkedmessages/{stream}/{group}/{event}/forward/{count}", view_parked_forward
+    )
     r.add_post("/subscriptions/{stream}/{group}/ack/{id}", ack_one)
     r.add_post("/subscriptions/{stream}/{group}/nack/{id}", nack_one)
     r.add_post("/subscriptions/{stream}/{group}/ack", ack_many)

@@ -35,7 +35,7 @@ from evdb.persistent.model import (
     group_key,
     parked_stream,
 )
-from evdb.persistent.strategies import Client, ConsumerSink, PushResult, make_strategy
+from evdb.persistent.strategies import Client, ConsumerSink, PushResult, RequestStatistics, make_strategy
 
 __all__ = ["Group", "Io", "OutstandingMessage", "StreamBuffer"]
 
@@ -250,6 +250,7 @@ class Group:
         self.parked_due_to_client_nak = 0
         self.parked_due_to_max_retries = 0
         self.parked_message_replays = 0
+        self.parked_message_truncations = 0
         self.last_checkpointed: int | None = None
         self.last_known: int | None = None
         # parked messages (KurrentDB's PersistentSubscriptionMessageParker)
@@ -323,6 +324,9 @@ class Group:
         self._last_known_sequence = 0
         self._last_known_message = position
         self.last_checkpointed = position
+        # the checkpointed event is a known event of the source: a group loaded on a new leader shows it
+        # at once rather than null until an event is read after it (the read is of later events only)
+        self._set_last_known(position)
         self._buffer = StreamBuffer(settings.history_buffer_size, settings.live_buffer_size, position, True)
         self._tell_loaded()
         self._load_parked_stats(self.try_reading_new_batch)
@@ -544,7 +548,10 @@ class Group:
         user: str,
         from_: str,
     ) -> None:
-        client = Client(correlation_id, connection_name, sink, max_in_flight, user, from_)
+        extra = None
+        if self.settings.extra_statistics:
+            extra = RequestStatistics(lambda: self._clock.monotonic() * 1000)
+        client = Client(correlation_id, connection_name, sink, max_in_flight, user, from_, extra)
         self.clients[correlation_id] = client
         self._strategy.client_added(client)
         if self._faulted:
@@ -708,6 +715,32 @@ class Group:
                 return
             stop = min(stop_at, end + 1) if stop_at is not None else end + 1
             self._read_parked(0, stop)
+
+        self._io.run(
+            f"reading the end of {self.parked_stream}",
+            self._store.last_event_number,
+            self.parked_stream,
+            then=end_known,
+            failed=lambda exc: self._replay_failed(exc),
+        )
+        return "Started"
+
+    def truncate_parked(self, stop_at: int | None) -> str:
+        """Drop the parked messages (all, or those before ``stop_at``) without replaying them: the
+        parked stream's ``$tb`` moves on (KurrentDB's TruncateParkedMessages). ``Started``,
+        ``NotReady`` or ``AlreadyInProgress``, as :meth:`replay_parked`."""
+        if self.state == NOT_READY:
+            return "NotReady"
+        if self.state & REPLAYING_PARKED:
+            return "AlreadyInProgress"
+        self.state |= REPLAYING_PARKED
+        self.parked_message_truncations += 1
+
+        def end_known(end: int | None) -> None:
+            if end is None:
+                self.state &= ~REPLAYING_PARKED
+                return
+            self._mark_reprocessed(min(stop_at, end + 1) if stop_at is not None else end + 1)
 
         self._io.run(
             f"reading the end of {self.parked_stream}",
@@ -905,7 +938,14 @@ class Group:
                     "averageItemsPerSecond": int(since / run) if run > 0 else 0,
                     "totalItems": client.total_items,
                     "countSinceLastMeasurement": since,
-                    "observedMeasurements": [],
+                    "observedMeasurements": [
+                        {"key": key, "value": value}
+                        for key, value in (
+                            client.extra_statistics.measurements()
+                            if client.extra_statistics is not None
+                            else []
+                        )
+                    ],
                     "availableSlots": client.available_slots,
                     "inFlightMessages": client.in_flight,
                     "connectionName": client.connection_name,
@@ -945,6 +985,7 @@ class Group:
             "parkedDueToClientNak": self.parked_due_to_client_nak,
             "parkedDueToMaxRetries": self.parked_due_to_max_retries,
             "parkedMessageReplays": self.parked_message_replays,
+            "parkedMessageTruncations": self.parked_message_truncations,
             "oldestParkedMessage": (
                 max(0, (self._clock.ticks() - self._oldest_parked_ticks) // 10_000_000)
                 if self._oldest_parked_ticks is not None

@@ -81,8 +81,11 @@ _FILTER_TYPES = {"prefix": "Prefix", "regex": "Regex"}
 
 
 def default_all_allows(stream: str) -> bool:
-    """KurrentDB's DefaultAllFilter: every non-system stream; no epoch records, no checkpoints or
-    parked messages of ``$all`` groups (a group would otherwise feed on its own checkpoints)."""
+    """KurrentDB's DefaultAllFilterStrategy (its first matching rule decides): every event of a
+    non-system stream, and of every system (``$``) stream too except three: ``$epoch-information``, and
+    the checkpoint and parked-message streams of ``$all`` groups (``$persistentsubscription-$all::...
+    -checkpoint`` / ``-parked``; a group would otherwise feed on its own checkpoints). So ``$all``
+    groups do see ``$``-streams such as ``$settings``, metadata streams and other groups' streams."""
     if not stream.startswith("$"):
         return True
     if stream == "$epoch-information":

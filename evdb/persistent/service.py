@@ -449,6 +449,30 @@ class PersistentSubscriptionService:
         if result == "AlreadyInProgress":
             raise PersistentSubscriptionFailed(stream, group, "A replay or truncate is already in progress.")
 
+    def truncate_parked(self, stream: str, group: str, stop_at: int | None, user: str | None) -> None:
+        """KurrentDB's TruncateParkedMessages: the parked messages (all, or those before ``stop_at``)
+        are dropped without being replayed."""
+        self._ready()
+        key = group_key(stream, group)
+        self.logger.debug(
+            "Truncating parked messages for persistent subscription %s %s. Requested by %s",
+            key,
+            f"(To: '{stop_at}')" if stop_at is not None else "(All)",
+            user,
+        )
+        if stop_at is not None and stop_at < 0:
+            raise PersistentSubscriptionFailed(
+                stream, group, "Cannot truncate parked messages at a negative version."
+            )
+        instance = self._groups.get(key)
+        if instance is None:
+            raise PersistentSubscriptionNotFound(stream, group)
+        result = instance.truncate_parked(stop_at)
+        if result == "NotReady":
+            raise PersistentSubscriptionsNotReady()
+        if result == "AlreadyInProgress":
+            raise PersistentSubscriptionFailed(stream, group, "A replay or truncate is already in progress.")
+
     # -- statistics ------------------------------------------------------------------------------------
     def info(self, stream: str, group: str) -> dict[str, Any]:
         self._ready()

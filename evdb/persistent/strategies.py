@@ -23,7 +23,7 @@ from evdb.persistent.model import LINK_TO, ResolvedEvent
 if TYPE_CHECKING:
     from evdb.persistent.engine import OutstandingMessage
 
-__all__ = ["Client", "ConsumerSink", "PushResult", "make_strategy"]
+__all__ = ["Client", "ConsumerSink", "PushResult", "RequestStatistics", "make_strategy"]
 
 CORRELATION_ID = "$correlationId"
 _BUCKETS = 1024
@@ -44,6 +44,45 @@ class ConsumerSink(Protocol):
     def dropped(self) -> None: ...
 
 
+class RequestStatistics:
+    """A consumer's extra statistics (KurrentDB's RequestStatistics, kept when the group was made with
+    ``extraStatistics``): how long each message took from being sent until its ack or nack (or its
+    timeout), in milliseconds, over the last ``window`` messages; read as KurrentDB's measurements
+    (mean, median, fastest, quintiles, 90% .. 99.9%, highest)."""
+
+    WINDOW = 1000
+
+    def __init__(self, elapsed_ms: Callable[[], float], window: int = WINDOW) -> None:
+        self._elapsed_ms = elapsed_ms
+        self._window = window
+        self._measurements: deque[int] = deque(maxlen=window)
+        self._started: dict[bytes, float] = {}
+
+    def start(self, event_id: bytes) -> None:
+        self._started[event_id] = self._elapsed_ms()
+
+    def end(self, event_id: bytes) -> None:
+        start = self._started.pop(event_id, None)
+        if start is not None:
+            # whole milliseconds, as KurrentDB's; rounded first so float noise does not lose one
+            self._measurements.append(int(round(self._elapsed_ms() - start, 3)))
+
+    def measurements(self) -> list[tuple[str, int]]:
+        items = sorted(self._measurements)
+        if not items:
+            return []
+        size = len(items)
+
+        def at(percentile: float) -> int:
+            return items[min(int(percentile / 100 * size), size - 1)]
+
+        out = [("Mean", sum(items) // size), ("Median", items[size // 2]), ("Fastest", items[0])]
+        out += [(f"Quintile {i + 1}", at(i * 20)) for i in range(5)]
+        out += [(f"{p:g}%", at(p)) for p in (90, 95, 99, 99.5, 99.9)]
+        out.append(("Highest", items[-1]))
+        return out
+
+
 class Client:
     """One connected consumer: its free slots and the messages it has not confirmed yet."""
 
@@ -55,6 +94,7 @@ class Client:
         max_in_flight: int,
         username: str,
         from_: str,
+        extra_statistics: RequestStatistics | None = None,
     ) -> None:
         self.correlation_id = correlation_id
         self.instance_id = uuid.uuid4()
@@ -68,6 +108,7 @@ class Client:
         self.last_total_items = 0
         self.unconfirmed: dict[bytes, OutstandingMessage] = {}
         self.on_confirmed: list[Callable[[Client, ResolvedEvent], None]] = []
+        self.extra_statistics = extra_statistics
 
     @property
     def in_flight(self) -> int:
@@ -78,12 +119,16 @@ class Client:
             return False
         self.available_slots -= 1
         self.total_items += 1
+        if self.extra_statistics is not None:
+            self.extra_statistics.start(message.event_id)
         self.sink.deliver(message.resolved, message.retry_count)
         self.unconfirmed.setdefault(message.event_id, message)
         return True
 
     def remove_from_processing(self, event_ids: list[bytes]) -> None:
         for event_id in event_ids:
+            if self.extra_statistics is not None:
+                self.extra_statistics.end(event_id)
             message = self.unconfirmed.pop(event_id, None)
             if message is None:
                 continue

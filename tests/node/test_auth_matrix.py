@@ -115,6 +115,10 @@ EXPECTED: tuple[Row, ...] = (
     Row("POST /subscriptions/{stream}/{group}", "*", R401, R401, ALLOWED, ALLOWED),
     Row("DELETE /subscriptions/{stream}/{group}", "*", R401, R401, ALLOWED, ALLOWED),
     Row("POST /subscriptions/{stream}/{group}/replayParked", "*", R401, R401, ALLOWED, ALLOWED),
+    Row("POST /subscriptions/{stream}/{group}/truncateParked", "*", R401, R401, ALLOWED, ALLOWED),
+    # the parked messages' feed: any user may ask (statistics), then the parked stream's own rights
+    # decide ($admins only: KurrentDB's parker writes that $acl)
+    Row("GET /subscriptions/viewparkedmessages/*", "*", R401, REFUSED, REFUSED, ALLOWED),
     Row("* /subscriptions/{stream}/{group}*", USER_STREAM, R401, ALLOWED, ALLOWED, ALLOWED),
     Row("* /subscriptions/{stream}/{group}*", SYSTEM_STREAM, R401, REFUSED, REFUSED, ALLOWED),
     Row("* /subscriptions/{stream}/{group}*", ALL_STREAM, R401, REFUSED, REFUSED, ALLOWED),
@@ -136,6 +140,7 @@ SAMPLES = {  # path parameters other than {stream}
     "login": "nobody-here",  # a user that is not the caller: admin rights are needed
     "command": "enable",
     "group": "matrix-group",
+    "event": "0",
     "id": str(uuid.uuid4()),
 }
 EVENTS = [{"eventId": str(uuid.uuid4()), "eventType": "MatrixEvent", "data": {"n": 1}}]

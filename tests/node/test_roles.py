@@ -72,6 +72,10 @@ RULES: dict[tuple[str, str], set[str]] = {
     ("POST", "/subscriptions/{stream}/{group}"): OPS_OR_ADMIN,
     ("DELETE", "/subscriptions/{stream}/{group}"): OPS_OR_ADMIN,
     ("POST", "/subscriptions/{stream}/{group}/replayParked"): OPS_OR_ADMIN,
+    ("POST", "/subscriptions/{stream}/{group}/truncateParked"): OPS_OR_ADMIN,
+    # the parked stream's feed: its $acl is $admins only
+    ("GET", "/subscriptions/viewparkedmessages/{stream}/{group}/{event}/backward/{count}"): ADMIN_ONLY,
+    ("GET", "/subscriptions/viewparkedmessages/{stream}/{group}/{event}/forward/{count}"): ADMIN_ONLY,
     ("POST", "/subscriptions/restart"): OPS_OR_ADMIN,
     ("GET", "/subscriptions/{stream}/{group}"): AUTHENTICATED,
     ("GET", "/subscriptions/{stream}/{group}/{count}"): AUTHENTICATED,
@@ -97,6 +101,7 @@ SAMPLES = {
     "command": "enable",
     "priority": "5",
     "group": "roles-g",
+    "event": "0",
     "id": "fbf4a1a1-b4a3-4dfe-a01f-ec52c34e16e4",
 }
 EVENTS = [{"eventId": "fbf4a1a1-b4a3-4dfe-a01f-ec52c34e16e4", "eventType": "E", "data": {}}]

@@ -222,3 +222,54 @@ def test_checkpoint_survives_a_node_restart(tmp_path: Path) -> None:
         client.close()
     finally:
         thread.stop()
+
+
+def test_parked_messages_over_http_view_truncate_and_extra_statistics(
+    node: NodeThread, client: KurrentDBClient
+) -> None:
+    _append(client, "orders-5", 3)
+    status, _ = _http(node.port, "PUT", "/subscriptions/orders-5/web", {"extraStatistics": True})
+    assert status == 201
+    status, feed = _http(node.port, "GET", "/subscriptions/orders-5/web/3")
+    assert status == 200 and len(feed["entries"]) == 3
+    nack = next(link["uri"] for link in feed["links"] if link["relation"] == "nackAll")
+    status, _ = _http(node.port, "POST", nack.split(f":{node.port}", 1)[1] + "&action=park")
+    assert status == 202
+
+    def info() -> dict[str, Any]:
+        return _http(node.port, "GET", "/subscriptions/orders-5/web/info")[1]
+
+    wait_until(lambda: info()["parkedMessageCount"] == 3, what="three parked messages")
+    view = "/subscriptions/viewparkedmessages/orders-5/web"
+    status, parked = _http(node.port, "GET", f"{view}/head/backward/20?embed=body")
+    assert status == 200 and parked["streamId"] == "$persistentsubscription-orders-5::web-parked"
+    assert [e["eventNumber"] for e in parked["entries"]] == [2, 1, 0]  # resolved: the parked events
+    assert {e["streamId"] for e in parked["entries"]} == {"orders-5"}
+    status, forward = _http(node.port, "GET", f"{view}/1/forward/1")
+    assert status == 200 and len(forward["entries"]) == 1
+    for bad in (f"{view}/x/backward/20", f"{view}/0/backward/0", f"{view}/head/forward/5"):
+        assert _http(node.port, "GET", bad)[0] == 400, bad
+    # truncate: drops parked messages without replaying them
+    truncate = "/subscriptions/orders-5/web/truncateParked"
+    assert _http(node.port, "POST", f"{truncate}?stopAt=x")[0] == 400
+    assert _http(node.port, "POST", "/subscriptions/orders-5/nope/truncateParked")[0] == 404
+    status, body = _http(node.port, "POST", f"{truncate}?stopAt=2")
+    assert status == 200 and body["result"] == "Success"
+    wait_until(lambda: info()["parkedMessageCount"] == 1, what="two parked messages truncated")
+    status, parked = _http(node.port, "GET", f"{view}/head/backward/20")
+    assert [e["eventNumber"] for e in parked["entries"]] == [2]
+    # extra statistics: a gRPC consumer's time to ack, KurrentDB's measurement names
+    sub = client.read_subscription_to_stream("web", stream_name="orders-5")
+    try:
+        _append(client, "orders-5", 1)
+        event = next(sub)
+        sub.ack(event)
+
+        def measured() -> list[dict[str, Any]]:
+            connections = info()["connections"]
+            return connections[0]["extraStatistics"] if connections else []
+
+        keys = [m["key"] for m in wait_until(measured, what="a measurement")]
+        assert keys[:4] == ["Mean", "Median", "Fastest", "Quintile 1"] and keys[-1] == "Highest"
+    finally:
+        sub.stop()

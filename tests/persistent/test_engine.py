@@ -22,6 +22,7 @@ from evdb.errors import (
     PersistentSubscriptionsNotReady,
 )
 from evdb.persistent import ALL, DatabaseStore, EventFilterSpec, EventSource, GroupSettings
+from evdb.persistent.engine import REPLAYING_PARKED
 from evdb.persistent.model import ResolvedEvent
 from evdb.persistent.service import PersistentSubscriptionService
 from evdb.streams import NewEvent
@@ -311,3 +312,70 @@ async def test_a_group_from_the_end_takes_an_event_appended_as_soon_as_create_an
 
 def _streams(sink: Sink) -> list[str]:
     return [r.original.stream for r, _ in sink.items]
+
+
+async def _park_three(h: Harness) -> tuple[Sink, Any]:
+    h.append("s", 3)
+    await h.service.create(EventSource.of("s"), "g", settings(min_checkpoint_count=1), None)
+    sink = Sink()
+    conn = await h.service.connect("s", "g", sink, buffer_size=10, connection_name="c", user="u", from_="x")
+    await until(lambda: len(sink.items) == 3, "the events")
+    h.service.nack(conn.key, [r.event_id for r, _ in sink.items], "Park", "bad")
+    await until(lambda: h.service.info("s", "g")["parkedMessageCount"] == 3, "three parked events")
+    await h.tick()
+    await until(lambda: h.service.info("s", "g")["lastCheckpointedEventPosition"] == "2", "the checkpoint")
+    return sink, conn
+
+
+async def test_truncate_parked_drops_them_unreplayed_and_counts_stay_true_after_restart(h: Harness) -> None:
+    sink, _ = await _park_three(h)
+    parked = "$persistentsubscription-s::g-parked"
+    with pytest.raises(PersistentSubscriptionFailed, match="negative version"):
+        h.service.truncate_parked("s", "g", -1, "admin")
+    with pytest.raises(PersistentSubscriptionNotFound):
+        h.service.truncate_parked("s", "nope", None, "admin")
+    h.service.truncate_parked("s", "g", 1, "admin")  # the first parked message only
+    await until(lambda: h.service.info("s", "g")["parkedMessageCount"] == 2, "one truncated")
+    assert h.db.stream_state(parked).metadata.truncate_before == 1
+    assert h.service.info("s", "g")["parkedMessageTruncations"] == 1
+    await h.service.restart()  # the count is read again from the parked stream and its $tb
+    await until(lambda: h.service.started, "the restart")
+    await until(lambda: h.service.info("s", "g")["parkedMessageCount"] == 2, "the count after the restart")
+    h.service.truncate_parked("s", "g", 1, "admin")  # $tb only moves on: nothing changes
+    await until(lambda: not h.service._groups["s::g"].state & REPLAYING_PARKED, "the truncate to end")
+    assert h.db.stream_state(parked).metadata.truncate_before == 1
+    again = Sink()
+    conn = await h.service.connect("s", "g", again, buffer_size=10, connection_name="c", user="u", from_="x")
+    h.service.replay_parked("s", "g", None, "admin")  # the two left are replayed, then cut
+    await until(lambda: len(again.items) == 2, "the two parked messages left")
+    assert sorted(r.event.event_number for r, _ in again.items if r.event is not None) == [1, 2]
+    h.service.ack(conn.key, [r.event_id for r, _ in again.items])
+    await until(lambda: h.service.info("s", "g")["parkedMessageCount"] == 0, "the replayed ones cut")
+    assert h.db.stream_state(parked).metadata.truncate_before == 3
+    await h.service.restart()
+    await until(lambda: h.service.started, "the restart")
+    await until(lambda: "s::g" in h.service._groups, "the group")
+    assert h.service.info("s", "g")["parkedMessageCount"] == 0
+    assert len(sink.items) == 3  # the first consumer was dropped by the restart, never sent them again
+
+
+async def test_extra_statistics_measure_the_time_to_an_ack(h: Harness) -> None:
+    h.append("s", 3)
+    await h.service.create(EventSource.of("s"), "g", settings(extra_statistics=True), None)
+    await h.service.create(EventSource.of("s"), "plain", settings(), None)
+    sink, plain = Sink(), Sink()
+    conn = await h.service.connect("s", "g", sink, buffer_size=10, connection_name="c", user="u", from_="x")
+    await h.service.connect("s", "plain", plain, buffer_size=10, connection_name="c", user="u", from_="x")
+    await until(lambda: len(sink.items) == 3 and len(plain.items) == 3, "the events")
+    ids = [r.event_id for r, _ in sink.items]
+    h.clock.advance(0.25)
+    h.service.ack(conn.key, ids[:1])
+    h.clock.advance(0.5)
+    h.service.ack(conn.key, ids[1:])
+    measured = h.service.info("s", "g")["connections"][0]["observedMeasurements"]
+    assert [(m["key"], m["value"]) for m in measured] == [
+        ("Mean", 583), ("Median", 750), ("Fastest", 250),
+        ("Quintile 1", 250), ("Quintile 2", 250), ("Quintile 3", 750), ("Quintile 4", 750), ("Quintile 5", 750),
+        ("90%", 750), ("95%", 750), ("99%", 750), ("99.5%", 750), ("99.9%", 750), ("Highest", 750),
+    ]  # fmt: skip
+    assert h.service.info("s", "plain")["connections"][0]["observedMeasurements"] == []
