@@ -569,6 +569,22 @@ def _doc() -> dict[str, Any]:
     unauth = r("Not authenticated, or without the required role")
     bad = r("Invalid input; the body says why", {**text, **json_object})
     missing = r("No such subscription group", text)
+    stop_at = {
+        "name": "stopAt",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "integer", "minimum": 0},
+    }
+
+    def parked_action(summary: str, answer: str) -> dict[str, Any]:
+        return {
+            "post": {
+                "summary": summary,
+                "parameters": [stream, group, stop_at],
+                "responses": {"200": r(answer, json_object), "400": bad, "401": unauth, "404": missing},
+            }
+        }
+
     config_body = {
         "required": False,
         "content": {
@@ -735,38 +751,12 @@ def _doc() -> dict[str, Any]:
                 "responses": {"200": r("The group", json_object), "401": unauth, "404": missing},
             }
         },
-        "/subscriptions/{stream}/{group}/replayParked": {
-            "post": {
-                "summary": "Replay the parked messages (all, or those before stopAt)",
-                "parameters": [
-                    stream,
-                    group,
-                    {
-                        "name": "stopAt",
-                        "in": "query",
-                        "required": False,
-                        "schema": {"type": "integer", "minimum": 0},
-                    },
-                ],
-                "responses": {"200": r("Replaying", json_object), "400": bad, "401": unauth, "404": missing},
-            }
-        },
-        "/subscriptions/{stream}/{group}/truncateParked": {
-            "post": {
-                "summary": "Drop the parked messages without replaying them (all, or those before stopAt)",
-                "parameters": [
-                    stream,
-                    group,
-                    {
-                        "name": "stopAt",
-                        "in": "query",
-                        "required": False,
-                        "schema": {"type": "integer", "minimum": 0},
-                    },
-                ],
-                "responses": {"200": r("Truncating", json_object), "400": bad, "401": unauth, "404": missing},
-            }
-        },
+        "/subscriptions/{stream}/{group}/replayParked": parked_action(
+            "Replay the parked messages (all, or those before stopAt)", "Replaying"
+        ),
+        "/subscriptions/{stream}/{group}/truncateParked": parked_action(
+            "Drop the parked messages without replaying them (all, or those before stopAt)", "Truncating"
+        ),
         "/subscriptions/viewparkedmessages/{stream}/{group}/{event}/backward/{count}": {
             "get": {
                 "summary": "A page of a group's parked messages, newest first (the parked stream's feed)",

@@ -428,46 +428,38 @@ class PersistentSubscriptionService:
         return instance.take_next(count)
 
     def replay_parked(self, stream: str, group: str, stop_at: int | None, user: str | None) -> None:
-        self._ready()
-        key = group_key(stream, group)
-        self.logger.info(
-            "Replaying parked messages for persistent subscription %s %s. Requested by %s",
-            key,
-            f"(To: '{stop_at}')" if stop_at is not None else "(All)",
-            user,
-        )
-        if stop_at is not None and stop_at < 0:
-            raise PersistentSubscriptionFailed(
-                stream, group, "Cannot stop replaying parked message at a negative version."
-            )
-        instance = self._groups.get(key)
-        if instance is None:
-            raise PersistentSubscriptionNotFound(stream, group)
-        result = instance.replay_parked(stop_at)
-        if result == "NotReady":
-            raise PersistentSubscriptionsNotReady()
-        if result == "AlreadyInProgress":
-            raise PersistentSubscriptionFailed(stream, group, "A replay or truncate is already in progress.")
+        self._parked_action(stream, group, stop_at, user, "replay")
 
     def truncate_parked(self, stream: str, group: str, stop_at: int | None, user: str | None) -> None:
         """KurrentDB's TruncateParkedMessages: the parked messages (all, or those before ``stop_at``)
         are dropped without being replayed."""
+        self._parked_action(stream, group, stop_at, user, "truncate")
+
+    def _parked_action(
+        self, stream: str, group: str, stop_at: int | None, user: str | None, action: str
+    ) -> None:
+        """Replay or truncate a group's parked messages: the same checks and answers for both."""
         self._ready()
         key = group_key(stream, group)
-        self.logger.debug(
-            "Truncating parked messages for persistent subscription %s %s. Requested by %s",
+        log = self.logger.info if action == "replay" else self.logger.debug
+        log(
+            "%s parked messages for persistent subscription %s %s. Requested by %s",
+            "Replaying" if action == "replay" else "Truncating",
             key,
             f"(To: '{stop_at}')" if stop_at is not None else "(All)",
             user,
         )
         if stop_at is not None and stop_at < 0:
-            raise PersistentSubscriptionFailed(
-                stream, group, "Cannot truncate parked messages at a negative version."
+            reason = (
+                "Cannot stop replaying parked message at a negative version."
+                if action == "replay"
+                else "Cannot truncate parked messages at a negative version."
             )
+            raise PersistentSubscriptionFailed(stream, group, reason)
         instance = self._groups.get(key)
         if instance is None:
             raise PersistentSubscriptionNotFound(stream, group)
-        result = instance.truncate_parked(stop_at)
+        result = instance.replay_parked(stop_at) if action == "replay" else instance.truncate_parked(stop_at)
         if result == "NotReady":
             raise PersistentSubscriptionsNotReady()
         if result == "AlreadyInProgress":
