@@ -22,6 +22,13 @@ Per target, launched fresh each run with `evdb cluster up` (as bench_http.py):
 
 --profile DIR: one more run per target with py-spy on the leader during the h2load Append load and during
 the kurrentdbclient processes; prints where the node's milliseconds go per call.
+
+--framing [--calls N]: no node; the server side's HTTP/2 work of N unary calls in this process (request
+headers and one message in, response headers, one message and trailers out), with the pure-Python h2
+that grpclib uses and, when it can be imported, ngh2 (libnghttp2, compiled, sans-I/O): what a compiled
+HTTP/2 engine behind the node's port would save per call. ngh2 is not a dependency; to include it:
+    .venv/bin/pip install --target /tmp/ngh2 ngh2==0.3.0
+    PYTHONPATH=/tmp/ngh2 .venv/bin/python bench/bench_grpc.py --framing
 """
 
 from __future__ import annotations
@@ -309,6 +316,121 @@ def one_target(kind: str, args, profile: Path | None = None) -> dict[str, LoadRe
     return out
 
 
+# -- --framing: the HTTP/2 engine's share of a call, without a node --------------------------------------
+_CALL_HEADERS = [
+    (":method", "POST"),
+    (":scheme", "http"),
+    (":path", APPEND),
+    (":authority", "127.0.0.1:2113"),
+    ("content-type", "application/grpc"),
+    ("te", "trailers"),
+    ("grpc-timeout", "10S"),
+    ("user-agent", "grpc-python/1.85"),
+    ("authorization", BASIC),
+]
+
+
+def _client_bytes(calls: int) -> tuple[bytes, list[bytes]]:
+    """A client's preface and the bytes of each of ``calls`` unary calls (a 180-byte message each)."""
+    import h2.config
+    import h2.connection
+    import h2.settings
+
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    client.increment_flow_control_window(2**30)
+    # the server's settings as the client would have them: streams and window without limit here
+    peer = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+    peer.local_settings = h2.settings.Settings(
+        client=False, initial_values={h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 2**31 - 1}
+    )
+    peer.initiate_connection()
+    peer.increment_flow_control_window(2**30)
+    preface = client.data_to_send()
+    client.receive_data(peer.data_to_send())
+    preface += client.data_to_send()
+    body = b"\x00" + (180).to_bytes(4, "big") + b"x" * 180
+    out = []
+    for _ in range(calls):
+        stream_id = client.get_next_available_stream_id()
+        client.send_headers(stream_id, _CALL_HEADERS)
+        client.send_data(stream_id, body, end_stream=True)
+        out.append(client.data_to_send())
+    return preface, out
+
+
+def _serve_h2(preface: bytes, calls: list[bytes], answer: bytes) -> float:
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    server = h2.connection.H2Connection(
+        h2.config.H2Configuration(client_side=False, header_encoding="ascii", validate_inbound_headers=False)
+    )  # as grpclib configures it
+    server.initiate_connection()
+    server.increment_flow_control_window(2**30)
+    server.receive_data(preface)
+    server.data_to_send()
+    started = time.process_time()
+    for data in calls:
+        stream_id = 0
+        for event in server.receive_data(data):
+            if isinstance(event, h2.events.RequestReceived):
+                stream_id = event.stream_id
+            elif isinstance(event, h2.events.DataReceived):
+                server.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        server.send_headers(stream_id, [(":status", "200"), ("content-type", "application/grpc+proto")])
+        server.send_data(stream_id, answer)
+        server.send_headers(stream_id, [("grpc-status", "0")], end_stream=True)
+        server.data_to_send()
+    return time.process_time() - started
+
+
+def _serve_ngh2(preface: bytes, calls: list[bytes], answer: bytes) -> float:
+    import ngh2  # type: ignore[import-not-found]
+    from ngh2.config import Role  # type: ignore[import-not-found]
+
+    server = ngh2.Connection(Role.SERVER)  # its window updates are automatic
+    server.initiate_connection()
+    server.receive_data(preface)
+    server.events()
+    server.data_to_send()
+    started = time.process_time()
+    for data in calls:
+        server.receive_data(data)
+        stream_id = 0
+        for event in server.events():
+            if isinstance(event, ngh2.events.RequestReceived):
+                stream_id = event.stream_id
+        server.send_response(stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc+proto")])
+        server.send_data(stream_id, answer)
+        server.send_trailers(stream_id, [(b"grpc-status", b"0")])
+        server.data_to_send()
+    return time.process_time() - started
+
+
+def framing(calls: int, runs: int) -> None:
+    engines: list[tuple[str, Callable[[bytes, list[bytes], bytes], float]]] = [
+        ("h2 (pure Python)", _serve_h2)
+    ]
+    try:
+        import ngh2  # type: ignore[import-not-found]
+
+        engines.append((f"ngh2 {ngh2.__version__} (libnghttp2)", _serve_ngh2))
+    except ImportError:
+        print("ngh2 not importable: measuring h2 only (see the module docstring)")
+    answer = b"\x00" + (60).to_bytes(4, "big") + b"y" * 60
+    print(f"server-side HTTP/2 work of a unary gRPC call, {calls:,} calls, CPU ms per call, median of {runs}")
+    for name, serve in engines:
+        times = []
+        for _ in range(runs):
+            preface, data = _client_bytes(calls)
+            times.append(serve(preface, data, answer) / calls * 1000)
+        print(
+            f"| {name} | {statistics.median(times):.4f} ms | runs: {', '.join(f'{t:.4f}' for t in times)} |"
+        )
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         uri, ca, stream, seconds = sys.argv[2:6]
@@ -325,7 +447,12 @@ def main() -> None:
     parser.add_argument(
         "--variants", default="asyncio", help="e.g. asyncio,uvloop: runtime variants (bench/node_variant.py)"
     )
+    parser.add_argument("--framing", action="store_true", help="only the HTTP/2 engines' cost per call")
+    parser.add_argument("--calls", type=int, default=20_000, help="with --framing")
     args = parser.parse_args()
+    if args.framing:
+        framing(args.calls, args.runs)
+        return
     targets = target_names(args.targets, args.variants)
     need_tools("h2load", "nghttp", *(["py-spy"] if args.profile else []))
     print(f"load average at start: {load_average()}", flush=True)

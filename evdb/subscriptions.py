@@ -8,7 +8,7 @@ so they never deliver a deleted, truncated or expired event.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from evdb.database import Database
@@ -85,11 +85,15 @@ async def subscribe_to_all(
     from_end: bool = False,
     event_filter: Callable[[EventRecord], bool] | None = None,
     checkpoint_interval: int | None = None,
+    before_wait: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[EventRecord | CaughtUp | FilterCheckpoint]:
     """Events of ``$all`` after log position ``after`` (None: from the start), then live ones.
 
     With ``checkpoint_interval`` a :class:`FilterCheckpoint` is yielded each time that many events
     were looked at, so a filtered subscriber can save progress while nothing matches.
+    ``before_wait`` is awaited each time the subscription is about to wait (for a read of the next
+    batch or for new commits): a subscriber that holds what it was given (to write a batch at once)
+    sends it then.
     """
     position = db.readable_position if from_end else 0
     skip_at = -1
@@ -103,8 +107,12 @@ async def subscribe_to_all(
             if not caught_up:
                 caught_up = True
                 yield CaughtUp(position)
+            if before_wait is not None:
+                await before_wait()
             await notifier.wait_beyond(position)
             continue
+        if before_wait is not None:
+            await before_wait()
         chunk = await asyncio.to_thread(db.read_all_forward, position, BATCH, None)
         for record in chunk.events:
             if record.log_position == skip_at:
@@ -125,10 +133,12 @@ async def subscribe_to_stream(
     *,
     after: int | None = None,
     from_end: bool = False,
+    before_wait: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[EventRecord | CaughtUp]:
     """Events of ``stream`` after event number ``after`` (None: from the start), then live ones.
 
-    Raises :class:`evdb.errors.StreamDeleted` if the stream is tombstoned.
+    Raises :class:`evdb.errors.StreamDeleted` if the stream is tombstoned. ``before_wait``: as for
+    :func:`subscribe_to_all`.
     """
     next_number = 0 if after is None else after + 1
     if from_end:
@@ -139,6 +149,8 @@ async def subscribe_to_stream(
     caught_up = False
     while True:
         seen_end = db.readable_position
+        if before_wait is not None:
+            await before_wait()
         try:
             chunk = await asyncio.to_thread(db.read_stream_forward, stream, next_number, BATCH)
             events, next_number, is_end = (
@@ -154,4 +166,6 @@ async def subscribe_to_stream(
             if not caught_up:
                 caught_up = True
                 yield CaughtUp(seen_end)
+            if before_wait is not None:
+                await before_wait()
             await notifier.wait_beyond(seen_end)

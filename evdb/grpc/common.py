@@ -15,9 +15,10 @@ trailers naming the leader's address (KurrentDB's ``RpcExceptions.LeaderInfo``).
 from __future__ import annotations
 
 import logging
+import time
 import urllib.parse
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import h2.exceptions
@@ -25,7 +26,7 @@ from google.protobuf import timestamp_pb2
 from grpclib import GRPCError
 from grpclib._typing import IServerMethodFunc
 from grpclib.const import Status
-from grpclib.events import RecvRequest, listen
+from grpclib.events import RecvRequest, SendMessage, listen
 from grpclib.metadata import decode_timeout
 from grpclib.protocol import H2Protocol
 from grpclib.server import Handler, Server, Stream
@@ -52,6 +53,7 @@ __all__ = [
     "SYSTEM",
     "KurrentError",
     "KurrentServer",
+    "MessageWriter",
     "call_context",
     "check_stream_access",
     "database",
@@ -60,6 +62,7 @@ __all__ = [
     "kurrent_error",
     "require_ops",
     "scavenge_service",
+    "send_messages",
     "timestamp_now",
     "uuid_message",
 ]
@@ -101,7 +104,9 @@ async def call_context(node: Node, stream: Stream) -> CallContext:
 
 
 def check_stream_access(node: Node, principal: Principal, stream: str, action: str) -> None:
-    """The HTTP API's stream access rules (evdb.auth.stream_access); blocking (reads metadata)."""
+    """The HTTP API's stream access rules (evdb.auth.stream_access), on the event loop as the HTTP API
+    checks them: the stream's metadata is read through the index and the chunks' maps (``mmap``), which
+    hold the GIL in a worker thread as much as on the loop, so a thread hop would only add wake-ups."""
     verdict = stream_access(database(node), principal, stream, action)
     if verdict == "unauthenticated":
         raise GRPCError(Status.UNAUTHENTICATED, "Authentication is required.")
@@ -237,6 +242,101 @@ def timestamp_now(node: Node) -> timestamp_pb2.Timestamp:
     ts = timestamp_pb2.Timestamp()
     ts.FromNanoseconds(int(node.clock.time() * 1_000_000_000))
     return ts
+
+
+# -- server-streaming answers written a page at a time ---------------------------------------------------
+#: A :class:`MessageWriter` writes what it holds once this many bytes wait (bounds its memory)
+FLUSH_BYTES = 1 << 20
+
+
+class MessageWriter:
+    """Messages of a server-streaming call, written to the connection together.
+
+    grpclib's ``Stream.send_message`` writes each message with its own HTTP/2 DATA frame and its own
+    transport write (a ``send()`` each). gRPC messages are length-prefixed and may share frames, so
+    :meth:`flush` joins what was added and hands it to h2 in frames of the peer's largest frame size,
+    as many as the peer's flow-control window (the stream's and the connection's) allows, in one
+    transport write; with a short window it writes what fits and waits for the peer's WINDOW_UPDATE, as
+    grpclib does. Every flush completes before the handler returns, so trailers never pass a message.
+    With grpclib ``SendMessage`` listeners (none in evdb) each message goes through ``send_message``."""
+
+    __slots__ = ("_count", "_messages", "_parts", "_size", "_stream")
+
+    def __init__(self, stream: Stream) -> None:
+        self._stream = stream
+        self._parts: list[bytes] = []
+        self._messages: list[Any] = []  # only with SendMessage listeners
+        self._count = 0
+        self._size = 0
+
+    async def add(self, message: Any) -> None:
+        """Hold ``message`` for the next :meth:`flush` (flushing first when enough is waiting)."""
+        stream = self._stream
+        if stream._dispatch._listeners.get(SendMessage):
+            self._messages.append(message)
+            return
+        payload = stream._codec.encode(message, stream._send_type)
+        self._parts.append(b"\x00" + len(payload).to_bytes(4, "big"))
+        self._parts.append(payload)
+        self._count += 1
+        self._size += 5 + len(payload)
+        if self._size >= FLUSH_BYTES:
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write everything held, in order."""
+        stream = self._stream
+        if self._messages:
+            messages, self._messages = self._messages, []
+            for message in messages:
+                await stream.send_message(message)
+        if not self._parts:
+            return
+        data, count = b"".join(self._parts), self._count
+        self._parts, self._count, self._size = [], 0, 0
+        if not stream._send_initial_metadata_done:
+            await stream.send_initial_metadata()
+        await _send_data(stream._stream, data)
+        # grpclib's own bookkeeping, as send_message keeps it (its keep-alive reads the times)
+        stream._send_message_done = True
+        stream._messages_sent += count
+        connection = stream._stream.connection
+        connection.messages_sent += count
+        connection.last_message_sent = time.monotonic()
+
+
+async def send_messages(stream: Stream, messages: Iterable[Any]) -> None:
+    """Several messages of a server-streaming call written together (:class:`MessageWriter`)."""
+    writer = MessageWriter(stream)
+    for message in messages:
+        await writer.add(message)
+    await writer.flush()
+
+
+async def _send_data(h2_stream: Any, data: bytes) -> None:
+    """grpclib's ``protocol.Stream.send_data`` with one transport write per window's worth of frames
+    instead of one per frame."""
+    connection = h2_stream.connection
+    h2 = h2_stream._h2_connection
+    position, end = 0, len(data)
+    while position < end:
+        await connection.write_ready.wait()  # the transport's buffer is below its high-water mark
+        window = h2.local_flow_control_window(h2_stream.id)  # min(stream's, connection's); may be < 0
+        if window <= 0:
+            h2_stream.window_updated.clear()
+            await h2_stream.window_updated.wait()
+            continue  # other streams may have used the window meanwhile: look again
+        limit = min(end, position + window)
+        frame = h2.max_outbound_frame_size
+        start = position
+        while position < limit:
+            chunk = data[position : min(limit, position + frame)]
+            h2.send_data(h2_stream.id, chunk)
+            position += len(chunk)
+        h2_stream._transport.write(h2.data_to_send())
+        h2_stream.data_sent += position - start
+        connection.data_sent += position - start
+        connection.data_send_process()
 
 
 # -- KurrentDB's error shapes on the wire ----------------------------------------------------------------

@@ -6,6 +6,11 @@ preface ``PRI * HTTP/2.0`` means gRPC, anything else is HTTP/1.1 for aiohttp.
 
 ``DispatchSite`` replaces aiohttp's ``SockSite`` for a bound socket; stopping the site (the runner's
 cleanup does) also ends the node's gRPC calls and connections.
+
+grpclib writes each HTTP/2 piece of an answer (headers, each DATA frame, trailers, window updates) to
+the transport as it makes it: a ``send()`` (and over TLS a record) each. A gRPC connection's transport
+is handed to grpclib behind :class:`_JoinedWrites`, which joins what one step of the event loop writes
+into one write at the end of that step: a unary answer's headers, message and trailers go out together.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 #: the HTTP API and the Admin UI speak; gRPC clients offer only h2 and get it.
 ALPN = ["http/1.1", "h2"]
 _log = logging.getLogger("evdb.grpc")
+#: :class:`_JoinedWrites` passes its writes on at once when this many bytes wait, so the transport's
+#: flow control (pause_writing at its high-water mark) sees a large answer as it is made
+JOIN_LIMIT = 256 * 1024
 
 
 class GrpcServer:
@@ -140,6 +148,55 @@ class _Dispatch(asyncio.Protocol):
             target.data_received(data)
 
 
+class _JoinedWrites:
+    """The part of a transport grpclib uses (write, close, is_closing, get_extra_info), with the writes
+    of one event-loop step passed on as one write when the step ends (``call_soon``), or at once when
+    ``JOIN_LIMIT`` bytes wait or the connection is closed. Order is kept: every write goes through
+    here, and the transport's own buffer and flow control are untouched."""
+
+    __slots__ = ("_loop", "_pending", "_scheduled", "_size", "_transport")
+
+    def __init__(self, transport: asyncio.WriteTransport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+        self._size = 0
+        self._scheduled = False
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        self._pending.append(data)
+        self._size += len(data)
+        if self._size >= JOIN_LIMIT:
+            self.flush()
+        elif not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._flush_scheduled)
+
+    def _flush_scheduled(self) -> None:
+        self._scheduled = False
+        self.flush()
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+        self._pending.clear()
+        self._size = 0
+        self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return self._transport.get_extra_info(name, default)
+
+
 class _TrackedGrpc(asyncio.Protocol):
     """grpclib's protocol, with the transport known to the server until the connection ends."""
 
@@ -149,7 +206,8 @@ class _TrackedGrpc(asyncio.Protocol):
         self._inner = server.protocol(transport)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._inner.connection_made(transport)
+        joined = _JoinedWrites(transport, asyncio.get_running_loop())  # type: ignore[arg-type]
+        self._inner.connection_made(joined)  # type: ignore[arg-type]
 
     def data_received(self, data: bytes) -> None:
         self._inner.data_received(data)

@@ -1,8 +1,13 @@
 """KurrentDB's ``event_store.client.streams.Streams`` service: Read (reads and catch-up/live
 subscriptions of a stream or ``$all``), Append, BatchAppend, Delete and Tombstone.
 
-Every event's commit and prepare positions are its log position. Reads page through the database
-off the event loop; subscriptions follow :mod:`evdb.subscriptions`.
+Every event's commit and prepare positions are its log position. A read's first page, up to
+``LOOP_PAGE`` events, is read on the event loop (the chunks and the index are ``mmap``ed: a worker
+thread would hold the GIL through the same reads, and the hop costs two wake-ups); further pages, a
+filtered ``$all`` read (which may look at many events to find a page) and link resolution go to a
+worker thread. Subscriptions follow :mod:`evdb.subscriptions`. The messages of a page (and of a
+subscription's catch-up page or live commit) are written to the connection together
+(:class:`evdb.grpc.common.MessageWriter`), not one write per event.
 
 A filtered ``$all`` subscription sends checkpoints as KurrentDB's ``AllSubscriptionFiltered`` does
 (:class:`_FilterCheckpoints`): its search window is the filter's ``max`` or, sent as ``count`` (the
@@ -40,6 +45,7 @@ from evdb.errors import (
 )
 from evdb.grpc.common import (
     CallContext,
+    MessageWriter,
     call_context,
     check_leader,
     check_stream_access,
@@ -47,6 +53,7 @@ from evdb.grpc.common import (
     expected_version,
     grpc_error,
     parse_uuid,
+    send_messages,
     stream_name,
     timestamp_now,
     uuid_message,
@@ -71,6 +78,8 @@ __all__ = ["StreamsService"]
 ReadResp = streams_pb2.ReadResp
 RecordedEvent = streams_pb2.ReadResp.ReadEvent.RecordedEvent
 PAGE = 512
+#: The most events of a read's first page read on the event loop (see the module docstring)
+LOOP_PAGE = 128
 #: KurrentDB's ``Enumerator.DefaultReadBatchSize``: the most matching events of a filtered page, and the
 #: search window of a filter sent with ``count``
 READ_BATCH_SIZE = 32
@@ -262,7 +271,7 @@ class StreamsService:
             return
         if is_metastream(stream):
             action = "metaread" if action == "read" else "metawrite"
-        await asyncio.to_thread(check_stream_access, self.node, ctx.principal, stream, action)
+        check_stream_access(self.node, ctx.principal, stream, action)  # on the loop, as HTTP's
 
     # -- Read --------------------------------------------------------------------------------------------
     async def read(self, stream: Stream) -> None:
@@ -302,11 +311,10 @@ class StreamsService:
     ) -> None:
         """A page of a read; with ``resolve``, its links resolved (off the event loop)."""
         if resolve and any(record.event_type == LINK_TYPE for record in records):
-            for item in await asyncio.to_thread(resolve_links, db.read_event, records):
-                await stream.send_message(_resolved(item, structured))
+            items = await asyncio.to_thread(resolve_links, db.read_event, records)
+            await send_messages(stream, (_resolved(item, structured) for item in items))
             return
-        for record in records:
-            await stream.send_message(_recorded(record, structured))
+        await send_messages(stream, (_recorded(record, structured) for record in records))
 
     async def _message(self, db: Any, record: EventRecord, structured: bool, resolve: bool) -> ReadResp:
         """One event of a subscription; with ``resolve``, a link resolved (off the event loop)."""
@@ -331,12 +339,19 @@ class StreamsService:
             return  # forwards from the end: nothing yet
         first = True
         while remaining > 0:
-            batch = min(remaining, PAGE)
             try:
-                if forwards:
-                    page = await asyncio.to_thread(db.read_stream_forward, name, number or 0, batch)
+                if first:  # on the loop (see the module docstring)
+                    batch = min(remaining, LOOP_PAGE)
+                    if forwards:
+                        page = db.read_stream_forward(name, number or 0, batch)
+                    else:
+                        page = db.read_stream_backward(name, number, batch)
                 else:
-                    page = await asyncio.to_thread(db.read_stream_backward, name, number, batch)
+                    batch = min(remaining, PAGE)
+                    if forwards:
+                        page = await asyncio.to_thread(db.read_stream_forward, name, number or 0, batch)
+                    else:
+                        page = await asyncio.to_thread(db.read_stream_backward, name, number, batch)
             except StreamNotFound:
                 if first:
                     await stream.send_message(
@@ -374,10 +389,17 @@ class StreamsService:
             position = 0 if forwards else None
         if forwards and position is None:
             return
+        first = True
         while remaining > 0:
-            batch = min(remaining, PAGE)
+            on_loop = first and event_filter is None  # see the module docstring
+            batch = min(remaining, LOOP_PAGE if on_loop else PAGE)
+            first = False
             try:
-                if forwards:
+                if on_loop and forwards:
+                    page = db.read_all_forward(position or 0, batch, None)
+                elif on_loop:
+                    page = db.read_all_backward(position, batch, None)
+                elif forwards:
                     # forwards, position is never None (see above)
                     page = await asyncio.to_thread(db.read_all_forward, position or 0, batch, event_filter)
                 else:
@@ -394,7 +416,7 @@ class StreamsService:
         self, stream: Stream, name: str, options: Any, structured: bool, resolve: bool = False
     ) -> None:
         node = self.node
-        state = await asyncio.to_thread(database(node).stream_state, name)
+        state = database(node).stream_state(name)  # on the loop (see the module docstring)
         if state.tombstoned:
             raise StreamDeleted(name)
         which = options.WhichOneof("revision_option")
@@ -403,17 +425,27 @@ class StreamsService:
             ReadResp(confirmation=ReadResp.SubscriptionConfirmation(subscription_id=str(uuid.uuid4())))
         )
         last = after
-        async for item in subscribe_to_stream(
-            database(node), node.notifier, name, after=after, from_end=which == "end"
-        ):
-            if isinstance(item, CaughtUp):
-                caught_up = ReadResp.CaughtUp(timestamp=timestamp_now(node))
-                if last is not None:
-                    caught_up.stream_revision = last
-                await stream.send_message(ReadResp(caught_up=caught_up))
-            else:
-                last = item.event_number
-                await stream.send_message(await self._message(database(node), item, structured, resolve))
+        writer = MessageWriter(stream)  # written each time the subscription waits
+        try:
+            async for item in subscribe_to_stream(
+                database(node),
+                node.notifier,
+                name,
+                after=after,
+                from_end=which == "end",
+                before_wait=writer.flush,
+            ):
+                if isinstance(item, CaughtUp):
+                    caught_up = ReadResp.CaughtUp(timestamp=timestamp_now(node))
+                    if last is not None:
+                        caught_up.stream_revision = last
+                    await writer.add(ReadResp(caught_up=caught_up))
+                else:
+                    last = item.event_number
+                    await writer.add(await self._message(database(node), item, structured, resolve))
+        except Exception:
+            await writer.flush()  # what was read goes out before the error's trailers, as before
+            raise
 
     async def _subscribe_all(
         self,
@@ -428,7 +460,7 @@ class StreamsService:
         after = options.all.position.commit_position if which == "position" else None
         if after is not None:
             try:  # the position must be an event's (or the end)
-                await asyncio.to_thread(database(node).read_all_forward, after, 1)
+                database(node).read_all_forward(after, 1)  # on the loop (see the module docstring)
             except InvalidInput:
                 raise _invalid_position(event_filter is not None) from None
         checkpoints = None
@@ -439,26 +471,31 @@ class StreamsService:
         )
         last = after
         due: int | None = None
-        async for item in subscribe_to_all(
-            database(node), node.notifier, after=after, from_end=which == "end"
-        ):
-            if isinstance(item, CaughtUp):
-                if checkpoints is not None and (due := checkpoints.caught_up()) is not None:
-                    await stream.send_message(self._checkpoint(due))
-                caught_up = ReadResp.CaughtUp(timestamp=timestamp_now(node))
-                if last is not None:
-                    caught_up.position.commit_position = last
-                    caught_up.position.prepare_position = last
-                await stream.send_message(ReadResp(caught_up=caught_up))
-                continue
-            if isinstance(item, FilterCheckpoint):  # not asked for (no filter given to the reader)
-                continue
-            last = item.log_position
-            matched = event_filter is None or event_filter(item)
-            if matched:
-                await stream.send_message(await self._message(database(node), item, structured, resolve))
-            if checkpoints is not None and (due := checkpoints.looked_at(last, matched)) is not None:
-                await stream.send_message(self._checkpoint(due))
+        writer = MessageWriter(stream)  # written each time the subscription waits
+        try:
+            async for item in subscribe_to_all(
+                database(node), node.notifier, after=after, from_end=which == "end", before_wait=writer.flush
+            ):
+                if isinstance(item, CaughtUp):
+                    if checkpoints is not None and (due := checkpoints.caught_up()) is not None:
+                        await writer.add(self._checkpoint(due))
+                    caught_up = ReadResp.CaughtUp(timestamp=timestamp_now(node))
+                    if last is not None:
+                        caught_up.position.commit_position = last
+                        caught_up.position.prepare_position = last
+                    await writer.add(ReadResp(caught_up=caught_up))
+                    continue
+                if isinstance(item, FilterCheckpoint):  # not asked for (no filter given to the reader)
+                    continue
+                last = item.log_position
+                matched = event_filter is None or event_filter(item)
+                if matched:
+                    await writer.add(await self._message(database(node), item, structured, resolve))
+                if checkpoints is not None and (due := checkpoints.looked_at(last, matched)) is not None:
+                    await writer.add(self._checkpoint(due))
+        except Exception:
+            await writer.flush()  # what was read goes out before the error's trailers, as before
+            raise
 
     def _checkpoint(self, position: int) -> ReadResp:
         return ReadResp(
