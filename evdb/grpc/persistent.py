@@ -27,6 +27,7 @@ from evdb.errors import (
 )
 from evdb.grpc.common import (
     CallContext,
+    MessageWriter,
     access_denied,
     call_context,
     check_leader,
@@ -408,7 +409,7 @@ class PersistentSubscriptionsService:
                 else stream_name(options.stream_identifier)
             )
             if not ctx.principal.is_admin:
-                await asyncio.to_thread(check_stream_access, node, ctx.principal, name, "read")
+                check_stream_access(node, ctx.principal, name, "read")  # on the loop, as the streams' reads
         except GRPCError as exc:
             if exc.status in (Status.PERMISSION_DENIED, Status.UNAUTHENTICATED):
                 raise access_denied() from None
@@ -441,12 +442,19 @@ class PersistentSubscriptionsService:
                     )
                 )
             )
+            writer = MessageWriter(stream)
             while True:  # until the group drops it or the client cancels the call (as KurrentDB)
                 item = await sink.queue.get()
-                if item is _DROPPED:
-                    raise grpc_error(node, PersistentSubscriptionDropped(name, options.group_name))
-                resolved, retry_count = item
-                await stream.send_message(_read_event(resolved, retry_count, structured))
+                while True:  # what the group has pushed meanwhile goes out in one write
+                    if item is _DROPPED:
+                        await writer.flush()
+                        raise grpc_error(node, PersistentSubscriptionDropped(name, options.group_name))
+                    resolved, retry_count = item
+                    await writer.add(_read_event(resolved, retry_count, structured))
+                    if sink.queue.empty():
+                        break
+                    item = sink.queue.get_nowait()
+                await writer.flush()
         finally:
             pump.cancel()
             service.disconnect(connection)
