@@ -13,6 +13,7 @@ the stream state from the index and the log, never from the writer's private cac
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import fcntl
@@ -26,7 +27,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from evdb.clock import TICKS_PER_SECOND, Clock, SystemClock
 from evdb.errors import (
@@ -107,10 +108,98 @@ class DatabaseConfig:
         return self.index_dir or os.path.join(self.db_dir, "index")
 
 
+# -- answers to writes -------------------------------------------------------------------------------
+class _Answer(Protocol):
+    """Where the writer puts a request's result: a concurrent future (sync callers and the
+    ``*_async`` methods), or a :class:`_LoopAnswer` (the ``*_on_loop`` methods)."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: Any) -> None: ...
+
+    def set_exception(self, exception: BaseException) -> None: ...
+
+
+#: (asyncio future, result, exception) settled together on their event loop
+_Settlement = tuple["asyncio.Future[Any]", Any, BaseException | None]
+_answer_batches = threading.local()
+
+
+class _LoopAnswer:
+    """The answer to a write awaited on an event loop. The writer answers a group's requests with
+    one ``call_soon_threadsafe`` per event loop (:func:`_answers_batched`), not one wake-up per
+    request as ``asyncio.wrap_future`` costs; answered on the loop's own thread (the replication
+    gate), it is settled at once, with no wake-up at all."""
+
+    __slots__ = ("_settled", "future", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[Any] = loop.create_future()
+        self._settled = False
+
+    def done(self) -> bool:
+        return self._settled
+
+    def set_result(self, result: Any) -> None:
+        self._settle(result, None)
+
+    def set_exception(self, exception: BaseException) -> None:
+        self._settle(None, exception)
+
+    def _settle(self, result: Any, exception: BaseException | None) -> None:
+        if self._settled:
+            return
+        self._settled = True
+        batch: dict[asyncio.AbstractEventLoop, list[_Settlement]] | None = getattr(
+            _answer_batches, "batch", None
+        )
+        if batch is not None:
+            batch.setdefault(self.loop, []).append((self.future, result, exception))
+        else:
+            _deliver(self.loop, [(self.future, result, exception)])
+
+
+def _settle_all(settlements: list[_Settlement]) -> None:
+    """On the event loop: settle each future its waiter has not given up on (cancelled)."""
+    for future, result, exception in settlements:
+        if future.done():
+            continue
+        if exception is not None:
+            future.set_exception(exception)
+        else:
+            future.set_result(result)
+
+
+def _deliver(loop: asyncio.AbstractEventLoop, settlements: list[_Settlement]) -> None:
+    if asyncio._get_running_loop() is loop:
+        _settle_all(settlements)
+        return
+    # a closed loop has no waiter left to answer
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(_settle_all, settlements)
+
+
+@contextlib.contextmanager
+def _answers_batched() -> Iterator[None]:
+    """Collect the loop answers settled inside (a commit group's), then wake each loop once."""
+    if getattr(_answer_batches, "batch", None) is not None:  # nested: the outer one delivers
+        yield
+        return
+    batch: dict[asyncio.AbstractEventLoop, list[_Settlement]] = {}
+    _answer_batches.batch = batch
+    try:
+        yield
+    finally:
+        _answer_batches.batch = None
+        for loop, settlements in batch.items():
+            _deliver(loop, settlements)
+
+
 # -- write requests ----------------------------------------------------------------------------------
 @dataclass
 class _Request:
-    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    future: _Answer = field(default_factory=concurrent.futures.Future)
 
 
 @dataclass
@@ -145,7 +234,7 @@ class _Pending:
 
     entries: list[tuple[int, int, int]] = field(default_factory=list)
     names: set[str] = field(default_factory=set)
-    answers: list[tuple[concurrent.futures.Future, Any]] = field(default_factory=list)
+    answers: list[tuple[_Answer, Any]] = field(default_factory=list)
 
 
 class WriterContext:
@@ -237,6 +326,10 @@ class Database:
         #: client's records only while it leads under its own epoch (a node taking office must not
         #: write anything before its epoch record: see docs/cluster.md, "The common point")
         self.write_permit: Callable[[], bool] | None = None
+        #: called in the writer with the log's end when records are written and about to be synced (a
+        #: leader ships them to its followers during its own fdatasync), then with -1 if that sync
+        #: fails (they are rolled back: the leader must not go on with what it shipped)
+        self.before_sync: Callable[[int], None] | None = None
         #: the end of what readers see: None = all that is durable here (a single node); in a cluster,
         #: what the cluster committed (set by evdb.cluster), so a read never returns a record that a
         #: new leader could cut from this log
@@ -515,7 +608,22 @@ class Database:
         if self._failed is not None:
             raise EvdbError(f"The database stopped accepting writes after an error: {self._failed}")
         self._queue.put(request)
-        return request.future
+        return _concurrent(request.future)
+
+    def _submit_on_loop(self, request: _Request) -> asyncio.Future[Any]:
+        """Queue ``request`` for the writer, answered on the running event loop (see _LoopAnswer).
+        A follower's writes go to its leader through ``remote_writer``, as for ``_submit``."""
+        loop = asyncio.get_running_loop()
+        if self._closed:
+            raise DatabaseClosed()
+        if self.remote_writer is not None and isinstance(request, (_Append, _Delete)):
+            return asyncio.wrap_future(self.remote_writer(request), loop=loop)
+        if self._failed is not None:
+            raise EvdbError(f"The database stopped accepting writes after an error: {self._failed}")
+        answer = _LoopAnswer(loop)
+        request.future = answer
+        self._queue.put(request)
+        return answer.future
 
     def _append_request(self, stream: str, events: Sequence[NewEvent], expected_version: int) -> _Append:
         """Validate an append before it is queued (nothing reaches the writer unchecked)."""
@@ -537,6 +645,13 @@ class Database:
     ) -> concurrent.futures.Future:
         return self._submit(self._append_request(stream, events, expected_version))
 
+    def append_on_loop(
+        self, stream: str, events: Sequence[NewEvent], expected_version: int = ANY
+    ) -> asyncio.Future[AppendResult]:
+        """:meth:`append` for a coroutine: call it on the event loop and await the future there. The
+        writer answers all of a commit group's appends awaited on a loop with one wake-up of it."""
+        return self._submit_on_loop(self._append_request(stream, events, expected_version))
+
     def append(self, stream: str, events: Sequence[NewEvent], expected_version: int = ANY) -> AppendResult:
         """Append ``events`` to ``stream`` atomically, if its version is ``expected_version``.
 
@@ -551,6 +666,14 @@ class Database:
         check_stream_name(stream)
         check_expected_version(expected_version)
         return self._submit(_Delete(stream=stream, expected_version=expected_version, hard=hard))
+
+    def delete_stream_on_loop(
+        self, stream: str, expected_version: int = ANY, *, hard: bool = False
+    ) -> asyncio.Future[AppendResult]:
+        """:meth:`delete_stream` for a coroutine, answered as :meth:`append_on_loop` is."""
+        check_stream_name(stream)
+        check_expected_version(expected_version)
+        return self._submit_on_loop(_Delete(stream=stream, expected_version=expected_version, hard=hard))
 
     def delete_stream(self, stream: str, expected_version: int = ANY, *, hard: bool = False) -> AppendResult:
         """Soft delete (``$tb`` = max in the metadata) or, with ``hard``, write a tombstone."""
@@ -696,20 +819,22 @@ class Database:
         self._drain_after_stop()
 
     def _process_group(self, group: list) -> bool:
-        """Run a group of requests and commit them; True when the group holds the stop request."""
+        """Run a group of requests and commit them; True when the group holds the stop request.
+        The group's answers awaited on an event loop reach it together, with one wake-up."""
         stop = False
-        for request in group:
-            if request is _STOP:
-                stop = True
-                continue
-            if self._failed is not None:
-                request.future.set_exception(EvdbError(f"The database failed: {self._failed}"))
-                continue
-            self._run(request)
-        try:
-            self._commit_segment()
-        except BaseException as exc:  # an I/O error: nothing of this segment is acknowledged
-            self._fail_segment(exc)
+        with _answers_batched():
+            for request in group:
+                if request is _STOP:
+                    stop = True
+                    continue
+                if self._failed is not None:
+                    request.future.set_exception(EvdbError(f"The database failed: {self._failed}"))
+                    continue
+                self._run(request)
+            try:
+                self._commit_segment()
+            except BaseException as exc:  # an I/O error: nothing of this segment is acknowledged
+                self._fail_segment(exc)
         return stop
 
     def _run_here_or_queue(self, request: _Request) -> concurrent.futures.Future:
@@ -725,11 +850,11 @@ class Database:
             try:
                 if not self._closed:
                     self._process_group([request])
-                    return request.future
+                    return _concurrent(request.future)
             finally:
                 self._writer_lock.release()
         self._queue.put(request)
-        return request.future
+        return _concurrent(request.future)
 
     def _run(self, request: _Request) -> None:
         try:
@@ -765,7 +890,15 @@ class Database:
         pending = self._pending
         if not pending.answers and not pending.entries and self._log.end == self._log.committed:
             return
-        self._log.flush()
+        before_sync = self.before_sync if self._log.end != self._log.committed else None
+        if before_sync is not None:
+            before_sync(self._log.end)
+        try:
+            self._log.flush()
+        except BaseException:
+            if before_sync is not None:
+                before_sync(-1)
+            raise
         committed = self._log.committed
         self._index.add(pending.entries, committed)
         if self._existence is not None:
@@ -1336,6 +1469,12 @@ def _remove_existence_filter(index_dir: str) -> None:
     for name in ("streamExistenceFilter.dat", "streamExistenceFilter.chk"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(index_dir, "stream-existence", name))
+
+
+def _concurrent(answer: _Answer) -> concurrent.futures.Future:
+    """The concurrent future of a request made through a sync or ``*_async`` method."""
+    assert isinstance(answer, concurrent.futures.Future)
+    return answer
 
 
 def _group_failure(exc: BaseException) -> BaseException:

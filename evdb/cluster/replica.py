@@ -48,7 +48,9 @@ class ReplicationLog(Protocol):
     """What the cluster reads from and writes to a member's log to replicate it."""
 
     # -- a leader, for its followers
-    def read_raw(self, position: int, max_bytes: int) -> tuple[int, bytes, int | None]: ...
+    def read_raw(
+        self, position: int, max_bytes: int, upto: int | None = None
+    ) -> tuple[int, bytes, int | None]: ...
 
     def replication_chunk(self, position: int) -> Chunk | None: ...
 
@@ -64,6 +66,8 @@ class ReplicationLog(Protocol):
     # -- a follower, writing what the leader sent
     def apply_replicated(self, position: int, frames: bytes) -> int: ...
 
+    def apply_replicated_batch(self, pieces: list[tuple[int, bytes]]) -> int: ...
+
     def complete_replicated_chunk(self, chunk_end: int) -> None: ...
 
     def install_replicated_chunk(
@@ -78,17 +82,22 @@ class ChunkLogReplication:
         self.db = db
 
     # -- a leader, for its followers ----------------------------------------------------------------
-    def read_raw(self, position: int, max_bytes: int) -> tuple[int, bytes, int | None]:
-        """Framed records of the committed log from ``position`` (a record boundary), for followers.
+    def read_raw(
+        self, position: int, max_bytes: int, upto: int | None = None
+    ) -> tuple[int, bytes, int | None]:
+        """Framed records of the committed log from ``position`` (a record boundary), for followers;
+        with ``upto``, also the records written up to there and not yet synced (a leader ships a
+        group while it syncs it: ``upto`` is an end the writer announced through
+        ``Database.before_sync``, whole records that nothing rolls back unless that sync fails).
 
         Returns ``(position, frames, completed_chunk_end)``: ``frames`` may be empty; when ``position``
         is the end of a completed chunk the position moves to the next chunk and its end is returned so
         the follower completes its chunk there too.
         """
         log = self.db.log
-        committed = log.committed
+        shippable = log.committed if upto is None else max(log.committed, min(upto, log.end))
         chunk = log.chunk_for(position)
-        if chunk is None or position >= committed:
+        if chunk is None or position >= shippable:
             return position, b"", None
         if chunk.is_completed and position >= chunk.data_end_position:
             return chunk.end_position, b"", chunk.end_position
@@ -100,7 +109,7 @@ class ChunkLogReplication:
         limit = (
             chunk.physical_end
             if chunk.is_completed
-            else min(chunk.physical_end, committed - chunk.start_position)
+            else min(chunk.physical_end, shippable - chunk.start_position)
         )
         buf = chunk.buffer
         end = offset
@@ -186,35 +195,45 @@ class ChunkLogReplication:
         ``frames`` are whole framed records starting at ``position``; a position at the start of the
         next chunk completes the active one first, as the leader did. Returns the committed end.
         """
+        return self.apply_replicated_batch([(position, frames)])
+
+    def apply_replicated_batch(self, pieces: list[tuple[int, bytes]]) -> int:
+        """Write several consecutive messages of the leader's records (each as :meth:`apply_replicated`
+        takes them) and make them durable together: one writer call, one fdatasync. Returns the
+        committed end, the highest durable position.
+
+        Each piece is checked whole (its start is this log's end, its frames decode, every record is at
+        the position it claims) before any of its bytes are written or indexed; a piece that fails
+        raises StorageError after the pieces before it were committed, and nothing of it is kept.
+        """
 
         def apply(ctx: WriterContext) -> int:
             log = ctx.log
-            active = log.active_chunk
-            if position == active.end_position and not active.is_completed:
-                # the leader went on in the next chunk: this one is complete, also when its records
-                # filled it to the last byte (the leader then sends no completion of its own)
-                ctx.complete_active_chunk()
-            if position != log.end:
-                raise StorageError(f"Replicated records start at {position} but this log ends at {log.end}.")
-            records, end = rec.read_frames(frames, 0, len(frames), len(frames), where="replication")
-            if end != len(frames):
-                raise StorageError("Replicated data does not end on a record boundary.")
-            epoch: tuple[int, int] | None = None
-            expected = position
-            for record in records:
-                if record.log_position != expected:
-                    raise StorageError(
-                        f"Replicated record at {record.log_position} was expected at {expected}."
-                    )
-                expected = record.next_position
-                if isinstance(record, rec.EventRecord):
-                    ctx.index(record)
-                elif record.kind == rec.SystemRecordKind.EPOCH:
-                    epoch = (record.log_position, _epoch_number(record))
-            log.write(frames)
-            ctx.commit()
-            if epoch is not None:
-                ctx.note_epoch(*epoch)
+            epochs: list[tuple[int, int]] = []
+
+            def commit() -> None:
+                ctx.commit()  # what was written is durable before an epoch checkpoint names it
+                for epoch in epochs:
+                    ctx.note_epoch(*epoch)
+
+            for position, frames in pieces:
+                active = log.active_chunk
+                if position == active.end_position and not active.is_completed:
+                    # the leader went on in the next chunk: this one is complete, also when its
+                    # records filled it to the last byte (the leader then sends no completion)
+                    ctx.complete_active_chunk()
+                try:
+                    records = _checked_frames(position, frames, log.end)
+                except StorageError:
+                    commit()  # the pieces before this one are whole and the leader's: keep them
+                    raise
+                for record in records:
+                    if isinstance(record, rec.EventRecord):
+                        ctx.index(record)
+                    elif record.kind == rec.SystemRecordKind.EPOCH:
+                        epochs.append((record.log_position, _epoch_number(record)))
+                log.write(frames)
+            commit()
             return log.committed
 
         return self.db.call_in_writer(apply)
@@ -288,6 +307,22 @@ class ChunkLogReplication:
             if isinstance(source, str):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(source)  # still there only when the install failed before its rename
+
+
+def _checked_frames(position: int, frames: bytes, log_end: int) -> list[rec.EventRecord | rec.SystemRecord]:
+    """The records of one replicated message, refused whole (StorageError) unless it starts at this
+    log's end, holds whole records only, and every record is at the position it claims."""
+    if position != log_end:
+        raise StorageError(f"Replicated records start at {position} but this log ends at {log_end}.")
+    records, end = rec.read_frames(frames, 0, len(frames), len(frames), where="replication")
+    if end != len(frames):
+        raise StorageError("Replicated data does not end on a record boundary.")
+    expected = position
+    for record in records:
+        if record.log_position != expected:
+            raise StorageError(f"Replicated record at {record.log_position} was expected at {expected}.")
+        expected = record.next_position
+    return records
 
 
 def _epoch_number(record: rec.SystemRecord) -> int:

@@ -22,6 +22,7 @@ public HTTP API (``GET /gossip``), as KurrentDB's does.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import os
@@ -38,7 +39,7 @@ from evdb.cluster.advertising import CLIENT_HOST, CLIENT_PORT, cluster_member
 from evdb.cluster.election import LogStanding, VoteRequest, grant_vote, majority
 from evdb.cluster.forwarding import RemoteWriter, decode_write, encode_error, encode_result
 from evdb.cluster.replica import ChunkLogReplication, ReplicationLog
-from evdb.cluster.transport import Channel, HttpTransport, PeerError, Transport
+from evdb.cluster.transport import Channel, HttpTransport, Message, PeerError, Transport
 from evdb.errors import CorruptedFile, DatabaseReopening, EvdbError, InvalidOption, NotLeader
 from evdb.storage.chunk import FOOTER_SIZE, HEADER_SIZE, Chunk
 from evdb.streams import AppendResult
@@ -65,7 +66,14 @@ _T = TypeVar("_T")
 _CHECKS_PER_MESSAGE = 2048
 
 _POSITION = struct.Struct("<q")
+#: a records message: ``int64 position | int64 the leader's commit position | framed records``
+_RECORDS = struct.Struct("<qq")
+#: the replication stream's wire format: 2 since a records message carries the commit position
+#: (``<qq`` position|commit, then frames) and a leader ships records before its own sync. A leader and
+#: a follower of different protocols refuse each other, each saying why, instead of misreading bytes.
+REPLICATION_PROTOCOL = 2
 _MAX_SEND = 1 << 20
+_MAX_BATCH = 16 << 20  # bytes of records messages a follower writes under one sync
 _CHUNK_PIECE = 1 << 20  # bytes of a chunk file per WebSocket message
 
 
@@ -315,6 +323,64 @@ def resolve_common_point(leader: Database, follower: Database) -> tuple[str, int
         before = checks[-1][0]
 
 
+class _Inbox:
+    """The messages of a replication stream that arrived and are not yet handled, in order; None once
+    the stream is over. Filled by its own task (:meth:`fill`) so that what arrives while the follower
+    writes is there to be taken in one go (:func:`_records_batch`)."""
+
+    def __init__(self) -> None:
+        self.messages: collections.deque[Message | None] = collections.deque()
+        self.error: Exception | None = None  # why the stream broke, when it did not just end
+        self._arrived = asyncio.Event()
+
+    async def fill(self, channel: Channel) -> None:
+        try:
+            while (message := await channel.receive()) is not None:
+                self.messages.append(message)
+                self._arrived.set()
+        except Exception as exc:  # the stream broke: handled as its end, and raised by the follower
+            self.error = exc
+        finally:
+            self.messages.append(None)
+            self._arrived.set()
+
+    async def get(self) -> Message | None:
+        while not self.messages:
+            self._arrived.clear()
+            await self._arrived.wait()
+        return self.messages.popleft()
+
+
+def _is_commit_only(message: Message | None) -> bool:
+    body = message.text if message is not None else None
+    return isinstance(body, dict) and body.keys() == {"commit"}
+
+
+def _records_batch(first: bytes, inbox: _Inbox) -> tuple[list[tuple[int, bytes]], int]:
+    """The leader's records message ``first`` and the records messages queued right behind it, as
+    ``(position, frames)`` pieces for one durable write, with the highest commit position the leader
+    sent with them or between them. Stops at anything else (a chunk's completion, a caught-up mark,
+    the end of the stream): those are handled in their order after the write."""
+    position, commit = _RECORDS.unpack_from(first)
+    pieces = [(position, bytes(memoryview(first)[_RECORDS.size :]))]
+    queued = inbox.messages
+    size = len(first)
+    while queued and size < _MAX_BATCH:
+        message = queued[0]
+        if _is_commit_only(message):
+            assert message is not None
+            commit = max(commit, int(message.text["commit"]))
+        elif message is not None and message.binary is not None:
+            position, sent_commit = _RECORDS.unpack_from(message.binary)
+            pieces.append((position, bytes(memoryview(message.binary)[_RECORDS.size :])))
+            commit = max(commit, sent_commit)
+            size += len(message.binary)
+        else:
+            break
+        queued.popleft()
+    return pieces, commit
+
+
 @dataclass
 class _FollowerLink:
     voting: bool
@@ -376,6 +442,13 @@ class ClusterService:
         #: since its epoch; a follower: what its leader said); reads never go past it
         self.commit_position = -1
         self._own_epoch_position = -1  # the epoch record this node wrote on taking office
+        #: a leader's records written and being synced, shipped to followers meanwhile: (the database,
+        #: the end its writer announced through Database.before_sync), or None
+        self._ship_upto: tuple[Any, int] | None = None
+        #: a sync of records already shipped failed (they are rolled back here): this node writes
+        #: nothing more until it takes office again, and steps down
+        self._sync_failed = False
+        self._sync_failures = 0
         if transport is None:
             from evdb.cluster.peers import PeerClient
 
@@ -538,10 +611,12 @@ class ClusterService:
         publishes it: no request may see it without the write permit, forwarding and read limit)."""
         db = db if db is not None else self.db
         db.add_commit_listener(self._on_commit)
-        # only a leader under its own epoch writes a client's records (never a node taking office)
-        db.write_permit = lambda: self.state in ("Leader", "ResigningLeader")
+        # only a leader under its own epoch writes a client's records (never a node taking office),
+        # and not after a failed sync of records it shipped (see _before_sync)
+        db.write_permit = lambda: self.state in ("Leader", "ResigningLeader") and not self._sync_failed
         if self.cluster_size > 1:
             db.replication_gate = self._gate_answers
+            db.before_sync = functools.partial(self._before_sync, db)
             # reads stop at what the cluster committed (never a tail a new leader may cut)
             self.commit_position = min(db.commit_limit_at_open(), db.committed_position)
             db.set_read_limit(max(self.commit_position, 0))
@@ -576,9 +651,46 @@ class ClusterService:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._notify_commit)
 
-    def _notify_commit(self) -> None:
+    def _before_sync(self, db: Database, end: int) -> None:
+        """The database's before_sync hook (writer thread): a leader's records up to ``end`` are written
+        and about to be synced; the senders ship them now, in parallel with the leader's fdatasync. The
+        leader still counts itself only once they are durable (majority_position), so a write is
+        acknowledged only when a majority holds durable copies. ``end`` -1: that sync failed and the
+        records are being rolled back, so followers may hold records this log no longer has: this node
+        writes nothing more in this office (write_permit) and steps down; the election that follows
+        keeps whatever a majority holds (a voter refuses a candidate whose log is behind its own)."""
+        loop = self._loop
+        if end < 0:
+            self._sync_failed = True
+            self._ship_upto = None
+            self._sync_failures += 1
+            if loop is not None and not loop.is_closed():
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self._after_failed_sync)
+            return
+        if self.state not in ("Leader", "ResigningLeader"):
+            return
+        self._ship_upto = (db, end)
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._wake_senders)
+
+    def _after_failed_sync(self) -> None:
+        if self.state in ("Leader", "ResigningLeader"):
+            self.logger.error(
+                "A sync of records already sent to followers failed in %s: this node steps down and "
+                "writes nothing more until it is elected again",
+                getattr(self.db.config, "db_dir", None) or "the in-memory database",
+            )
+            task = asyncio.ensure_future(self._step_down())
+            self._tasks.append(task)
+
+    def _wake_senders(self) -> None:
         self._committed.set()
         self._committed = asyncio.Event()
+
+    def _notify_commit(self) -> None:
+        self._wake_senders()
         if self.cluster_size == 1 and self.node.db is not None:
             self.node.db.record_commit_position(self.node.db.committed_position)
         self._release_gate()
@@ -612,8 +724,7 @@ class ClusterService:
                 db.set_read_limit(position)
             if self.state in ("Leader", "ResigningLeader"):
                 # wake the senders: followers learn the new commit position now, not at the next tick
-                self._committed.set()
-                self._committed = asyncio.Event()
+                self._wake_senders()
 
     # -- gossip ----------------------------------------------------------------------------------------
     async def _gossip_loop(self) -> None:
@@ -853,6 +964,8 @@ class ClusterService:
         # before it would sit between the previous epoch's records and this one, where no follower's
         # log has it, and the common point would be computed wrong
         self.state = "PreLeader"
+        self._ship_upto = None
+        self._sync_failed = False  # a new office: its epoch record goes after what this log holds
         try:
             await self._stop_following()
             self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)  # type: ignore[arg-type]
@@ -895,6 +1008,7 @@ class ClusterService:
         # the state first: from here on the gate refuses the writes still in the writer's pipeline,
         # and _fail_gate refuses those it holds (see _gate_answers)
         self.state = "Unknown"
+        self._ship_upto = None
         self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)  # type: ignore[arg-type]
         if self.cluster_size == 1:
             self.db.replication_gate = None
@@ -1081,6 +1195,20 @@ class ClusterService:
         if not isinstance(hello, dict):
             return
         follower = str(hello.get("instanceId"))
+        if hello.get("protocol") != REPLICATION_PROTOCOL:
+            self.logger.warning(
+                "Follower %s speaks replication protocol %s, this leader %d: refused (run one evdb version "
+                "in a cluster; a rolling upgrade goes node by node within one protocol)",
+                follower,
+                hello.get("protocol", 1),
+                REPLICATION_PROTOCOL,
+            )
+            await channel.send_json(
+                {
+                    "error": f"replication protocol {hello.get('protocol', 1)}; this leader speaks {REPLICATION_PROTOCOL}"
+                }
+            )
+            return
         if not self.is_leader:
             await channel.send_json({"error": "not the leader"})
             return
@@ -1106,7 +1234,14 @@ class ClusterService:
             return
         self.logger.info("Follower %s subscribed from position %d", follower, position)
         link = self._followers[follower] = _FollowerLink(bool(hello.get("voting")), position)
-        await channel.send_json({"ok": True, "from": position, "epoch": self.standing().epoch_number})
+        await channel.send_json(
+            {
+                "ok": True,
+                "from": position,
+                "epoch": self.standing().epoch_number,
+                "protocol": REPLICATION_PROTOCOL,
+            }
+        )
         sender = asyncio.create_task(self._send_log(channel, position, follower))
         acks = asyncio.create_task(self._receive_acks(channel, link))
         try:
@@ -1137,19 +1272,27 @@ class ClusterService:
     async def _send_log(self, channel: Channel, position: int, follower: str = "?") -> None:
         idle_sent = -1
         commit_sent = -1
-        while not channel.closed and self.state in ("Leader", "ResigningLeader"):
+        while not channel.closed and self.state in ("Leader", "ResigningLeader") and not self._sync_failed:
             waiter = self._committed
             chunk = self.replica.replication_chunk(position)
             if chunk is not None:
                 await self._send_chunk_file(channel, chunk, follower, position)
                 position = chunk.end_position
                 continue
-            start, frames, completed = self.replica.read_raw(position, _MAX_SEND)
+            # what the writer has written and is syncing goes too (see _before_sync)
+            failures, ship = self._sync_failures, self._ship_upto
+            upto = ship[1] if ship is not None and ship[0] is self.node.db else None
+            start, frames, completed = self.replica.read_raw(position, _MAX_SEND, upto)
+            if self._sync_failures != failures:
+                break  # a sync failed while the records were read: they may be being rolled back
             if completed is not None:
                 await channel.send_json({"complete": completed})
                 position = start
             elif frames:
-                await channel.send_bytes(_POSITION.pack(start) + frames)
+                # the records of every commit group since the last send, in one message that also
+                # carries the commit position (no message of its own for it)
+                commit_sent = self.commit_position
+                await channel.send_bytes(_RECORDS.pack(start, commit_sent) + frames)
                 position = start + len(frames)
             else:
                 if idle_sent != position:
@@ -1260,6 +1403,7 @@ class ClusterService:
     def _hello(self) -> dict:
         return {
             "instanceId": str(self.node.instance_id),
+            "protocol": REPLICATION_PROTOCOL,
             "voting": not self.read_only,
             "writer": self.db.committed_position,
             "epochs": [
@@ -1313,6 +1457,12 @@ class ClusterService:
                 body = first.text if first is not None else None
             if not isinstance(body, dict) or "ok" not in body:
                 raise EvdbError(f"the leader refused to replicate: {body}")
+            if body.get("protocol") != REPLICATION_PROTOCOL:
+                await channel.close()
+                raise EvdbError(
+                    f"the leader at {endpoint[0]}:{endpoint[1]} speaks replication protocol "
+                    f"{body.get('protocol', 1)}, this node {REPLICATION_PROTOCOL}: run one evdb version in a cluster"
+                )
             leader_epoch = int(body.get("epoch", -1))
             resets_at = self._now() + self.reset_interval
             try:
@@ -1354,8 +1504,23 @@ class ClusterService:
         await channel.send_json({"ack": committed})
 
     async def _receive_log(self, channel: Channel, leader_epoch: int, resets_at: float) -> None:
+        """Take the leader's messages in order. The stream is read by its own task into an inbox, so
+        the records messages that arrive while this node writes and syncs the previous ones are written
+        next together: one writer call and one fdatasync for all of them, acknowledged once with the
+        highest durable position (the leader's commit positions between them apply after the write)."""
+        inbox = _Inbox()
+        reader = asyncio.create_task(inbox.fill(channel))
+        try:
+            await self._apply_log(channel, inbox, leader_epoch, resets_at)
+        finally:
+            reader.cancel()
+            await asyncio.wait((reader,))  # the caller's own cancellation still propagates
+        if inbox.error is not None and not inbox.messages:
+            raise inbox.error
+
+    async def _apply_log(self, channel: Channel, inbox: _Inbox, leader_epoch: int, resets_at: float) -> None:
         while True:
-            message = await channel.receive()
+            message = await inbox.get()
             if message is None:
                 break
             if not self.read_only and self.term > leader_epoch:
@@ -1370,13 +1535,11 @@ class ClusterService:
             if message.binary is not None and self._receiver is not None:
                 await self._receive_chunk_piece(channel, message.binary)
             elif message.binary is not None:
-                (position,) = _POSITION.unpack_from(message.binary)
-                committed = await self._blocking(
-                    self.replica.apply_replicated,
-                    position,
-                    bytes(memoryview(message.binary)[_POSITION.size :]),
-                )
+                pieces, commit = _records_batch(message.binary, inbox)
+                committed = await self._blocking(self.replica.apply_replicated_batch, pieces)
                 await channel.send_json({"ack": committed})
+                # what the leader's majority holds: reads here go no further (nor past this log)
+                self._advance_commit(min(commit, self.db.committed_position))
             elif isinstance(message.text, dict):
                 body = message.text
                 if self._receiver is not None:

@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
+import gc
 import json
 import logging
 import random
@@ -183,6 +184,10 @@ class SimDatabase:
         self.remote_writer: Any = None
         self.replication_gate: Any = None
         self.write_permit: Any = None
+        self.before_sync: Any = None
+        #: the end of the records read_raw handed out (shipped), synced or not
+        self.shipped = 0
+        self.fail_next_sync = False  # the next sync fails (an I/O error): its records are rolled back
         self._read_limit: int | None = None
         self._listeners: list = []
         self._pending: list[tuple[concurrent.futures.Future, Any]] = []
@@ -254,6 +259,8 @@ class SimDatabase:
     # -- writing
     def _write(self, records: list[SimRecord]) -> None:
         self.records.extend(records)
+        if self.before_sync is not None:
+            self.before_sync(self.end)  # written, not yet synced: a leader ships them meanwhile
         if not self._sync_scheduled:
             self._sync_scheduled = True
             self.sim.loop.call_later(self.sim.rng.uniform(0.0005, 0.004), self._sync, self.node.incarnation)
@@ -261,6 +268,9 @@ class SimDatabase:
     def _sync(self, incarnation: int) -> None:
         self._sync_scheduled = False
         if self.closed or incarnation != self.node.incarnation:
+            return
+        if self.fail_next_sync and self.synced < len(self.records):
+            self._fail_sync()
             return
         self.synced = len(self.records)
         self.durable.records = list(self.records)
@@ -271,6 +281,21 @@ class SimDatabase:
             for future, result in pending:
                 if not future.done():
                     future.set_result(result)
+        self._notify()
+
+    def _fail_sync(self) -> None:
+        """What the real writer does when its fdatasync fails: tell the hook, roll the unsynced records
+        back, refuse their answers (Database._commit_segment and _fail_segment)."""
+        self.fail_next_sync = False
+        if self.before_sync is not None:
+            self.before_sync(-1)
+        lost = self.records[self.synced :]
+        self.records = self.records[: self.synced]
+        self.sim.check_truncation(self.node, lost)
+        pending, self._pending = self._pending, []
+        for future, _ in pending:
+            if not future.done():
+                future.set_exception(EvdbError("the sync of this write failed"))
         self._notify()
 
     def _sync_now(self) -> None:
@@ -357,44 +382,69 @@ class SimDatabase:
     def replication_chunk(self, position: int) -> None:
         return None
 
-    def _index_at(self, position: int) -> int | None:
-        lo, hi = 0, self.synced
+    def _index_at(self, position: int, count: int | None = None) -> int | None:
+        """The index of the record at ``position`` among the first ``count`` (the synced ones)."""
+        count = self.synced if count is None else count
+        lo, hi = 0, count
         while lo < hi:
             mid = (lo + hi) // 2
             if self.records[mid].position < position:
                 lo = mid + 1
             else:
                 hi = mid
-        if lo < self.synced and self.records[lo].position == position:
+        if lo < count and self.records[lo].position == position:
             return lo
         return None
 
-    def read_raw(self, position: int, max_bytes: int) -> tuple[int, bytes, int | None]:
-        if position >= self.committed_position:
+    def read_raw(
+        self, position: int, max_bytes: int, upto: int | None = None
+    ) -> tuple[int, bytes, int | None]:
+        # with ``upto``: also what is written and not yet synced (as the real one, never past the end)
+        count = self.synced
+        if upto is not None:
+            while count < len(self.records) and self.records[count].end <= upto:
+                count += 1
+        end = self.records[count - 1].end if count else 0
+        if position >= end:
             return position, b"", None
-        index = self._index_at(position)
+        index = self._index_at(position, count)
         if index is None:
             raise StorageError(f"{position} is not a record boundary of this log")
-        batch = self.records[index : min(self.synced, index + 1 + self.sim.rng.randrange(8))]
+        batch = self.records[index : min(count, index + 1 + self.sim.rng.randrange(8))]
+        self.shipped = max(self.shipped, batch[-1].end)
         # each record framed in exactly its size, as the real log's frames are
         return position, b"".join(r.frame() for r in batch), None
 
     def apply_replicated(self, position: int, frames: bytes) -> int:
+        return self.apply_replicated_batch([(position, frames)])
+
+    def apply_replicated_batch(self, pieces: list[tuple[int, bytes]]) -> int:
+        """As the real one: every piece checked whole before it is written, all of them synced in one
+        go (the pieces before a refused one are kept and synced, then the refusal raises)."""
         self._flush_pending()
-        if position != self.end:
-            raise StorageError(f"Replicated records start at {position} but this log ends at {self.end}.")
-        records = SimRecord.parse_frames(frames)
-        expected = position
-        for record in records:
-            if record.position != expected:
-                raise StorageError(f"Replicated record at {record.position} was expected at {expected}.")
-            expected = record.end
-        self.records.extend(records)
-        self._sync_now()
-        for record in records:
-            if record.kind == "epoch" and record.epoch[0] > self.durable.proposal:
-                self.log.checkpoints.proposal.write(record.epoch[0])
-        self._notify()
+        written: list[SimRecord] = []
+        try:
+            for position, frames in pieces:
+                if position != self.end:
+                    raise StorageError(
+                        f"Replicated records start at {position} but this log ends at {self.end}."
+                    )
+                records = SimRecord.parse_frames(frames)
+                expected = position
+                for record in records:
+                    if record.position != expected:
+                        raise StorageError(
+                            f"Replicated record at {record.position} was expected at {expected}."
+                        )
+                    expected = record.end
+                self.records.extend(records)
+                written += records
+        finally:
+            self._sync_now()
+            for record in written:
+                if record.kind == "epoch" and record.epoch[0] > self.durable.proposal:
+                    self.log.checkpoints.proposal.write(record.epoch[0])
+            self._notify()
         return self.committed_position
 
     def complete_replicated_chunk(self, position: int) -> None:
@@ -540,7 +590,12 @@ class SimTransport:
         self.sim = sim
         self.node = node
         self.channels: list[SimChannel] = []
-        self.handler_tasks: set[asyncio.Task] = set()
+        # a dict, not a set: a crash cancels them in the order they started, not in the order of their
+        # addresses in memory (which differ from run to run in one process)
+        self.handler_tasks: dict[asyncio.Task, None] = {}
+
+    def forget_handler(self, task: asyncio.Task) -> None:
+        self.handler_tasks.pop(task, None)
 
     async def start(self, handlers: Any) -> int:
         return self.node.replication_port
@@ -565,8 +620,8 @@ class SimTransport:
         if not target.alive or not self.alive_self():
             raise PeerError(f"port {target_port} is down")
         task = loop.create_task(call(target))
-        target.transport.handler_tasks.add(task)
-        task.add_done_callback(target.transport.handler_tasks.discard)
+        target.transport.handler_tasks[task] = None
+        task.add_done_callback(target.transport.forget_handler)
         try:
             async with asyncio.timeout(timeout):
                 answer = await asyncio.shield(task)
@@ -613,8 +668,8 @@ class SimTransport:
         self.channels.append(mine)
         target.transport.channels.append(theirs)
         task = self.sim.loop.create_task(target.service.handle_replication(theirs))
-        target.transport.handler_tasks.add(task)
-        task.add_done_callback(target.transport.handler_tasks.discard)
+        target.transport.handler_tasks[task] = None
+        task.add_done_callback(target.transport.forget_handler)
         task.add_done_callback(lambda _t: self.sim.loop.create_task(theirs.close()))
         try:
             yield mine
@@ -966,15 +1021,68 @@ class Simulation:
                     self.reads.append((node.name, record.position, record.event_id))
 
     # -- the fault schedule
+    async def wait_for_shipped_unsynced(self, node: SimNode, within: float, *, held: bool) -> bool:
+        """Wait (at most ``within`` simulated seconds) for ``node`` to have shipped records it has not
+        synced yet (``held``: and another node to have synced some of them); whether it did."""
+        deadline = self.loop.time() + within
+        while self.loop.time() < deadline:
+            db = node.db
+            shipped = node.alive and not db.closed and db.committed_position < db.shipped <= db.end
+            if shipped and (
+                not held
+                or any(
+                    n is not node and n.durable.records and n.durable.records[-1].end > db.committed_position
+                    for n in self.nodes
+                )
+            ):
+                return True
+            await asyncio.sleep(0.0002)
+        return False
+
     async def faults_loop(self, until: float) -> None:
         rng = self.rng
         while self.loop.time() < until:
             await asyncio.sleep(rng.uniform(0.2, 1.5))
             kind = rng.choice(
-                ["crash", "crash", "crash-leader", "partition", "pause", "clock", "loss", "resign", "double"]
+                [
+                    "crash",
+                    "crash",
+                    "crash-leader",
+                    "crash-shipped",
+                    "partition",
+                    "pause",
+                    "clock",
+                    "loss",
+                    "resign",
+                    "double",
+                ]
             )
             alive = [n for n in self.nodes if n.alive]
             leader = next((n for n in alive if n.service.state == "Leader"), None)
+            if kind == "crash-shipped" and leader is not None:
+                # a power cut of the leader after it shipped records to followers and before its own
+                # sync of them: followers hold records its log may lose (a random part survives)
+                shipped = await self.wait_for_shipped_unsynced(
+                    leader, rng.uniform(0.1, 1.0), held=rng.random() < 0.7
+                )
+                if shipped and leader.alive and rng.random() < 0.3:
+                    # or its sync of them fails (an I/O error): they are rolled back on the leader
+                    self.log(f"the sync of {leader.name}'s records shipped up to {leader.db.shipped} fails")
+                    leader.db.fail_next_sync = True
+                elif shipped and leader.alive:
+                    sent = leader.db.shipped
+                    await self.crash(leader)
+                    kept = leader.durable.records[-1].end if leader.durable.records else 0
+                    held = max(n.durable.records[-1].end if n.durable.records else 0 for n in self.nodes)
+                    self.log(
+                        f"crash {leader.name} between shipping and syncing: it shipped up to {sent}, "
+                        f"its disk kept up to {kept}, a follower's disk holds up to {held}"
+                    )
+                    await asyncio.sleep(rng.uniform(0.05, 1.0))
+                    if not leader.alive:
+                        self.log(f"restart {leader.name}")
+                        await self.start_node(leader)
+                continue
             if kind in ("crash", "crash-leader", "double"):
                 victims = [leader] if kind == "crash-leader" and leader else [rng.choice(self.nodes)]
                 if kind == "double":
@@ -1085,6 +1193,9 @@ def run_seed(
     seed: int, *, nodes: int = 3, seconds: float = 8.0, clients: int = 3, verbose: bool = False
 ) -> SimulationResult:
     """Run one simulated cluster under ``seed``; the same seed always runs the same way."""
+    # what an earlier run in this process left for the garbage collector (its coroutines and async
+    # generators) goes now: finalized during this run, it would take turns on this run's loop
+    gc.collect()
     sim = Simulation(seed, nodes, verbose=verbose)
     loop = sim.loop
 
@@ -1114,6 +1225,8 @@ def run_seed(
             task.cancel()
         with contextlib.suppress(BaseException):
             loop.run_until_complete(asyncio.sleep(0))
+        with contextlib.suppress(BaseException):
+            loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
     return SimulationResult(
         seed, nodes, list(sim.violations), len(sim.acknowledged), sim.elections, sim.faults, loop.time()

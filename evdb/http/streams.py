@@ -25,7 +25,7 @@ from evdb.errors import EventTooLarge, InvalidInput, StreamDeleted
 from evdb.http.common import bad_request, get_node, get_principal, json_response, parse_json, unauthorized
 from evdb.projections.links import LINK_TYPE, Resolved, parse_link, resolve_link, resolve_links
 from evdb.storage.records import EventRecord
-from evdb.streams import ANY, NewEvent, StreamMetadata, check_metadata_events, is_metastream
+from evdb.streams import ANY, NewEvent, StreamMetadata, is_metastream
 from evdb.subscriptions import CaughtUp, subscribe_to_all, subscribe_to_stream
 
 if TYPE_CHECKING:
@@ -456,28 +456,26 @@ async def append(request: web.Request) -> web.Response:
         raise web.HTTPMethodNotAllowed("POST", ["GET"])
     check_access(request, stream, "metawrite" if is_metastream(stream) else "write")
     node = get_node(request)
-    events = await parse_events(request)
-    check_metadata_events(stream, events)
+    events = await parse_events(request)  # metadata events are checked with the rest in the database
     expected = _expected_version(request)
     started = node.clock.monotonic()
     db = database(request)
     try:
-        future = db.append_async(stream, events, expected)
+        future = db.append_on_loop(stream, events, expected)  # answered with its commit group's wake-up
     except EventTooLarge as exc:
         raise web.HTTPRequestEntityTooLarge(
             max_size=db.config.max_append_size, actual_size=request.content_length or 0, text=str(exc)
         ) from None
-    result = await asyncio.wrap_future(future)
+    result = await future
     node.metrics.append_latency.observe(max(0.0, node.clock.monotonic() - started))
     if not result.duplicate:
         node.metrics.events_written.inc(len(events))
         node.metrics.bytes_written.inc(sum(len(e.data) + len(e.metadata) for e in events))
     location = f"{_base(request)}/streams/{quote(stream, safe='$')}/{result.first_event_number}"
+    # json.dumps of two ints, without the encoder's machinery
+    body = f'{{"nextExpectedVersion": {result.next_expected_version:d}, "position": {result.position:d}}}'
     return web.Response(
-        status=201,
-        headers={"Location": location},
-        text=json.dumps({"nextExpectedVersion": result.next_expected_version, "position": result.position}),
-        content_type="application/json",
+        status=201, headers={"Location": location}, text=body, content_type="application/json"
     )
 
 
@@ -487,9 +485,7 @@ async def delete(request: web.Request) -> web.Response:
         raise web.HTTPMethodNotAllowed("DELETE", ["GET"])
     check_access(request, stream, "delete")
     hard = (header(request, "HardDelete") or "").lower() == "true"
-    await asyncio.wrap_future(
-        database(request).delete_stream_async(stream, _expected_version(request), hard=hard)
-    )
+    await database(request).delete_stream_on_loop(stream, _expected_version(request), hard=hard)
     return web.Response(status=204)
 
 
