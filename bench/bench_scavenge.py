@@ -171,6 +171,7 @@ def scavenge_here(directory: str, chunk_size: int, threads: int) -> dict:
         "peak_rss": memory.peak,
         "peak_anon": memory.peak_anon,
         "anon_before": memory.before[1],  # the node (database open) and its idle workers, at the start
+        "rss_before": memory.before[0],
     }
 
 
@@ -227,6 +228,16 @@ def latency(directory: str, chunk_size: int) -> dict[str, float]:
         "scavenging p99 ms": pct(busy, 0.99),
         "appends during scavenge": len(busy),
     }
+
+
+def latency_in_child(directory: str, chunk_size: int, evdb_from: str | None = None) -> dict[str, float]:
+    """:func:`latency` in a process of its own (``evdb_from``: another version of ``evdb``)."""
+    env = dict(os.environ, PYTHONPATH=evdb_from) if evdb_from else None
+    out = subprocess.run(
+        [sys.executable, __file__, "--latency-one", directory, "--chunk-mib", str(chunk_size >> 20)],
+        check=True, capture_output=True, text=True, env=env, cwd="/" if evdb_from else None,
+    )  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def read_all(folder: str) -> None:
@@ -317,7 +328,14 @@ def main() -> None:
         help="also scavenge, in the same runs, with the evdb package found in DIR (e.g. HEAD's, from "
         "`git archive HEAD evdb | tar -x -C DIR`)",
     )
+    parser.add_argument(
+        "--latency-runs",
+        type=int,
+        default=1,
+        help="append latency measurements (each alternated with --before's)",
+    )
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # scavenge_here, in a child
+    parser.add_argument("--latency-one", default=None, help=argparse.SUPPRESS)  # latency, in a child
     args = parser.parse_args()
     if args.near_empty:
         near_empty(args.near_empty)
@@ -326,6 +344,9 @@ def main() -> None:
     chunk_size = args.chunk_mib * 1024 * 1024
     if args.one:
         print(json.dumps(scavenge_here(args.one, chunk_size, thread_counts[0])))
+        return
+    if args.latency_one:
+        print(json.dumps(latency(args.latency_one, chunk_size)))
         return
     base = tempfile.mkdtemp(dir=args.dir, prefix="bench-scavenge-")
     try:
@@ -352,7 +373,8 @@ def main() -> None:
                     f"{got['before'] / 1024**3:.2f} -> {got['after'] / 1024**3:.2f} GiB; peak memory of the node "
                     f"and its workers: anonymous {got['peak_anon'] / 2**20:.0f} MiB "
                     f"({got.get('anon_before', 0) / 2**20:.0f} MiB at the start), RSS "
-                    f"{got['peak_rss'] / 2**20:.0f} MiB; worker start-up {got['startup']:.2f} s "
+                    f"{got['peak_rss'] / 2**20:.0f} MiB ({got.get('rss_before', 0) / 2**20:.0f} MiB at the start); "
+                    f"worker start-up {got['startup']:.2f} s "
                     f"(database open {got['open']:.2f} s)",
                     flush=True,
                 )
@@ -408,19 +430,37 @@ def main() -> None:
         if args.no_latency:
             return
         copy = os.path.join(base, "latency")
-        subprocess.run(["cp", "-r", source, copy], check=True)
-        lat = latency(copy, chunk_size)
+        versions = [("this evdb", None)] + (
+            [(f"the evdb in {args.before}", args.before)] if args.before else []
+        )
+        ratios: dict[str, list[float]] = {label: [] for label, _ in versions}
+        for run in range(args.latency_runs):
+            for label, evdb_from in versions:  # alternately, each on a fresh copy
+                subprocess.run(["cp", "-r", source, copy], check=True)
+                subprocess.run(["sync"], check=True)
+                lat = latency_in_child(copy, chunk_size, evdb_from)
+                shutil.rmtree(copy)
+                ratio = lat["scavenging p99 ms"] / lat["idle p99 ms"]
+                ratios[label].append(ratio)
+                print()
+                print(f"append latency, run {run + 1}, {label} (load {os.getloadavg()[0]:.1f}):")
+                print("| append latency | p50 | p99 |")
+                print("|---|---|---|")
+                print(f"| idle | {lat['idle p50 ms']:.2f} ms | {lat['idle p99 ms']:.2f} ms |")
+                print(
+                    f"| during the scavenge ({lat['appends during scavenge']} appends) | "
+                    f"{lat['scavenging p50 ms']:.2f} ms | {lat['scavenging p99 ms']:.2f} ms |"
+                )
+                print(
+                    f"| idle again, after it | {lat['idle after p50 ms']:.2f} ms | {lat['idle after p99 ms']:.2f} ms |"
+                )
+                print(f"p99 ratio: {ratio:.2f}×", flush=True)
         print()
-        print("| append latency | p50 | p99 |")
-        print("|---|---|---|")
-        print(f"| idle | {lat['idle p50 ms']:.2f} ms | {lat['idle p99 ms']:.2f} ms |")
-        print(
-            f"| during the scavenge ({lat['appends during scavenge']} appends) | {lat['scavenging p50 ms']:.2f} ms | {lat['scavenging p99 ms']:.2f} ms |"
-        )
-        print(
-            f"| idle again, after it | {lat['idle after p50 ms']:.2f} ms | {lat['idle after p99 ms']:.2f} ms |"
-        )
-        print(f"p99 ratio: {lat['scavenging p99 ms'] / lat['idle p99 ms']:.2f}×")
+        for label, values in ratios.items():
+            print(
+                f"p99 during / idle, {label}: median {med(values):.2f}× "
+                f"({', '.join(f'{v:.2f}' for v in values)})"
+            )
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -93,6 +93,30 @@ def test_an_any_version_append_retried_after_a_restart_is_recognised(tmp_path):
             db.append("s", [events[0], ev(7)], ANY)
 
 
+def test_the_rebuild_at_open_reads_a_bounded_number_of_events(tmp_path, monkeypatch):
+    """Large appends: the rebuild stops at an append's first event once it has read the bound of
+    events, so opening a big database does not read (and map) millions of records; the newest
+    appends are still recognised."""
+    import evdb.database as database
+
+    monkeypatch.setattr(database, "_REBUILT_EVENTS", 50)
+    with Database.open(str(tmp_path / "db")) as db:
+        batches = [[ev(100 * b + i) for i in range(20)] for b in range(10)]
+        results = [db.append(f"s-{b}", batch, ANY) for b, batch in enumerate(batches)]
+    seen: list[int] = []
+    real = Database._follow_replicated_append
+
+    def counting(self, record):
+        seen.append(record.log_position)
+        return real(self, record)
+
+    monkeypatch.setattr(Database, "_follow_replicated_append", counting)
+    with Database.open(str(tmp_path / "db")) as db:
+        assert len(seen) == 60  # three whole appends of 20: the bound of 50 reached at an append's start
+        again = db.append("s-9", batches[9], ANY)
+        assert again.duplicate and again.position == results[9].position
+
+
 def test_stream_not_found_and_all_contains_everything(db):
     with pytest.raises(StreamNotFound):
         db.read_stream_forward("nope")

@@ -13,6 +13,7 @@ GIL (``time.sleep(0)``) every few thousand records, so appends go on while a sca
 
 from __future__ import annotations
 
+import mmap
 import struct
 import threading
 import time
@@ -174,60 +175,32 @@ def record_table(
     where = chunk.path or chunk.file_name
     if compiled is None:
         compiled = _use_compiled
-    if verify and compiled and chunk.footer is not None:
-        # one pass over the chunk's pages: the compiled walk (it runs without the GIL) goes on
-        # another thread while this one hashes the chunk; a checksum mismatch is reported first
-        walk = _Walk(chunk, where)
-        walk.start()
-        try:
-            verify_checksum(chunk)
-        finally:
-            walk.join()
-        if should_stop():
-            raise InterruptedError("scan stopped")
-        columns = walk.result()
+    names: _RunNames | mmap.mmap  # where the run starts' stream names are read
+    if compiled:
+        if verify and chunk.footer is None:
+            verify_checksum(chunk)  # an active chunk: every frame's CRC
+        # a window at a time, each window's pages let go once walked (and hashed); a checksum
+        # mismatch is reported before any damage the walk found
+        columns, names = _windowed_columns(
+            chunk, where, verify and chunk.footer is not None, should_stop, streams
+        )
     else:
         if verify:
             verify_checksum(chunk)
         if should_stop():
             raise InterruptedError("scan stopped")
-        if compiled:
-            columns = _compiled_columns(chunk, where)
-        else:
-            columns = _numpy_columns(chunk, should_stop, where, streams)
+        columns = _numpy_columns(chunk, should_stop, where, streams)
+        names = chunk.buffer
     offsets, sizes, types, flags, positions, numbers, timestamps, name_lengths, new_run = columns
     if streams:
         run_of, run_names, run_starts = _runs(
-            chunk.buffer, offsets, types, name_lengths, new_run, should_stop, where
+            names, offsets, types, name_lengths, new_run, should_stop, where
         )
     else:
         run_of, run_names, run_starts = np.full(len(offsets), -1, dtype=np.int64), [], np.zeros(0, np.int64)
     return RecordTable(
         offsets, sizes, types, flags, positions, numbers, timestamps, run_of, run_names, run_starts
     )
-
-
-class _Walk(threading.Thread):
-    """:func:`_compiled_columns` on a thread of its own; :meth:`result` gives its columns or raises
-    what it raised."""
-
-    def __init__(self, chunk: Chunk, where: str) -> None:
-        super().__init__(name="evdb-scavenge-walk", daemon=True)
-        self._chunk, self._where = chunk, where
-        self._columns: tuple | None = None
-        self._error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self._columns = _compiled_columns(self._chunk, self._where)
-        except BaseException as exc:  # handed to the caller by result()
-            self._error = exc
-
-    def result(self) -> tuple:
-        if self._error is not None:
-            raise self._error
-        assert self._columns is not None  # run() set one or the other
-        return self._columns
 
 
 def _raise(where: str, kind: int, offset: int, value: int) -> None:
@@ -242,25 +215,181 @@ def _raise(where: str, kind: int, offset: int, value: int) -> None:
     raise CorruptedFile(where, f"undecodable record at offset {at}: too short for its header")
 
 
-def _compiled_columns(chunk: Chunk, where: str):
+#: the compiled walk goes over a chunk this many bytes at a time and lets each window's pages go once
+#: it has walked (and hashed) them (``Chunk.drop_pages``): a worker process's RSS holds a window of
+#: the chunk's file, not all of it (issue 23: a scavenge under 500 MiB of RSS)
+_WINDOW = 32 << 20
+
+
+def _frame_length(buf, off: int, limit: int) -> int:
+    return int(_unpack_len(buf, off)[0]) if off >= 0 and off + 4 <= limit else 0
+
+
+def _names_equal(buf, a: int, b: int, count: int) -> bool:
+    return bytes(buf[a : a + count]) == bytes(buf[b : b + count])
+
+
+class _RunNames:
+    """The stream names at the run starts of a chunk, read while the walk had their window mapped:
+    sliced as the chunk's buffer is sliced at a name (``names[a : a + length]``)."""
+
+    def __init__(self, raw) -> None:
+        self._raw = raw
+        self.at: dict[int, bytes] = {}
+
+    def add(self, raw, offsets: np.ndarray, name_lengths: np.ndarray, new_run: np.ndarray) -> None:
+        for i in np.nonzero(new_run)[0].tolist():
+            a = int(offsets[i]) + _STREAM_AT
+            self.at[a] = bytes(raw[a : a + int(name_lengths[i])])
+
+    def __getitem__(self, where: slice) -> bytes:
+        got = self.at.get(where.start)
+        return got if got is not None and len(got) == where.stop - where.start else bytes(self._raw[where])
+
+
+def _windowed_columns(
+    chunk: Chunk, where: str, hash_it: bool, should_stop: Callable[[], bool], streams: bool = True
+) -> tuple[tuple, _RunNames]:
+    """The columns of every record of a chunk, from the compiled kernels run a window of frames at
+    a time (the same columns, and the same first error, as one run over the whole chunk; each
+    window after the first is scanned in a view that starts at its first frame, and its first
+    record's run start is settled here against the window before). With ``hash_it`` the chunk's
+    checksum is computed beside the walk, window by window, and checked before any error the walk
+    found is raised."""
     kernels = _kernels()
-    buf = np.frombuffer(chunk.buffer, dtype=np.uint8)
+    raw = chunk.buffer
+    buf = np.frombuffer(raw, dtype=np.uint8)
     end = _HS + chunk.physical_end
+    limit = min(end, len(buf))
     posmap = chunk.posmap_offsets()
     if posmap is not None:
-        offsets = posmap.astype(np.int64) + _HS
+        given: np.ndarray | None = posmap.astype(np.int64) + _HS
     elif chunk.is_scavenged:
-        offsets = np.zeros(0, dtype=np.int64)
+        given = np.zeros(0, dtype=np.int64)
     else:
-        offsets, stop = kernels.record_offsets(buf, _HS, end)
-        if stop != end:
-            raise CorruptedFile(where, f"bad record length before offset {end - _HS}")
-    sizes, types, flags, positions, numbers, timestamps, name_lengths, new_run, kind, i, value = (
-        kernels.scan_records(buf, offsets, end, chunk.start_position, not chunk.is_scavenged)
+        given = None  # walked by their lengths
+    hasher = xxhash.xxh3_128() if hash_it else None
+    hash_end = chunk.file_size - 16 if hash_it else 0
+    hashed = dropped = since = 0
+    names = _RunNames(raw)
+    parts: list[tuple] = []
+    error: tuple[int, int, int] | None = None  # (kind, record index, value): the first, as one run finds it
+    walk_error = False  # the frames' lengths do not lead to the end
+    count = 0  # records in the windows before
+    expected = _HS  # where the next window's first frame must start
+    previous: tuple[int, int, int, int] | None = (
+        None  # the last record before: offset, size, type, name length
     )
-    if kind:
-        _raise(where, kind, int(offsets[i]), int(positions[i]) if kind == 3 else int(value))
-    return offsets, sizes, types, flags, positions, numbers, timestamps, name_lengths, new_run
+    off, gi = _HS, 0
+
+    def hash_to(upto: int) -> None:
+        nonlocal hashed
+        upto = min(upto, hash_end)
+        if hasher is not None and upto > hashed:
+            hasher.update(memoryview(raw)[hashed:upto])
+            hashed = upto
+
+    try:
+        while True:
+            if should_stop():
+                raise InterruptedError("scan stopped")
+            if given is None:
+                if off >= end:
+                    break
+                offsets, stop = kernels.record_offsets(buf, off, min(end, off + _WINDOW))
+                if stop > end:
+                    walk_error = True  # reported before any record's damage, as one walk does
+                    break
+                last = stop == end
+                window_end = stop
+                off = stop
+                if error is not None and error[0] == 1:
+                    continue  # (walked on only to see whether the lengths lead to the end)
+            else:
+                if gi >= len(given) or (error is not None and error[0] == 1):
+                    break
+                stop_at = int(np.searchsorted(given, given[gi] + _WINDOW, side="left"))
+                offsets = given[gi : max(stop_at, gi + 1)]
+                gi += len(offsets)
+                last = gi >= len(given)
+                tail = int(offsets[-1])
+                window_end = end if last else min(tail + _frame_length(buf, tail, limit) + 12, end)
+            first = int(offsets[0])
+            if count and first != expected:  # (only a position map's offsets can jump)
+                error = (1, count, _frame_length(buf, first, limit))
+                break
+            # the window's hash goes on another thread while the kernels walk it (they run without
+            # the GIL)
+            hasher_thread = None
+            if hasher is not None and window_end > hashed:
+                hasher_thread = threading.Thread(target=hash_to, args=(window_end,), daemon=True)
+                hasher_thread.start()
+            try:
+                shift = first - _HS if count else 0
+                columns = kernels.scan_records(
+                    buf[shift:], offsets - shift, window_end - shift, chunk.start_position + shift,
+                    not chunk.is_scavenged,
+                )  # fmt: skip
+            finally:
+                if hasher_thread is not None:
+                    hasher_thread.join()
+            sizes, types, flags, positions, numbers, timestamps, name_lengths, new_run, kind, i, value = (
+                columns
+            )
+            if (
+                count and types[0] == 1
+            ):  # (an event) its run starts here unless the record before is of its stream
+                before_off, before_size, before_type, before_length = previous  # type: ignore[misc]
+                new_run[0] = not (
+                    before_type == 1
+                    and _has_name(buf, before_off, before_size, before_length)
+                    and _has_name(buf, first, int(sizes[0]), int(name_lengths[0]))
+                    and before_length == int(name_lengths[0])
+                    and _names_equal(buf, first + _STREAM_AT, before_off + _STREAM_AT, before_length)
+                )
+            if streams and not kind:
+                names.add(raw, offsets, name_lengths, new_run)  # while the window is mapped
+            if kind and (error is None or kind < error[0]):
+                error = (int(kind), count + int(i), int(value))
+            parts.append(
+                (offsets, sizes, types, flags, positions, numbers, timestamps, name_lengths, new_run)
+            )
+            previous = (int(offsets[-1]), int(sizes[-1]), int(types[-1]), int(name_lengths[-1]))
+            count += len(offsets)
+            expected = int(offsets[-1]) + int(sizes[-1])
+            # this window's pages: walked and hashed, let go (the next window starts on the last one)
+            upto = (window_end // mmap.PAGESIZE) * mmap.PAGESIZE
+            # (from the window before's start: reading the record before this window's first one
+            # mapped some of its pages again)
+            if not last and upto > dropped:
+                chunk.drop_pages(since, upto - since)
+                since, dropped = dropped, upto
+            if last:
+                break
+        hash_to(hash_end)
+    finally:
+        chunk.drop_pages(since)
+    if hasher is not None and hasher.digest() != chunk.footer.checksum:  # type: ignore[union-attr]
+        raise CorruptedFile(where, "chunk checksum mismatch")
+    if walk_error:
+        raise CorruptedFile(where, f"bad record length before offset {end - _HS}")
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return (
+            empty, empty.copy(), np.zeros(0, np.uint8), empty.copy(), empty.copy(), empty.copy(),
+            empty.copy(), empty.copy(), np.zeros(0, np.bool_),
+        ), names  # fmt: skip
+    columns = tuple(np.concatenate(c) if len(parts) > 1 else c[0] for c in zip(*parts, strict=True))
+    if error is not None:
+        kind, i, value = error
+        _raise(where, kind, int(columns[0][i]), int(columns[4][i]) if kind == 3 else value)
+    return columns, names
+
+
+def _has_name(buf, off: int, size: int, name_length: int) -> bool:
+    """Whether the compiled walk reads an event's stream name at ``off`` (its body holds the header
+    and the name, and the header lies inside the buffer)."""
+    return off + _EVENT_BODY <= len(buf) and size - 12 >= _EVENT_BODY + name_length
 
 
 def _numpy_columns(chunk: Chunk, should_stop: Callable[[], bool], where: str, streams: bool):

@@ -142,6 +142,7 @@ def execute_chunks(ctx: RunContext, decider: Decider) -> None:
                 # would not be throttled
                 fill()
             release()
+            ctx.db.log.sync_directory()
         except BaseException:
             if held is not None:
                 _discard(held.new)
@@ -288,7 +289,9 @@ def _switch_group(ctx: RunContext, held: _Held) -> None:
                         chunk.file_name,
                     )
                 return
-            log.switch_chunk(new)
+            # the folder fsync that makes the old versions' deletions durable is made once, when the
+            # phase ends (execute_chunks): a lost deletion leaves an older version the next open deletes
+            log.switch_chunk(new, sync_removals=False)
         for chunk in originals:
             ctx.verified.pop(id(chunk), None)  # (its file goes once the last reader lets it go)
         ctx.verified[id(new)] = new  # made by this run: a merge copies it without checking it again

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import concurrent.futures.process
+import itertools
 import logging
 import multiprocessing
 import os
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from evdb.errors import CorruptedFile
+from evdb.scavenge import chunkscan
 from evdb.scavenge.chunkscan import DecisionTable, discard_mask, load_compiled, record_table
 from evdb.storage import disk
 from evdb.storage.chunk import Chunk, ChunkBuilder
@@ -122,18 +124,33 @@ def build_copy(
         for chunk in chunks:
             table = record_table(chunk, should_stop, streams=decisions is not None, verify=verify)
             if decisions is None:
-                builder.add_records(chunk.buffer, table.offsets, table.sizes, table.positions, should_stop)
+                offsets, sizes, positions = table.offsets, table.sizes, table.positions
             else:
                 keep = ~discard_mask(table, decisions)
                 removed += len(table) - int(keep.sum())
-                builder.add_records(
-                    chunk.buffer, table.offsets[keep], table.sizes[keep], table.positions[keep], should_stop
-                )
+                offsets, sizes, positions = table.offsets[keep], table.sizes[keep], table.positions[keep]
             del table
+            # a window of the chunk at a time, its pages let go once copied (as the walk does)
+            done = since = 0
+            for a, b in _windows(offsets, chunkscan._WINDOW):
+                builder.add_records(chunk.buffer, offsets[a:b], sizes[a:b], positions[a:b], should_stop)
+                upto = int(offsets[b - 1])
+                chunk.drop_pages(since, upto - since)
+                since, done = done, upto
+            chunk.drop_pages(since)
         return builder.finish(sync=sync), removed
     except BaseException:
         builder.abort()
         raise
+
+
+def _windows(offsets: np.ndarray, window: int) -> list[tuple[int, int]]:
+    """``[a, b)`` index ranges of ``offsets`` (ascending) that each span about ``window`` bytes."""
+    if not len(offsets):
+        return []
+    cuts = np.searchsorted(offsets, np.arange(int(offsets[0]) + window, int(offsets[-1]) + 1, window))
+    bounds = [0, *np.unique(cuts).tolist(), len(offsets)]
+    return [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 # -- the worker processes ----------------------------------------------------------------------------
@@ -146,14 +163,19 @@ class _Corrupted(Exception):
 
 
 class _WritebackDisk:
-    """The worker processes' disk: it asks the kernel to start writing back every few MiB a copy
-    writes, as it writes them (``disk.start_writeback``), so the copy reaches the disk while the rest
-    of it is made and its fsync finds little left to do, and the disk's queue never holds a whole
-    chunk's worth in front of the node's appends. Everything else is the plain OS disk."""
+    """The worker processes' disk: a copy's writes reach the disk as they are made, at most
+    ``_STEP`` bytes in flight at a time. Each time another ``_STEP`` has been written, the kernel is
+    asked to start writing it back (``disk.start_writeback``) and the writer waits until the step
+    before it is on the disk (``disk.wait_writeback``). So the copy's fsync finds little left to do,
+    and the device never holds more than two steps of the copy in front of the node's appends: an
+    append's ``fdatasync`` (a device cache flush) waits for what is in flight, so 8 MiB in flight
+    cost an append about 2 ms, 1 MiB about 0.5 ms (docs/performance.md, issue 23). Without
+    ``sync_file_range`` (not Linux) a copy ``fdatasync``s every ``_FALLBACK_STEP`` bytes instead.
+    Everything else is the plain OS disk."""
 
-    _EVERY = 8 << 20
+    _STEP = 1 << 20
+    _FALLBACK_STEP = 8 << 20
 
-    open = staticmethod(os.open)
     ftruncate = staticmethod(os.ftruncate)
     fdatasync = staticmethod(os.fdatasync)
     rename = staticmethod(os.rename)
@@ -162,19 +184,31 @@ class _WritebackDisk:
     fsync_dir = staticmethod(OsDisk.fsync_dir)
 
     def __init__(self) -> None:
-        self._written: dict[int, int] = {}  # fd -> bytes written since the last writeback started
+        # fd -> (where writeback was last started, where the bytes written so far end)
+        self._ranges: dict[int, tuple[int, int]] = {}
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        fd = os.open(path, flags, mode)
+        self._ranges.pop(fd, None)  # a number a closed file had before
+        return fd
 
     def pwrite(self, fd: int, data, offset: int) -> int:
         count = os.pwrite(fd, data, offset)
-        pending = self._written.get(fd, 0) + count
-        if pending >= self._EVERY:
-            disk.start_writeback(fd)
-            pending = 0
-        self._written[fd] = pending
+        started, end = self._ranges.get(fd, (0, 0))
+        end = max(end, offset + count)
+        if end - started >= self._STEP:
+            if disk.start_writeback(fd, started, end - started):
+                if started:  # every step before this one (all but the last are on the disk already)
+                    disk.wait_writeback(fd, 0, started)
+                started = end
+            elif end - started >= self._FALLBACK_STEP:
+                os.fdatasync(fd)
+                started = end
+        self._ranges[fd] = (started, end)
         return count
 
     def fsync(self, fd: int) -> None:
-        self._written.pop(fd, None)
+        self._ranges.pop(fd, None)
         os.fsync(fd)
 
 

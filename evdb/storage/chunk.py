@@ -17,6 +17,7 @@ that still hold it.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
@@ -285,6 +286,8 @@ class Chunk:
                 path=path, header=header, footer=footer, buf=buf, physical_end=footer.physical_data_size
             )
             os.close(fd)
+            if verify:
+                chunk.drop_pages()  # the checksum touched every page: they stay in the page cache only
             return chunk
         except BaseException:
             try:
@@ -444,6 +447,26 @@ class Chunk:
             self._fd = None
         self.footer = ChunkFooter(footer.physical_data_size, footer.data_end_position, 0, checksum)
         self._hasher = None
+
+    def drop_pages(self, offset: int = 0, length: int | None = None) -> None:
+        """Unmap the file's pages from ``offset`` for ``length`` bytes (to the end by default) from
+        this process (``madvise(MADV_DONTNEED)``; whole pages: ``offset`` is rounded down to one)
+        without unmapping the file: they stay in the page cache, and the next read maps them again
+        (a minor fault), so nothing changes for readers but this process's RSS. Only a completed
+        chunk's file: an in-memory chunk's pages are its data, and an active chunk's map is written
+        to. Used after a whole-file read (the checksum at open, a scavenge's pass), so RSS as ``ps``
+        shows it does not hold every byte of the database."""
+        if self.path is None or self.footer is None or self._fd is not None:
+            return
+        if not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        size = len(self._buf)
+        start = max(0, offset) // mmap.PAGESIZE * mmap.PAGESIZE
+        stop = size if length is None else min(size, offset + length)
+        if stop <= start:
+            return
+        with contextlib.suppress(ValueError):  # closed meanwhile
+            self._buf.madvise(mmap.MADV_DONTNEED, start, stop - start)
 
     def close(self) -> None:
         if self._fd is not None:

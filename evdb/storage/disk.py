@@ -20,7 +20,16 @@ import sys
 from collections.abc import Iterator
 from typing import Protocol
 
-__all__ = ["Disk", "OsDisk", "SequentialWriter", "current", "start_writeback", "use_disk", "write_all"]
+__all__ = [
+    "Disk",
+    "OsDisk",
+    "SequentialWriter",
+    "current",
+    "start_writeback",
+    "use_disk",
+    "wait_writeback",
+    "write_all",
+]
 
 
 class Disk(Protocol):
@@ -98,13 +107,31 @@ def _libc_sync_file_range():
 _sync_file_range = _libc_sync_file_range()
 
 
-def start_writeback(fd: int) -> None:
-    """Ask the kernel to start writing the file's dirty pages to the disk now, without waiting for
-    it (Linux ``sync_file_range(SYNC_FILE_RANGE_WRITE)``; elsewhere nothing). Not a sync: a large
-    copy calls it as it goes, so its bytes reach the disk while the rest is copied and its fsync
-    finds little left to do. Not through ``current``: it changes nothing a power cut could undo."""
-    if _sync_file_range is not None:
-        _sync_file_range(fd, 0, 0, 2)
+_SYNC_FILE_RANGE_WAIT_BEFORE = 1
+_SYNC_FILE_RANGE_WRITE = 2
+_SYNC_FILE_RANGE_WAIT_AFTER = 4
+
+
+def start_writeback(fd: int, offset: int = 0, length: int = 0) -> bool:
+    """Ask the kernel to start writing the dirty pages of ``length`` bytes at ``offset`` (0: to the end)
+    to the disk now, without waiting for it (Linux ``sync_file_range(SYNC_FILE_RANGE_WRITE)``). Not a
+    sync. False where the call is missing (then nothing was done). Not through ``current``: it changes
+    nothing a power cut could undo."""
+    if _sync_file_range is None:
+        return False
+    _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
+    return True
+
+
+def wait_writeback(fd: int, offset: int, length: int) -> bool:
+    """Start writing back the range and wait until all of its pages written so far are on the disk
+    (``SYNC_FILE_RANGE_WAIT_BEFORE | WRITE | WAIT_AFTER``; not a sync: no metadata, no cache flush).
+    False where the call is missing."""
+    if _sync_file_range is None:
+        return False
+    flags = _SYNC_FILE_RANGE_WAIT_BEFORE | _SYNC_FILE_RANGE_WRITE | _SYNC_FILE_RANGE_WAIT_AFTER
+    _sync_file_range(fd, offset, length, flags)
+    return True
 
 
 def write_all(fd: int, data, offset: int) -> None:

@@ -467,11 +467,14 @@ class TransactionLog:
         chunk.path = final
         return chunk
 
-    def switch_chunk(self, new: Chunk) -> list[Chunk]:
+    def switch_chunk(self, new: Chunk, *, sync_removals: bool = True) -> list[Chunk]:
         """Make a completed chunk (from a builder) the live version of the chunks it covers.
 
         The new file is renamed to its final name and made durable before the old files are
         deleted; a crash in between leaves both, and the next open keeps the newer version.
+        ``sync_removals=False`` leaves the deletions' folder fsync to the caller (one
+        :meth:`sync_directory` after a batch of switches): a deletion lost to a power cut leaves an
+        older version beside the new one, which the next open deletes.
         Returns the chunks that were replaced (still readable by readers that hold them).
         """
         if not new.is_completed:
@@ -495,9 +498,20 @@ class TransactionLog:
                     disk.current.unlink(chunk.path)
                 except FileNotFoundError:
                     pass
+        if sync_removals:
+            self.sync_directory()
+        return old
+
+    def drop_pages(self) -> None:
+        """Let go of the pages this process has mapped of every completed chunk (they stay in the page
+        cache; see :meth:`Chunk.drop_pages`): after a long read at open, RSS does not hold it."""
+        for chunk in dict.fromkeys(self._chunks):
+            chunk.drop_pages()
+
+    def sync_directory(self) -> None:
+        """Make the log folder's entries (files created, renamed, deleted) durable."""
         if self.directory is not None:
             fsync_dir(self.directory)
-        return old
 
     def install_chunk(self, new: Chunk, temp_path: str | None = None) -> int:
         """Put a completed chunk copied from the leader in place of this log's tail from its start.

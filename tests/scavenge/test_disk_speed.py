@@ -1,0 +1,292 @@
+"""What keeps a scavenge at the disk's speed without hurting the node (issue 23): a copy's writes reach
+the disk a step at a time (evdb/scavenge/workers.py ``_WritebackDisk``), chunk execution fsyncs the
+log folder once for the deletions of all its switches (a power cut at any disk call of it still leaves
+a database that opens and scavenges to the same end), and a chunk's pages read at open are not kept
+mapped (``Chunk.drop_pages``)."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import os
+import random
+import shutil
+
+import numpy as np
+import pytest
+
+from evdb.database import Database
+from evdb.scavenge import chunkscan, executor, workers
+from evdb.storage import disk
+from evdb.storage.chunk import Chunk, ChunkBuilder
+from evdb.storage.disk import use_disk
+from evdb.storage.disk_model import DiskModel
+from evdb.storage.log import TransactionLog
+from evdb.streams import NewEvent
+from tests.scavenge import test_chunkscan
+from tests.scavenge.conftest import Harness
+from tests.scavenge.test_fused_merge import _survivors_of
+from tests.scavenge.test_runs import fill
+
+MIB = 1 << 20
+
+
+def _calls(monkeypatch, *, supported: bool = True) -> list[tuple]:
+    calls: list[tuple] = []
+
+    def start(fd, offset=0, length=0):
+        calls.append(("start", offset, length))
+        return supported
+
+    def wait(fd, offset, length):
+        calls.append(("wait", offset, length))
+        return supported
+
+    monkeypatch.setattr(disk, "start_writeback", start)
+    monkeypatch.setattr(disk, "wait_writeback", wait)
+    real_fdatasync = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(("fdatasync",)), real_fdatasync(fd)))
+    return calls
+
+
+def test_a_copy_has_at_most_two_steps_in_flight(tmp_path, monkeypatch):
+    calls = _calls(monkeypatch)
+    d = workers._WritebackDisk()
+    fd = d.open(str(tmp_path / "copy"), os.O_CREAT | os.O_WRONLY)
+    try:
+        piece = b"x" * (MIB // 4 + 1)
+        for i in range(20):
+            assert d.pwrite(fd, piece, i * len(piece)) == len(piece)
+        d.fsync(fd)
+    finally:
+        os.close(fd)
+    starts = [c for c in calls if c[0] == "start"]
+    waits = [c for c in calls if c[0] == "wait"]
+    assert len(starts) == 5  # 5 MiB and 20 bytes written: a writeback started after each MiB
+    assert starts[0][1] == 0 and all(a[1] + a[2] == b[1] for a, b in itertools.pairwise(starts))
+    # before each step after the first is started, every byte of the steps before is waited for
+    assert waits == [("wait", 0, s[1]) for s in starts[1:]]
+    assert os.path.getsize(tmp_path / "copy") == 20 * len(piece)
+
+
+def test_without_sync_file_range_a_copy_is_synced_every_few_mib(tmp_path, monkeypatch):
+    calls = _calls(monkeypatch, supported=False)
+    d = workers._WritebackDisk()
+    fd = d.open(str(tmp_path / "copy"), os.O_CREAT | os.O_WRONLY)
+    try:
+        for i in range(20):
+            d.pwrite(fd, b"y" * MIB, i * MIB)
+    finally:
+        os.close(fd)
+    assert calls.count(("fdatasync",)) == 20 // 8
+    assert not [c for c in calls if c[0] == "wait"]
+
+
+def test_a_file_number_used_again_starts_afresh(tmp_path, monkeypatch):
+    calls = _calls(monkeypatch)
+    d = workers._WritebackDisk()
+    fd = d.open(str(tmp_path / "a"), os.O_CREAT | os.O_WRONLY)
+    d.pwrite(fd, b"a" * (3 * MIB), 0)
+    os.close(fd)  # (a copy aborted: no fsync)
+    fd2 = d.open(str(tmp_path / "b"), os.O_CREAT | os.O_WRONLY)
+    try:
+        calls.clear()
+        d.pwrite(fd2, b"b" * MIB, 0)
+    finally:
+        os.close(fd2)
+    assert calls == [("start", 0, MIB)]
+
+
+def _mapped_rss(path: str, chunk: Chunk | None = None) -> int:
+    """Bytes of ``path``'s mappings resident in this process (/proc/self/smaps); with ``chunk``, of
+    that chunk's map only (the database that wrote the file may still hold maps of its own until
+    they are collected)."""
+    gc.collect()
+    start = np.frombuffer(chunk.buffer, dtype=np.uint8).ctypes.data if chunk is not None else None
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:
+                inside = len(fields) >= 6 and fields[5] == path
+                if inside and start is not None:
+                    inside = int(fields[0].split("-")[0], 16) == start
+            elif inside and fields[0] == "Rss:":
+                total += int(fields[1]) * 1024
+    return total
+
+
+def _one_completed_chunk(tmp_path) -> str:
+    """A database whose first 4 MiB chunk is completed: that chunk's file."""
+    db = Database.open(str(tmp_path / "db"), chunk_size=4 * MIB)
+    try:
+        while db.log.end < 4 * MIB + 1:
+            db.append("s", [NewEvent("E", b"z" * 1000) for _ in range(500)])
+    finally:
+        db.close()
+    return str(tmp_path / "db" / sorted(n for n in os.listdir(tmp_path / "db") if n.startswith("chunk-"))[0])
+
+
+def test_a_chunk_verified_at_open_keeps_no_pages_mapped(tmp_path):
+    first = _one_completed_chunk(tmp_path)
+    chunk = Chunk.open(first)  # verifies: reads every byte
+    assert chunk.file_size > 3 * MIB
+    assert _mapped_rss(first) < MIB
+    unverified = Chunk.open(first, verify=False)
+    whole = bytes(unverified.buffer[:])  # maps every page again
+    assert _mapped_rss(first) >= 3 * MIB  # (the measure sees them)
+    unverified.drop_pages()
+    assert _mapped_rss(first) < MIB
+    assert bytes(chunk.buffer[:]) == whole  # still readable: the pages map again
+
+
+def test_drop_pages_leaves_an_in_memory_chunk_alone():
+    builder = ChunkBuilder(
+        None, chunk_size=64 * 1024, start_number=0, end_number=0, version=1, data_end_position=0
+    )
+    new = builder.finish()
+    before = bytes(new.buffer[:])
+    new.drop_pages()
+    assert bytes(new.buffer[:]) == before and any(before)
+
+
+def test_a_power_cut_at_every_disk_call_of_chunk_execution(tmp_path, clock, monkeypatch):
+    """Chunk execution leaves the folder fsync of its switches' deletions to one at its end: the
+    power goes at each disk call from the first copy's fsync to that fsync; the database then opens
+    (every chunk verifies, an older version left beside a newer one is deleted), holds every event
+    the scavenge keeps and nothing never written, and a new scavenge ends where an uninterrupted one
+    does."""
+    template = tmp_path / "template"
+    h = Harness(template, clock)
+    fill(h)
+    original = h.survivors()
+    h.close()
+    control = Harness(tmp_path / "control", clock)
+    shutil.copytree(template / "db", tmp_path / "control" / "db", dirs_exist_ok=True)
+    control.reopen()
+    control.scavenge()
+    expected = control.survivors()
+    control.close()
+
+    window: list[int] = []
+    folder_syncs: list[int] = []
+    switches: list[int] = []
+    model = DiskModel(str(tmp_path / "scratch-probe"))
+    real_sync, real_switch = executor._sync, executor._switch_group
+    real_fsync_dir, real_sync_directory = model.fsync_dir, TransactionLog.sync_directory
+
+    def sync(held):
+        if not window:
+            window.append(model.calls)
+        return real_sync(held)
+
+    def switch(ctx, held):
+        switches.append(model.calls)
+        return real_switch(ctx, held)
+
+    def fsync_dir(directory):
+        if len(window) == 1:
+            folder_syncs.append(model.calls)
+        return real_fsync_dir(directory)
+
+    def sync_directory(log):
+        real_sync_directory(log)
+        if len(window) == 1:
+            window.append(model.calls)  # the last disk call of chunk execution
+
+    monkeypatch.setattr(executor, "_sync", sync)
+    monkeypatch.setattr(executor, "_switch_group", switch)
+    monkeypatch.setattr(model, "fsync_dir", fsync_dir)
+    monkeypatch.setattr(TransactionLog, "sync_directory", sync_directory)
+    probe = tmp_path / "probe"
+    shutil.copytree(template, probe)
+    with use_disk(model):
+        p = Harness(probe, clock)
+        assert p.scavenge()[1] == "Success"
+        p.close()
+    monkeypatch.undo()
+    assert len(window) == 2 and len(switches) >= 2
+    # one folder fsync per switch (its rename) and one for all the deletions
+    assert len(folder_syncs) == len(switches) + 1
+
+    rng = random.Random(23)
+    for cut in range(window[0] + 1, window[1] + 2):
+        run = tmp_path / f"cut-{cut}"
+        shutil.copytree(template, run)
+        model = DiskModel(str(tmp_path / f"scratch-{cut}"))
+        with use_disk(model):
+            r = Harness(run, clock)
+            model.cut_after(cut - model.calls)
+            r.scavenge()
+            model.cut()
+            report = model.power_loss(rng)
+            r.close()
+        got = _survivors_of(run / "db")
+        assert set(expected) <= set(got) <= set(original), f"cut at call {cut}: {report.summary()}"
+        r = Harness(run, clock)
+        try:
+            assert r.scavenge()[1] == "Success", f"cut at call {cut}"
+            assert r.survivors() == expected, f"cut at call {cut}: {report.summary()}"
+            assert not [n for n in os.listdir(run / "db") if n.endswith(".tmp")]
+        finally:
+            r.close()
+        shutil.rmtree(run)
+
+
+# -- the compiled walk a window at a time (evdb/scavenge/chunkscan.py _windowed_columns) --------------
+# test_chunkscan's comparisons of the compiled walk with the numpy one, again with windows far smaller
+# than a chunk (and than some records): the same tables, the same first error, the checksum first
+WINDOWS = [300, 4096]
+
+
+@pytest.fixture(params=WINDOWS)
+def small_windows(request, monkeypatch):
+    monkeypatch.setattr(chunkscan, "_WINDOW", request.param)
+    return request.param
+
+
+def test_a_windowed_walk_gives_the_numpy_table(db, clock, small_windows):
+    test_chunkscan.test_the_compiled_walk_gives_the_numpy_table(db, clock)
+
+
+@pytest.mark.parametrize(
+    "what", ["zero length", "long length", "short length", "trailer", "type", "position", "short event"]
+)
+def test_a_windowed_walk_reports_the_same_damage(tmp_path, clock, what, small_windows):
+    test_chunkscan.test_both_walks_report_the_same_damage(tmp_path, clock, what)
+
+
+@pytest.mark.parametrize("what", ["a record", "the header"])
+def test_a_windowed_walk_reports_a_checksum_mismatch_first(tmp_path, clock, what, small_windows):
+    test_chunkscan.test_the_checksum_is_checked_beside_the_compiled_walk_and_reported_first(
+        tmp_path, clock, what
+    )
+
+
+def test_a_windowed_walk_keeps_a_window_of_pages_mapped(tmp_path, monkeypatch):
+    """The walk lets each window's pages go as it passes them: at no window does the chunk's file
+    hold more than about three windows of this process's memory."""
+    first = _one_completed_chunk(tmp_path)
+    chunk = Chunk.open(first, verify=False)
+    window = 256 * 1024
+    monkeypatch.setattr(chunkscan, "_WINDOW", window)
+    seen: list[int] = []
+    real = chunkscan._kernels
+
+    class Watched:
+        def __init__(self, kernels) -> None:
+            self._k = kernels
+
+        def record_offsets(self, *args):
+            seen.append(_mapped_rss(first, chunk))
+            return self._k.record_offsets(*args)
+
+        def scan_records(self, *args):
+            return self._k.scan_records(*args)
+
+    monkeypatch.setattr(chunkscan, "_kernels", lambda: Watched(real()))
+    table = chunkscan.record_table(chunk, compiled=True, verify=True)
+    assert len(table) > 3000 and len(seen) >= 12
+    assert max(seen) <= 3 * window  # (two windows, and a large folio a fault mapped around it)
+    # (a fault maps the whole of a large page-cache folio around it, which can reach a window back)
+    assert _mapped_rss(first, chunk) <= window
