@@ -1,25 +1,30 @@
-"""`evdb mirror`: catch-up throughput (events/s) and lag under a steady write load.
+"""`evdb mirror`: catch-up throughput (events/s) and lag under a steady write load, for each --parallel.
 
     .venv/bin/python bench/bench_mirror.py [--events 5000] [--streams 50] [--rate 1000] [--seconds 20] [--runs 3]
+        [--parallel 1,8]
 
-Two real nodes (`evdb node --insecure --mem-db`, separate processes) and `evdb mirror` between them.
+Real nodes (`evdb node --insecure --mem-db`, separate processes) and `evdb mirror --parallel N` between
+them, for each N of `--parallel` (1: one append at a time in `$all` order; N > 1: N streams at a time).
 
 1. Catch-up: the primary holds `--events` events written one per append, round-robin over `--streams`
-   streams (the worst case: every event is its own append on the secondary), and the same number
-   again written 10 per append to one stream per batch (runs of 10). A mirror starts with no
-   checkpoint; events/s = events copied / time from its start line until it reports caught up.
-   The CPU of the mirror and of both nodes over the catch-up is printed beside it.
+   streams (the worst case for `--parallel 1`: every event is its own append on the secondary), and
+   the same number again written 10 per append to one stream per batch (runs of 10). For each N a
+   mirror with no checkpoint copies them to a fresh secondary; events/s = events copied / time from
+   its start line ("Mirroring ...") to its "caught up" line, both from the mirror's own log time
+   stamps (ms). The CPU of the mirror and of both nodes over the catch-up is printed beside it.
 2. Lag: the mirror is live; a writer appends `--rate` events/s for `--seconds` seconds (one event per
    append, round-robin over the streams, paced from 8 aiohttp connections: event i is sent at
-   start + i / rate) and every 0.2 s a probe event to `probe`, stamped with its
+   start + i / rate) and every 0.05 s a probe event to `probe`, stamped with its
    write time; a subscriber on the secondary (`/subscriptions/streams/probe`) records when each probe
-   arrives. Lag = arrival - write time (same machine clock), p50/p99/max.
+   arrives, and one on the primary (the floor: one node's own subscription, on the same loaded
+   machine). Lag = arrival - write time (same machine clock), p50/p99/max.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import statistics
 import sys
@@ -27,6 +32,7 @@ import tempfile
 import threading
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import aiohttp
@@ -36,12 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "mirror"))
 from mirror_helpers import MirrorProcess, NodeProcess, wait_until
 
-from evdb.mirror.state import MirrorPaths, read_status
+from evdb.mirror.state import Checkpoint, MirrorPaths, read_status
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from netbench import BASIC, cpu_seconds, load_average
 
 EVENTS_JSON = {"Content-Type": "application/vnd.kurrent.events+json"}
+PROBE_EVERY = 0.05  # seconds between probe events (400 in 20 s: p99 is not the maximum)
 
 
 def event(i: int, **extra) -> dict:
@@ -57,33 +64,38 @@ def fill(node: NodeProcess, events: int, streams: int) -> None:
             c.post(f"/streams/runs-{i // 10 % streams}", json=batch, headers=EVENTS_JSON).raise_for_status()
 
 
-def catch_up(folder: Path, events: int, streams: int) -> tuple[float, dict[str, float]]:
-    primary, secondary = NodeProcess(folder / "p", "p"), NodeProcess(folder / "s", "s")
+def log_time(line: str) -> float:
+    """The time stamp of a mirror log line (``[pid,2026-11-24 18:10:00,123,INF] ...``), in seconds."""
+    stamp = line.split(",", 1)[1].rsplit(",", 1)[0]  # "2026-11-24 18:10:00,123"
+    when, millis = stamp.rsplit(",", 1)
+    return datetime.strptime(when, "%Y-%m-%d %H:%M:%S").timestamp() + int(millis) / 1000
+
+
+def catch_up(
+    folder: Path, primary: NodeProcess, events: int, parallel: int
+) -> tuple[float, dict[str, float]]:
+    """One mirror with no checkpoint copies the primary's ``events`` to a fresh secondary: events/s
+    from its start line to its caught-up line (the mirror's own log time stamps)."""
+    secondary = NodeProcess(folder / "s", "s")
     try:
-        fill(primary, events, streams)
-        head = primary.read_all()[-1]["position"]
         checkpoint = folder / "m" / "checkpoint.json"
-        paths = MirrorPaths.of(checkpoint)
-        mirror = MirrorProcess(primary.url, secondary.url, checkpoint, "--status-every", "0")
+        mirror = MirrorProcess(
+            primary.url, secondary.url, checkpoint, "--status-every", "0", "--parallel", str(parallel)
+        )
         try:
-            mirror.wait_for_line("Mirroring ", 30)
-            started = time.monotonic()
+            started = log_time(mirror.wait_for_line("Mirroring ", 30))
             pids = {"mirror": mirror.proc.pid, "primary": primary.proc.pid, "secondary": secondary.proc.pid}
             before = {k: cpu_seconds(v) for k, v in pids.items()}
-            status = wait_until(
-                lambda: (s := read_status(paths.status)) and s["position"] >= head and s,
-                600,
-                "the mirror to catch up",
-                interval=0.02,
-            )
-            elapsed = time.monotonic() - started
-            cpu = {k: (cpu_seconds(v) - before[k]) / elapsed for k, v in pids.items()}
+            wall = time.monotonic()
+            done = log_time(mirror.wait_for_line("Mirror caught up with the primary", 600))
+            cpu = {k: (cpu_seconds(v) - before[k]) / (time.monotonic() - wall) for k, v in pids.items()}
             assert mirror.terminate() == 0
         finally:
             mirror.close()
-        return status["eventsCopied"] / elapsed, cpu
+        saved = Checkpoint.load(MirrorPaths.of(checkpoint).checkpoint)
+        assert saved is not None and saved.events_copied == events, (saved, events)
+        return events / (done - started), cpu
     finally:
-        primary.close()
         secondary.close()
 
 
@@ -92,7 +104,7 @@ async def paced_writer(
 ) -> tuple[int, int, float]:
     """Appends one event per request at ``rate`` events/s for ``seconds`` (round-robin over the streams,
     from ``connections`` connections: request i is sent at start + i / rate, or as soon as a connection
-    is free), and a probe event to `probe` every 0.2 s, its write time kept in ``written``. Returns
+    is free), and a probe event to `probe` every PROBE_EVERY s, its write time kept in ``written``. Returns
     (events sent, probes sent, the rate achieved)."""
     async with aiohttp.ClientSession(
         url, headers={"Authorization": BASIC}, connector=aiohttp.TCPConnector(limit=connections + 1)
@@ -119,32 +131,37 @@ async def paced_writer(
                 written[n] = time.time()
                 await post("probe", [{**event(n), "eventType": "Probe"}])
                 n += 1
-                await asyncio.sleep(max(0.0, started + n * 0.2 - time.monotonic()))
+                await asyncio.sleep(max(0.0, started + n * PROBE_EVERY - time.monotonic()))
             return n
 
         probes, *_ = await asyncio.gather(prober(), *(writer() for _ in range(connections)))
         return total, probes or 0, total / (time.monotonic() - started)
 
 
-def lag(folder: Path, rate: float, seconds: float, streams: int) -> tuple[list[float], float]:
+def lag(
+    folder: Path, rate: float, seconds: float, streams: int, parallel: int
+) -> tuple[list[float], list[float], float]:
     primary, secondary = NodeProcess(folder / "p", "p"), NodeProcess(folder / "s", "s")
     checkpoint = folder / "m" / "checkpoint.json"
     paths = MirrorPaths.of(checkpoint)
-    mirror = MirrorProcess(primary.url, secondary.url, checkpoint, "--status-every", "0")
-    arrivals: dict[int, float] = {}
+    mirror = MirrorProcess(
+        primary.url, secondary.url, checkpoint, "--status-every", "0", "--parallel", str(parallel)
+    )
+    arrivals: dict[int, float] = {}  # probes on the secondary (through the mirror)
+    direct: dict[int, float] = {}  # probes on the primary: one node's own subscription, the floor
     written: dict[int, float] = {}
     stop = threading.Event()
 
-    def subscriber() -> None:
+    def subscriber(url: str, into: dict[int, float]) -> None:
         try:
             with (
-                httpx.Client(base_url=secondary.url, auth=("admin", "changeit"), timeout=None) as c,
+                httpx.Client(base_url=url, auth=("admin", "changeit"), timeout=None) as c,
                 c.stream("GET", "/subscriptions/streams/probe") as r,
             ):
                 for line in r.iter_lines():
                     if line.startswith("data:") and '"eventType": "Probe"' in line:
                         body = json.loads(line[5:])
-                        arrivals[body["eventNumber"]] = time.time()
+                        into[body["eventNumber"]] = time.time()
                     if stop.is_set():
                         return
         except httpx.HTTPError:
@@ -153,17 +170,31 @@ def lag(folder: Path, rate: float, seconds: float, streams: int) -> tuple[list[f
 
     try:
         wait_until(lambda: (s := read_status(paths.status)) and s["caughtUp"], 60, "the mirror to start")
-        reader = threading.Thread(target=subscriber, daemon=True)
-        reader.start()
+        for url, into in ((secondary.url, arrivals), (primary.url, direct)):
+            threading.Thread(target=subscriber, args=(url, into), daemon=True).start()
         _, probes, achieved = asyncio.run(paced_writer(primary.url, rate, seconds, streams, written))
-        wait_until(lambda: len(arrivals) >= probes, 60, "every probe on the secondary")
+        wait_until(lambda: len(arrivals) >= probes and len(direct) >= probes, 60, "every probe")
         stop.set()
-        return [arrivals[n] - written[n] for n in sorted(written)], achieved
+        return (
+            [arrivals[n] - written[n] for n in sorted(written)],
+            [direct[n] - written[n] for n in sorted(written)],
+            achieved,
+        )
     finally:
         mirror.terminate()
         mirror.close()
         primary.close()
         secondary.close()
+
+
+def percentiles(values: list[float]) -> tuple[float, float, float]:
+    """p50, p99 and max, in ms."""
+    values = sorted(values)
+    return (
+        values[len(values) // 2] * 1000,
+        values[min(len(values) - 1, int(len(values) * 0.99))] * 1000,
+        values[-1] * 1000,
+    )
 
 
 def main() -> None:
@@ -173,32 +204,53 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--parallel", default="1,8", help="the mirror's --parallel values to measure, comma-separated"
+    )
     args = parser.parse_args()
-    rates, p50s, p99s, maxes, achieved = [], [], [], [], []
+    modes = [int(p) for p in args.parallel.split(",")]
+    results: dict[int, dict[str, list[float]]] = {m: collections.defaultdict(list) for m in modes}
+    cpus: dict[int, list[dict[str, float]]] = {m: [] for m in modes}
     for run in range(args.runs):
         with tempfile.TemporaryDirectory() as folder:
-            rate, cpu = catch_up(Path(folder), args.events, args.streams)
-            rates.append(rate)
-        with tempfile.TemporaryDirectory() as folder:
-            lags, got = lag(Path(folder), args.rate, args.seconds, args.streams)
-        lags.sort()
-        p50s.append(lags[len(lags) // 2] * 1000)
-        p99s.append(lags[min(len(lags) - 1, int(len(lags) * 0.99))] * 1000)
-        maxes.append(lags[-1] * 1000)
-        achieved.append(got)
+            primary = NodeProcess(Path(folder) / "p", "p")
+            try:
+                fill(primary, args.events, args.streams)
+                for mode in modes:
+                    with tempfile.TemporaryDirectory(dir=folder) as sub:
+                        rate, cpu = catch_up(Path(sub), primary, args.events * 2, mode)
+                    results[mode]["rate"].append(rate)
+                    cpus[mode].append(cpu)
+            finally:
+                primary.close()
+        for mode in modes:
+            with tempfile.TemporaryDirectory() as folder:
+                lags, floor, got = lag(Path(folder), args.rate, args.seconds, args.streams, mode)
+            r = results[mode]
+            for key, value in zip(("p50", "p99", "max"), percentiles(lags), strict=True):
+                r[key].append(value)
+            for key, value in zip(("d50", "d99"), percentiles(floor)[:2], strict=True):
+                r[key].append(value)
+            r["achieved"].append(got)
+            cpu = cpus[mode][-1]
+            print(
+                f"run {run + 1}, --parallel {mode}: catch-up {r['rate'][-1]:.0f} events/s (CPU: "
+                + ", ".join(f"{k} {v:.0%}" for k, v in cpu.items())
+                + f"); load {load_average()}; at {got:.0f} events/s written, "
+                f"lag p50 {r['p50'][-1]:.1f} ms, p99 {r['p99'][-1]:.1f} ms, max {r['max'][-1]:.1f} ms "
+                f"(the primary's own subscription: p50 {r['d50'][-1]:.1f} ms, p99 {r['d99'][-1]:.1f} ms)",
+                flush=True,
+            )
+    for mode in modes:
+        r = results[mode]
         print(
-            f"run {run + 1}: catch-up {rates[-1]:.0f} events/s (CPU: "
-            + ", ".join(f"{k} {v:.0%}" for k, v in cpu.items())
-            + f"); load {load_average()}; at {got:.0f} events/s written, "
-            f"lag p50 {p50s[-1]:.0f} ms, p99 {p99s[-1]:.0f} ms, max {maxes[-1]:.0f} ms",
-            flush=True,
+            f"median of {args.runs}, --parallel {mode}: catch-up {statistics.median(r['rate']):.0f} events/s "
+            f"({args.events * 2} events: half one per append over {args.streams} streams, half in runs of 10); "
+            f"lag at {statistics.median(r['achieved']):.0f} events/s: p50 {statistics.median(r['p50']):.1f} ms, "
+            f"p99 {statistics.median(r['p99']):.1f} ms, max {statistics.median(r['max']):.1f} ms "
+            f"(the primary's own subscription: p50 {statistics.median(r['d50']):.1f} ms, "
+            f"p99 {statistics.median(r['d99']):.1f} ms)"
         )
-    print(
-        f"median of {args.runs}: catch-up {statistics.median(rates):.0f} events/s "
-        f"({args.events * 2} events: half one per append over {args.streams} streams, half in runs of 10); "
-        f"lag at {statistics.median(achieved):.0f} events/s: p50 {statistics.median(p50s):.0f} ms, "
-        f"p99 {statistics.median(p99s):.0f} ms, max {statistics.median(maxes):.0f} ms"
-    )
 
 
 if __name__ == "__main__":

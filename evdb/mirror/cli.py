@@ -75,6 +75,18 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help=(
+            "append to N streams of the secondary at once (default 1: one append at a time, in $all order). "
+            "With N > 1 each stream's events keep their order and the mirror is many times faster, but "
+            "events of different streams copied close together may reach the secondary's $all in "
+            "another order"
+        ),
+    )
+    parser.add_argument(
         "--metrics-port",
         type=int,
         metavar="PORT",
@@ -155,6 +167,8 @@ def _run(args: argparse.Namespace) -> int:
         return _fail("--metrics-port must be between 0 and 65535", 2)
     if args.start_from is not None and args.start_from < 0:
         return _fail("--start-from must be a position >= 0", 2)
+    if not 1 <= args.parallel <= 64:
+        return _fail("--parallel must be between 1 and 64", 2)
     verify = not args.insecure_skip_verify
     settings = MirrorSettings(
         source=Endpoint(args.source, args.from_user, args.from_password, args.from_ca or args.ca, verify),
@@ -164,6 +178,7 @@ def _run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         status_line_seconds=max(0.0, args.status_every),
+        parallel=args.parallel,
     )
     mirror = Mirror(settings, _logger())
 

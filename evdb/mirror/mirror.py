@@ -19,6 +19,16 @@ What is skipped: every stream whose name (without the ``$$`` of a metastream) st
 the primary's own system streams (``$users``, ``$user-*``, ``$epochs``, ``$stats-*``,
 ``$scavenges*``, ``$scavengePoints``...). The secondary keeps its own.
 
+How: one connection reads the subscription (a reader task parses it into a queue while the
+appends run), and the mirror takes what has arrived, up to ``batch_events`` events, as one batch.
+With ``parallel`` = 1 (the default) its steps run one at a time, in ``$all`` order. With
+``parallel`` = N > 1 (``--parallel N``) a batch is cut at its barriers (tombstones and metadata
+events, which change how the secondary treats a stream's appends: each runs alone, after everything
+before it), and between two barriers each user stream's events go in one append, N streams at a time
+over keep-alive connections: each stream's order is kept, ``$all``'s order across streams within a
+segment is not. The position moves only once a whole segment is done, so a crash replays at most the
+segments since the checkpoint, and replays are idempotent as above.
+
 The checkpoint (the ``$all`` position of the last event handled) is saved atomically at least every
 second and every 1000 events while copying, and when the mirror stops.
 """
@@ -29,10 +39,12 @@ import asyncio
 import base64
 import collections
 import contextlib
+import dataclasses
 import json
 import logging
 import os
 import ssl
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -55,6 +67,7 @@ __all__ = [
     "Side",
     "is_primary_own_stream",
     "plan_actions",
+    "plan_segments",
 ]
 
 _log = logging.getLogger("evdb.mirror")
@@ -86,8 +99,8 @@ class Endpoint:
     ca: str | None = None
     verify_tls: bool = True
 
-    def side(self, *, read_timeout: float | None = 30.0) -> Side:
-        return Side(self, read_timeout)
+    def side(self, *, read_timeout: float | None = 30.0, connections: int = 4) -> Side:
+        return Side(self, read_timeout, connections)
 
 
 @dataclass
@@ -107,7 +120,7 @@ class Reply:
 class Side:
     """An aiohttp session to one side (aiohttp: about twice the requests per second of httpx here)."""
 
-    def __init__(self, endpoint: Endpoint, read_timeout: float | None) -> None:
+    def __init__(self, endpoint: Endpoint, read_timeout: float | None, connections: int = 4) -> None:
         self.endpoint = endpoint
         self.base = endpoint.url.rstrip("/")
         tls: ssl.SSLContext | bool = endpoint.verify_tls  # True: aiohttp's default verification
@@ -119,7 +132,7 @@ class Side:
             headers["Authorization"] = f"Basic {token}"
         self.session = aiohttp.ClientSession(
             headers=headers,
-            connector=aiohttp.TCPConnector(ssl=tls, limit=4),
+            connector=aiohttp.TCPConnector(ssl=tls, limit=max(4, connections)),
             timeout=aiohttp.ClientTimeout(total=None, connect=10.0, sock_read=read_timeout),
         )
 
@@ -155,6 +168,9 @@ class MirrorSettings:
     batch_bytes: int = 1 << 20
     batch_events: int = 2000
     max_backoff: float = 5.0
+    # 1: one append at a time, in $all order. N > 1: the user streams of a batch are appended N at a
+    # time, each stream's events in one append (its order kept, $all's order across streams not).
+    parallel: int = 1
 
 
 @dataclass
@@ -212,11 +228,59 @@ def plan_actions(items: Iterable[dict[str, Any]], batch_bytes: int = 1 << 20) ->
     return actions
 
 
+def _is_barrier(action: Action) -> bool:
+    """A step that must run alone, after every step before it: a tombstone, or a metadata event
+    (a soft delete, $maxCount, ...: it changes how the secondary treats its stream's appends)."""
+    return action.kind == "tombstone" or (action.kind == "append" and is_metastream(action.stream))
+
+
+def plan_segments(actions: list[Action], batch_bytes: int = 1 << 20) -> list[list[Action]]:
+    """Split the steps of a batch (plan_actions) for parallel copying: each barrier step alone, and
+    between two barriers one segment whose appends are regrouped by stream (a stream's events of the
+    whole segment in as few appends as ``batch_bytes`` allows, in order). A segment's last step is
+    the one whose ``last`` event the position moves to once the segment is done."""
+    segments: list[list[Action]] = []
+    pending: list[Action] = []
+
+    def flush() -> None:
+        if not pending:
+            return
+        per_stream: dict[str, list[dict[str, Any]]] = {}
+        for action in pending:
+            if action.kind == "append":
+                per_stream.setdefault(action.stream, []).extend(action.events)
+        merged = [run for events in per_stream.values() for run in plan_actions(events, batch_bytes)]
+        end = pending[-1]
+        # the marker step carries the segment's end position (and its skipped events), copies nothing
+        segments.append([*merged, Action("skip", end.last, skipped=sum(a.skipped for a in pending))])
+        pending.clear()
+
+    for action in actions:
+        if _is_barrier(action):
+            flush()
+            segments.append([action])
+        else:
+            pending.append(action)
+    flush()
+    return segments
+
+
 def _event_time(event: dict[str, Any]) -> float | None:
     try:
         return datetime.fromisoformat(event["updated"]).timestamp()
     except (KeyError, ValueError, TypeError):
         return None
+
+
+@dataclass
+class _Segment:
+    """A segment of a batch whose appends run (--parallel): once they are all done, the position
+    moves to ``end`` (plan_segments' marker step)."""
+
+    end: Action
+    appends: int
+    events: int
+    tasks: list[asyncio.Task]
 
 
 class Mirror:
@@ -242,7 +306,17 @@ class Mirror:
         self.primary_head_time: float | None = None
         self.metrics_url: str | None = None
         self._rate_samples: collections.deque[tuple[float, int]] = collections.deque(maxlen=64)
+        # --parallel: the segments whose appends are under way, oldest first, and each stream's last task
+        self._segments: collections.deque[_Segment] = collections.deque()
+        self._tails: dict[str, asyncio.Task] = {}
+        self._in_flight = 0  # events of those segments
+        self._progress = asyncio.Event()  # set when one of their appends ends
+        self._gate = asyncio.Semaphore(settings.parallel) if settings.parallel > 1 else None
+        self._carry: list[dict[str, Any]] = []  # events read, held back for the next batch (_take)
         self._saved_position = -1
+        self._saving: asyncio.Future | None = None  # the checkpoint save under way in a worker thread
+        self._file_lock = threading.Lock()
+        self._written_position = -1
         self._saved_at = time.monotonic()
         self._saved_events = 0
         self._start_events = 0
@@ -364,25 +438,46 @@ class Mirror:
         entries = response.json().get("entries") or []
         return int(entries[0]["position"]) if entries else -1
 
-    def _save_checkpoint(self) -> None:
+    def _snapshot(self) -> Checkpoint:
+        """The checkpoint to save now (a copy: a save in a worker thread writes it while copying goes on)."""
         assert self.checkpoint is not None
-        self.checkpoint.position = self.position
-        self.checkpoint.events_copied = self.events_copied
-        self.checkpoint.save(self.paths.checkpoint)
+        self.checkpoint = dataclasses.replace(
+            self.checkpoint, position=self.position, events_copied=self.events_copied
+        )
         self._saved_position = self.position
         self._saved_events = self.events_copied
         self._saved_at = time.monotonic()
+        return self.checkpoint
 
-    def _maybe_save_checkpoint(self, idle: bool) -> None:
+    def _write_checkpoint(self, checkpoint: Checkpoint) -> None:
+        with self._file_lock:  # one save at a time, and never back to an older position
+            if checkpoint.position >= self._written_position:
+                checkpoint.save(self.paths.checkpoint)
+                self._written_position = checkpoint.position
+
+    def _save_checkpoint(self) -> None:
+        """Save now, on the calling thread (at start and stop)."""
+        self._write_checkpoint(self._snapshot())
+
+    async def _maybe_save_checkpoint(self) -> None:
+        """Save when ``checkpoint_events`` events or ``checkpoint_seconds`` passed since the last save
+        (called after each batch, and every second by the status loop: an idle mirror's checkpoint is
+        current within about a second). Not after every live event, and in a worker thread: each
+        save is an fsync, which must not hold up the copying. A save due by count waits for the
+        previous one; an error of the previous one is raised here."""
         if self.position == self._saved_position:
             return
         s = self.settings
-        if (
-            idle
-            or self.events_copied - self._saved_events >= s.checkpoint_events
-            or time.monotonic() - self._saved_at >= s.checkpoint_seconds
-        ):
-            self._save_checkpoint()
+        by_count = self.events_copied - self._saved_events >= s.checkpoint_events
+        if not (by_count or time.monotonic() - self._saved_at >= s.checkpoint_seconds):
+            return
+        if self._saving is not None:
+            if not self._saving.done() and not by_count:
+                return
+            await self._saving
+            if not self._saving.done():  # another caller started the next one meanwhile
+                return
+        self._saving = asyncio.ensure_future(asyncio.to_thread(self._write_checkpoint, self._snapshot()))
 
     # -- running ---------------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -395,11 +490,14 @@ class Mirror:
             if self.settings.metrics_port is not None:
                 runner = await self._start_metrics()
             self.logger.info(
-                "Mirroring %s -> %s from position %d (checkpoint %s)",
+                "Mirroring %s -> %s from position %d (checkpoint %s; %s)",
                 self.settings.source.url,
                 self.settings.target.url,
                 self.position,
                 self.paths.checkpoint,
+                "in $all order"
+                if self.settings.parallel <= 1
+                else f"{self.settings.parallel} streams at a time",
             )
             status_task = asyncio.create_task(self._status_loop(stop))
             await self._copy_until(stop)
@@ -428,7 +526,7 @@ class Mirror:
         backoff = 0.2
         async with (
             self.settings.source.side(read_timeout=None) as source,
-            self.settings.target.side() as target,
+            self.settings.target.side(connections=self.settings.parallel) as target,
         ):
             while not stop.is_set():
                 copied_before = self.events_copied + self.events_skipped
@@ -447,45 +545,86 @@ class Mirror:
                     backoff = min(self.settings.max_backoff, backoff * 2)
 
     async def _session(self, source: Side, target: Side, stop: asyncio.Event) -> None:
+        # One signed-in request first: the secondary then knows the credentials, and the parallel
+        # appends' new connections do not each hash the password (a scrypt per connection).
+        await self._request(target, "GET", "/info")
         queue: asyncio.Queue = asyncio.Queue(maxsize=4 * self.settings.batch_events)
         reader = asyncio.create_task(self._read(source, queue))
         stopping = asyncio.create_task(stop.wait())
+        getter: asyncio.Task | None = None
+        self._carry = []  # a run held back by the session before (not copied: read again)
         self.state = "catching-up"
         try:
             while True:
-                getter = asyncio.create_task(queue.get())
-                done, _ = await asyncio.wait({getter, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                if getter not in done:
-                    getter.cancel()
+                # while --parallel appends are all busy, events wait in the queue: the next batch
+                # is bigger, and so are its appends (one per stream)
+                full = self._running() >= self.settings.parallel > 1
+                if getter is None and not full:
+                    getter = asyncio.create_task(queue.get())
+                waiting = {stopping} if getter is None else {getter, stopping}
+                progress = asyncio.create_task(self._progress.wait()) if self._segments else None
+                if progress is not None:
+                    waiting.add(progress)
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if progress is not None and progress not in done:
+                    progress.cancel()
+                if stopping in done and (getter is None or getter not in done):
+                    await self._drain()  # the appends under way end; the position follows them
                     return
-                items = [getter.result()]
-                while len(items) < self.settings.batch_events:
-                    try:
-                        items.append(queue.get_nowait())
-                    except asyncio.QueueEmpty:
-                        break
-                events: list[dict] = []
-                for item in items:
-                    if isinstance(item, BaseException):
-                        await self._apply(target, events, stop)
-                        raise item
-                    if isinstance(item, int):  # caught up at this committed position
-                        await self._apply(target, events, stop)
-                        events = []
-                        self.caught_up = True
-                        self.state = "live"
-                        self.logger.info("Mirror caught up with the primary (position %d)", self.position)
-                        continue
-                    events.append(item)
-                await self._apply(target, events, stop)
-                if stop.is_set():
-                    return
-                self._maybe_save_checkpoint(idle=queue.empty())
+                self._progress.clear()
+                await self._settle()
+                if getter is not None and getter in done:
+                    items = [getter.result()]
+                    getter = None
+                    while len(items) < self.settings.batch_events:
+                        try:
+                            items.append(queue.get_nowait())
+                        except asyncio.QueueEmpty:
+                            break
+                    await self._take(target, items, stop)
+                    if stop.is_set():
+                        await self._drain()
+                        return
+                await self._maybe_save_checkpoint()
         finally:
+            if getter is not None:
+                getter.cancel()
             stopping.cancel()
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
+            await self._abort()  # nothing still running once the session is over (no-op after a drain)
+
+    async def _take(self, target: Side, items: list, stop: asyncio.Event) -> None:
+        """Apply what the reader queued: events, a caught-up mark, or the error that ended it.
+
+        While catching up, a batch's trailing run of one stream waits for the next batch: its next
+        events may be in the reader's next chunk, and a run split in two appends is not what the
+        primary wrote (a soft-deleted stream recreated by the first half would get the secondary's
+        own ``$$`` event in another place, and a crash between the halves leaves half a run)."""
+        events: list[dict] = self._carry
+        self._carry = []
+        for item in items:
+            if isinstance(item, BaseException):
+                await self._apply(target, events, stop)
+                raise item
+            if isinstance(item, int):  # caught up at this committed position
+                await self._apply(target, events, stop)
+                await self._drain()
+                events = []
+                self.caught_up = True
+                self.state = "live"
+                self.logger.info("Mirror caught up with the primary (position %d)", self.position)
+                continue
+            events.append(item)
+        if not self.caught_up and events:
+            stream = events[-1]["streamId"]
+            first = len(events)
+            while first > 0 and events[first - 1]["streamId"] == stream:
+                first -= 1
+            if first > 0 and not is_primary_own_stream(stream):
+                events, self._carry = events[:first], events[first:]
+        await self._apply(target, events, stop)
 
     async def _read(self, source: Side, queue: asyncio.Queue) -> None:
         """Parse the primary's server-sent events into the queue (an exception ends it)."""
@@ -536,24 +675,118 @@ class Mirror:
     # -- applying events to the secondary --------------------------------------------------------------
     async def _apply(self, target: Side, events: list[dict], stop: asyncio.Event) -> None:
         """Apply the steps in order; once ``stop`` is set, none more (not even of a later call: the
-        position must never pass a step that was not done)."""
-        for action in plan_actions(events, self.settings.batch_bytes):
+        position must never pass a step that was not done). With ``parallel`` > 1 the appends between
+        two barriers are started here and go on after it returns (:meth:`_settle` moves the
+        position as they end, :meth:`_drain` waits for them)."""
+        actions = plan_actions(events, self.settings.batch_bytes)
+        if self.settings.parallel > 1:
+            for segment in plan_segments(actions, self.settings.batch_bytes):
+                if stop.is_set():
+                    return
+                if _is_barrier(segment[0]):
+                    await self._drain()
+                    if stop.is_set():
+                        return
+                    await self._do(target, segment[0])
+                    self._advance(segment[0], segment[0].skipped)
+                    continue
+                self._start_segment(target, segment)
+                while self._in_flight > 2 * self.settings.batch_events:
+                    await self._wait_oldest()
+            await self._settle()  # segments with nothing to append (skipped events) end at once
+            return
+        for action in actions:
             if stop.is_set():
                 return
-            if action.kind == "append":
-                await self._append(target, action.stream, action.events)
-                self.appends += 1
-                self.events_copied += len(action.events)
-                if is_metastream(action.stream):
-                    self.metadata_events += len(action.events)
-            elif action.kind == "tombstone":
-                await self._tombstone(target, action.stream)
-                self.tombstones += 1
-                self.events_copied += 1
-            self.events_skipped += action.skipped
-            self.position = action.last["position"]
-            self.last_event_time = _event_time(action.last) or self.last_event_time
-            self._rate_samples.append((time.monotonic(), self.events_copied))
+            await self._do(target, action)
+            self._advance(action, action.skipped)
+
+    async def _do(self, target: Side, action: Action) -> None:
+        if action.kind == "append":
+            await self._append(target, action.stream, action.events)
+            self.appends += 1
+            self.events_copied += len(action.events)
+            if is_metastream(action.stream):
+                self.metadata_events += len(action.events)
+        elif action.kind == "tombstone":
+            await self._tombstone(target, action.stream)
+            self.tombstones += 1
+            self.events_copied += 1
+
+    def _start_segment(self, target: Side, segment: list[Action]) -> None:
+        """Start the appends of a segment (plan_segments): one task per stream, each after the same
+        stream's task of the segments before (its order kept), ``parallel`` appends at a time."""
+        assert self._gate is not None
+        gate = self._gate
+        runs: dict[str, list[Action]] = {}
+        for action in segment[:-1]:
+            runs.setdefault(action.stream, []).append(action)
+
+        async def copy(before: asyncio.Task | None, stream_runs: list[Action]) -> None:
+            if before is not None:
+                await before  # its failure is this one's too
+            for run in stream_runs:
+                async with gate:
+                    await self._append(target, run.stream, run.events)
+
+        tasks = []
+        for stream, stream_runs in runs.items():
+            task = asyncio.create_task(copy(self._tails.get(stream), stream_runs))
+            task.add_done_callback(lambda _: self._progress.set())
+            self._tails[stream] = task
+            tasks.append(task)
+        events = sum(len(run.events) for run in segment[:-1])
+        self._segments.append(_Segment(segment[-1], len(segment) - 1, events, tasks))
+        self._in_flight += events
+
+    async def _settle(self) -> None:
+        """Move the position past the oldest segments whose appends are all done; raise the error of
+        a failed one (after stopping every append under way: the next try starts from the position)."""
+        while self._segments:
+            segment = self._segments[0]
+            if not all(task.done() for task in segment.tasks):
+                return
+            errors = [e for t in segment.tasks if not t.cancelled() and (e := t.exception()) is not None]
+            if errors:
+                await self._abort()
+                raise next((e for e in errors if isinstance(e, MirrorError)), errors[0])
+            self._segments.popleft()
+            self._in_flight -= segment.events
+            self.appends += segment.appends
+            self.events_copied += segment.events
+            self._advance(segment.end, segment.end.skipped)
+        self._tails = {stream: task for stream, task in self._tails.items() if not task.done()}
+
+    def _running(self) -> int:
+        return sum(not task.done() for segment in self._segments for task in segment.tasks)
+
+    async def _wait_oldest(self) -> None:
+        """Wait for the oldest segment's appends, then settle (which may raise their error)."""
+        running = [task for task in self._segments[0].tasks if not task.done()]
+        if running:
+            await asyncio.wait(running)
+        await self._settle()
+
+    async def _drain(self) -> None:
+        """Wait for every append under way and move the position past them (or raise)."""
+        while self._segments:
+            await self._wait_oldest()
+
+    async def _abort(self) -> None:
+        tasks = [task for segment in self._segments for task in segment.tasks]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._segments.clear()
+        self._tails.clear()
+        self._in_flight = 0
+
+    def _advance(self, done: Action, skipped: int) -> None:
+        """Every step up to ``done`` is done: the position moves to its last event."""
+        self.events_skipped += skipped
+        self.position = done.last["position"]
+        self.last_event_time = _event_time(done.last) or self.last_event_time
+        self._rate_samples.append((time.monotonic(), self.events_copied))
 
     async def _request(self, target: Side, method: str, url: str, **kwargs) -> Reply:
         try:
@@ -624,10 +857,14 @@ class Mirror:
         )
 
     def _replaying(self) -> bool:
-        """Whether the events now copied may have been copied by an earlier run: the checkpoint is
-        saved at least every ``checkpoint_events`` events, checked after each batch."""
+        """Whether the events now copied may have been copied by an earlier run: a save starts at
+        least every ``checkpoint_events`` events, checked after each batch, and waits for the one
+        before (so the file lags by two at most); with ``parallel`` > 1 up to 3 batches may be under
+        way and 3 more settle between two checks."""
         s = self.settings
-        return self.events_copied - self._start_events < s.checkpoint_events + s.batch_events
+        return self.events_copied - self._start_events < 2 * (
+            s.checkpoint_events + s.batch_events * (6 if s.parallel > 1 else 1)
+        )
 
     async def _soft_deleted(self, target: Side, stream: str) -> bool:
         if is_metastream(stream):
@@ -684,6 +921,8 @@ class Mirror:
         async with s.source.side(read_timeout=5.0) as source:
             while True:
                 await self._poll_primary_head(source)
+                if self.checkpoint is not None:
+                    await self._maybe_save_checkpoint()
                 self._write_status()
                 if s.status_line_seconds and time.monotonic() - last_line >= s.status_line_seconds:
                     last_line = time.monotonic()

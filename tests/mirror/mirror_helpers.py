@@ -175,3 +175,67 @@ class MirrorProcess(Process):
             ],
             checkpoint.with_name("mirror.out"),
         )
+
+
+def write_deleted_and_recreated(primary: NodeProcess) -> None:
+    """History the mirror tests copy: a stream soft-deleted and recreated (which writes ``$$recreated``
+    with a new ``$tb``) and a tombstoned one."""
+    primary.append("recreated", new_events(2))
+    assert primary.client.delete("/streams/recreated").status_code == 204
+    primary.append("recreated", new_events(2), expected=1)
+    primary.append("gone-hard", new_events(2))
+    r = primary.client.delete("/streams/gone-hard", headers={"Kurrent-HardDelete": "true"})
+    assert r.status_code == 204
+
+
+def mirror_until_caught_up(primary: NodeProcess, secondary: NodeProcess, checkpoint: Path, *args: str) -> int:
+    """Run ``evdb mirror`` (with ``args``) until it has copied the primary's head, then stop it
+    gracefully; returns that head's position."""
+    from evdb.mirror.state import MirrorPaths, read_status
+
+    paths = MirrorPaths.of(checkpoint)
+    mirror = MirrorProcess(primary.url, secondary.url, checkpoint, "--status-every", "0", *args)
+    try:
+        head = primary.read_all()[-1]["position"]
+        wait_until(
+            lambda: (s := read_status(paths.status)) and s["position"] >= head and s["caughtUp"],
+            30,
+            "the mirror to catch up",
+        )
+        assert mirror.terminate() == 0
+    finally:
+        mirror.close()
+    return head
+
+
+def stop_mirror_after(
+    primary: NodeProcess,
+    secondary: NodeProcess,
+    checkpoint: Path,
+    seconds: float,
+    *args: str,
+    graceful: bool = False,
+    wait_for_status: bool = False,
+) -> int:
+    """Start ``evdb mirror``, let it run ``seconds`` after it says it is mirroring (and, with
+    ``wait_for_status``, after its status file names it), then kill -9 it (or stop it gracefully);
+    returns the checkpoint's position, which is never torn (an atomic replace)."""
+    from evdb.mirror.state import Checkpoint, MirrorPaths, read_status
+
+    paths = MirrorPaths.of(checkpoint)
+    mirror = MirrorProcess(primary.url, secondary.url, checkpoint, "--status-every", "0", *args)
+    try:
+        mirror.wait_for_line("Mirroring ", 15)
+        if wait_for_status:
+            pid = mirror.proc.pid
+            wait_until(lambda: (read_status(paths.status) or {}).get("pid") == pid, 10, "status")
+        time.sleep(seconds)  # the moment to stop it at
+        if graceful:
+            assert mirror.terminate() == 0  # a graceful stop saves the checkpoint
+        else:
+            mirror.kill()
+    finally:
+        mirror.close()
+    saved = Checkpoint.load(paths.checkpoint)
+    assert saved is not None
+    return saved.position

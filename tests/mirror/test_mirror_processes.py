@@ -11,11 +11,17 @@ import difflib
 import json
 import random
 import threading
-import time
 import uuid
 
 import httpx
-from mirror_helpers import MirrorProcess, new_events, wait_until
+from mirror_helpers import (
+    MirrorProcess,
+    mirror_until_caught_up,
+    new_events,
+    stop_mirror_after,
+    wait_until,
+    write_deleted_and_recreated,
+)
 
 from evdb.mirror.state import Checkpoint, MirrorPaths, read_status
 
@@ -107,12 +113,7 @@ def test_mirror_killed_at_random_points_copies_every_event_once_in_order(nodes, 
     primary.client.post("/streams/orders-1/metadata", json={"$maxAge": 86400, "tenant": "acme"})
     primary.append("gone-soft", new_events(3))
     assert primary.client.delete("/streams/gone-soft").status_code == 204
-    primary.append("recreated", new_events(2))
-    assert primary.client.delete("/streams/recreated").status_code == 204
-    primary.append("recreated", new_events(2), expected=1)  # writes $$recreated with a new $tb too
-    primary.append("gone-hard", new_events(2))
-    r = primary.client.delete("/streams/gone-hard", headers={"Kurrent-HardDelete": "true"})
-    assert r.status_code == 204
+    write_deleted_and_recreated(primary)
     for i in range(20):
         primary.append(f"bulk-{i % 7}", new_events(50, bulk=i))
 
@@ -122,21 +123,13 @@ def test_mirror_killed_at_random_points_copies_every_event_once_in_order(nodes, 
     positions = []
     with Load(primary, seed=15) as load:
         for round_ in range(6):
-            mirror = MirrorProcess(primary.url, secondary.url, checkpoint, "--status-every", "0")
-            try:
-                mirror.wait_for_line("Mirroring ", 15)
-                pid = mirror.proc.pid
-                wait_until(lambda: (read_status(paths.status) or {}).get("pid") == pid, 10, "status")  # noqa: B023
-                time.sleep(rnd.uniform(0.05, 0.8))  # a random moment to kill it at
-                if round_ == 3:
-                    assert mirror.terminate() == 0  # a graceful stop saves the checkpoint
-                else:
-                    mirror.kill()
-            finally:
-                mirror.close()
-            saved = Checkpoint.load(paths.checkpoint)  # never torn: atomic replace
-            assert saved is not None
-            positions.append(saved.position)
+            delay = rnd.uniform(0.05, 0.8)  # a random moment to kill it at
+            graceful = round_ == 3  # a graceful stop saves the checkpoint
+            positions.append(
+                stop_mirror_after(
+                    primary, secondary, checkpoint, delay, graceful=graceful, wait_for_status=True
+                )
+            )
     assert load.error is None, load.error
     # more deletes and metadata while the mirror is down, then let it finish
     assert primary.client.delete("/streams/load-3").status_code == 204
@@ -146,17 +139,7 @@ def test_mirror_killed_at_random_points_copies_every_event_once_in_order(nodes, 
     assert positions == sorted(positions), positions
     assert positions[-1] > 0
 
-    mirror = MirrorProcess(primary.url, secondary.url, checkpoint, "--status-every", "0")
-    try:
-        head = primary.read_all()[-1]["position"]
-        wait_until(
-            lambda: (s := read_status(paths.status)) and s["position"] >= head and s["caughtUp"],
-            30,
-            "the mirror to catch up",
-        )
-        assert mirror.terminate() == 0
-    finally:
-        mirror.close()
+    head = mirror_until_caught_up(primary, secondary, checkpoint)
 
     source = user_events(primary.read_all())
     copied = user_events(secondary.read_all())
