@@ -427,6 +427,8 @@ class ClusterService:
         self._no_candidacy_until = 0.0
         self._followers: dict[str, _FollowerLink] = {}
         self._gate: list[tuple[int, list]] = []
+        #: set by :meth:`stop`: answers gated afterwards are refused at once (none would release them)
+        self._gate_closed = False
         self._gate_lock = threading.Lock()
         self._committed = asyncio.Event()
         self._follow_task: asyncio.Task | None = None
@@ -599,6 +601,7 @@ class ClusterService:
     # -- lifecycle -------------------------------------------------------------------------------------
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._gate_closed = False
         self.replication_port = await self.transport.start(self)
         self._attach()
         self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)
@@ -631,6 +634,8 @@ class ClusterService:
                 await task
         self._tasks.clear()
         self._follow_task = None
+        with self._gate_lock:
+            self._gate_closed = True
         self._fail_gate(NotLeader())
         if self.node.db is not None:
             self.db.remove_commit_listener(self._on_commit)
@@ -1027,7 +1032,7 @@ class ClusterService:
         NotLeader (answering it would acknowledge a write no majority holds); other results (records
         replicated from the leader) are answered at once."""
         with self._gate_lock:
-            leading = self.state in ("Leader", "ResigningLeader")
+            leading = self.state in ("Leader", "ResigningLeader") and not self._gate_closed
             if leading:
                 self._gate.append((position, answers))
         if leading:
