@@ -157,6 +157,10 @@ class PTable:
             bloom_size = write_sidecar(path, sidecar)
         else:
             bloom_size = os.path.getsize(sidecar_path(path))
+        if hasattr(mmap, "MADV_DONTNEED"):
+            # the checksum read every page: let this process's mapping of them go (they stay in the page
+            # cache; a lookup maps the few it needs again), so RSS does not hold every table at open
+            buffer.madvise(mmap.MADV_DONTNEED)
         return cls(name, level, entries, digest, sidecar, path=path, bloom_size=bloom_size)
 
     def delete(self) -> None:
