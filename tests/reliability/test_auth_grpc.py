@@ -27,6 +27,7 @@ import grpc
 import httpx
 import pytest
 from kurrentdbclient.protos.v1 import shared_pb2, streams_pb2
+from waiting import wait_until
 
 from evdb.grpc import operations_pb2
 from evdb.tls.certs import generate_dev_certificates
@@ -317,6 +318,15 @@ def _scavenge_ids(http: httpx.Client) -> set[str]:
 
 def test_a_refused_start_scavenge_starts_nothing(secure_node):
     thread, http, callers = secure_node
+    # the scavenges an earlier test started (its allowed calls) end first: their events are then written
+    wait_until(
+        lambda: (
+            http.get("/admin/scavenge/current", headers={"Accept": "application/json"}).json()["scavengeId"]
+            == ""
+        ),
+        60,
+        "no scavenge running",
+    )
     before = _scavenge_ids(http)
     for caller in (ANON, WRONG, UNKNOWN, USER):
         with pytest.raises(grpc.RpcError) as info:
