@@ -226,6 +226,9 @@ def latency(directory: str, chunk_size: int) -> dict[str, float]:
         "idle after p99 ms": pct(idle_after, 0.99),
         "scavenging p50 ms": pct(busy, 0.5),
         "scavenging p99 ms": pct(busy, 0.99),
+        "scavenging p99.9 ms": pct(busy, 0.999),
+        "scavenging max ms": max(busy) * 1000,
+        "appends over 10 ms during scavenge": sum(x > 0.010 for x in busy),
         "appends during scavenge": len(busy),
     }
 
@@ -453,6 +456,11 @@ def main() -> None:
                 )
                 print(
                     f"| idle again, after it | {lat['idle after p50 ms']:.2f} ms | {lat['idle after p99 ms']:.2f} ms |"
+                )
+                print(
+                    f"during the scavenge: p99.9 {lat['scavenging p99.9 ms']:.2f} ms, max "
+                    f"{lat['scavenging max ms']:.1f} ms, {lat['appends over 10 ms during scavenge']} "
+                    "appends over 10 ms"
                 )
                 print(f"p99 ratio: {ratio:.2f}×", flush=True)
         print()

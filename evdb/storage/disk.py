@@ -15,16 +15,23 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
+import queue
 import sys
-from collections.abc import Iterator
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 __all__ = [
     "Disk",
     "OsDisk",
+    "Reclaimer",
     "SequentialWriter",
     "current",
+    "reclaimer",
     "start_writeback",
     "use_disk",
     "wait_writeback",
@@ -168,3 +175,96 @@ class SequentialWriter:
             write_all(self.fd, self._buffer, self.offset)
             self.offset += len(self._buffer)
             self._buffer = bytearray()
+
+
+class Reclaimer:
+    """Frees the blocks of deleted files a step at a time, on a thread of its own.
+
+    Deleting a big file frees all of its blocks in one journal transaction, and on a file system
+    mounted with ``discard`` the commit that carries them discards them before it completes: every
+    ``fdatasync`` of an append that waits for that commit waits too (a 256 MiB chunk file: the
+    unlink took about 50 ms and an append in another process waited 15-35 ms behind it,
+    docs/performance.md issue 23, fourth round). Cut down ``step`` bytes at a time with a ``pause``
+    between the cuts, the same blocks go in commits of ``step`` bytes each.
+
+    The file is deleted by name as before (the deletion is what a power cut may undo or not); a
+    descriptor opened before it (:meth:`hold`) keeps the blocks until the last map of the file in
+    this process is gone (:meth:`release_when_unmapped`: no reader can touch a page cut off), then
+    the thread cuts the file down and closes the descriptor. It cuts only a file no name leads to
+    (``st_nlink == 0``: no folder entry, no hard link, which is also how the power-loss model keeps
+    a deleted file it may bring back), so the cuts change nothing a power cut could bring back:
+    they are not made through :data:`current` (on ext4 a truncation of an unlinked file is
+    journaled after its unlink, never kept without it). A cut that fails is logged with the file's
+    name and the descriptor closed (the kernel frees the rest at once, as a plain unlink does)."""
+
+    def __init__(
+        self,
+        step: int = 8 << 20,
+        pause: float = 0.004,
+        sleep: Callable[[float], None] = time.sleep,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.step = step
+        self.pause = pause
+        self.sleep = sleep
+        self.logger = logger or logging.getLogger("evdb.storage")
+        self._queue: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, path: str, size: int) -> int | None:
+        """A descriptor of ``path`` (``size`` bytes), opened before it is deleted, or None when it is
+        too small to be worth cutting (or cannot be opened: it is then deleted as before)."""
+        if size <= self.step:
+            return None
+        try:
+            return os.open(path, os.O_WRONLY)  # (opens nothing new, changes nothing)
+        except OSError:
+            return None
+
+    def release_when_unmapped(self, mapping: object, fd: int, path: str) -> None:
+        """Cut ``fd``'s file down once ``mapping`` (this process's map of it) is gone."""
+        finalizer = weakref.finalize(mapping, self._queue.put, (fd, path))
+        finalizer.atexit = False  # at exit the descriptor just closes: the kernel frees the file
+        self._ensure_thread()
+
+    def release(self, fd: int, path: str) -> None:
+        """Cut ``fd``'s file down (no map of it is left)."""
+        self._queue.put((fd, path))
+        self._ensure_thread()
+
+    def _ensure_thread(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="evdb-reclaim", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            fd, path = self._queue.get()
+            try:
+                self.shrink(fd, path)  # (closes fd whatever happens)
+            except Exception:  # the thread goes on with the next file
+                self.logger.exception("Could not free the blocks of the deleted file %s step by step", path)
+
+    def shrink(self, fd: int, path: str) -> None:
+        """Cut the deleted file of ``fd`` down ``step`` bytes at a time, then close ``fd``."""
+        try:
+            st = os.fstat(fd)
+            if st.st_nlink == 0:
+                size = st.st_size
+                while size > 0:
+                    size = max(0, size - self.step)
+                    os.ftruncate(fd, size)
+                    if size:
+                        self.sleep(self.pause)
+        except OSError as exc:
+            self.logger.warning(
+                "Could not free the blocks of the deleted file %s step by step: %s", path, exc
+            )
+        finally:
+            os.close(fd)
+
+
+#: the process's reclaimer of deleted chunk files (its thread starts at its first file)
+reclaimer = Reclaimer()

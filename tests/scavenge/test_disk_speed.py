@@ -155,7 +155,11 @@ def test_a_power_cut_at_every_disk_call_of_chunk_execution(tmp_path, clock, monk
     power goes at each disk call from the first copy's fsync to that fsync; the database then opens
     (every chunk verifies, an older version left beside a newer one is deleted), holds every event
     the scavenge keeps and nothing never written, and a new scavenge ends where an uninterrupted one
-    does."""
+    does. The switched-out files are cut down in 4 KiB steps once unmapped (``disk.Reclaimer``), as a
+    big chunk's are, whenever the cut comes: never one a power cut could bring back (whether a file is
+    cut before the power goes depends on the reclaimer's thread, not on the call counted)."""
+    reclaimer = _Recording()
+    monkeypatch.setattr(disk, "reclaimer", reclaimer)
     template = tmp_path / "template"
     h = Harness(template, clock)
     fill(h)
@@ -205,6 +209,7 @@ def test_a_power_cut_at_every_disk_call_of_chunk_execution(tmp_path, clock, monk
         assert p.scavenge()[1] == "Success"
         p.close()
     monkeypatch.undo()
+    monkeypatch.setattr(disk, "reclaimer", reclaimer)
     assert len(window) == 2 and len(switches) >= 2
     # one folder fsync per switch (its rename) and one for all the deletions
     assert len(folder_syncs) == len(switches) + 1
@@ -290,3 +295,94 @@ def test_a_windowed_walk_keeps_a_window_of_pages_mapped(tmp_path, monkeypatch):
     assert max(seen) <= 3 * window  # (two windows, and a large folio a fault mapped around it)
     # (a fault maps the whole of a large page-cache folio around it, which can reach a window back)
     assert _mapped_rss(first, chunk) <= window
+
+
+# -- a switched-out chunk file's blocks freed a step at a time (evdb/storage/disk.py Reclaimer) ----------
+class _Recording(disk.Reclaimer):
+    """A reclaimer of 4 KiB steps that does not pause: it records the file's size at each pause."""
+
+    def __init__(self) -> None:
+        super().__init__(step=4096, sleep=self._paused)
+        self.sizes: dict[str, list[int]] = {}
+        self.done: list[str] = []
+        self._current: tuple[int, str] | None = None
+
+    def _paused(self, seconds: float) -> None:
+        assert self._current is not None
+        fd, path = self._current
+        self.sizes.setdefault(path, []).append(os.fstat(fd).st_size)
+
+    def shrink(self, fd: int, path: str) -> None:
+        self._current = (fd, path)
+        super().shrink(fd, path)
+        self.done.append(path)
+
+
+def test_a_deleted_file_is_cut_down_a_step_at_a_time(tmp_path):
+    from waiting import wait_until
+
+    reclaimer = _Recording()
+    path = str(tmp_path / "old")
+    with open(path, "wb") as f:
+        f.write(b"o" * (5 * 4096 + 100))
+    fd = reclaimer.hold(path, os.path.getsize(path))
+    assert fd is not None
+    os.unlink(path)
+    reclaimer.release(fd, path)
+    wait_until(lambda: path in reclaimer.done, 10, "the reclaimer's thread cut the file", interval=0.01)
+    assert reclaimer.sizes[path] == [4 * 4096 + 100, 3 * 4096 + 100, 2 * 4096 + 100, 4096 + 100, 100]
+    assert reclaimer.hold(str(tmp_path / "missing"), 10 * 4096) is None  # deleted as before
+    small = str(tmp_path / "small")
+    with open(small, "wb") as f:
+        f.write(b"s" * 4096)
+    assert reclaimer.hold(small, 4096) is None  # one step or less: not worth it
+
+
+def test_a_file_that_still_has_a_name_is_never_cut(tmp_path):
+    """A name left (the power-loss model's copy of a deletion not yet durable, a hard link): the file
+    is left whole and the descriptor closed."""
+    from waiting import wait_until
+
+    reclaimer = _Recording()
+    path = str(tmp_path / "kept")
+    data = os.urandom(3 * 4096)
+    with open(path, "wb") as f:
+        f.write(data)
+    os.link(path, str(tmp_path / "link"))
+    fd = reclaimer.hold(path, len(data))
+    assert fd is not None
+    os.unlink(path)
+    reclaimer.release(fd, path)
+    wait_until(lambda: path in reclaimer.done, 10, "the reclaimer's thread let the file go", interval=0.01)
+    assert path not in reclaimer.sizes
+    with open(tmp_path / "link", "rb") as f:
+        assert f.read() == data
+
+
+def test_a_switched_out_chunk_is_cut_only_once_no_map_of_it_is_left(tmp_path, clock, monkeypatch):
+    """A reader holding a switched-out version still reads all of it; once it lets go, the file is cut
+    down a step at a time; every other switched-out file of the scavenge is cut too."""
+    from waiting import wait_until
+
+    reclaimer = _Recording()
+    monkeypatch.setattr(disk, "reclaimer", reclaimer)
+    h = Harness(tmp_path, clock)
+    try:
+        fill(h)
+        h.complete_chunk()
+        old = h.db.log.distinct_chunks()[0]
+        assert old.is_completed and old.file_size > 4096
+        path, before = old.path, bytes(old.buffer[:])
+        assert path is not None
+        assert h.scavenge()[1] == "Success"
+        assert not os.path.exists(path) and h.db.log.distinct_chunks()[0] is not old
+        gc.collect()
+        assert path not in reclaimer.done
+        assert bytes(old.buffer[:]) == before  # (the reader's map still reads every byte)
+        del old
+        gc.collect()
+        wait_until(lambda: path in reclaimer.done, 10, "the unmapped version was cut", interval=0.01)
+        assert reclaimer.sizes[path]
+        assert len(reclaimer.done) > 1
+    finally:
+        h.close()
