@@ -22,13 +22,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
+import shutil
 import statistics
+import subprocess
 import uuid
 from pathlib import Path
 
 from netbench import (
+    CLOCK_TICK,
+    PY_SPY,
     LoadResult,
     Profiler,
+    Target,
     fdatasync_probe,
     launch,
     load_average,
@@ -56,6 +63,93 @@ def median_row(rows: list[LoadResult]) -> dict:
     }
 
 
+def thread_counters(pid: int) -> dict[int, tuple[float, float, int, int]]:
+    """Per thread of ``pid``: user and system CPU seconds, voluntary and involuntary context switches."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                status = dict(line.split(":", 1) for line in f if ":" in line)
+        except FileNotFoundError:  # the thread ended
+            continue
+        out[int(tid)] = (
+            int(fields[11]) / CLOCK_TICK,
+            int(fields[12]) / CLOCK_TICK,
+            int(status["voluntary_ctxt_switches"]),
+            int(status["nonvoluntary_ctxt_switches"]),
+        )
+    return out
+
+
+def thread_names(pid: int) -> dict[int, str]:
+    """Python's names of the threads of ``pid`` (py-spy dump), or none without py-spy."""
+    if not PY_SPY.exists():
+        return {}
+    dump = subprocess.run(
+        [str(PY_SPY), "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60
+    )
+    return {int(m[1]): m[2] for m in re.finditer(r'^Thread (\d+) \(\w+\): "([^"]*)"', dump.stdout, re.M)}
+
+
+#: the system calls counted per thread in a --per-thread run (perf's tracepoints, when perf is there)
+SYSCALLS = ("futex", "read", "write", "pwrite64", "fdatasync", "epoll_pwait", "getpid")
+
+
+def count_syscalls(pid: int, seconds: float) -> subprocess.Popen | None:
+    """``perf stat`` counting :data:`SYSCALLS` per thread of ``pid`` for ``seconds`` (None without perf)."""
+    if shutil.which("perf") is None:
+        return None
+    events = ",".join(f"syscalls:sys_enter_{name}" for name in SYSCALLS)
+    command = ["perf", "stat", "-x,", "--per-thread", "-e", events, "-p", str(pid)]
+    return subprocess.Popen(
+        [*command, "--", "sleep", f"{seconds:g}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def syscalls_per_thread(counting: subprocess.Popen | None) -> dict[int, dict[str, float]]:
+    """What :func:`count_syscalls` counted: thread id -> system call -> count."""
+    if counting is None:
+        return {}
+    _, err = counting.communicate(timeout=120)
+    out: dict[int, dict[str, float]] = {}
+    for line in err.splitlines():  # "python-<tid>,<count>,,syscalls:sys_enter_<name>,..."
+        fields = line.split(",")
+        if len(fields) > 3 and fields[3].startswith("syscalls:sys_enter_") and fields[1].isdigit():
+            tid = int(fields[0].rsplit("-", 1)[1])
+            out.setdefault(tid, {})[fields[3].removeprefix("syscalls:sys_enter_")] = float(fields[1])
+    return out
+
+
+def per_thread_table(
+    kind: str, before: dict, after: dict, names: dict[int, str], requests: int, syscalls: dict | None = None
+) -> str:
+    """Each busy thread's CPU (user, system), context switches and system calls per append over one load."""
+    counted = [name for name in SYSCALLS if any(name in calls for calls in (syscalls or {}).values())]
+    lines = [
+        f"| {kind}: thread | user ms/append | system ms/append | voluntary switches/append | involuntary |"
+        + "".join(f" {name}/append |" for name in counted),
+        "|---|---|---|---|---|" + "---|" * len(counted),
+    ]
+    for tid in sorted(after, key=lambda t: -(after[t][0] + after[t][1])):
+        if tid not in before:
+            continue
+        user, system, vol, invol = (after[tid][i] - before[tid][i] for i in range(4))
+        if user + system < 0.001 * requests / 1000:  # under 1 µs per append
+            continue
+        calls = (syscalls or {}).get(tid, {})
+        lines.append(
+            f"| {names.get(tid, tid)} | {user / requests * 1000:.4f} | {system / requests * 1000:.4f} | "
+            f"{vol / requests:.2f} | {invol / requests:.2f} |"
+            + "".join(f" {calls.get(name, 0) / requests:.2f} |" for name in counted)
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -71,6 +165,12 @@ def main() -> None:
         help="e.g. asyncio,uvloop,gil0.5ms: also run every target with its nodes in these runtime variants "
         "(experiments: bench/node_variant.py)",
     )
+    parser.add_argument(
+        "--per-thread",
+        action="store_true",
+        help="one more run per target: the leader's CPU (user, system) and context switches per append, "
+        "thread by thread (/proc/<pid>/task; names from py-spy dump)",
+    )
     args = parser.parse_args()
     targets = target_names(args.targets, args.variants)
     need_tools("wrk", *(["py-spy"] if args.profile else []))
@@ -78,16 +178,21 @@ def main() -> None:
     p50, p99 = fdatasync_probe()
     print(f"this disk: 256-byte write + fdatasync p50 {p50:.3f} ms, p99 {p99:.3f} ms", flush=True)
     results: dict[str, list[LoadResult]] = {t: [] for t in targets}
+
+    def appends(target: Target) -> LoadResult:
+        """wrk's single-event appends to a new stream of ``target``, as the arguments say."""
+        return wrk_appends(
+            target,
+            f"wrk-{uuid.uuid4().hex[:8]}",
+            seconds=args.seconds,
+            connections=args.connections,
+            threads=args.threads,
+        )
+
     for run in range(args.runs):
         for kind in targets:
             with launch(kind) as target:
-                r = wrk_appends(
-                    target,
-                    f"wrk-{uuid.uuid4().hex[:8]}",
-                    seconds=args.seconds,
-                    connections=args.connections,
-                    threads=args.threads,
-                )
+                r = appends(target)
             results[kind].append(r)
             print(
                 f"run {run + 1}, {kind}: {r.rate:,.0f} appends/s, p50 {r.p50_ms:.2f} ms, p99 {r.p99_ms:.2f} ms; "
@@ -116,6 +221,20 @@ def main() -> None:
             "same-run ratios to single-insecure: "
             + ", ".join(f"{k} {m['rate'] / base:.2f}×" for k, m in medians.items())
         )
+    if args.per_thread:
+        for kind in targets:
+            with launch(kind) as target:
+                pid = target.leader.pid
+                before = thread_counters(pid)
+                counting = count_syscalls(pid, args.seconds)  # the same seconds as wrk's load
+                r = appends(target)
+                after = thread_counters(pid)
+                syscalls = syscalls_per_thread(counting)
+                names = thread_names(pid)
+            print(
+                f"\nper-thread run, {kind}: {r.rate:,.0f} appends/s, p50 {r.p50_ms:.2f} ms; CPU {r.cpu_text()}"
+            )
+            print(per_thread_table(kind, before, after, names, r.requests, syscalls))
     profiles = {}
     if args.profile:
         for kind in targets:

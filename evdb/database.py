@@ -617,28 +617,32 @@ class Database:
         return _concurrent(request.future)
 
     def _submit_on_loop(self, request: _Request) -> asyncio.Future[Any]:
-        """Queue ``request`` for the writer, answered on the running event loop (see _LoopAnswer).
-        A follower's writes go to its leader through ``remote_writer``, as for ``_submit``."""
-        loop = asyncio.get_running_loop()
+        """Queue ``request`` (made with a :class:`_LoopAnswer` of the running loop) for the writer,
+        answered on that loop. A follower's writes go to its leader through ``remote_writer``, as for
+        ``_submit``."""
+        answer = request.future
+        assert isinstance(answer, _LoopAnswer)
         if self._closed:
             raise DatabaseClosed()
         if self.remote_writer is not None and isinstance(request, (_Append, _Delete)):
-            return asyncio.wrap_future(self.remote_writer(request), loop=loop)
+            return asyncio.wrap_future(self.remote_writer(request), loop=answer.loop)
         if self._failed is not None:
             raise EvdbError(f"The database stopped accepting writes after an error: {self._failed}")
-        answer = _LoopAnswer(loop)
-        request.future = answer
         self._queue.put(request)
         return answer.future
 
-    def _append_request(self, stream: str, events: Sequence[NewEvent], expected_version: int) -> _Append:
-        """Validate an append before it is queued (nothing reaches the writer unchecked)."""
+    def _append_request(
+        self, stream: str, events: Sequence[NewEvent], expected_version: int, answer: _Answer | None = None
+    ) -> _Append:
+        """Validate an append before it is queued (nothing reaches the writer unchecked). ``answer``:
+        where the writer puts the result (a new concurrent future when None)."""
         check_stream_name(stream)
         check_expected_version(expected_version)
         events = list(events)
         types, size = self._check_events(events)
         check_metadata_events(stream, events)  # metadata appended to $$stream: the same rules as set
         return _Append(
+            future=concurrent.futures.Future() if answer is None else answer,
             stream=stream,
             events=events,
             expected_version=expected_version,
@@ -656,7 +660,8 @@ class Database:
     ) -> asyncio.Future[AppendResult]:
         """:meth:`append` for a coroutine: call it on the event loop and await the future there. The
         writer answers all of a commit group's appends awaited on a loop with one wake-up of it."""
-        return self._submit_on_loop(self._append_request(stream, events, expected_version))
+        answer = _LoopAnswer(asyncio.get_running_loop())
+        return self._submit_on_loop(self._append_request(stream, events, expected_version, answer))
 
     def append(self, stream: str, events: Sequence[NewEvent], expected_version: int = ANY) -> AppendResult:
         """Append ``events`` to ``stream`` atomically, if its version is ``expected_version``.
@@ -679,7 +684,10 @@ class Database:
         """:meth:`delete_stream` for a coroutine, answered as :meth:`append_on_loop` is."""
         check_stream_name(stream)
         check_expected_version(expected_version)
-        return self._submit_on_loop(_Delete(stream=stream, expected_version=expected_version, hard=hard))
+        answer = _LoopAnswer(asyncio.get_running_loop())
+        return self._submit_on_loop(
+            _Delete(future=answer, stream=stream, expected_version=expected_version, hard=hard)
+        )
 
     def delete_stream(self, stream: str, expected_version: int = ANY, *, hard: bool = False) -> AppendResult:
         """Soft delete (``$tb`` = max in the metadata) or, with ``hard``, write a tombstone."""
@@ -898,6 +906,7 @@ class Database:
             return
         before_sync = self.before_sync if self._log.end != self._log.committed else None
         if before_sync is not None:
+            self._log.write_out()  # in the file before the senders read them to ship
             before_sync(self._log.end)
         try:
             self._log.flush()

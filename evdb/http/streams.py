@@ -55,13 +55,15 @@ def database(request: web.Request) -> Database:
 
 
 # -- access control ----------------------------------------------------------------------------------
-def check_access(request: web.Request, stream: str, action: str, *, page: bool = False) -> Principal:
+def check_access(
+    request: web.Request, stream: str, action: str, *, page: bool = False, db: Database | None = None
+) -> Principal:
     """Stream ACLs (evdb.auth.stream_access): a refused caller gets 401, anonymous or not, as KurrentDB
     answers a denied controller action over HTTP (gRPC answers PERMISSION_DENIED). The web Admin UI's
     parts (``page``) answer a signed-in user 403, so that the page says "access denied" rather than
-    asking them to sign in again."""
+    asking them to sign in again. ``db``: the request's database when the caller has it already."""
     principal = get_principal(request)
-    verdict = stream_access(database(request), principal, stream, action)
+    verdict = stream_access(db if db is not None else database(request), principal, stream, action)
     if verdict == "unauthenticated" or (verdict == "denied" and not page):
         raise unauthorized()
     if verdict == "denied":
@@ -450,16 +452,20 @@ async def parse_events(request: web.Request) -> list[NewEvent]:
     )
 
 
+#: the append's answer: JSON (what ``content_type="application/json"`` with text makes), built once
+_APPENDED_TYPE = "application/json; charset=utf-8"
+
+
 async def append(request: web.Request) -> web.Response:
     stream = request.match_info["stream"]
     if stream == ALL:
         raise web.HTTPMethodNotAllowed("POST", ["GET"])
-    check_access(request, stream, "metawrite" if is_metastream(stream) else "write")
     node = get_node(request)
+    db = node.open_db()  # once per request (check_access and the write use the same database)
+    check_access(request, stream, "metawrite" if is_metastream(stream) else "write", db=db)
     events = await parse_events(request)  # metadata events are checked with the rest in the database
     expected = _expected_version(request)
     started = node.clock.monotonic()
-    db = database(request)
     try:
         future = db.append_on_loop(stream, events, expected)  # answered with its commit group's wake-up
     except EventTooLarge as exc:
@@ -467,15 +473,17 @@ async def append(request: web.Request) -> web.Response:
             max_size=db.config.max_append_size, actual_size=request.content_length or 0, text=str(exc)
         ) from None
     result = await future
-    node.metrics.append_latency.observe(max(0.0, node.clock.monotonic() - started))
+    metrics = node.metrics
+    metrics.append_latency.observe(max(0.0, node.clock.monotonic() - started))
     if not result.duplicate:
-        node.metrics.events_written.inc(len(events))
-        node.metrics.bytes_written.inc(sum(len(e.data) + len(e.metadata) for e in events))
+        metrics.events_written.inc(len(events))
+        metrics.bytes_written.inc(sum(len(e.data) + len(e.metadata) for e in events))
     location = f"{_base(request)}/streams/{quote(stream, safe='$')}/{result.first_event_number}"
-    # json.dumps of two ints, without the encoder's machinery
+    # json.dumps of two ints, without the encoder's machinery; the headers as text= and content_type=
+    # make them, without their parsing
     body = f'{{"nextExpectedVersion": {result.next_expected_version:d}, "position": {result.position:d}}}'
     return web.Response(
-        status=201, headers={"Location": location}, text=body, content_type="application/json"
+        status=201, headers={"Location": location, "Content-Type": _APPENDED_TYPE}, body=body.encode()
     )
 
 

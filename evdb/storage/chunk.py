@@ -158,6 +158,13 @@ class Chunk:
         self._posmap_positions: np.ndarray | None = None
         self._posmap_offsets: np.ndarray | None = None
         self._lock = threading.Lock()
+        #: a file-backed active chunk: bytes appended since :meth:`write_out` last gave them to the file
+        #: (one pwrite per commit group, not per append), and their offset
+        self._unwritten = bytearray()
+        self._unwritten_at = 0
+        #: how far the file has been given bytes (a rollback zeroes no further: past it the file holds
+        #: only zeros, and writing them could fail on a full disk where nothing needs writing)
+        self._file_end = physical_end
         if footer is not None and footer.posmap_count:
             self._load_posmap()
 
@@ -395,15 +402,29 @@ class Chunk:
             raise ValueError("data does not fit in the chunk")
         if self._fd is None:
             self._buf[HEADER_SIZE + offset : HEADER_SIZE + offset + len(data)] = data
-        else:
-            view = memoryview(data)
-            written = 0
-            while written < len(data):
-                written += disk.current.pwrite(self._fd, view[written:], HEADER_SIZE + offset + written)
+        else:  # the file gets them at write_out (before the sync that commits them, and any read)
+            if not self._unwritten:
+                self._unwritten_at = offset
+            self._unwritten += data
         assert self._hasher is not None
         self._hasher.update(data)
         self.physical_end = offset + len(data)
         return offset
+
+    def write_out(self) -> None:
+        """Give the file what :meth:`write` appended since the last call, in one pwrite (the writer
+        calls it once per commit group, before the records are shipped or synced: a GIL release and a
+        system call per group instead of per append). Nothing is durable before :meth:`flush`."""
+        if not self._unwritten:
+            return
+        assert self._fd is not None
+        data, self._unwritten = self._unwritten, bytearray()
+        view = memoryview(data)
+        written = 0
+        at = HEADER_SIZE + self._unwritten_at
+        while written < len(data):
+            written += disk.current.pwrite(self._fd, view[written:], at + written)
+            self._file_end = max(self._file_end, self._unwritten_at + written)
 
     def rollback(self, physical_end: int) -> None:
         """Forget data written after ``physical_end`` (it was never committed)."""
@@ -411,12 +432,17 @@ class Chunk:
             return  # nothing after the end of a completed chunk (its successor could not be created)
         if self.footer is not None or not 0 <= physical_end <= self.physical_end:
             raise ValueError("cannot roll back a completed chunk or past its end")
-        self.zero_tail(physical_end, self.physical_end)
+        self._unwritten = bytearray()  # never given to the file
+        # zero what the file was given past the new end (part of a write_out that failed included)
+        end = self.physical_end if self._fd is None else min(self._file_end, self.physical_end)
+        self.zero_tail(physical_end, end)
+        self._file_end = min(self._file_end, physical_end)
         self.physical_end = physical_end
         self._hasher = xxhash.xxh3_128(memoryview(self._buf)[: HEADER_SIZE + physical_end])
 
     def flush(self) -> None:
         if self._fd is not None:
+            self.write_out()
             disk.current.fdatasync(self._fd)
 
     def complete(self) -> None:
@@ -428,6 +454,8 @@ class Chunk:
         with no footer, which no open accepts (found by tests/storage/test_power_loss.py)."""
         if self.footer is not None:
             return
+        if self._fd is not None:
+            self.write_out()  # the data before the footer that follows it
         assert self._hasher is not None
         footer = ChunkFooter(self.physical_end, self.start_position + self.physical_end, 0)
         tail = footer.encode_without_checksum()

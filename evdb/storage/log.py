@@ -407,6 +407,11 @@ class TransactionLog:
         offset = chunk.write(data)
         return chunk.start_position + offset
 
+    def write_out(self) -> None:
+        """Give the active chunk's file what was written since the last call (one pwrite for a commit
+        group; :meth:`flush` does it too): before anything reads records not yet committed."""
+        self._chunks[-1].write_out()
+
     def flush(self) -> None:
         """Make everything written durable and visible to readers.
 
