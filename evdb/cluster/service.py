@@ -75,6 +75,17 @@ REPLICATION_PROTOCOL = 2
 _MAX_SEND = 1 << 20
 _MAX_BATCH = 16 << 20  # bytes of records messages a follower writes under one sync
 _CHUNK_PIECE = 1 << 20  # bytes of a chunk file per WebSocket message
+#: seconds a leader's new commit position waits for a records message to carry it to a follower: a
+#: message of its own goes only to a follower that was sent nothing for this long. Under load records
+#: go out more often than this and carry every commit position (no commit-only messages at all); an
+#: idle cluster's followers learn it at most this much later. Only what followers let readers see waits:
+#: a leader answers its clients when a majority acknowledged, commit messages or not; and while a
+#: follower's forwarded write is in progress (it waits to read it back) nothing waits at all.
+COMMIT_HOLD = 0.01
+#: records messages a leader has out to a follower unacknowledged: one being synced there, one waiting
+#: behind it. What the leader writes meanwhile goes in the next message, when an acknowledgement comes
+#: (the follower would have written it under one sync anyway: one message instead of one per group).
+SEND_WINDOW = 2
 
 
 # -- whole chunk files (a follower behind by a completed chunk) --------------------------------------
@@ -385,6 +396,8 @@ def _records_batch(first: bytes, inbox: _Inbox) -> tuple[list[tuple[int, bytes]]
 class _FollowerLink:
     voting: bool
     acked: int
+    #: set at each acknowledgement: wakes a sender whose SEND_WINDOW is full
+    ack_arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class ClusterService:
@@ -426,7 +439,11 @@ class ClusterService:
         self._election_wait = (self._leader_seen - 1.0, 0.0)
         self._no_candidacy_until = 0.0
         self._followers: dict[str, _FollowerLink] = {}
-        self._gate: list[tuple[int, list]] = []
+        #: answers held until a majority has their position, in position order (the writer appends)
+        self._gate: collections.deque[tuple[int, list]] = collections.deque()
+        self._commit_tick: asyncio.TimerHandle | None = None  # wakes the senders COMMIT_HOLD after a commit
+        self._forwarded_writes = 0  # followers' writes being answered (handle_write): commits go at once
+        self._notify_pending = False  # a _notify_commit is scheduled and has not started
         #: set by :meth:`stop`: answers gated afterwards are refused at once (none would release them)
         self._gate_closed = False
         self._gate_lock = threading.Lock()
@@ -601,6 +618,7 @@ class ClusterService:
     # -- lifecycle -------------------------------------------------------------------------------------
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._notify_pending = False
         self._gate_closed = False
         self.replication_port = await self.transport.start(self)
         self._attach()
@@ -651,10 +669,23 @@ class ClusterService:
         db.remote_writer = RemoteWriter(self._loop, self._send_to_leader, self._wait_for_position)  # type: ignore[arg-type]
 
     def _on_commit(self, committed: int) -> None:
+        self._schedule_notify()
+
+    def _schedule_notify(self) -> None:
+        """(any thread) Have :meth:`_notify_commit` run on the event loop. One run serves every call
+        made before it starts (it reads the newest state): a commit group's gate and its commit listener
+        cost the loop one wake-up, and a commit on the loop's own thread (set_read_limit) none."""
         loop = self._loop
-        if loop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):
+        if self._notify_pending or loop is None or loop.is_closed():
+            return
+        self._notify_pending = True
+        try:
+            if asyncio._get_running_loop() is loop:
+                loop.call_soon(self._notify_commit)
+            else:
                 loop.call_soon_threadsafe(self._notify_commit)
+        except RuntimeError:  # closed under us: nothing is left to notify
+            self._notify_pending = False
 
     def _before_sync(self, db: Database, end: int) -> None:
         """The database's before_sync hook (writer thread): a leader's records up to ``end`` are written
@@ -695,7 +726,19 @@ class ClusterService:
         self._committed = asyncio.Event()
 
     def _notify_commit(self) -> None:
-        self._wake_senders()
+        self._notify_pending = False  # first: a commit from now on schedules another run
+        ship = self._ship_upto
+        db = self.node.db
+        if (
+            ship is None
+            or db is None
+            or ship[0] is not db
+            or db.committed_position > ship[1]
+            or self.state not in ("Leader", "ResigningLeader")
+        ):
+            self._wake_senders()
+        # else a leader's sync ended of records its senders were woken for before it (_before_sync):
+        # waking them again would find nothing new to ship
         if self.cluster_size == 1 and self.node.db is not None:
             self.node.db.record_commit_position(self.node.db.committed_position)
         self._release_gate()
@@ -727,9 +770,21 @@ class ClusterService:
             db = self.node.db
             if db is not None and self.cluster_size > 1:  # a single node's reads see all it has
                 db.set_read_limit(position)
-            if self.state in ("Leader", "ResigningLeader"):
-                # wake the senders: followers learn the new commit position now, not at the next tick
+            if self.state not in ("Leader", "ResigningLeader"):
+                return
+            if self._forwarded_writes:  # a follower waits to read its client's write back
                 self._wake_senders()
+            elif self._commit_tick is None:
+                # followers learn it with the next records message; a sender that has shipped nothing
+                # for COMMIT_HOLD sends it alone when this tick wakes it (one wake-up per hold, not
+                # one per acknowledgement)
+                loop = self._loop
+                if loop is not None and not loop.is_closed():
+                    self._commit_tick = loop.call_later(COMMIT_HOLD, self._on_commit_tick)
+
+    def _on_commit_tick(self) -> None:
+        self._commit_tick = None
+        self._wake_senders()
 
     # -- gossip ----------------------------------------------------------------------------------------
     async def _gossip_loop(self) -> None:
@@ -1036,10 +1091,7 @@ class ClusterService:
             if leading:
                 self._gate.append((position, answers))
         if leading:
-            loop = self._loop
-            if loop is not None and not loop.is_closed():
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(self._release_gate)
+            self._schedule_notify()  # releases the gate (one wake-up with the commit listener's)
             return
         for future, result in answers:
             if future.done():
@@ -1069,7 +1121,7 @@ class ClusterService:
         ready = []
         with self._gate_lock:
             while self._gate and self._gate[0][0] <= confirmed:
-                ready.append(self._gate.pop(0))
+                ready.append(self._gate.popleft())
         for _, answers in ready:
             for future, result in answers:
                 if not future.done():
@@ -1077,7 +1129,7 @@ class ClusterService:
 
     def _fail_gate(self, exc: Exception) -> None:
         with self._gate_lock:
-            held, self._gate = self._gate, []
+            held, self._gate = self._gate, collections.deque()
         for _, answers in held:
             for future, _ in answers:
                 if not future.done():
@@ -1247,7 +1299,7 @@ class ClusterService:
                 "protocol": REPLICATION_PROTOCOL,
             }
         )
-        sender = asyncio.create_task(self._send_log(channel, position, follower))
+        sender = asyncio.create_task(self._send_log(channel, position, follower, link))
         acks = asyncio.create_task(self._receive_acks(channel, link))
         try:
             # whichever ends first ends the session: a follower that went away, or a send that failed
@@ -1272,13 +1324,32 @@ class ClusterService:
                 return
             if "ack" in message.text:
                 link.acked = max(link.acked, int(message.text["ack"]))
+                link.ack_arrived.set()
                 self._release_gate()
 
-    async def _send_log(self, channel: Channel, position: int, follower: str = "?") -> None:
+    async def _send_log(
+        self, channel: Channel, position: int, follower: str = "?", link: _FollowerLink | None = None
+    ) -> None:
+        loop = asyncio.get_running_loop()
         idle_sent = -1
         commit_sent = -1
+        last_sent = -COMMIT_HOLD  # loop time of the last message to this follower
+        unacked: collections.deque[int] = collections.deque()  # ends of the records messages out
         while not channel.closed and self.state in ("Leader", "ResigningLeader") and not self._sync_failed:
             waiter = self._committed
+            if link is not None:
+                while unacked and unacked[0] <= link.acked:
+                    unacked.popleft()
+                if len(unacked) >= SEND_WINDOW:
+                    # the follower has enough to write: what comes meanwhile goes in one message at its
+                    # next acknowledgement (after a second without one, it goes anyway)
+                    link.ack_arrived.clear()
+                    try:
+                        async with asyncio.timeout(1.0):
+                            await link.ack_arrived.wait()
+                    except TimeoutError:
+                        unacked.clear()
+                    continue
             chunk = self.replica.replication_chunk(position)
             if chunk is not None:
                 await self._send_chunk_file(channel, chunk, follower, position)
@@ -1297,23 +1368,28 @@ class ClusterService:
                 # the records of every commit group since the last send, in one message that also
                 # carries the commit position (no message of its own for it)
                 commit_sent = self.commit_position
+                last_sent = loop.time()
                 await channel.send_bytes(_RECORDS.pack(start, commit_sent) + frames)
                 position = start + len(frames)
+                unacked.append(position)
             else:
-                if idle_sent != position:
-                    await channel.send_json({"caughtUp": position, "commit": self.commit_position})
-                    idle_sent = position
-                    commit_sent = self.commit_position
-                elif commit_sent != self.commit_position:
-                    await channel.send_json({"commit": self.commit_position})
-                    commit_sent = self.commit_position
+                wait = 1.0
+                if idle_sent != position or commit_sent != self.commit_position:
+                    # the follower has every record: it is told so with the commit position, at once
+                    # the first time in this stream (it stops CatchingUp) and while a forwarded write
+                    # waits, else once it was sent nothing for COMMIT_HOLD (under load the next records
+                    # message carries the commit position first: no message of its own)
+                    hold = 0.0 if idle_sent < 0 or self._forwarded_writes else COMMIT_HOLD
+                    wait = last_sent + hold - loop.time()
+                    if wait <= 0:
+                        await channel.send_json({"caughtUp": position, "commit": self.commit_position})
+                        idle_sent = position
+                        commit_sent = self.commit_position
+                        last_sent = loop.time()
+                        wait = 1.0
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(1.0):
+                    async with asyncio.timeout(min(wait, 1.0)):
                         await waiter.wait()
-                continue
-            if commit_sent != self.commit_position:
-                await channel.send_json({"commit": self.commit_position})
-                commit_sent = self.commit_position
         await channel.close()
 
     async def _send_chunk_file(self, channel: Channel, chunk: Chunk, follower: str, position: int) -> None:
@@ -1336,6 +1412,13 @@ class ClusterService:
         """``/internal/write``: a follower forwards a client's write to this leader."""
         if not self.is_leader:
             return {"error": "NotLeader", "message": "This node is not the leader."}
+        self._forwarded_writes += 1
+        try:
+            return await self._forwarded_write(body)
+        finally:
+            self._forwarded_writes -= 1
+
+    async def _forwarded_write(self, body: dict) -> dict:
         try:
             op, args = decode_write(body)
             if op == "append":

@@ -17,7 +17,12 @@ from evdb.streams import AppendResult
 
 def leader(closed: bool) -> SimpleNamespace:
     return SimpleNamespace(
-        state="Leader", _gate_closed=closed, _gate_lock=threading.Lock(), _gate=[], _loop=None
+        state="Leader",
+        _gate_closed=closed,
+        _gate_lock=threading.Lock(),
+        _gate=[],
+        _loop=None,
+        _schedule_notify=lambda: None,  # the gate's wake-up of the event loop (none here)
     )
 
 

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from evdb.cluster import service as cluster_service
 from evdb.cluster import sim
 from evdb.cluster.replica import ChunkLogReplication
 from evdb.cluster.service import _RECORDS, _Inbox, _records_batch
@@ -171,6 +172,9 @@ def test_simulated_followers_write_what_arrived_together_in_one_batch(monkeypatc
         return apply(self, pieces)
 
     monkeypatch.setattr(sim.SimDatabase, "apply_replicated_batch", counted)
+    # a leader keeps at most SEND_WINDOW records messages out, so with the default of 2 a follower
+    # never finds two queued: open the window to see the follower's own batching
+    monkeypatch.setattr(cluster_service, "SEND_WINDOW", 1000)
     for seed in range(8):  # messages that arrive while a follower writes are rare in the simulation
         result = sim.run_seed(seed, seconds=4.0)
         assert result.ok, result.violations
