@@ -19,6 +19,9 @@ Per target, launched fresh each run with `evdb cluster up` (as bench_http.py):
 2. Real appends: --processes kurrentdbclient processes, each appending one new event per call as fast
    as it can to its own stream for --seconds (every event a new id), started together; and one process
    alone for the sequential p50. Each process reports its calls, latencies and its own CPU time.
+3. The sequential p50 without kurrentdbclient's own cost: bench/grpc_lean.py, one process writing each
+   HTTP/2 frame by hand (a few tens of microseconds of client CPU per call), appending new events one at
+   a time (real writes, fdatasync included): the node's round trip.
 
 --profile DIR: one more run per target with py-spy on the leader during the h2load Append load and during
 the kurrentdbclient processes; prints where the node's milliseconds go per call.
@@ -46,6 +49,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from grpc_lean import timed_calls
 from netbench import (
     ADMIN,
     BASIC,
@@ -188,39 +192,46 @@ def worker(uri: str, ca: str, stream: str, seconds: float) -> None:
     data = (
         b'{"account":"acc-17","amount":25,"currency":"EUR","note":"single-event append from kurrentdbclient"}'
     )
-    client.append_to_stream(stream, events=NewEvent("BenchEvent", data), current_version=StreamState.ANY)
-    print("ready", flush=True)
-    start_at = float(sys.stdin.readline())
-    time.sleep(max(0.0, start_at - time.time()))
-    latencies = []
-    cpu0 = time.process_time()
-    started = time.perf_counter()
-    end = started + seconds
-    while (now := time.perf_counter()) < end:
-        client.append_to_stream(stream, events=NewEvent("BenchEvent", data), current_version=StreamState.ANY)
-        latencies.append(time.perf_counter() - now)
-    elapsed = time.perf_counter() - started
-    cpu = time.process_time() - cpu0
+    result = timed_calls(
+        lambda: client.append_to_stream(
+            stream, events=NewEvent("BenchEvent", data), current_version=StreamState.ANY
+        ),
+        seconds,
+    )
     client.close()
-    print(json.dumps({"calls": len(latencies), "seconds": elapsed, "cpu": cpu, "latencies": latencies}))
+    print(json.dumps(result))
 
 
 def client_processes(
-    target: Target, processes: int, seconds: float, on_start: Callable[[], object] | None = None
+    target: Target,
+    processes: int,
+    seconds: float,
+    on_start: Callable[[], object] | None = None,
+    *,
+    lean: bool = False,
 ) -> LoadResult:
+    """``processes`` kurrentdbclient processes (or, with ``lean``, bench/grpc_lean.py's hand-framed
+    client) appending new events, each to its own stream, for ``seconds`` seconds."""
     uri, ca = client_uri(target)
     tag = uuid.uuid4().hex[:8]
+
+    def command(i: int) -> list[str]:
+        if lean:
+            lean_client = str(Path(__file__).with_name("grpc_lean.py"))
+            return [
+                sys.executable,
+                lean_client,
+                target.leader.url,
+                ca or "-",
+                f"lean-{tag}-{i}",
+                str(seconds),
+                *ADMIN,
+            ]
+        return [sys.executable, __file__, "--worker", uri, ca or "-", f"grpc-{tag}-{i}", str(seconds)]
+
     procs = [
         subprocess.Popen(
-            [
-                sys.executable,
-                __file__,
-                "--worker",
-                uri,
-                ca or "-",
-                f"grpc-{tag}-{i}",
-                str(seconds),
-            ],
+            command(i),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -253,7 +264,7 @@ def client_processes(
     calls = sum(r["calls"] for r in results)
     span = max(r["seconds"] for r in results)
     return LoadResult(
-        f"kurrentdbclient x{processes}",
+        f"{'lean client' if lean else 'kurrentdbclient'} x{processes}",
         calls,
         span,
         latencies[len(latencies) // 2] * 1000,
@@ -301,6 +312,7 @@ def one_target(kind: str, args, profile: Path | None = None) -> dict[str, LoadRe
             held.raise_for_status()
             if len(held.json()["entries"]) != 1:
                 raise SystemExit(f"{append_stream} holds {len(held.json()['entries'])} events, not 1")
+        out["lean client x1 (sequential)"] = client_processes(target, 1, args.seconds, lean=True)
         out["kurrentdbclient x1 (sequential)"] = client_processes(target, 1, args.seconds)
         profilers: list[Profiler] = []
 
