@@ -80,6 +80,8 @@ class PeakMemory:
     def __init__(self, every: float = 0.05) -> None:
         self.peak = 0
         self.peak_anon = 0
+        self.phase = "start"  # set by the scavenge's stage hook: peaks are also kept per phase
+        self.phases: dict[str, list[int]] = {}  # phase -> [peak RSS, peak anonymous]
         self._stop = threading.Event()
         self._every = every
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -116,6 +118,8 @@ class PeakMemory:
             total, anon = self.sample()
             self.peak = max(self.peak, total)
             self.peak_anon = max(self.peak_anon, anon)
+            peaks = self.phases.setdefault(self.phase, [0, 0])
+            peaks[0], peaks[1] = max(peaks[0], total), max(peaks[1], anon)
             self._stop.wait(self._every)
 
     def __enter__(self) -> PeakMemory:
@@ -150,6 +154,7 @@ def scavenge_here(directory: str, chunk_size: int, threads: int) -> dict:
     )
     before = folder_size(db_dir)
     with PeakMemory() as memory:
+        service.stage_hook = lambda stage: setattr(memory, "phase", stage)
         cpu = memory.cpu()
         started = time.perf_counter()
         service.start(ScavengeRequest(threads=threads))
@@ -172,6 +177,7 @@ def scavenge_here(directory: str, chunk_size: int, threads: int) -> dict:
         "peak_anon": memory.peak_anon,
         "anon_before": memory.before[1],  # the node (database open) and its idle workers, at the start
         "rss_before": memory.before[0],
+        "phases": memory.phases,  # stage -> [peak RSS, peak anonymous] of the node and its workers
     }
 
 
@@ -379,6 +385,14 @@ def main() -> None:
                     f"{got['peak_rss'] / 2**20:.0f} MiB ({got.get('rss_before', 0) / 2**20:.0f} MiB at the start); "
                     f"worker start-up {got['startup']:.2f} s "
                     f"(database open {got['open']:.2f} s)",
+                    flush=True,
+                )
+                print(
+                    "  peak RSS (anonymous) by phase: "
+                    + ", ".join(
+                        f"{stage} {rss / 2**20:.0f} ({anon / 2**20:.0f}) MiB"
+                        for stage, (rss, anon) in got.get("phases", {}).items()
+                    ),
                     flush=True,
                 )
                 shutil.rmtree(copy)

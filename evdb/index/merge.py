@@ -21,7 +21,7 @@ from evdb.index.memtable import Entries
 
 __all__ = ["MERGE_BLOCK", "is_sorted", "merge_sorted", "sort_entries"]
 
-MERGE_BLOCK = 1 << 18
+MERGE_BLOCK = 1 << 16  # entries taken from each source per round: 1.5 MiB of table, whatever its size
 
 
 def sort_entries(hashes: np.ndarray, numbers: np.ndarray, positions: np.ndarray) -> Entries:
@@ -77,10 +77,19 @@ def merge_sorted(
     sources: Sequence[Entries],
     emit: Callable[[np.ndarray, np.ndarray, np.ndarray], None],
     block: int = MERGE_BLOCK,
+    consumed: Callable[[int, int, int], None] | None = None,
 ) -> None:
-    """Feed ``emit`` the entries of the sorted ``sources`` (oldest first), in sorted order, in slices."""
-    sources = [s for s in sources if len(s[0])]
+    """Feed ``emit`` the entries of the sorted ``sources`` (oldest first), in sorted order, in slices.
+
+    ``consumed(source, start, stop)``, when given, is told after each slice which entries of which
+    source (its index in ``sources``) were handed on and are not read again."""
     cursors = [0] * len(sources)
+
+    def done(i: int, stop: int) -> None:
+        if consumed is not None and stop > cursors[i]:
+            consumed(i, cursors[i], stop)
+        cursors[i] = stop
+
     while True:
         active = [i for i, s in enumerate(sources) if cursors[i] < len(s[0])]
         if not active:
@@ -91,6 +100,7 @@ def merge_sorted(
             for start in range(cursors[i], len(hashes), block):
                 stop = min(start + block, len(hashes))
                 emit(hashes[start:stop], numbers[start:stop], positions[start:stop])
+                done(i, stop)
             return
         ends = {i: min(cursors[i] + block, len(sources[i][0])) for i in active}
         limited = [i for i in active if ends[i] < len(sources[i][0])]
@@ -105,7 +115,7 @@ def merge_sorted(
         positions = np.concatenate([sources[i][2][a:b] for i, a, b in parts])
         emit(*sort_entries(hashes, numbers, positions))
         for i in active:
-            cursors[i] = cuts[i]
+            done(i, cuts[i])
 
 
 def _key(source: Entries, i: int) -> tuple[int, int, int]:

@@ -20,13 +20,15 @@ A table is written under ``<GUID>.tmp``, fsynced, renamed, and the folder fsynce
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import mmap
 import os
 import re
 import struct
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import xxhash
@@ -43,6 +45,7 @@ from evdb.index.bloom import (
 from evdb.index.durable import TMP_SUFFIX, fsync_dir, remove_durably, replace_durably
 from evdb.index.memtable import Entries
 from evdb.index.merge import is_sorted
+from evdb.storage import disk
 
 __all__ = [
     "ENTRY_SIZE",
@@ -69,6 +72,9 @@ INT64_MIN = -(1 << 63)
 _UINT64_MAX = (1 << 64) - 1
 TABLE_NAME = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _CHECKSUM_BLOCK = 8 << 20
+_CAN_RELEASE = hasattr(mmap, "MADV_DONTNEED")
+_WRITEBACK_STEP = 1 << 20  # bytes of a table written before they are waited onto the disk
+_FAULT_AROUND = 2 << 20  # a read maps the whole page-cache folio it falls in: up to 2 MiB
 _log = logging.getLogger("evdb.index")
 
 
@@ -83,7 +89,18 @@ def table_file_size(count: int) -> int:
 class PTable:
     """One immutable sorted table: memory-mapped from its file, or plain arrays for an in-memory index."""
 
-    __slots__ = ("bloom", "bloom_size", "digest", "hashes", "level", "name", "numbers", "path", "positions")
+    __slots__ = (
+        "_map",
+        "bloom",
+        "bloom_size",
+        "digest",
+        "hashes",
+        "level",
+        "name",
+        "numbers",
+        "path",
+        "positions",
+    )
 
     def __init__(
         self,
@@ -95,7 +112,9 @@ class PTable:
         *,
         path: str | None = None,
         bloom_size: int = 0,
+        buffer: mmap.mmap | None = None,
     ) -> None:
+        self._map = buffer  # the file's read-only map (None in memory): its pages can be let go
         self.name = name
         self.level = level
         self.hashes, self.numbers, self.positions = entries
@@ -146,27 +165,55 @@ class PTable:
         if end_magic != END_MAGIC or end_count != count:
             raise CorruptedFile(path, "index table footer is damaged")
         digest = bytes(buffer[size - DIGEST_SIZE :])
-        if _digest_of(memoryview(buffer), size - DIGEST_SIZE) != digest:
+        # the checksum reads every page: each block's pages are let go behind it (they stay in the page
+        # cache; a lookup maps the few it needs again), so RSS holds no table, even while it is opened
+        if _digest_of(memoryview(buffer), size - DIGEST_SIZE, buffer) != digest:
             raise CorruptedFile(path, "index table checksum mismatch")
         entries = _columns(buffer, count)
         sidecar = read_sidecar(path)
         bloom_size = 0
         if sidecar is None or sidecar.table_digest != digest:
             _log.warning("Bloom filter of index table %s is missing or damaged: rebuilding it", path)
-            sidecar = _sidecar_for(entries[0], digest)
+            sidecar = _sidecar_for(_distinct_hashes(entries[0], buffer), digest)
             bloom_size = write_sidecar(path, sidecar)
         else:
             bloom_size = os.path.getsize(sidecar_path(path))
-        if hasattr(mmap, "MADV_DONTNEED"):
-            # the checksum read every page: let this process's mapping of them go (they stay in the page
-            # cache; a lookup maps the few it needs again), so RSS does not hold every table at open
-            buffer.madvise(mmap.MADV_DONTNEED)
-        return cls(name, level, entries, digest, sidecar, path=path, bloom_size=bloom_size)
+        return cls(name, level, entries, digest, sidecar, path=path, bloom_size=bloom_size, buffer=buffer)
+
+    def files(self) -> list[str]:
+        """The table's files on disk (none in memory)."""
+        return [] if self.path is None else [self.path, sidecar_path(self.path)]
 
     def delete(self) -> None:
         """Remove the table's files (readers still holding the mapping keep reading it)."""
-        if self.path is not None:
-            remove_durably([self.path, sidecar_path(self.path)])
+        remove_durably(self.files())
+
+    @staticmethod
+    def delete_all(tables: Iterable[PTable]) -> None:
+        """Remove several tables' files, with one folder fsync for them all."""
+        remove_durably(path for table in tables for path in table.files())
+
+    def release(self, start: int = 0, stop: int | None = None) -> None:
+        """Let this process's mapping of the pages holding entries ``[start, stop)`` go (all by default).
+
+        ``madvise(MADV_DONTNEED)`` on the read-only map: the pages stay in the page cache and the next
+        read maps them again (a minor fault), so lookups answer as before, and RSS as ``ps`` shows it
+        does not keep every page a pass over the table read (a scavenge, a merge, a calculation)."""
+        buffer = self._map
+        if buffer is None or not _CAN_RELEASE:
+            return
+        count = len(self.hashes)
+        stop = count if stop is None else min(stop, count)
+        if stop <= start:
+            return
+        if start == 0 and stop == count:
+            _release(buffer, HEADER_SIZE, ENTRY_SIZE * count)
+            return
+        for column in range(3):
+            # a read maps the whole page-cache folio it falls in (up to 2 MiB on ext4), not only its
+            # page: let the range's neighbours go too, or a pass leaves pages behind every slice
+            first = max(0, HEADER_SIZE + 8 * (column * count + start) - _FAULT_AROUND)
+            _release(buffer, first, HEADER_SIZE + 8 * (column * count + stop) + _FAULT_AROUND - first)
 
     # -- lookups ---------------------------------------------------------------------------------------
     def range_of(self, h: int) -> tuple[int, int]:
@@ -247,16 +294,70 @@ def _columns(buffer: mmap.mmap | bytes | bytearray, count: int) -> Entries:
     )
 
 
-def _digest_of(data: memoryview, length: int) -> bytes:
-    """xxh3-128 of ``data[:length]``, a block at a time (xxhash holds the GIL while it hashes)."""
+def _release(buffer: mmap.mmap, offset: int, length: int) -> None:
+    """``madvise(MADV_DONTNEED)`` on the whole pages of ``[offset, offset + length)`` and the partial
+    pages at its ends (the file never changes, so a page let go too many is only read again)."""
+    start = offset // mmap.PAGESIZE * mmap.PAGESIZE
+    stop = min(len(buffer), offset + length)
+    if stop > start:
+        with contextlib.suppress(ValueError):  # closed meanwhile
+            buffer.madvise(mmap.MADV_DONTNEED, start, stop - start)
+
+
+def _digest_of(data: memoryview, length: int, buffer: mmap.mmap | None = None) -> bytes:
+    """xxh3-128 of ``data[:length]``, a block at a time (xxhash holds the GIL while it hashes); with
+    ``buffer`` (the map ``data`` views), each block's pages are let go once hashed."""
     hasher = xxhash.xxh3_128()
     for start in range(0, length, _CHECKSUM_BLOCK):
         hasher.update(data[start : min(length, start + _CHECKSUM_BLOCK)])
+        if buffer is not None and _CAN_RELEASE:
+            _release(buffer, start, _CHECKSUM_BLOCK)
     return hasher.digest()
 
 
-def _sidecar_for(sorted_hashes: np.ndarray, digest: bytes) -> BloomSidecar:
-    bloom, hash_count = build_bloom(sorted_hashes)
+def _digest_of_file(fd: int, length: int, path: str) -> bytes:
+    """xxh3-128 of the file's first ``length`` bytes, read into one reused buffer (nothing mapped)."""
+    hasher = xxhash.xxh3_128()
+    block = memoryview(bytearray(min(_CHECKSUM_BLOCK, max(1, length))))
+    offset = 0
+    while offset < length:
+        want = block[: min(len(block), length - offset)]
+        got = os.preadv(fd, [want], offset)
+        if got <= 0:
+            raise OSError(
+                errno.EIO, f"index table ended at {offset} of {length} bytes as it was sealed", path
+            )
+        hasher.update(want[:got])
+        offset += got
+    return hasher.digest()
+
+
+def _distinct_hashes(sorted_hashes: np.ndarray, buffer: mmap.mmap | None = None) -> np.ndarray:
+    """The distinct values of an ascending hash column, read a block at a time; with ``buffer`` (the
+    map the column views) each block's pages are let go once read."""
+    parts: list[np.ndarray] = []
+    previous: int | None = None
+    step = _CHECKSUM_BLOCK // 8
+    for start in range(0, len(sorted_hashes), step):
+        block = sorted_hashes[start : start + step]
+        parts.append(_new_values(block, previous))
+        previous = int(block[-1])
+        if buffer is not None and _CAN_RELEASE:
+            _release(buffer, HEADER_SIZE + 8 * start, 8 * len(block))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+
+
+def _new_values(sorted_hashes: np.ndarray, previous: int | None) -> np.ndarray:
+    """The values of an ascending block not equal to the one before them (``previous``: the value just
+    before the block, None at the start), copied."""
+    distinct = np.empty(len(sorted_hashes), dtype=bool)
+    distinct[0] = previous is None or int(sorted_hashes[0]) != previous
+    np.not_equal(sorted_hashes[1:], sorted_hashes[:-1], out=distinct[1:])
+    return np.array(sorted_hashes[distinct], dtype=np.uint64)
+
+
+def _sidecar_for(distinct_hashes: np.ndarray, digest: bytes) -> BloomSidecar:
+    bloom, hash_count = build_bloom(distinct_hashes)
     return BloomSidecar(bloom, hash_count, digest)
 
 
@@ -277,6 +378,7 @@ class TableWriter:
         self.name = new_table_name()
         self._cursor = 0
         self._last_key: tuple[int, int, int] | None = None
+        self._distinct: list[np.ndarray] = []  # the distinct hashes so far, for the bloom filter
         self._fd: int | None = None
         self._arrays: Entries | None = None
         if directory is None:
@@ -306,19 +408,22 @@ class TableWriter:
         start = self._cursor
         if start + n > self.count:
             raise ValueError(f"table writer got more than the {self.count} entries announced")
+        previous = None if self._last_key is None else self._last_key[0]
         self._check_order(hashes, numbers, positions)
         columns = (
             np.ascontiguousarray(hashes, dtype="<u8"),
             np.ascontiguousarray(numbers, dtype="<i8"),
             np.ascontiguousarray(positions, dtype="<i8"),
         )
+        # the bloom filter is made from the slices as they come: the table is never read back for it
+        self._distinct.append(_new_values(columns[0], previous))
         if self._arrays is not None:
             for target, column in zip(self._arrays, columns, strict=True):
                 target[start : start + n] = column
         else:
             assert self._fd is not None
             for k, column in enumerate(columns):
-                _pwrite_all(self._fd, column.data.cast("B"), HEADER_SIZE + 8 * (k * self.count + start))
+                _write_back(self._fd, column.data.cast("B"), HEADER_SIZE + 8 * (k * self.count + start))
         self._cursor += n
 
     def _check_order(self, hashes: np.ndarray, numbers: np.ndarray, positions: np.ndarray) -> None:
@@ -336,13 +441,15 @@ class TableWriter:
             raise ValueError(f"table writer got {self._cursor} of {self.count} entries")
         header = _HEADER.pack(MAGIC, FORMAT_VERSION, self.level, 0, self.count).ljust(HEADER_SIZE, b"\0")
         footer_head = _FOOTER_HEAD.pack(END_MAGIC, self.count)
+        distinct = np.concatenate(self._distinct) if self._distinct else np.zeros(0, dtype=np.uint64)
+        self._distinct = []
         if self._arrays is not None:
             hasher = xxhash.xxh3_128(header)
             for column in self._arrays:
                 hasher.update(column.data.cast("B"))
             hasher.update(footer_head)
             digest = hasher.digest()
-            sidecar = _sidecar_for(self._arrays[0], digest)
+            sidecar = _sidecar_for(distinct, digest)
             return PTable(
                 self.name, self.level, self._arrays, digest, sidecar, bloom_size=sidecar_size(sidecar)
             )
@@ -352,8 +459,7 @@ class TableWriter:
             _pwrite_all(fd, header, 0)
             body_end = HEADER_SIZE + ENTRY_SIZE * self.count
             _pwrite_all(fd, footer_head, body_end)
-            with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as view, memoryview(view) as data:
-                digest = _digest_of(data, body_end + len(footer_head))
+            digest = _digest_of_file(fd, body_end + len(footer_head), self._tmp)
             _pwrite_all(fd, digest, body_end + len(footer_head))
             os.fsync(fd)
         except BaseException:
@@ -367,7 +473,7 @@ class TableWriter:
             self.abort()
             raise
         assert self.directory is not None
-        return _open_fresh(self.directory, self.name, self.level, self.count, digest)
+        return _open_fresh(self.directory, self.name, self.level, self.count, digest, distinct)
 
     def abort(self) -> None:
         """Drop the unfinished table (its temporary file)."""
@@ -383,15 +489,29 @@ class TableWriter:
                 fsync_dir(self.directory)
 
 
-def _open_fresh(directory: str, name: str, level: int, count: int, digest: bytes) -> PTable:
-    """Map a table just written (its checksum was computed from the file) and write its sidecar."""
+def _open_fresh(
+    directory: str, name: str, level: int, count: int, digest: bytes, distinct: np.ndarray
+) -> PTable:
+    """Map a table just written (its checksum was computed from the file, ``distinct``: its distinct
+    hashes, gathered as it was written) and write its sidecar; no page of it is read here."""
     path = os.path.join(directory, name)
     with open(path, "rb") as f:
         buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     entries = _columns(buffer, count)
-    sidecar = _sidecar_for(entries[0], digest)
+    sidecar = _sidecar_for(distinct, digest)
     bloom_size = write_sidecar(path, sidecar)
-    return PTable(name, level, entries, digest, sidecar, path=path, bloom_size=bloom_size)
+    return PTable(name, level, entries, digest, sidecar, path=path, bloom_size=bloom_size, buffer=buffer)
+
+
+def _write_back(fd: int, data: memoryview, offset: int) -> None:
+    """Write ``data`` at ``offset`` a step at a time, each step on the disk before the next is
+    written (``disk.wait_writeback``): the device never holds more than a step of a table in front
+    of the appends' ``fdatasync`` (which waits for what is in flight), and the table's fsync finds
+    nothing left to write. Where ``sync_file_range`` is missing, plain writes."""
+    for start in range(0, len(data), _WRITEBACK_STEP):
+        step = data[start : start + _WRITEBACK_STEP]
+        _pwrite_all(fd, step, offset + start)
+        disk.wait_writeback(fd, offset + start, len(step))
 
 
 def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:

@@ -39,7 +39,8 @@ __all__ = ["MERGE_FANOUT", "IndexScavengeResult", "TableIndex", "TableScavengeRe
 MERGE_FANOUT = 4
 """A level holding this many tables merges them into one table of the next level."""
 
-_SCAVENGE_SLICE = 1 << 22  # entries judged by one call of a scavenge's keep function
+_MEMTABLE_SLICE = 1 << 15  # memtable entries judged, then copied, at a time by a scavenge
+_SCAVENGE_SLICE = 1 << 18  # entries judged by one call of a scavenge's keep function (6 MiB of table)
 _log = logging.getLogger("evdb.index")
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 _DISK_FULL_RETRY_SECONDS = 1.0  # a table write that found the disk full is tried again this often
@@ -419,12 +420,14 @@ class TableIndex:
         )
 
     def _replace_tables(self, levels: tuple[tuple[PTable, ...], ...], obsolete: Sequence[PTable]) -> None:
-        """Make ``levels`` current: indexmap first, then readers, then delete what it no longer names."""
+        """Make ``levels`` current: indexmap first, then readers, then delete what it no longer names
+        (every obsolete file at once: one folder fsync)."""
         self._write_indexmap(levels, self._checkpoint)
         with self._state:
             self._view = replace(self._view, levels=levels)
         for table in obsolete:
-            table.delete()
+            table.release()
+        PTable.delete_all(obsolete)
 
     def _write_indexmap(self, levels: tuple[tuple[PTable, ...], ...], checkpoint: int) -> None:
         if self.directory is None:
@@ -452,6 +455,12 @@ class TableIndex:
             raise StorageError(
                 f"the index cannot write its tables now: {self._held_back}"
             ) from self._held_back
+
+    def release_pages(self) -> None:
+        """Let this process's mapping of every table's pages go (``PTable.release``): after a pass
+        over many streams' entries (a scavenge's calculation), so RSS does not keep what it read."""
+        for table in self._view.tables:
+            table.release()
 
     # -- maintenance -----------------------------------------------------------------------------------
     def merge_indexes(self) -> None:
@@ -516,7 +525,7 @@ class TableIndex:
         while True:
             frozen = self._view.frozen  # immutable, and not dumped while we hold _maintenance
             if frozen is not None and not any(frozen is m for m in done):
-                filtered, dropped = frozen.filtered(keep)
+                filtered, dropped = _filtered(frozen, keep, len(frozen))
                 deleted += dropped
                 if filtered is not None:
                     with self._state:
@@ -524,7 +533,7 @@ class TableIndex:
                 done.append(filtered if filtered is not None else frozen)
             live = self._view.live
             seen = len(live)
-            filtered, dropped = live.filtered(keep, seen)
+            filtered, dropped = _filtered(live, keep, seen)
             with self._write_lock:
                 if self._view.live is not live:
                     continue  # the writer froze it meanwhile: it is the frozen one now
@@ -534,13 +543,49 @@ class TableIndex:
                 if filtered is None and not dropped_since:
                     return deleted
                 if filtered is None:
-                    filtered = live.copy(seen)
+                    filtered = _copied(live, seen)
                 if mask is not None:
                     filtered.add_arrays(hashes[mask], numbers[mask], positions[mask])
                 filtered.last_position = live.last_position
                 with self._state:
                     self._view = replace(self._view, live=filtered)
                 return deleted + dropped + dropped_since
+
+
+def _copied(memtable: MemTable, stop: int) -> MemTable:
+    """A new memtable of the entries ``[0, stop)`` of ``memtable``."""
+    table, _ = _filtered(memtable, None, stop)
+    assert table is not None  # nothing judged: everything copied
+    return table
+
+
+def _filtered(memtable: MemTable, keep: KeepFunction | None, stop: int) -> tuple[MemTable | None, int]:
+    """A new memtable of the entries ``[0, stop)`` of ``memtable`` that ``keep`` keeps (all of them
+    when ``keep`` is None) and how many it dropped; ``(None, 0)`` when ``keep`` drops none.
+
+    Judged, then built, a slice at a time: a memtable of a million entries is not turned into a
+    million Python tuples at once (150 MiB), and other threads get the GIL between slices."""
+    verdicts: list[np.ndarray] = []  # packed bits, one per entry
+    dropped = 0
+    if keep is not None:
+        for start in range(0, stop, _MEMTABLE_SLICE):
+            hashes, numbers, positions = memtable.arrays(start, min(stop, start + _MEMTABLE_SLICE))
+            mask = np.asarray(keep(hashes, numbers, positions), dtype=bool)
+            if mask.shape != (len(hashes),):
+                raise ValueError("a scavenge keep function must return one bool per entry")
+            dropped += len(mask) - int(np.count_nonzero(mask))
+            verdicts.append(np.packbits(mask))
+        if not dropped:
+            return None, 0
+    table = MemTable()
+    for k, start in enumerate(range(0, stop, _MEMTABLE_SLICE)):
+        hashes, numbers, positions = memtable.arrays(start, min(stop, start + _MEMTABLE_SLICE))
+        if keep is not None:
+            mask = np.unpackbits(verdicts[k], count=len(hashes)).astype(bool)
+            hashes, numbers, positions = hashes[mask], numbers[mask], positions[mask]
+        table.add_arrays(hashes, numbers, positions)
+    table.last_position = memtable.last_position
+    return table, dropped
 
 
 def _or_default(max_auto_merge_level: int | None) -> int:
@@ -578,32 +623,45 @@ def _write(directory: str | None, level: int, slices: Sequence[Entries], count: 
 
 
 def _merge_tables(directory: str | None, level: int, tables: Sequence[PTable]) -> PTable:
-    """One table at ``level`` holding every entry of ``tables`` (given oldest first)."""
+    """One table at ``level`` holding every entry of ``tables`` (given oldest first); the pages of
+    the entries merged are let go behind the merge, so its RSS stays a few blocks however large."""
+
+    def consumed(source: int, start: int, stop: int) -> None:
+        tables[source].release(start, stop)
+
     with TableWriter(directory, level, sum(len(t) for t in tables)) as writer:
-        merge_sorted([t.entries for t in tables], writer.append)
+        merge_sorted([t.entries for t in tables], writer.append, consumed=consumed)
         return writer.finish()
 
 
 def _scavenge_table(directory: str | None, table: PTable, keep: KeepFunction) -> tuple[PTable | None, int]:
-    """(the table to keep in its place: itself, a rewrite, or None when empty; entries kept)."""
+    """(the table to keep in its place: itself, a rewrite, or None when empty; entries kept).
+
+    Two passes of bounded slices, each slice's pages let go behind it: one judges every entry (the
+    verdicts are kept a bit each), the other writes the kept ones. Memory does not grow with the table."""
     hashes, numbers, positions = table.entries
-    masks = []
-    for start in range(0, len(table), _SCAVENGE_SLICE):
-        stop = start + _SCAVENGE_SLICE
+    count = len(table)
+    verdicts: list[np.ndarray] = []  # packed bits, one per entry
+    kept = 0
+    for start in range(0, count, _SCAVENGE_SLICE):
+        stop = min(count, start + _SCAVENGE_SLICE)
         mask = np.asarray(keep(hashes[start:stop], numbers[start:stop], positions[start:stop]), dtype=bool)
-        if mask.shape != (min(stop, len(table)) - start,):
+        if mask.shape != (stop - start,):
             raise ValueError("a scavenge keep function must return one bool per entry")
-        masks.append(mask)
-    kept = sum(int(np.count_nonzero(m)) for m in masks)
-    if kept == len(table):
+        kept += int(np.count_nonzero(mask))
+        verdicts.append(np.packbits(mask))
+        table.release(start, stop)
+    if kept == count:
         return table, kept
     if not kept:
         return None, 0
     with TableWriter(directory, table.level, kept) as writer:
-        for k, mask in enumerate(masks):
+        for k, packed in enumerate(verdicts):
             start = k * _SCAVENGE_SLICE
-            stop = start + len(mask)
+            stop = min(count, start + _SCAVENGE_SLICE)
+            mask = np.unpackbits(packed, count=stop - start).astype(bool)
             writer.append(hashes[start:stop][mask], numbers[start:stop][mask], positions[start:stop][mask])
+            table.release(start, stop)
         return writer.finish(), kept
 
 

@@ -25,6 +25,7 @@ __all__ = ["calculate", "stream_entries"]
 
 BATCH = 200  # streams per transaction
 ENTRIES_AT_ONCE = 1 << 18  # index entries judged in one numpy pass (bounds the memory it takes)
+RELEASE_EVERY = 16  # streams read from the index between two lets-go of its pages
 
 
 def stream_entries(ctx: RunContext, stream: str, collided: set[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -83,14 +84,19 @@ def calculate(ctx: RunContext) -> None:
         weights: dict[int, float] = {}
         batch: list[tuple[StreamRow, np.ndarray, np.ndarray]] = []
         entries = 0
-        for row in rows:  # judged in bulk, a bounded number of index entries at a time
+        for k, row in enumerate(rows, 1):  # judged in bulk, a bounded number of index entries at a time
             numbers, positions = stream_entries(ctx, row.stream, collided)
             batch.append((row, numbers, positions))
             entries += len(numbers)
             if entries >= ENTRIES_AT_ONCE:
                 _add(weights, _calculate_batch(ctx, batch, timestamps, tombstoned_cache))
                 batch, entries = [], 0
+            if k % RELEASE_EVERY == 0:
+                # the entries were copied out: RSS need not keep the index pages they were read from
+                # (a read maps the page-cache folio around it, up to 2 MiB a column of each table)
+                ctx.db.index.release_pages()
         _add(weights, _calculate_batch(ctx, batch, timestamps, tombstoned_cache))
+        ctx.db.index.release_pages()
         with state.transaction():
             for row in rows:
                 state.save_row(row, dirty=False)

@@ -17,6 +17,8 @@ from evdb.storage.chunk import FOOTER_SIZE, HEADER_SIZE, Chunk, ChunkFooter, Chu
 
 __all__ = ["append_copy", "fits_together", "merge_chunks", "plan_merges"]
 
+_BLOCK = 8 << 20  # bytes of a copy hashed at a time by append_copy
+
 
 def _data_size(chunk: Chunk) -> int:
     """What a chunk brings to a merge: its records and its position map entries."""
@@ -72,17 +74,25 @@ def append_copy(head: Chunk, tail: Chunk, version: int) -> Chunk:
     tail_data = memoryview(tail.buffer)[HEADER_SIZE : HEADER_SIZE + tail_size]
     head_data = memoryview(head.buffer)[HEADER_SIZE : HEADER_SIZE + head_size]
     try:
+        # a block at a time, each block's pages let go behind it: the node's RSS holds a block of the
+        # two copies, not both, and xxhash (which holds the GIL) lets the appends in between blocks
         hasher = xxhash.xxh3_128(header)
-        hasher.update(head_data)
-        hasher.update(tail_data)
-        hasher.update(posmap)
-        tail_bytes = footer.encode_without_checksum()
-        hasher.update(tail_bytes)
-        tail_bytes += hasher.digest()
+        for start in range(0, head_size, _BLOCK):
+            hasher.update(head_data[start : start + _BLOCK])
+            head.drop_pages(HEADER_SIZE + start, _BLOCK)
         end = HEADER_SIZE + head_size + tail_size
         fd = disk.current.open(head.path, os.O_WRONLY)
         try:
-            disk.write_all(fd, tail_data, HEADER_SIZE + head_size)
+            for start in range(0, tail_size, _BLOCK):
+                block = tail_data[start : start + _BLOCK]
+                hasher.update(block)
+                disk.write_all(fd, block, HEADER_SIZE + head_size + start)
+                block.release()
+                tail.drop_pages(HEADER_SIZE + start, _BLOCK)
+            hasher.update(posmap)
+            tail_bytes = footer.encode_without_checksum()
+            hasher.update(tail_bytes)
+            tail_bytes += hasher.digest()
             disk.write_all(fd, posmap + tail_bytes, end)
             disk.current.ftruncate(fd, end + len(posmap) + FOOTER_SIZE)
             disk.write_all(fd, header, 0)

@@ -148,6 +148,7 @@ def test_a_crash_before_indexmap_names_a_new_table(tmp_path, monkeypatch):
 
 def test_a_crash_after_indexmap_before_deleting_merged_tables(tmp_path, monkeypatch):
     monkeypatch.setattr(PTable, "delete", lambda self: None)
+    monkeypatch.setattr(PTable, "delete_all", lambda tables: None)
     index = TableIndex.open(str(tmp_path), max_memtable_entries=5)
     for i in range(20):
         index.add([(1, i, i)], i + 1)
