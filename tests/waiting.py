@@ -5,11 +5,12 @@ Tests never sleep and hope. ``from waiting import wait_until`` works in every te
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["wait_until"]
+__all__ = ["until", "wait_until"]
 
 T = TypeVar("T")
 
@@ -39,3 +40,16 @@ def wait_until(
             extra = f"; {detail()}" if detail is not None else ""
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}{extra}")
         time.sleep(interval)
+
+
+async def until(condition: Callable[[], T], what: str = "condition", timeout: float = 10.0) -> T:
+    """:func:`wait_until` for a coroutine: let the event loop (and the threads it hands work to) run
+    between the calls of ``condition``, every 5 ms, until it returns something true; bounded."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last: {value!r}")
+        await asyncio.sleep(0.005)

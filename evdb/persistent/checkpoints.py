@@ -28,6 +28,7 @@ from evdb.persistent.model import (
     CONFIG_STREAM,
     LINK_TO,
     ResolvedEvent,
+    needs_resolving,
 )
 from evdb.projections.links import resolve_link
 from evdb.storage.records import EventRecord
@@ -114,7 +115,7 @@ class DatabaseStore:
     def resolve(self, record: EventRecord, resolve_links: bool) -> ResolvedEvent:
         """A ``$>`` link as the event it points at, when asked (evdb/projections/links.py, the one
         rule every read path uses); a link whose event is gone has ``event=None``."""
-        if not resolve_links or record.event_type != LINK_TO:
+        if not needs_resolving(record, resolve_links):
             return ResolvedEvent(record)
         resolved = resolve_link(self.db.read_event, record)
         return ResolvedEvent(resolved.event, resolved.link)

@@ -407,6 +407,11 @@ class Group:
                 events = events[1:]
             self._skip_first = None
         for resolved in events:
+            if buffer.live:
+                # the page reached the live queue's head: the live feed hands over what follows (it
+                # follows $all behind this read, so the rest of the page must not count as seen, or
+                # the live feed's copies of those events would be dropped as duplicates and lost)
+                break
             position = self.source.position_of(resolved)
             self._history_seen = max(self._history_seen, position)
             buffer.add_read(OutstandingMessage(resolved, position=position))

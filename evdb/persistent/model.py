@@ -27,6 +27,7 @@ __all__ = [
     "check_settings",
     "checkpoint_stream",
     "group_key",
+    "needs_resolving",
     "parked_stream",
     "settings_from_entry",
 ]
@@ -40,6 +41,12 @@ CHECKPOINT_EVENT_TYPE = "$SubscriptionCheckpoint"
 STRATEGIES = ("DispatchToSingle", "RoundRobin", "Pinned", "PinnedByCorrelation")
 #: the position a group that starts "from the end" records (KurrentDB's IsLivePosition)
 LIVE = -1
+
+
+def needs_resolving(record: EventRecord, resolve_links: bool) -> bool:
+    """Whether a record read from a source is handed out as another event: a ``$>`` link of a group
+    that resolves links (everything else is handed out as read, with no read of the log)."""
+    return resolve_links and record.event_type == LINK_TO
 
 
 def group_key(stream: str, group: str) -> str:

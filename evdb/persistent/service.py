@@ -8,6 +8,12 @@ While stopped, every call answers :class:`~evdb.errors.PersistentSubscriptionsNo
 Its ports: a :class:`~evdb.persistent.checkpoints.SubscriptionStore`, the clock, ``is_leader``, and
 ``follow_commits`` (wait until the log has grown past a position), which feeds committed events to
 the groups of their stream and of ``$all``.
+
+The follower of ``$all`` (``_pump``) costs nothing per commit while no group exists: it neither waits
+on the commits nor reads. A group added then (created, updated, or loaded by a start) wakes it at the
+lowest position an added group needs live events from (the log's end before it was made, or the start's
+position), so none is missed; events a group's own history read also hands over are dropped by the
+group. With groups, it reads once per wake-up whatever the number of commits since the last read.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from evdb.persistent.model import (
     check_settings,
     default_all_allows,
     group_key,
+    needs_resolving,
     settings_from_entry,
 )
 from evdb.persistent.strategies import ConsumerSink
@@ -82,6 +89,9 @@ class PersistentSubscriptionService:
         self._config: dict[str, Any] = {"version": "2", "entries": []}
         self._tick_task: asyncio.Task | None = None
         self._pump_task: asyncio.Task | None = None
+        # set while the follower of $all is idle (no group): a group's addition wakes it at _resume_at
+        self._idle_wake: asyncio.Future[None] | None = None
+        self._resume_at: int | None = None
         self._lock = asyncio.Lock()  # create/update/delete/restart, one at a time
 
     @property
@@ -177,7 +187,7 @@ class PersistentSubscriptionService:
                     key,
                 )
                 continue
-            self._add_group(source, group, settings)
+            self._add_group(source, group, settings, follow_from=position)
         self.started = True
         self._pump_task = asyncio.get_running_loop().create_task(self._pump(position), name="persistent-live")
         self._pump_task.add_done_callback(self._pump_ended)
@@ -187,6 +197,8 @@ class PersistentSubscriptionService:
         if self._pump_task is not None:
             self._pump_task.cancel()
             self._pump_task = None
+        self._idle_wake = None
+        self._resume_at = None
         for group in self._groups.values():
             group.shutdown()
         self._groups = {}
@@ -216,7 +228,7 @@ class PersistentSubscriptionService:
             if not loaded.done():
                 loaded.set_result(None)
 
-        self._add_group(source, group, settings, loaded=tell, live_from=live_from)
+        self._add_group(source, group, settings, follow_from=live_from, loaded=tell, live_from=live_from)
         await loaded
 
     def _add_group(
@@ -224,9 +236,13 @@ class PersistentSubscriptionService:
         source: EventSource,
         group: str,
         settings: GroupSettings,
+        *,
+        follow_from: int,
         loaded: Callable[[], object] | None = None,
         live_from: int = -1,
     ) -> Group:
+        """Add a group; ``follow_from``: a log position at or before every event the group must be
+        handed live (the log's end before it was made, or the start's position)."""
         instance = Group(
             source,
             group,
@@ -238,6 +254,7 @@ class PersistentSubscriptionService:
             logger=self.logger,
         )
         self._groups[instance.key] = instance
+        self._wanted_from(follow_from)
         instance.start(loaded, live_from)
         return instance
 
@@ -247,9 +264,15 @@ class PersistentSubscriptionService:
 
     # -- live events -----------------------------------------------------------------------------------
     async def _pump(self, position: int) -> None:
-        """Committed events after ``position``, to the groups of their stream and of ``$all``."""
+        """Committed events after ``position``, to the groups of their stream and of ``$all``; with no
+        group, nothing (see the module's docstring)."""
         while True:
+            if not self._groups:
+                position = await self._idle(position)
+                continue
             await self._follow_commits(position)
+            if not self._groups:  # the last one went while waiting: nothing to read for nobody
+                continue
             try:
                 page = await asyncio.to_thread(self._store.read_all, position, 500, None, 500, False)
             except asyncio.CancelledError:
@@ -265,7 +288,7 @@ class PersistentSubscriptionService:
                         continue
                     try:
                         item = resolved
-                        if group.settings.resolve_links:
+                        if needs_resolving(record, group.settings.resolve_links):
                             item = await asyncio.to_thread(self._store.resolve, record, True)
                         group.notify_live(item)
                     except asyncio.CancelledError:
@@ -280,6 +303,30 @@ class PersistentSubscriptionService:
                         )
             if page.next_position > position:
                 position = page.next_position
+
+    async def _idle(self, position: int) -> int:
+        """Wait, reading nothing and waiting on no commit, until a group is added; then the position
+        to follow from: the lowest an added group needs (``position`` if none said)."""
+        wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._idle_wake = wake
+        self._resume_at = None
+        try:
+            await wake
+        finally:
+            if self._idle_wake is wake:
+                self._idle_wake = None
+        resume, self._resume_at = self._resume_at, None
+        return position if resume is None else resume
+
+    def _wanted_from(self, position: int) -> None:
+        """A group was added that needs the live events from ``position`` on: an idle follower wakes
+        there (an active one is at or before the log's end already and hands it every later event)."""
+        wake = self._idle_wake
+        if wake is None:
+            return
+        self._resume_at = position if self._resume_at is None else min(self._resume_at, position)
+        if not wake.done():
+            wake.set_result(None)
 
     def _pump_ended(self, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from waiting import until
 
 from evdb.clock import ManualClock
 from evdb.database import Database
@@ -42,18 +41,6 @@ class Sink:
 
     def numbers(self) -> list[int]:
         return [r.original.event_number for r, _ in self.items]
-
-
-async def until(condition: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
-    """Let the loop run until ``condition()`` holds (bounded)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last: {value!r}")
-        await asyncio.sleep(0.005)
 
 
 class Harness:
