@@ -159,6 +159,9 @@ class UserStore:
         #: bumped by every change of a user: a sign-in that read the record before a change does not
         #: cache what it read
         self._changes = 0
+        #: signed-in ``Authorization`` header values (as received) and their principals: one dict
+        #: lookup for a caller that sends the same header again; emptied by every change of a user
+        self._headers: dict[str, Principal] = {}
 
     # -- records --------------------------------------------------------------------------------------
     def _record(self, login: str) -> dict | None:
@@ -192,6 +195,7 @@ class UserStore:
     def _forget(self, login: str) -> None:
         with self._lock:
             self._changes += 1
+            self._headers = {}
             for key in [k for k in self._cache if k[0] == login]:
                 del self._cache[key]
 
@@ -232,6 +236,25 @@ class UserStore:
         if principal is not None:
             return principal
         return await asyncio.to_thread(self.authenticate, login, password)
+
+    def by_header(self, header: str) -> Principal | None:
+        """The principal of an ``Authorization`` header value that :meth:`sign_in_header` accepted
+        before, with no user changed since; else None. One dict lookup: safe on the event loop."""
+        return self._headers.get(header)
+
+    async def sign_in_header(self, header: str, login: str, password: str) -> Principal | None:
+        """:meth:`sign_in` of the credentials parsed from ``header``; a success is remembered under the
+        header's value for :meth:`by_header` (unless a user changed meanwhile)."""
+        changes = self._changes
+        principal = await self.sign_in(login, password)
+        if principal is not None:
+            with self._lock:
+                if self._changes == changes:
+                    headers = self._headers
+                    if len(headers) >= self._cache_size:
+                        del headers[next(iter(headers))]
+                    headers[header] = principal
+        return principal
 
     def authenticate(self, login: str, password: str) -> Principal | None:
         """The principal of these credentials, or None (unknown login, disabled, wrong password).

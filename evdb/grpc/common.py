@@ -14,6 +14,8 @@ trailers naming the leader's address (KurrentDB's ``RpcExceptions.LeaderInfo``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 import urllib.parse
@@ -21,15 +23,30 @@ import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import h2
+import h2.connection
 import h2.exceptions
 from google.protobuf import timestamp_pb2
 from grpclib import GRPCError
-from grpclib._typing import IServerMethodFunc
 from grpclib.const import Status
-from grpclib.events import RecvRequest, SendMessage, listen
-from grpclib.metadata import decode_timeout
+from grpclib.encoding.base import GRPC_CONTENT_TYPE
+from grpclib.encoding.proto import ProtoCodec
+from grpclib.events import (
+    RecvMessage,
+    RecvRequest,
+    SendInitialMetadata,
+    SendMessage,
+    SendTrailingMetadata,
+)
+from grpclib.exceptions import ProtocolError, StreamTerminatedError
+from grpclib.metadata import Deadline, decode_metadata, decode_timeout
 from grpclib.protocol import H2Protocol
-from grpclib.server import Handler, Server, Stream
+from grpclib.server import Handler, Server, Stream, _abort
+from grpclib.stream import recv_message as _recv_message
+from grpclib.stream import send_message as _send_message
+from grpclib.utils import DeadlineWrapper, Wrapper
+from h2.errors import ErrorCodes
+from hyperframe.frame import RstStreamFrame
 from kurrentdbclient.protos.v1 import shared_pb2
 
 from evdb.auth import ADMINS, OPS, Principal, parse_basic_authorization, stream_access
@@ -68,6 +85,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger("evdb.grpc")
+#: grpclib's server logger: :func:`_handle_call` logs what grpclib's ``request_handler`` logs, as it does
+_server_log = logging.getLogger("grpclib.server")
 
 #: The caller of a request without credentials on an insecure node: KurrentDB's insecure mode turns
 #: authentication and authorization off, and kurrentdbclient sends credentials only over TLS.
@@ -93,12 +112,16 @@ async def call_context(node: Node, stream: Stream) -> CallContext:
     if isinstance(header, bytes):
         header = header.decode("latin-1")
     if header:
-        parsed = parse_basic_authorization(header)
-        if parsed is None:
-            raise GRPCError(Status.UNAUTHENTICATED, "Malformed authorization header.")
-        principal = await node.users.sign_in(*parsed)  # one rule with HTTP: cached sign-ins stay on the loop
+        users = node.users
+        principal = users.by_header(header)  # the same header signed in before: one lookup
         if principal is None:
-            raise GRPCError(Status.UNAUTHENTICATED, "Bad credentials.")
+            parsed = parse_basic_authorization(header)
+            if parsed is None:
+                raise GRPCError(Status.UNAUTHENTICATED, "Malformed authorization header.")
+            # one rule with HTTP (UserStore.sign_in): cached sign-ins stay on the loop
+            principal = await users.sign_in_header(header, *parsed)
+            if principal is None:
+                raise GRPCError(Status.UNAUTHENTICATED, "Bad credentials.")
         return CallContext(principal, requires_leader)
     return CallContext(SYSTEM if node.options.insecure else _ANONYMOUS, requires_leader)
 
@@ -385,6 +408,9 @@ class KurrentServer(Server):
       cancels the handler and is ``DEADLINE_EXCEEDED`` through grpclib itself;
     * ``event_store.client.server_features.ServerFeatures/GetSupportedMethods`` lists the methods this
       server really serves (evdb/grpc/features.py), as KurrentDB lists its endpoints.
+
+    Each call runs :func:`_handle_call`, grpclib's ``request_handler`` with less work per call (see
+    there); the answers are the same.
     """
 
     def __init__(self, handlers: Collection[Any]) -> None:
@@ -392,60 +418,302 @@ class KurrentServer(Server):
 
         services = list(handlers)
         super().__init__([*services, ServerFeaturesService(services)])
-        listen(self, RecvRequest, _send_trailers)
 
     def _protocol_factory(self) -> H2Protocol:
-        # as grpclib's own, with a handler that answers a passed deadline (see the class docstring)
+        # as grpclib's own, with evdb's call handler (see the class docstring)
         self.__gc_step__()
-        handler = _DeadlineHandler(self._mapping, self._codec, self._status_details_codec, self.__dispatch__)
+        handler = _CallHandler(self._mapping, self._codec, self._status_details_codec, self.__dispatch__)
         self._handlers.add(handler)
-        return H2Protocol(handler, self._config, self._h2_config)
+        return _QuietH2Protocol(handler, self._config, self._h2_config)
 
 
-async def _send_trailers(event: RecvRequest) -> None:
-    event.method_func = _with_trailers(event.method_func)
+class _QuietH2Connection(h2.connection.H2Connection):
+    """h2's connection without its per-frame trace line: h2 4.x calls
+    ``config.logger.trace("Received frame: %s", repr(frame))`` for every frame received, so the text
+    of each frame is built whatever the logger does with it. The rest is h2's own handling of a
+    received frame (a frame for a stream reset before is answered with RST_STREAM; on a stream that
+    ended, or was never opened, it is a connection error)."""
 
-
-def _with_trailers(func: IServerMethodFunc) -> IServerMethodFunc:
-    async def call(stream: Stream) -> None:
+    def _receive_frame(self, frame: Any) -> list[Any]:
         try:
-            await func(stream)
-        except KurrentError as exc:
-            if stream._send_trailing_metadata_done:  # the handler answered already: grpclib logs it
+            frames, events = self._frame_dispatch_table[frame.__class__](frame)
+        except h2.exceptions.StreamClosedError as exc:
+            if not self._stream_is_closed_by_reset(exc.stream_id):
                 raise
-            try:
-                await stream.send_trailing_metadata(
-                    status=exc.status,
-                    status_message=exc.message,
-                    status_details=exc.details,
-                    metadata=exc.trailers,
-                )
-            except h2.exceptions.StreamClosedError:
-                pass  # the client went away: nobody to tell
+            reset = RstStreamFrame(exc.stream_id)
+            reset.error_code = exc.error_code
+            self._prepare_for_sending([reset])
+            return exc._events
+        except h2.exceptions.StreamIDTooLowError as exc:
+            if self._stream_is_closed_by_reset(exc.stream_id):
+                reset = RstStreamFrame(exc.stream_id)
+                reset.error_code = ErrorCodes.STREAM_CLOSED
+                self._prepare_for_sending([reset])
+                return []
+            if self._stream_is_closed_by_end(exc.stream_id):
+                raise h2.exceptions.StreamClosedError(exc.stream_id) from exc
+            raise
+        self._prepare_for_sending(frames)
+        return events
 
-    return call
+
+#: the h2 release whose ``_receive_frame`` :class:`_QuietH2Connection` restates (4.x); with another
+#: h2, its own connection is used as it is
+_QUIET_H2 = h2.__version__.split(".")[0] == "4"
 
 
-class _DeadlineHandler(Handler):
+class _QuietH2Protocol(H2Protocol):
+    """grpclib's HTTP/2 protocol, its h2 connection a :class:`_QuietH2Connection` (with h2 4.x)."""
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        connection = self.connection._connection
+        if _QUIET_H2 and type(connection) is h2.connection.H2Connection:
+            # the same object and state, without the per-frame trace text (no state of its own)
+            connection.__class__ = _QuietH2Connection
+
+
+class _CallHandler(Handler):
+    """grpclib's handler, running :func:`_handle_call` for each call."""
+
     def accept(self, stream: Any, headers: Any, release_stream: Callable[[], Any]) -> None:
-        if _deadline_passed(headers):
-            self.__gc_step__()
-            self._tasks[stream] = self.loop.create_task(_answer_deadline_exceeded(stream, release_stream))
+        self.__gc_step__()
+        self._tasks[stream] = self.loop.create_task(_handle_call(self, stream, headers, release_stream))
+
+
+class _LoopWrapper(Wrapper):
+    """grpclib's ``Wrapper`` (what cancels a call's awaits when its stream is reset), finding the
+    current task through the loop it is given: ``asyncio.current_task()`` without a loop asks
+    ``get_running_loop()``, which on Python 3.11 calls ``getpid()`` each time."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._loop = loop
+
+    def __enter__(self) -> None:
+        if self._error is not None:
+            raise self._error
+        task = asyncio.current_task(self._loop)
+        if task is None:
+            raise RuntimeError("Called not inside a task")
+        self._tasks.add(task)
+
+    def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
+        task = asyncio.current_task(self._loop)
+        assert task
+        self._tasks.discard(task)
+        if self._error is not None:
+            self.cancel_failed = exc_type is not asyncio.CancelledError
+            raise self._error
+
+
+class _LoopDeadlineWrapper(_LoopWrapper, DeadlineWrapper):
+    """grpclib's ``DeadlineWrapper`` (a call with a ``grpc-timeout``), as :class:`_LoopWrapper`."""
+
+
+#: the trailers of a call that ends OK without trailing metadata, built once
+_OK_TRAILERS = (("grpc-status", str(Status.OK.value)),)
+
+
+class _CallStream(Stream):
+    """grpclib's server ``Stream``; the plain headers and OK trailers (no metadata, no listeners for
+    them) are sent from lists built once, and a message goes in or out without grpclib's event (an
+    await of a no-op) when nothing listens to it; the rest as grpclib does it."""
+
+    async def recv_message(self) -> Any:
+        if self._dispatch._listeners.get(RecvMessage):
+            return await super().recv_message()
+        message = await _recv_message(self._stream, self._codec, self._recv_type)
+        if message is not None:
+            self._messages_received += 1
+            connection = self._stream.connection
+            connection.messages_received += 1
+            connection.last_message_received = time.monotonic()
+        return message
+
+    async def send_message(self, message: Any) -> None:
+        if self._dispatch._listeners.get(SendMessage):
+            await super().send_message(message)
             return
-        super().accept(stream, headers, release_stream)
+        if not self._send_initial_metadata_done:
+            await self.send_initial_metadata()
+        if not self._cardinality.server_streaming and self._send_message_done:
+            raise ProtocolError("Message was already sent")
+        await _send_message(self._stream, self._codec, message, self._send_type)
+        self._send_message_done = True
+        self._messages_sent += 1
+        connection = self._stream.connection
+        connection.messages_sent += 1
+        connection.last_message_sent = time.monotonic()
+
+    async def send_initial_metadata(self, *, metadata: Any = None) -> None:
+        if metadata or self._dispatch._listeners.get(SendInitialMetadata):
+            await super().send_initial_metadata(metadata=metadata)
+            return
+        if self._send_initial_metadata_done:
+            raise ProtocolError("Initial metadata was already sent")
+        await self._stream.send_headers([(":status", "200"), ("content-type", self._content_type)])
+        self._send_initial_metadata_done = True
+
+    async def send_trailing_metadata(
+        self,
+        *,
+        status: Status = Status.OK,
+        status_message: str | None = None,
+        status_details: Any = None,
+        metadata: Any = None,
+    ) -> None:
+        if (
+            status is not Status.OK
+            or status_message is not None
+            or status_details is not None
+            or metadata
+            or not self._send_initial_metadata_done
+            or self._send_trailing_metadata_done
+            or not (self._send_message_done or self._cardinality.server_streaming)
+            or self._dispatch._listeners.get(SendTrailingMetadata)
+        ):
+            await super().send_trailing_metadata(
+                status=status, status_message=status_message, status_details=status_details, metadata=metadata
+            )
+            return
+        await self._stream.send_headers(list(_OK_TRAILERS), end_stream=True)
+        self._send_trailing_metadata_done = True
 
 
-def _deadline_passed(headers: Any) -> bool:
-    timeouts = [value for key, value in headers if key == "grpc-timeout"]
-    if not timeouts:
-        return False
+async def _handle_call(
+    handler: Handler, h2_stream: Any, headers: list[tuple[str, str]], release_stream: Callable[[], Any]
+) -> None:
+    """grpclib's ``request_handler`` (the same checks, answers and log lines, in the same order), with:
+
+    * a call whose ``grpc-timeout`` has already passed answered ``DEADLINE_EXCEEDED`` (see
+      :class:`KurrentServer`); without a ``grpc-timeout`` header no deadline work at all;
+    * a :class:`KurrentError` answered with its trailers (``exception``, ...);
+    * the ``RecvRequest`` event made only when something listens to it;
+    * :class:`_LoopWrapper` and :class:`_CallStream` (no ``getpid()`` per await, headers built once).
+    """
     try:
-        return min(map(decode_timeout, timeouts)) < DEADLINE_FLOOR
-    except ValueError:
-        return False  # malformed: grpclib answers it
+        headers_map = dict(headers)
+        deadline: Deadline | None = None
+        if "grpc-timeout" in headers_map:
+            try:
+                timeout = min(decode_timeout(value) for key, value in headers if key == "grpc-timeout")
+            except ValueError:
+                timeout = None  # malformed: answered below, in grpclib's order
+            if timeout is not None and timeout < DEADLINE_FLOOR:
+                await _answer_deadline_exceeded(h2_stream)
+                return
+        if headers_map[":method"] != "POST":
+            await _abort(h2_stream, 405)
+            return
+        content_type = headers_map.get("content-type")
+        if content_type is None:
+            await _abort(h2_stream, 415, Status.UNKNOWN, "Missing content-type header")
+            return
+        codec = handler.codec
+        base_content_type, _, sub_type = content_type.partition("+")
+        sub_type = sub_type or ProtoCodec.__content_subtype__
+        if base_content_type != GRPC_CONTENT_TYPE or sub_type != codec.__content_subtype__:
+            await _abort(h2_stream, 415, Status.UNKNOWN, "Unacceptable content-type header")
+            return
+        if headers_map.get("te") != "trailers":
+            await _abort(h2_stream, 400, Status.UNKNOWN, 'Required "te: trailers" header is missing')
+            return
+        method_name = headers_map[":path"]
+        method = handler.mapping.get(method_name)
+        if method is None:
+            await _abort(h2_stream, 200, Status.UNIMPLEMENTED, "Method not found")
+            return
+        if "grpc-timeout" in headers_map:
+            try:
+                deadline = Deadline.from_headers(headers)
+            except ValueError:
+                await _abort(h2_stream, 200, Status.UNKNOWN, "Invalid grpc-timeout header")
+                return
+        metadata = decode_metadata(headers)
+        user_agent = headers_map.get("user-agent")
+        dispatch = handler.dispatch
+        async with _CallStream(
+            h2_stream,
+            method_name,
+            method.cardinality,
+            method.request_type,
+            method.reply_type,
+            codec=codec,
+            status_details_codec=handler.status_details_codec,
+            dispatch=dispatch,
+            deadline=deadline,
+            user_agent=user_agent,
+        ) as stream:
+            wrapper: _LoopWrapper
+            deadline_wrapper: contextlib.AbstractContextManager[Any]
+            if deadline is None:
+                wrapper = h2_stream.wrapper = _LoopWrapper(handler.loop)
+                deadline_wrapper = contextlib.nullcontext()
+            else:
+                wrapper = h2_stream.wrapper = _LoopDeadlineWrapper(handler.loop)
+                deadline_wrapper = wrapper.start(deadline)
+            try:
+                with deadline_wrapper, wrapper:
+                    method_func = method.func
+                    if dispatch._listeners.get(RecvRequest):
+                        stream.metadata, method_func = await dispatch.recv_request(
+                            metadata,
+                            method_func,
+                            method_name=method_name,
+                            deadline=deadline,
+                            content_type=content_type,
+                            user_agent=user_agent,
+                            peer=stream.peer,
+                        )
+                    else:
+                        stream.metadata = metadata
+                    try:
+                        await method_func(stream)
+                    except KurrentError as exc:
+                        if stream._send_trailing_metadata_done:  # answered already: logged below
+                            raise
+                        try:
+                            await stream.send_trailing_metadata(
+                                status=exc.status,
+                                status_message=exc.message,
+                                status_details=exc.details,
+                                metadata=exc.trailers,
+                            )
+                        except h2.exceptions.StreamClosedError:
+                            pass  # the client went away: nobody to tell
+            except GRPCError:
+                raise
+            except TimeoutError:
+                if wrapper.cancel_failed:
+                    _server_log.exception("Failed to handle cancellation")
+                    raise GRPCError(Status.DEADLINE_EXCEEDED) from None
+                elif wrapper.cancelled:
+                    _server_log.info("Deadline exceeded")
+                    raise GRPCError(Status.DEADLINE_EXCEEDED) from None
+                else:
+                    _server_log.exception("Timeout occurred")
+                    raise
+            except StreamTerminatedError as err:
+                if wrapper.cancel_failed:
+                    _server_log.exception("Failed to handle cancellation")
+                    raise
+                else:
+                    assert wrapper.cancelled
+                    _server_log.info("Request was cancelled: %s", err)
+                    raise
+            except Exception:
+                _server_log.exception("Application error")
+                raise
+    except ProtocolError:
+        _server_log.exception("Application error")
+    except Exception:
+        _server_log.exception("Server error")
+    finally:
+        release_stream()
 
 
-async def _answer_deadline_exceeded(stream: Any, release_stream: Callable[[], Any]) -> None:
+async def _answer_deadline_exceeded(stream: Any) -> None:
     try:
         await stream.send_headers(
             [
@@ -460,5 +728,3 @@ async def _answer_deadline_exceeded(stream: Any, release_stream: Callable[[], An
             stream.reset_nowait()
     except (h2.exceptions.StreamClosedError, ConnectionError):
         pass  # the client went away: nobody to tell
-    finally:
-        release_stream()

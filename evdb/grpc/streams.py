@@ -509,7 +509,8 @@ class StreamsService:
         node = self.node
         check_metadata_events(name, events)  # how kurrentdbclient sets stream metadata
         started = node.clock.monotonic()
-        result = await asyncio.wrap_future(database(node).append_async(name, events, expected))
+        # answered on the loop: one wake-up per commit group, not one per append (asyncio.wrap_future)
+        result = await database(node).append_on_loop(name, events, expected)
         node.metrics.append_latency.observe(max(0.0, node.clock.monotonic() - started))
         if not result.duplicate:
             node.metrics.events_written.inc(len(events))
@@ -671,7 +672,7 @@ class StreamsService:
         check_leader(node, ctx)
         await self._check_access(ctx, name, "delete")
         try:
-            result = await asyncio.wrap_future(database(node).delete_stream_async(name, expected, hard=hard))
+            result = await database(node).delete_stream_on_loop(name, expected, hard=hard)
         except StreamNotFound:
             # KurrentDB's answer: a wrong expected version, actual -1 (kurrentdbclient: "not found")
             raise grpc_error(node, WrongExpectedVersion(name, expected, -1, "Delete")) from None
