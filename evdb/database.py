@@ -82,6 +82,8 @@ _BEGIN = int(rec.RecordFlags.TRANSACTION_BEGIN)
 
 
 _END = int(rec.RecordFlags.TRANSACTION_END)
+#: a single node writes its replication.chk once per this much log (and at close), not per commit
+COMMIT_FILE_STEP = 1 << 20
 #: appends whose ids a database re-reads from the end of its log when it opens (idempotency after a crash)
 _REBUILT_APPENDS = 10_000
 #: ... and of at most this many events: the rebuild reads every event of those appends, so with large
@@ -338,6 +340,7 @@ class Database:
         #: new leader could cut from this log
         self._read_limit: int | None = None
         self._read_limit_file: Any = None
+        self._commit_position_unwritten = -1  # a single node's, kept for replication.chk (see below)
 
     # -- opening and closing -----------------------------------------------------------------------------
     @classmethod
@@ -498,6 +501,8 @@ class Database:
             self._existence.close()
         if self._read_limit_file is not None:
             with contextlib.suppress(OSError):
+                if self._commit_position_unwritten > self._read_limit_file.value:
+                    self._read_limit_file.write(self._commit_position_unwritten, flush=False)
                 self._read_limit_file.flush()
                 self._read_limit_file.close()
             self._read_limit_file = None
@@ -561,13 +566,22 @@ class Database:
 
     def record_commit_position(self, position: int) -> None:
         """Keep ``position`` as committed cluster-wide in ``replication.chk`` (a single node: all it
-        has made durable), without changing what readers see."""
+        has made durable), without changing what readers see.
+
+        A single node (no read limit: nothing reads the file while it runs; it is kept should the node
+        be restarted as a cluster member) writes it once per COMMIT_FILE_STEP of log, and exactly at
+        close, not at each commit. After a kill -9 the file may be behind the log: the member then
+        serves only what its leader confirms, as after a power cut (a lower value is only more careful)."""
         if self._closed:
             return
         file = self._commit_file()
-        if file is not None and position > file.value:
-            with contextlib.suppress(OSError):  # closed under us: the next open reads the last value kept
-                file.write(position, flush=False)
+        if file is None or position <= file.value:
+            return
+        if self._read_limit is None and position - file.value < COMMIT_FILE_STEP:
+            self._commit_position_unwritten = position
+            return
+        with contextlib.suppress(OSError):  # closed under us: the next open reads the last value kept
+            file.write(position, flush=False)
 
     def commit_limit_at_open(self) -> int:
         """The commit position this member knew when it stopped (``replication.chk``), never past its
@@ -656,11 +670,17 @@ class Database:
         return self._submit(self._append_request(stream, events, expected_version))
 
     def append_on_loop(
-        self, stream: str, events: Sequence[NewEvent], expected_version: int = ANY
+        self,
+        stream: str,
+        events: Sequence[NewEvent],
+        expected_version: int = ANY,
+        *,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> asyncio.Future[AppendResult]:
         """:meth:`append` for a coroutine: call it on the event loop and await the future there. The
-        writer answers all of a commit group's appends awaited on a loop with one wake-up of it."""
-        answer = _LoopAnswer(asyncio.get_running_loop())
+        writer answers all of a commit group's appends awaited on a loop with one wake-up of it.
+        ``loop``: the running loop, when the caller holds it (looking it up costs a ``getpid``)."""
+        answer = _LoopAnswer(loop if loop is not None else asyncio.get_running_loop())
         return self._submit_on_loop(self._append_request(stream, events, expected_version, answer))
 
     def append(self, stream: str, events: Sequence[NewEvent], expected_version: int = ANY) -> AppendResult:

@@ -51,6 +51,12 @@ class CommitNotifier:
         self._waiters.clear()
 
     def _on_commit(self, position: int) -> None:  # writer thread
+        # Nobody waits: no wake-up of the loop (a call_soon_threadsafe per commit is an eventfd write
+        # and a loop turn). No commit is missed: the writer moves readable_position before it calls its
+        # listeners, and wait_beyond registers its waiter before it looks at readable_position again, so
+        # a waiter this check does not see yet finds the new position itself.
+        if not self._waiters:
+            return
         try:
             self._loop.call_soon_threadsafe(self._wake, position)
         except RuntimeError:  # loop closed
@@ -65,6 +71,17 @@ class CommitNotifier:
             elif not fut.done():
                 keep.append((after, fut))
         self._waiters = keep
+
+    def future_beyond(self, position: int) -> asyncio.Future[None]:
+        """A future done once the committed end is beyond ``position`` (at once if it is): to wait on
+        with others (``asyncio.wait``) without a task per wait. Cancel it when it is not wanted."""
+        fut = self._loop.create_future()
+        if self._db.readable_position <= position:
+            self._waiters.append((position, fut))
+            if self._db.readable_position <= position:  # else committed between the check and the append
+                return fut
+        fut.set_result(None)  # _wake passes over a done future
+        return fut
 
     async def wait_beyond(self, position: int) -> None:
         """Return once the committed end is beyond ``position``."""

@@ -13,7 +13,7 @@ from aiohttp import web
 from evdb.auth import ANONYMOUS, parse_basic_authorization
 from evdb.autoscavenge.nodeauth import NODE_SCHEME, authenticate_node
 from evdb.errors import DatabaseReopening, EvdbError, WrongExpectedVersion, status_of
-from evdb.http.common import NODE, PRINCIPAL, unauthorized
+from evdb.http.common import LOOP, NODE, PRINCIPAL, AppLoop, unauthorized
 
 if TYPE_CHECKING:
     from evdb.node import Node
@@ -169,6 +169,11 @@ def _client_limit_middleware(limit: int):
     return client_limit_middleware
 
 
+async def _remember_loop(app: web.Application) -> None:
+    """The loop the app serves on from now (see request_loop), set at each start."""
+    app[LOOP].loop = asyncio.get_running_loop()
+
+
 def build_app(node: Node) -> web.Application:
     o = node.options
     app = web.Application(
@@ -180,6 +185,8 @@ def build_app(node: Node) -> web.Application:
         client_max_size=o.http_max_request_body_size,
     )
     app[NODE] = node
+    app[LOOP] = AppLoop()
+    app.on_startup.append(_remember_loop)
     for name in ROUTE_MODULES:
         importlib.import_module(name).setup(app)
     return app

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from collections.abc import Mapping
@@ -20,10 +21,12 @@ __all__ = [
     "ADMIN_FORMATS",
     "APPLICATION_XML",
     "JSON",
+    "LOOP",
     "NODE",
     "PRINCIPAL",
     "TEXT",
     "XML",
+    "AppLoop",
     "bad_request",
     "get_node",
     "get_principal",
@@ -31,6 +34,7 @@ __all__ = [
     "negotiated",
     "parse_json",
     "read_json",
+    "request_loop",
     "require_authenticated",
     "require_ops",
     "response_format",
@@ -43,8 +47,32 @@ NODE: web.AppKey[Node] = web.AppKey("node")
 PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal", Principal)
 
 
+class AppLoop:
+    """The event loop an application serves on, looked up at its first request and kept:
+    ``asyncio.get_running_loop()`` makes a ``getpid`` system call at each call on Python 3.11."""
+
+    __slots__ = ("loop",)
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+
+LOOP: web.AppKey[AppLoop] = web.AppKey("loop", AppLoop)
+
+
 def get_node(request: web.Request) -> Node:
     return request.app[NODE]
+
+
+def request_loop(request: web.Request) -> asyncio.AbstractEventLoop:
+    """The running event loop of a request's handler, without a system call after the app's first."""
+    held = request.app.get(LOOP)
+    if held is None:  # an application not made by build_app
+        return asyncio.get_running_loop()
+    loop = held.loop
+    if loop is None:
+        loop = held.loop = asyncio.get_running_loop()
+    return loop
 
 
 def get_principal(request: web.Request) -> Principal:

@@ -22,7 +22,15 @@ from aiohttp import web
 from evdb.auth import Principal, stream_access
 from evdb.clock import TICKS_PER_SECOND
 from evdb.errors import EventTooLarge, InvalidInput, StreamDeleted
-from evdb.http.common import bad_request, get_node, get_principal, json_response, parse_json, unauthorized
+from evdb.http.common import (
+    bad_request,
+    get_node,
+    get_principal,
+    json_response,
+    parse_json,
+    request_loop,
+    unauthorized,
+)
 from evdb.projections.links import LINK_TYPE, Resolved, parse_link, resolve_link, resolve_links
 from evdb.storage.records import EventRecord
 from evdb.streams import ANY, NewEvent, StreamMetadata, is_metastream
@@ -467,17 +475,18 @@ async def append(request: web.Request) -> web.Response:
     expected = _expected_version(request)
     started = node.clock.monotonic()
     try:
-        future = db.append_on_loop(stream, events, expected)  # answered with its commit group's wake-up
+        # answered with its commit group's wake-up
+        future = db.append_on_loop(stream, events, expected, loop=request_loop(request))
     except EventTooLarge as exc:
         raise web.HTTPRequestEntityTooLarge(
             max_size=db.config.max_append_size, actual_size=request.content_length or 0, text=str(exc)
         ) from None
     result = await future
-    metrics = node.metrics
-    metrics.append_latency.observe(max(0.0, node.clock.monotonic() - started))
-    if not result.duplicate:
-        metrics.events_written.inc(len(events))
-        metrics.bytes_written.inc(sum(len(e.data) + len(e.metadata) for e in events))
+    if result.duplicate:
+        node.metrics.observe_append(node.clock.monotonic() - started, 0, 0)
+    else:
+        size = sum(len(e.data) + len(e.metadata) for e in events)
+        node.metrics.observe_append(node.clock.monotonic() - started, len(events), size)
     location = f"{_base(request)}/streams/{quote(stream, safe='$')}/{result.first_event_number}"
     # json.dumps of two ints, without the encoder's machinery; the headers as text= and content_type=
     # make them, without their parsing

@@ -166,6 +166,33 @@ class _Planned(NamedTuple):
     repeatable: bool = False  # a checkpoint's: written again at the same tag (KurrentDB does at a start)
 
 
+class _Bell:
+    """Rings a runner awake (a stop): stays rung, as an ``asyncio.Event`` does, and hands out futures,
+    which the runner waits on with the commit's and the timer's without a task per wait."""
+
+    __slots__ = ("_future", "_rung")
+
+    def __init__(self) -> None:
+        self._rung = False
+        self._future: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self._rung = True
+        if self._future is not None and not self._future.done():
+            self._future.set_result(None)
+
+    def is_set(self) -> bool:
+        return self._rung
+
+    def future(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        future = loop.create_future()
+        if self._rung:
+            future.set_result(None)
+        else:
+            self._future = future
+        return future
+
+
 @dataclass
 class _Runtime:
     """One projection on this leader."""
@@ -188,7 +215,11 @@ class _Runtime:
     task: asyncio.Task[None] | None = None
     stopping: bool = False
     write_checkpoint_on_stop: bool = True
-    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    wakeup: _Bell = field(default_factory=lambda: _Bell())
+    # the wait for the next suggested checkpoint (a clock sleep ending at timer_deadline), kept across
+    # the runner's waits for commits: one per checkpoint period, not a task per commit
+    timer: asyncio.Task[None] | None = None
+    timer_deadline: float = 0.0
 
     @property
     def name(self) -> str:
@@ -427,7 +458,7 @@ class SystemProjections:
     def _start_runner(self, rt: _Runtime) -> None:
         rt.stopping = False
         rt.write_checkpoint_on_stop = True
-        rt.wakeup = asyncio.Event()
+        rt.wakeup = _Bell()
         rt.status = "Running"
         rt.reason = ""
         rt.task = asyncio.create_task(self._run(rt), name=f"projection {rt.name}")
@@ -440,14 +471,15 @@ class SystemProjections:
                 caught_up = await asyncio.to_thread(self._step, db, rt)
                 if not caught_up:
                     continue
-                timeout = None
+                timer = None
                 if rt.unchecked:
                     wait = max(CHECKPOINT_AFTER_SECONDS, rt.persisted.config.checkpoint_after_ms / 1000)
                     timeout = wait - (self._clock.monotonic() - rt.checkpoint_at)
                     if timeout <= 0:
                         await asyncio.to_thread(self._suggested_checkpoint, db, rt, rt.position)
                         continue
-                await self._wait(rt, rt.next_position, timeout)
+                    timer = self._checkpoint_timer(rt, rt.checkpoint_at + wait, timeout)
+                await self._wait(rt, rt.next_position, timer)
             if rt.write_checkpoint_on_stop and rt.unchecked:
                 await asyncio.to_thread(self._commit, self._database(), rt, [], {}, rt.position)
             rt.status = "Stopped"
@@ -468,22 +500,36 @@ class SystemProjections:
                 exc,
             )
         finally:
+            if rt.timer is not None:
+                rt.timer.cancel()
+                rt.timer = None
             rt.targets.clear()
             if rt.status != "Faulted" and not rt.stopping:
                 rt.task = None  # a stop by the leader's loss or a closing database: restartable
 
-    async def _wait(self, rt: _Runtime, position: int, timeout: float | None) -> None:
-        waits: list[asyncio.Future[Any]] = [
-            asyncio.ensure_future(self._notifier().wait_beyond(position)),
-            asyncio.ensure_future(rt.wakeup.wait()),
-        ]
-        if timeout is not None:
-            waits.append(asyncio.ensure_future(self._clock.sleep(timeout)))
+    def _checkpoint_timer(self, rt: _Runtime, deadline: float, timeout: float) -> asyncio.Task[None]:
+        """The sleep until the next suggested checkpoint (``deadline`` on the clock, ``timeout`` from
+        now): the one already running when it ends then, else a new one."""
+        timer = rt.timer
+        if timer is None or timer.done() or rt.timer_deadline != deadline:
+            if timer is not None:
+                timer.cancel()
+            timer = rt.timer = asyncio.ensure_future(self._clock.sleep(timeout))
+            rt.timer_deadline = deadline
+        return timer
+
+    async def _wait(self, rt: _Runtime, position: int, timer: asyncio.Task[None] | None) -> None:
+        """Until a commit past ``position``, a stop (the runtime's bell) or ``timer`` ends: futures, no
+        task per wait (the timer is kept for the next wait)."""
+        loop = asyncio.get_running_loop()
+        commit = self._notifier().future_beyond(position)
+        bell = rt.wakeup.future(loop)
+        waits: list[asyncio.Future[Any]] = [commit, bell] if timer is None else [commit, bell, timer]
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for wait in waits:
-                wait.cancel()
+            commit.cancel()
+            bell.cancel()
 
     def _started(self, db: Database, rt: _Runtime) -> None:
         """KurrentDB's ``NewCheckpointStarted`` as a projection starts: ``$by_event_type`` writes a
