@@ -190,8 +190,23 @@ class PTable:
 
     @staticmethod
     def delete_all(tables: Iterable[PTable]) -> None:
-        """Remove several tables' files, with one folder fsync for them all."""
-        remove_durably(path for table in tables for path in table.files())
+        """Remove several tables' files, with one folder fsync for them all.
+
+        Each file's blocks are freed a step at a time (``disk.Reclaimer``, as a switched-out chunk's):
+        freed at once, a big table's (384 MB at 20 GiB) went in one journal commit that an append's
+        ``fdatasync`` waited behind. A table file is cut down only once the last map of it in this
+        process is gone (a reader holding the old view still reads it whole); its bloom filter, read
+        into memory when opened, at once."""
+        folders: set[str] = set()
+        for table in tables:
+            if table.path is None:
+                continue
+            table_file = (table.path, table_file_size(len(table)), table._map)
+            for path, size, mapping in (table_file, (sidecar_path(table.path), table.bloom_size, None)):
+                if disk.reclaimer.delete(path, size, mapping):
+                    folders.add(os.path.dirname(path) or ".")
+        for folder in folders:
+            fsync_dir(folder)
 
     def release(self, start: int = 0, stop: int | None = None) -> None:
         """Let this process's mapping of the pages holding entries ``[start, stop)`` go (all by default).

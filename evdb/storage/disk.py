@@ -222,6 +222,27 @@ class Reclaimer:
         except OSError:
             return None
 
+    def delete(self, path: str, size: int, mapping: object | None = None) -> bool:
+        """Delete ``path`` (``size`` bytes) through :data:`current`, its blocks freed here once
+        ``mapping`` (this process's map of it, if any) is gone; False when it was not there."""
+        fd = self.hold(path, size)
+        try:
+            current.unlink(path)
+        except FileNotFoundError:
+            if fd is not None:
+                os.close(fd)
+            return False
+        except BaseException:
+            if fd is not None:
+                os.close(fd)
+            raise
+        if fd is not None:
+            if mapping is not None:
+                self.release_when_unmapped(mapping, fd, path)
+            else:
+                self.release(fd, path)
+        return True
+
     def release_when_unmapped(self, mapping: object, fd: int, path: str) -> None:
         """Cut ``fd``'s file down once ``mapping`` (this process's map of it) is gone."""
         finalizer = weakref.finalize(mapping, self._queue.put, (fd, path))
@@ -266,5 +287,5 @@ class Reclaimer:
             os.close(fd)
 
 
-#: the process's reclaimer of deleted chunk files (its thread starts at its first file)
+#: the process's reclaimer of deleted chunk and index table files (its thread starts at its first file)
 reclaimer = Reclaimer()

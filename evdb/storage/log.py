@@ -501,18 +501,7 @@ class TransactionLog:
             if chunk.path and chunk.path != new.path:
                 # its blocks are freed a step at a time once no map of it is left (disk.Reclaimer):
                 # freed at once, they held up the appends' fdatasync for tens of milliseconds
-                reclaimer = disk.reclaimer
-                fd = reclaimer.hold(chunk.path, chunk.file_size)
-                try:
-                    disk.current.unlink(chunk.path)
-                except FileNotFoundError:
-                    pass
-                except BaseException:
-                    if fd is not None:
-                        os.close(fd)
-                    raise
-                if fd is not None:
-                    reclaimer.release_when_unmapped(chunk.buffer, fd, chunk.path)
+                disk.reclaimer.delete(chunk.path, chunk.file_size, chunk.buffer)
         if sync_removals:
             self.sync_directory()
         return old

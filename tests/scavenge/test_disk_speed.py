@@ -14,6 +14,7 @@ import shutil
 
 import numpy as np
 import pytest
+from reclaiming import RecordingReclaimer
 
 from evdb.database import Database
 from evdb.scavenge import chunkscan, executor, workers
@@ -158,7 +159,7 @@ def test_a_power_cut_at_every_disk_call_of_chunk_execution(tmp_path, clock, monk
     does. The switched-out files are cut down in 4 KiB steps once unmapped (``disk.Reclaimer``), as a
     big chunk's are, whenever the cut comes: never one a power cut could bring back (whether a file is
     cut before the power goes depends on the reclaimer's thread, not on the call counted)."""
-    reclaimer = _Recording()
+    reclaimer = RecordingReclaimer()
     monkeypatch.setattr(disk, "reclaimer", reclaimer)
     template = tmp_path / "template"
     h = Harness(template, clock)
@@ -298,30 +299,10 @@ def test_a_windowed_walk_keeps_a_window_of_pages_mapped(tmp_path, monkeypatch):
 
 
 # -- a switched-out chunk file's blocks freed a step at a time (evdb/storage/disk.py Reclaimer) ----------
-class _Recording(disk.Reclaimer):
-    """A reclaimer of 4 KiB steps that does not pause: it records the file's size at each pause."""
-
-    def __init__(self) -> None:
-        super().__init__(step=4096, sleep=self._paused)
-        self.sizes: dict[str, list[int]] = {}
-        self.done: list[str] = []
-        self._current: tuple[int, str] | None = None
-
-    def _paused(self, seconds: float) -> None:
-        assert self._current is not None
-        fd, path = self._current
-        self.sizes.setdefault(path, []).append(os.fstat(fd).st_size)
-
-    def shrink(self, fd: int, path: str) -> None:
-        self._current = (fd, path)
-        super().shrink(fd, path)
-        self.done.append(path)
-
-
 def test_a_deleted_file_is_cut_down_a_step_at_a_time(tmp_path):
     from waiting import wait_until
 
-    reclaimer = _Recording()
+    reclaimer = RecordingReclaimer()
     path = str(tmp_path / "old")
     with open(path, "wb") as f:
         f.write(b"o" * (5 * 4096 + 100))
@@ -343,7 +324,7 @@ def test_a_file_that_still_has_a_name_is_never_cut(tmp_path):
     is left whole and the descriptor closed."""
     from waiting import wait_until
 
-    reclaimer = _Recording()
+    reclaimer = RecordingReclaimer()
     path = str(tmp_path / "kept")
     data = os.urandom(3 * 4096)
     with open(path, "wb") as f:
@@ -364,7 +345,7 @@ def test_a_switched_out_chunk_is_cut_only_once_no_map_of_it_is_left(tmp_path, cl
     down a step at a time; every other switched-out file of the scavenge is cut too."""
     from waiting import wait_until
 
-    reclaimer = _Recording()
+    reclaimer = RecordingReclaimer()
     monkeypatch.setattr(disk, "reclaimer", reclaimer)
     h = Harness(tmp_path, clock)
     try:
