@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import os
-import uuid
 
 import pytest
 
@@ -17,17 +16,9 @@ from evdb.cluster.replica import ChunkLogReplication
 from evdb.database import Database
 from evdb.errors import EvdbError
 from evdb.storage import disk
-from evdb.streams import NewEvent
+from tests.cluster.test_election_and_replication import events, log_content
 
 SECONDS = 4.0
-
-
-def events(n: int) -> list[NewEvent]:
-    return [NewEvent("t", b"x" * 60, b"", uuid.uuid4(), False) for _ in range(n)]
-
-
-def log_content(db: Database) -> list[tuple]:
-    return [(r.stream, r.event_number, r.log_position, r.event_id) for r in db.iter_all(0)]
 
 
 def _crashes_that_lost_shipped_records(result: sim.SimulationResult) -> list[str]:

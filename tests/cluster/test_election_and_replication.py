@@ -3,7 +3,9 @@ leader's byte for byte (positions, chunks, epochs); a diverged tail is found and
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -90,10 +92,19 @@ def log_content(db: Database) -> list[tuple]:
     return [(r.stream, r.event_number, r.log_position, r.event_id, r.data) for r in db.iter_all(0)]
 
 
+@contextlib.contextmanager
+def leader_and_follower(tmp_path, chunk_size: int = 4096) -> Iterator[tuple[Database, Database]]:
+    """A leader's and a follower's database (``tmp_path/a`` and ``b``), both closed afterwards."""
+    with contextlib.ExitStack() as stack:
+        leader = Database.open(str(tmp_path / "a"), chunk_size=chunk_size)
+        stack.callback(leader.close)
+        follower = Database.open(str(tmp_path / "b"), chunk_size=chunk_size)
+        stack.callback(follower.close)
+        yield leader, follower
+
+
 def test_a_follower_copy_is_identical_across_chunks_and_epochs(tmp_path):
-    leader = Database.open(str(tmp_path / "a"), chunk_size=4096)
-    follower = Database.open(str(tmp_path / "b"), chunk_size=4096)
-    try:
+    with leader_and_follower(tmp_path) as (leader, follower):
         leader.write_epoch(1, uuid.uuid4())
         for i in range(150):
             leader.append(f"s-{i % 5}", events(1 + i % 3))
@@ -113,15 +124,10 @@ def test_a_follower_copy_is_identical_across_chunks_and_epochs(tmp_path):
         leader.call_in_writer(lambda ctx: ctx.complete_active_chunk())
         copy_log(leader, follower, end)
         assert follower.log.active_chunk.start_position == leader.log.active_chunk.start_position
-    finally:
-        leader.close()
-        follower.close()
 
 
 def test_records_that_do_not_start_at_the_followers_end_are_refused(tmp_path):
-    leader = Database.open(str(tmp_path / "a"), chunk_size=4096)
-    follower = Database.open(str(tmp_path / "b"), chunk_size=4096)
-    try:
+    with leader_and_follower(tmp_path) as (leader, follower):
         leader.append("s", events(3))
         position, frames, _ = ChunkLogReplication(leader).read_raw(0, 10_000)
         ChunkLogReplication(follower).apply_replicated(position, frames)
@@ -130,9 +136,6 @@ def test_records_that_do_not_start_at_the_followers_end_are_refused(tmp_path):
                 position, frames
             )  # the same records again: not at the end
         assert log_content(follower) == log_content(leader)
-    finally:
-        leader.close()
-        follower.close()
 
 
 def test_a_diverged_tail_is_cut_on_reopen(tmp_path):
@@ -213,9 +216,7 @@ def test_a_cut_through_a_later_epoch_keeps_the_earlier_epochs(tmp_path, chunk_si
 def test_a_new_leader_recognises_retries_of_appends_it_received_by_replication(tmp_path):
     """A client whose append reached the old leader (and a majority) but whose answer was lost retries
     it, with any expected version, on the new leader: the same positions come back, nothing twice."""
-    leader = Database.open(str(tmp_path / "a"), chunk_size=4096)
-    follower = Database.open(str(tmp_path / "b"), chunk_size=4096)
-    try:
+    with leader_and_follower(tmp_path) as (leader, follower):
         single, batch, recreated = events(1), events(3), events(2)
         first = leader.append("s", single)
         second = leader.append("s", batch)
@@ -230,9 +231,6 @@ def test_a_new_leader_recognises_retries_of_appends_it_received_by_replication(t
         assert len(follower.read_stream_forward("s", 0, 100).events) == 4
         with pytest.raises(WrongExpectedVersion):
             follower.append("s", batch[:2])  # part of an append is not a retry
-    finally:
-        leader.close()
-        follower.close()
 
 
 def test_two_leaders_elected_at_the_start_the_older_epochs_node_starts_again_from_zero(tmp_path):

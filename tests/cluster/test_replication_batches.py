@@ -15,15 +15,7 @@ from evdb.cluster.service import _RECORDS, _Inbox, _records_batch
 from evdb.cluster.transport import Message
 from evdb.database import Database
 from evdb.errors import StorageError
-from evdb.streams import NewEvent
-
-
-def events(n: int, size: int = 60) -> list[NewEvent]:
-    return [NewEvent("t", b"x" * size, b"", uuid.uuid4(), False) for _ in range(n)]
-
-
-def log_content(db: Database) -> list[tuple]:
-    return [(r.stream, r.event_number, r.log_position, r.event_id, r.data) for r in db.iter_all(0)]
+from tests.cluster.test_election_and_replication import events, leader_and_follower, log_content
 
 
 def leader_messages(leader: Database, max_bytes: int) -> list[tuple[int, bytes] | int]:
@@ -57,9 +49,7 @@ def counting_flushes(db: Database) -> list[int]:
 
 
 def test_a_batch_is_written_under_one_sync_and_equals_the_leaders_log(tmp_path):
-    leader = Database.open(str(tmp_path / "a"), chunk_size=4096)
-    follower = Database.open(str(tmp_path / "b"), chunk_size=4096)
-    try:
+    with leader_and_follower(tmp_path) as (leader, follower):
         leader.write_epoch(1, uuid.uuid4())
         for i in range(120):
             leader.append(f"s-{i % 5}", events(1 + i % 3))
@@ -92,15 +82,10 @@ def test_a_batch_is_written_under_one_sync_and_equals_the_leaders_log(tmp_path):
         for stream in ("s-0", "s-4", "after"):
             theirs = [e.event_id for e in leader.read_stream_forward(stream, 0, 1000).events]
             assert [e.event_id for e in follower.read_stream_forward(stream, 0, 1000).events] == theirs
-    finally:
-        leader.close()
-        follower.close()
 
 
 def test_one_sync_for_a_batch_inside_a_chunk(tmp_path):
-    leader = Database.open(str(tmp_path / "a"), chunk_size=1 << 20)
-    follower = Database.open(str(tmp_path / "b"), chunk_size=1 << 20)
-    try:
+    with leader_and_follower(tmp_path, 1 << 20) as (leader, follower):
         for i in range(40):
             leader.append(f"s-{i % 3}", events(1))
         messages = leader_messages(leader, 200)
@@ -109,15 +94,10 @@ def test_one_sync_for_a_batch_inside_a_chunk(tmp_path):
         ChunkLogReplication(follower).apply_replicated_batch(messages)  # type: ignore[arg-type]
         assert len(flushes) == 1
         assert log_content(follower) == log_content(leader)
-    finally:
-        leader.close()
-        follower.close()
 
 
 def test_a_bad_message_keeps_the_whole_ones_before_it_and_nothing_of_itself(tmp_path):
-    leader = Database.open(str(tmp_path / "a"), chunk_size=1 << 20)
-    follower = Database.open(str(tmp_path / "b"), chunk_size=1 << 20)
-    try:
+    with leader_and_follower(tmp_path, 1 << 20) as (leader, follower):
         for _ in range(12):
             leader.append("s", events(1))
         messages = leader_messages(leader, 200)
@@ -134,9 +114,6 @@ def test_a_bad_message_keeps_the_whole_ones_before_it_and_nothing_of_itself(tmp_
         # the stream goes on from there (the leader sends again from the follower's end)
         ChunkLogReplication(follower).apply_replicated_batch(messages[2:])  # type: ignore[arg-type]
         assert log_content(follower) == log_content(leader)
-    finally:
-        leader.close()
-        follower.close()
 
 
 def records_message(position: int, frames: bytes, commit: int = -1) -> Message:

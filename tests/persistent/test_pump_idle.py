@@ -7,10 +7,12 @@ In-process: a real in-memory database, the clock moved by the test (never, here:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
 import threading
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -109,13 +111,19 @@ async def settle(h: Harness) -> None:
         await asyncio.sleep(0.005)
 
 
-async def started(clock: ManualClock, *, leader: bool = True) -> tuple[Harness, Database]:
+@contextlib.asynccontextmanager
+async def started(clock: ManualClock, *, leader: bool = True) -> AsyncIterator[Harness]:
+    """An in-memory database and a running service on it (started, when ``leader``), closed after."""
     db = Database.open(None, clock=clock)
     h = Harness(db, clock, leader=leader)
-    h.service.run()
-    if leader:
-        await until(lambda: h.service.started, "the service to start")
-    return h, db
+    try:
+        h.service.run()
+        if leader:
+            await until(lambda: h.service.started, "the service to start")
+        yield h
+    finally:
+        await h.close()
+        db.close()
 
 
 def settings(**overrides: Any) -> GroupSettings:
@@ -133,8 +141,7 @@ async def connect(h: Harness, stream: str, group: str) -> Sink:
 
 
 async def test_no_group_no_read_and_no_wait_per_commit(clock: ManualClock) -> None:
-    h, db = await started(clock)
-    try:
+    async with started(clock) as h:
         await settle(h)
         waits = h.waits
         for _ in range(30):
@@ -160,14 +167,10 @@ async def test_no_group_no_read_and_no_wait_per_commit(clock: ManualClock) -> No
             await asyncio.sleep(0)
         await settle(h)
         assert (h.store.all_reads, h.waits) == (reads, waits)
-    finally:
-        await h.close()
-        db.close()
 
 
 async def test_one_read_for_many_commits(clock: ManualClock) -> None:
-    h, db = await started(clock)
-    try:
+    async with started(clock) as h:
         await h.service.create(EventSource.of("orders"), "g", settings(), "admin")
         sink = await connect(h, "orders", "g")
         h.append("orders")
@@ -178,27 +181,20 @@ async def test_one_read_for_many_commits(clock: ManualClock) -> None:
         await until(lambda: len(sink.items) == 41, "the live events")
         assert h.store.all_reads == reads + 1
         assert sink.keys() == h.stream_keys("orders") and not sink.was_dropped
-    finally:
-        await h.close()
-        db.close()
 
 
 async def test_links_are_resolved_off_the_loop_only_when_there_are_links(clock: ManualClock) -> None:
-    h, db = await started(clock)
-    try:
+    async with started(clock) as h:
         h.append("orders", 2)
         await h.service.create(EventSource.of("copies"), "g", settings(resolve_links=True), "admin")
         sink = await connect(h, "copies", "g")
-        db.append("copies", [NewEvent("$>", b"1@orders", b"", is_json=False)])
-        db.append("copies", [NewEvent("E", b"{}", b"", is_json=True)])
+        h.db.append("copies", [NewEvent("$>", b"1@orders", b"", is_json=False)])
+        h.db.append("copies", [NewEvent("E", b"{}", b"", is_json=True)])
         await until(lambda: len(sink.items) == 2, "the live events")
         first, second = sink.items
         assert first.event is not None and first.link is not None
         assert (first.event.stream, first.event.event_number) == ("orders", 1)
         assert second.link is None and second.original.event_type == "E"
-    finally:
-        await h.close()
-        db.close()
 
 
 async def _interleave(h: Harness, rng: random.Random, task: asyncio.Task, streams: list[str]) -> None:
@@ -221,8 +217,7 @@ async def _interleave(h: Harness, rng: random.Random, task: asyncio.Task, stream
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_group_created_while_idle_gets_every_event(clock: ManualClock, seed: int) -> None:
     rng = random.Random(seed)
-    h, db = await started(clock)
-    try:
+    async with started(clock) as h:
         h.append("orders", rng.randint(0, 5))
         if rng.random() < 0.5:  # a group made and deleted first: the follower was active, then idle
             await h.service.create(EventSource.of("other"), "old", settings(), "admin")
@@ -254,9 +249,6 @@ async def test_group_created_while_idle_gets_every_event(clock: ManualClock, see
             await settle(h)
             assert sink.keys() == expected
         assert not sink.was_dropped
-    finally:
-        await h.close()
-        db.close()
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import gc
 import itertools
 import os
-import random
 import shutil
 
 import numpy as np
@@ -26,7 +25,7 @@ from evdb.storage.log import TransactionLog
 from evdb.streams import NewEvent
 from tests.scavenge import test_chunkscan
 from tests.scavenge.conftest import Harness
-from tests.scavenge.test_fused_merge import _survivors_of
+from tests.scavenge.test_fused_merge import cut_power_at_each_call, power_cut_setup
 from tests.scavenge.test_runs import fill
 
 MIB = 1 << 20
@@ -161,17 +160,7 @@ def test_a_power_cut_at_every_disk_call_of_chunk_execution(tmp_path, clock, monk
     cut before the power goes depends on the reclaimer's thread, not on the call counted)."""
     reclaimer = RecordingReclaimer()
     monkeypatch.setattr(disk, "reclaimer", reclaimer)
-    template = tmp_path / "template"
-    h = Harness(template, clock)
-    fill(h)
-    original = h.survivors()
-    h.close()
-    control = Harness(tmp_path / "control", clock)
-    shutil.copytree(template / "db", tmp_path / "control" / "db", dirs_exist_ok=True)
-    control.reopen()
-    control.scavenge()
-    expected = control.survivors()
-    control.close()
+    template, original, expected = power_cut_setup(tmp_path, clock)
 
     window: list[int] = []
     folder_syncs: list[int] = []
@@ -215,28 +204,7 @@ def test_a_power_cut_at_every_disk_call_of_chunk_execution(tmp_path, clock, monk
     # one folder fsync per switch (its rename) and one for all the deletions
     assert len(folder_syncs) == len(switches) + 1
 
-    rng = random.Random(23)
-    for cut in range(window[0] + 1, window[1] + 2):
-        run = tmp_path / f"cut-{cut}"
-        shutil.copytree(template, run)
-        model = DiskModel(str(tmp_path / f"scratch-{cut}"))
-        with use_disk(model):
-            r = Harness(run, clock)
-            model.cut_after(cut - model.calls)
-            r.scavenge()
-            model.cut()
-            report = model.power_loss(rng)
-            r.close()
-        got = _survivors_of(run / "db")
-        assert set(expected) <= set(got) <= set(original), f"cut at call {cut}: {report.summary()}"
-        r = Harness(run, clock)
-        try:
-            assert r.scavenge()[1] == "Success", f"cut at call {cut}"
-            assert r.survivors() == expected, f"cut at call {cut}: {report.summary()}"
-            assert not [n for n in os.listdir(run / "db") if n.endswith(".tmp")]
-        finally:
-            r.close()
-        shutil.rmtree(run)
+    cut_power_at_each_call(tmp_path, clock, range(window[0] + 1, window[1] + 2), template, original, expected)
 
 
 # -- the compiled walk a window at a time (evdb/scavenge/chunkscan.py _windowed_columns) --------------

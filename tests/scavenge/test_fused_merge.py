@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -122,21 +123,56 @@ def _survivors_of(path) -> list[tuple[str, int]]:
         db.close()
 
 
-def test_a_power_cut_at_every_disk_call_of_a_merge_made_by_chunk_execution(tmp_path, clock, monkeypatch):
-    """The power goes at each disk call from the first copy held back to the merged file switched in;
-    the database then opens (every chunk verifies), holds every event the scavenge keeps and nothing
-    that was never written, and a new scavenge ends where an uninterrupted one does."""
+def power_cut_setup(tmp_path, clock, **harness) -> tuple[Path, list, list]:
+    """For the power-cut tests: a filled database in ``tmp_path/template``, the events it holds, and
+    those an uninterrupted scavenge of a copy of it keeps (``harness``: Harness's options)."""
     template = tmp_path / "template"
-    h = Harness(template, clock, merging=True)
+    h = Harness(template, clock, **harness)
     fill(h)
     original = h.survivors()
     h.close()
-    control = Harness(tmp_path / "control", clock, merging=True)
+    control = Harness(tmp_path / "control", clock, **harness)
     shutil.copytree(template / "db", tmp_path / "control" / "db", dirs_exist_ok=True)
     control.reopen()
     control.scavenge()
     expected = control.survivors()
     control.close()
+    return template, original, expected
+
+
+def cut_power_at_each_call(tmp_path, clock, calls: range, template, original, expected, **harness) -> None:
+    """Scavenge a copy of ``template`` once per disk call in ``calls`` with the power cut there: the
+    database then opens (every chunk verifies), holds every event the scavenge keeps and nothing never
+    written, and a new scavenge ends where an uninterrupted one does, leaving no temporary file."""
+    rng = random.Random(23)
+    for cut in calls:
+        run = tmp_path / f"cut-{cut}"
+        shutil.copytree(template, run)
+        model = DiskModel(str(tmp_path / f"scratch-{cut}"))
+        with use_disk(model):
+            r = Harness(run, clock, **harness)
+            model.cut_after(cut - model.calls)
+            r.scavenge()  # Errored (or Success when the cut comes after its last disk call)
+            model.cut()
+            report = model.power_loss(rng)
+            r.close()
+        got = _survivors_of(run / "db")
+        assert set(expected) <= set(got) <= set(original), f"cut at call {cut}: {report.summary()}"
+        r = Harness(run, clock, **harness)
+        try:
+            assert r.scavenge()[1] == "Success", f"cut at call {cut}"
+            assert r.survivors() == expected, f"cut at call {cut}: {report.summary()}"
+            assert not [n for n in os.listdir(run / "db") if n.endswith(".tmp")]
+        finally:
+            r.close()
+        shutil.rmtree(run)
+
+
+def test_a_power_cut_at_every_disk_call_of_a_merge_made_by_chunk_execution(tmp_path, clock, monkeypatch):
+    """The power goes at each disk call from the first copy held back to the merged file switched in;
+    the database then opens (every chunk verifies), holds every event the scavenge keeps and nothing
+    that was never written, and a new scavenge ends where an uninterrupted one does."""
+    template, original, expected = power_cut_setup(tmp_path, clock, merging=True)
 
     # where the merge's disk calls are: from the first copy held back (its fsync) to its switch-in
     window: list[int] = []
@@ -165,27 +201,9 @@ def test_a_power_cut_at_every_disk_call_of_a_merge_made_by_chunk_execution(tmp_p
     monkeypatch.undo()
     assert len(window) == 2, "no merge was made by chunk execution"
 
-    rng = random.Random(23)
-    for cut in range(window[0] + 1, window[1] + 2):
-        run = tmp_path / f"cut-{cut}"
-        shutil.copytree(template, run)
-        model = DiskModel(str(tmp_path / f"scratch-{cut}"))
-        with use_disk(model):
-            r = Harness(run, clock, merging=True)
-            model.cut_after(cut - model.calls)
-            r.scavenge()  # Errored (or Success when the cut comes after its last disk call)
-            model.cut()
-            report = model.power_loss(rng)
-            r.close()
-        got = _survivors_of(run / "db")
-        assert set(expected) <= set(got) <= set(original), f"cut at call {cut}: {report.summary()}"
-        r = Harness(run, clock, merging=True)
-        try:
-            assert r.scavenge()[1] == "Success", f"cut at call {cut}"
-            assert r.survivors() == expected, f"cut at call {cut}: {report.summary()}"
-            assert not [n for n in os.listdir(run / "db") if n.endswith(".tmp")]
-        finally:
-            r.close()
+    cut_power_at_each_call(
+        tmp_path, clock, range(window[0] + 1, window[1] + 2), template, original, expected, merging=True
+    )
 
 
 @pytest.mark.parametrize("tail_records", [0, 3])
