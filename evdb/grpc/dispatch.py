@@ -5,7 +5,9 @@ chose ``h2`` speaks gRPC; without TLS (or without ALPN) the first bytes decide: 
 preface ``PRI * HTTP/2.0`` means gRPC, anything else is HTTP/1.1 for aiohttp.
 
 ``DispatchSite`` replaces aiohttp's ``SockSite`` for a bound socket; stopping the site (the runner's
-cleanup does) also ends the node's gRPC calls and connections.
+cleanup does) also ends the node's gRPC calls and connections. An HTTP/1.1 connection starts on the lean
+path for appends (evdb/http/lean.py), which hands it to aiohttp's request handler for anything else;
+``lean=False`` gives every HTTP/1.1 connection to aiohttp at once.
 
 grpclib writes each HTTP/2 piece of an answer (headers, each DATA frame, trailers, window updates) to
 the transport as it makes it: a ``send()`` (and over TLS a record) each. A gRPC connection's transport
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 if TYPE_CHECKING:
+    from evdb.http.lean import LeanServer
     from evdb.node import Node
 
 __all__ = ["PREFACE", "DispatchSite", "GrpcServer"]
@@ -229,7 +232,7 @@ class _TrackedGrpc(asyncio.Protocol):
 class DispatchSite(web.SockSite):
     """aiohttp's ``SockSite``, serving gRPC on the same socket (see the module docstring)."""
 
-    __slots__ = ("_grpc",)
+    __slots__ = ("_grpc", "_lean", "_lean_server")
 
     def __init__(
         self,
@@ -239,16 +242,24 @@ class DispatchSite(web.SockSite):
         grpc: GrpcServer,
         ssl_context: ssl.SSLContext | None = None,
         backlog: int = 128,
+        lean: bool = True,
     ) -> None:
         if ssl_context is not None:
             ssl_context.set_alpn_protocols(ALPN)
         super().__init__(runner, sock, ssl_context=ssl_context, backlog=backlog)
         self._grpc = grpc
+        self._lean = lean
+        self._lean_server: LeanServer | None = None
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site with the runner
-        http = self._runner.server
+        http: Callable[[], asyncio.Protocol] | None = self._runner.server
         assert http is not None
+        if self._lean and isinstance(self._runner, web.AppRunner):
+            from evdb.http.lean import LeanServer
+
+            self._lean_server = LeanServer(self._runner.app, http)
+            http = self._lean_server.protocol
         grpc = self._grpc
         self._server = await asyncio.get_running_loop().create_server(
             lambda: _Dispatch(http, grpc), sock=self._sock, ssl=self._ssl_context, backlog=self._backlog
@@ -257,3 +268,5 @@ class DispatchSite(web.SockSite):
     async def stop(self) -> None:
         await super().stop()
         await self._grpc.close()
+        if self._lean_server is not None:
+            await self._lean_server.close()

@@ -13,8 +13,9 @@ import base64
 import contextlib
 import json
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote
 
 from aiohttp import web
@@ -22,6 +23,7 @@ from aiohttp import web
 from evdb.auth import Principal, stream_access
 from evdb.clock import TICKS_PER_SECOND
 from evdb.errors import EventTooLarge, InvalidInput, StreamDeleted
+from evdb.http.answers import Answer
 from evdb.http.common import (
     bad_request,
     get_node,
@@ -33,11 +35,12 @@ from evdb.http.common import (
 )
 from evdb.projections.links import LINK_TYPE, Resolved, parse_link, resolve_link, resolve_links
 from evdb.storage.records import EventRecord
-from evdb.streams import ANY, NewEvent, StreamMetadata, is_metastream
+from evdb.streams import ANY, AppendResult, NewEvent, StreamMetadata, is_metastream
 from evdb.subscriptions import CaughtUp, subscribe_to_all, subscribe_to_stream
 
 if TYPE_CHECKING:
     from evdb.database import Database
+    from evdb.node import Node
 
 ATOM = "application/vnd.kurrent.atom+json"
 PAGE = 20
@@ -51,9 +54,19 @@ def is_number(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
-def header(request: web.Request, name: str) -> str | None:
+#: a request's header by name, case-insensitively (aiohttp's ``request.headers.get``, or the lean
+#: path's, evdb/http/lean.py): what the transport-neutral rules below read headers through
+HeaderGetter = Callable[[str], str | None]
+
+
+def kurrent_header(get: HeaderGetter, name: str) -> str | None:
     """A ``Kurrent-*`` header, or its legacy ``ES-*`` name."""
-    return request.headers.get(f"Kurrent-{name}") or request.headers.get(f"ES-{name}")
+    return get(f"Kurrent-{name}") or get(f"ES-{name}")
+
+
+def header(request: web.Request, name: str) -> str | None:
+    """A ``Kurrent-*`` header of an aiohttp request, or its legacy ``ES-*`` name."""
+    return kurrent_header(request.headers.get, name)
 
 
 def database(request: web.Request) -> Database:
@@ -71,12 +84,19 @@ def check_access(
     parts (``page``) answer a signed-in user 403, so that the page says "access denied" rather than
     asking them to sign in again. ``db``: the request's database when the caller has it already."""
     principal = get_principal(request)
-    verdict = stream_access(db if db is not None else database(request), principal, stream, action)
+    check_stream_access(db if db is not None else database(request), principal, stream, action, page=page)
+    return principal
+
+
+def check_stream_access(
+    db: Database, principal: Principal, stream: str, action: str, *, page: bool = False
+) -> None:
+    """:func:`check_access` for a principal already known (both HTTP paths: aiohttp's and the lean one)."""
+    verdict = stream_access(db, principal, stream, action)
     if verdict == "unauthenticated" or (verdict == "denied" and not page):
         raise unauthorized()
     if verdict == "denied":
         raise web.HTTPForbidden(text="Access denied.", content_type="text/plain")
-    return principal
 
 
 # -- shapes ------------------------------------------------------------------------------------------
@@ -375,14 +395,20 @@ async def _all_feed(request: web.Request, start: int | None, direction: str, cou
 
 
 # -- writing -----------------------------------------------------------------------------------------
-def _expected_version(request: web.Request) -> int:
-    value = header(request, "ExpectedVersion")
+# The append's rules, transport-neutral: aiohttp's handler (append, below) and the lean HTTP/1.1 path
+# (evdb/http/lean.py) both call begin_append, submit_append and appended, in that order.
+def expected_version(get: HeaderGetter) -> int:
+    value = kurrent_header(get, "ExpectedVersion")
     if value is None:
         return ANY
     try:
         return int(value)
     except ValueError:
         raise InvalidInput(f"Kurrent-ExpectedVersion '{value}' is not a number.") from None
+
+
+def _expected_version(request: web.Request) -> int:
+    return expected_version(request.headers.get)
 
 
 def _event_id(text: Any) -> uuid.UUID:
@@ -414,9 +440,9 @@ def _from_base64(value: Any, name: str) -> bytes:
         raise InvalidInput(f"'{name}' must be base64 text.") from None
 
 
-async def parse_events(request: web.Request) -> list[NewEvent]:
-    content_type = request.content_type
-    body = await request.read()
+def events_of(content_type: str, body: bytes, get: HeaderGetter) -> list[NewEvent]:
+    """The events of an append's body: ``content_type`` as aiohttp parses it (``request.content_type``:
+    ``application/octet-stream`` when absent), ``get`` the request's headers."""
     if content_type in EVENTS_TYPES:
         items = parse_json(body)
         if not isinstance(items, list):
@@ -439,10 +465,10 @@ async def parse_events(request: web.Request) -> list[NewEvent]:
             events.append(NewEvent(item["eventType"], data, metadata, _event_id(item["eventId"]), data_json))
         return events
     if content_type in ("application/json", "application/octet-stream", "text/plain"):
-        event_type = header(request, "EventType")
+        event_type = kurrent_header(get, "EventType")
         if not event_type:
             raise InvalidInput("A single-event append needs the Kurrent-EventType header.")
-        event_id = header(request, "EventId")
+        event_id = kurrent_header(get, "EventId")
         if content_type == "application/json":
             parse_json(body or b"null")
         return [
@@ -464,36 +490,81 @@ async def parse_events(request: web.Request) -> list[NewEvent]:
 _APPENDED_TYPE = "application/json; charset=utf-8"
 
 
-async def append(request: web.Request) -> web.Response:
-    stream = request.match_info["stream"]
+def begin_append(node: Node, principal: Principal, stream: str) -> Database:
+    """The checks of an append before its body is read: the stream (``$all`` is read-only), the open
+    database, the caller's access. Returns the database the append goes to."""
     if stream == ALL:
         raise web.HTTPMethodNotAllowed("POST", ["GET"])
-    node = get_node(request)
-    db = node.open_db()  # once per request (check_access and the write use the same database)
-    check_access(request, stream, "metawrite" if is_metastream(stream) else "write", db=db)
-    events = await parse_events(request)  # metadata events are checked with the rest in the database
-    expected = _expected_version(request)
+    db = node.open_db()  # once per request (the access check and the write use the same database)
+    check_stream_access(db, principal, stream, "metawrite" if is_metastream(stream) else "write")
+    return db
+
+
+class PendingAppend(NamedTuple):
+    """An append handed to the writer: its answer to await, and what :func:`appended` counts."""
+
+    future: asyncio.Future[AppendResult]
+    stream: str
+    events: list[NewEvent]
+    started: float
+
+
+def submit_append(
+    node: Node,
+    db: Database,
+    stream: str,
+    content_type: str,
+    body: bytes,
+    get: HeaderGetter,
+    loop: asyncio.AbstractEventLoop,
+    content_length: int | None,
+) -> PendingAppend:
+    """Parse the body (metadata events are checked with the rest in the database), and hand the
+    append to the writer, answered with its commit group's wake-up of ``loop``. Nothing is written
+    when this raises."""
+    events = events_of(content_type, body, get)
+    expected = expected_version(get)
     started = node.clock.monotonic()
     try:
-        # answered with its commit group's wake-up
-        future = db.append_on_loop(stream, events, expected, loop=request_loop(request))
+        future = db.append_on_loop(stream, events, expected, loop=loop)
     except EventTooLarge as exc:
         raise web.HTTPRequestEntityTooLarge(
-            max_size=db.config.max_append_size, actual_size=request.content_length or 0, text=str(exc)
+            max_size=db.config.max_append_size, actual_size=content_length or 0, text=str(exc)
         ) from None
-    result = await future
+    return PendingAppend(future, stream, events, started)
+
+
+def appended(node: Node, pending: PendingAppend, result: AppendResult, base: str) -> Answer:
+    """The 201 answer of an acknowledged append (``base``: ``scheme://host`` of the request), counted
+    in the append metrics."""
     if result.duplicate:
-        node.metrics.observe_append(node.clock.monotonic() - started, 0, 0)
+        node.metrics.observe_append(node.clock.monotonic() - pending.started, 0, 0)
     else:
-        size = sum(len(e.data) + len(e.metadata) for e in events)
-        node.metrics.observe_append(node.clock.monotonic() - started, len(events), size)
-    location = f"{_base(request)}/streams/{quote(stream, safe='$')}/{result.first_event_number}"
-    # json.dumps of two ints, without the encoder's machinery; the headers as text= and content_type=
-    # make them, without their parsing
+        size = sum(len(e.data) + len(e.metadata) for e in pending.events)
+        node.metrics.observe_append(node.clock.monotonic() - pending.started, len(pending.events), size)
+    location = f"{base}/streams/{quote(pending.stream, safe='$')}/{result.first_event_number}"
+    # json.dumps of two ints, without the encoder's machinery
     body = f'{{"nextExpectedVersion": {result.next_expected_version:d}, "position": {result.position:d}}}'
-    return web.Response(
-        status=201, headers={"Location": location, "Content-Type": _APPENDED_TYPE}, body=body.encode()
+    return Answer(201, (("Location", location), ("Content-Type", _APPENDED_TYPE)), body.encode())
+
+
+async def append(request: web.Request) -> web.Response:
+    stream = request.match_info["stream"]
+    node = get_node(request)
+    db = begin_append(node, get_principal(request), stream)
+    body = await request.read()
+    pending = submit_append(
+        node,
+        db,
+        stream,
+        request.content_type,
+        body,
+        request.headers.get,
+        request_loop(request),
+        request.content_length,
     )
+    result = await pending.future
+    return appended(node, pending, result, _base(request)).response()
 
 
 async def delete(request: web.Request) -> web.Response:
