@@ -9,6 +9,7 @@ import time
 
 from evdb.clock import TICKS_PER_SECOND
 from evdb.index.hashing import stream_hash
+from evdb.scavenge.handoff import path_for
 from evdb.scavenge.run import RunContext, ScavengeStopped
 from evdb.scavenge.state import HashUsers, StreamRow
 from evdb.scavenge.workers import Summary
@@ -111,19 +112,24 @@ class _Summaries:
     def _fill(self) -> None:
         while len(self._pending) < max(1, self._ctx.threads) and self._next < len(self._plan):
             chunk, _, ranges = self._plan[self._next]
-            self._pending.append(self._pool.submit(self._ctx.workers.summarise, chunk, ranges))
+            # what execution needs of the chunk's records goes to a hand-off file as it is read
+            handoff = path_for(self._ctx.handoff_dir, chunk) if self._ctx.handoff_dir else None
+            self._pending.append(self._pool.submit(self._ctx.workers.summarise, chunk, ranges, handoff))
             self._next += 1
 
     def next(self) -> list[Summary]:
         future = self._pending.pop(0)
         index = self._next - len(self._pending) - 1
         try:
-            summaries = future.result()
+            summaries, handed_off = future.result()
         except InterruptedError:
             raise ScavengeStopped() from None
         self._fill()  # the next file is read while this one is stored
         chunk = self._plan[index][0]
         self._ctx.verified[id(chunk)] = chunk  # summarising checked its checksum
+        if handed_off:
+            assert self._ctx.handoff_dir is not None  # asked for
+            self._ctx.handoffs[id(chunk)] = path_for(self._ctx.handoff_dir, chunk)
         return summaries
 
     def __exit__(self, *exc: object) -> None:

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import xxhash
@@ -26,6 +27,9 @@ import xxhash
 from evdb.errors import CorruptedFile
 from evdb.storage import records as rec
 from evdb.storage.chunk import HEADER_SIZE, Chunk
+
+if TYPE_CHECKING:
+    from evdb.scavenge.handoff import CopyTable
 
 __all__ = ["DecisionTable", "RecordTable", "discard_mask", "load_compiled", "record_table"]
 
@@ -518,8 +522,9 @@ class DecisionTable:
         return cls(rows, decider.point.position, decider.unsafe)
 
 
-def discard_mask(table: RecordTable, decisions: DecisionTable) -> np.ndarray:
-    """Which records chunk execution removes; the same answers as ``Decider.discard_record``."""
+def discard_mask(table: RecordTable | CopyTable, decisions: DecisionTable) -> np.ndarray:
+    """Which records chunk execution removes; the same answers as ``Decider.discard_record`` (from a
+    chunk's walk, or from the hand-off accumulation wrote of it: evdb/scavenge/handoff.py)."""
     count = len(table)
     discard = np.zeros(count, dtype=bool)
     if not count or not table.run_names:

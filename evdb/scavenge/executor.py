@@ -91,6 +91,8 @@ def execute_chunks(ctx: RunContext, decider: Decider) -> None:
                 future = None
                 if should_execute(weight, threshold) and not ctx.stop.is_set():
                     future = pool.submit(_copy, ctx, decisions, chunk, weight)
+                else:
+                    _remove_handoff(_handoff_of(ctx, chunk))
                 pending.append((chunk, weight, future))
 
         def release() -> None:
@@ -245,8 +247,25 @@ def _skipped(ctx: RunContext, chunk: Chunk, weight: float, threshold: int) -> No
     # no $scavengeChunksCompleted: KurrentDB writes one only for a chunk it scavenged
 
 
+def _handoff_of(ctx: RunContext, chunk: Chunk) -> str | None:
+    """The hand-off this run's accumulation wrote of ``chunk`` (only of the very chunk it read, whose
+    checksum it checked), taken from the run's list: it is read once."""
+    if ctx.verified.get(id(chunk)) is not chunk:
+        return None
+    return ctx.handoffs.pop(id(chunk), None)
+
+
+def _remove_handoff(path: str | None) -> None:
+    """(not state: the folder is emptied as each run ends anyway; removed at once to free its space)"""
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
 def _copy(ctx: RunContext, decisions: DecisionTable, chunk: Chunk, weight: float) -> tuple[Chunk, int, float]:
-    """Chunk ``chunk``'s copy without its removable records, not yet fsynced (on a worker thread)."""
+    """Chunk ``chunk``'s copy without its removable records, not yet fsynced (on a worker thread);
+    what this run's accumulation wrote of its records is used when there is such a hand-off (then the
+    chunk is not walked again)."""
     started = time.perf_counter()
     name = chunk.file_name
     ctx.progress.current_chunk = name
@@ -262,11 +281,17 @@ def _copy(ctx: RunContext, decisions: DecisionTable, chunk: Chunk, weight: float
     )
     builder = ctx.db.log.new_chunk_builder(chunk.start_number, chunk.end_number)
     verified = ctx.verified.get(id(chunk)) is chunk  # accumulation checked its checksum in this run
+    handoff = _handoff_of(ctx, chunk)
     try:
         # aborts the builder when it fails
-        new, removed = ctx.workers.copy([chunk], builder, decisions, verify=not verified, sync=False)
+        new, removed = ctx.workers.copy(
+            [chunk], builder, decisions, verify=not verified, sync=False,
+            handoffs=[handoff] if handoff is not None else None,
+        )  # fmt: skip
     except InterruptedError:
         raise ScavengeStopped() from None
+    finally:
+        _remove_handoff(handoff)
     return new, removed, started
 
 

@@ -175,6 +175,11 @@ class RunContext:
     #: the completed chunks whose checksum this run has verified (accumulation read them whole), by
     #: id: execution does not read them for that a second time
     verified: dict[int, Any] = field(default_factory=dict)
+    #: the folder of this run's hand-offs from accumulation to execution (evdb/scavenge/handoff.py;
+    #: None: none are written), and the hand-off written of each chunk accumulation read, by id (valid
+    #: while ``verified`` holds that chunk)
+    handoff_dir: str | None = None
+    handoffs: dict[int, str] = field(default_factory=dict)
     #: merges chunk execution made as it switched copies in, for the merging phase to report
     fused_merges: list[FusedMerge] = field(default_factory=list)
     clock_time: Any = time.time

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from evdb.scavenge.calculator import calculate
 from evdb.scavenge.decisions import Decider
 from evdb.scavenge.events import ScavengeEvents
 from evdb.scavenge.executor import execute_chunks
+from evdb.scavenge.handoff import clear_folder
 from evdb.scavenge.index_executor import execute_index
 from evdb.scavenge.merger import merge_chunks
 from evdb.scavenge.point import ScavengePoint, latest_point, write_point
@@ -70,8 +72,14 @@ class Scavenger:
         set_status: Callable[[str], None] = lambda status: None,
         wall_clock: Callable[[], float] = time.time,
         workers: WorkerPool | None = None,
+        handoffs: bool = True,
     ) -> None:
         self.db = db
+        #: whether accumulation hands what execution needs on (evdb/scavenge/handoff.py), in a
+        #: folder beside the state file: on-disk state only
+        self.handoff_dir = (
+            os.path.join(os.path.dirname(state.path), "handoff") if handoffs and state.path else None
+        )
         #: where per-chunk work runs: the service's pool (kept between runs), else one for this run
         self.workers = workers
         self.state = state
@@ -189,6 +197,7 @@ class Scavenger:
         )
         error: str | None = None
         ctx.workers = ChunkWorkers(self.options.threads, self.stop_event, self.logger, self.workers)
+        ctx.handoff_dir = self._clear_handoffs()  # (a killed run's are never read)
         try:
             self._run_stages(ctx)
             result = ScavengeResult.SUCCESS
@@ -200,6 +209,8 @@ class Scavenger:
             result = ScavengeResult.ERRORED
         finally:
             ctx.workers.close()
+            ctx.handoffs.clear()
+            self._clear_handoffs()
         took = time.perf_counter() - started
         saved = self.progress.bytes_reclaimed
         max_chunk = max((c.end_number for c in self.progress.chunks if c.executed), default=-1)
@@ -228,6 +239,22 @@ class Scavenger:
         self.result = result
         self.set_status("Idle")
         return result
+
+    def _clear_handoffs(self) -> str | None:
+        """Empty the hand-off folder; its path, or None when there is none (or it cannot be used:
+        a warning names it, and no hand-off is written, so execution reads every chunk again)."""
+        if self.handoff_dir is None:
+            return None
+        try:
+            clear_folder(self.handoff_dir)
+        except OSError as exc:
+            self.logger.warning(
+                "SCAVENGING: Could not empty the hand-off folder %s (%s); none of its files is used.",
+                self.handoff_dir,
+                exc,
+            )
+            return None
+        return self.handoff_dir
 
     def _run_stages(self, ctx: RunContext) -> None:
         decider: Decider | None = None

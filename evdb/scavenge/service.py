@@ -87,6 +87,9 @@ class ScavengeService:
         }
         #: passed to each run: called as each stage starts (a test seam)
         self.stage_hook: Callable[[str], None] = lambda stage: None
+        #: passed to each run: off, chunk execution reads every chunk again, as a run that did not
+        #: accumulate it does (a test seam: the copies are the same either way)
+        self.handoffs = True
         self.set_status("Idle")
 
     @classmethod
@@ -140,6 +143,7 @@ class ScavengeService:
                 set_status=self.set_status,
                 wall_clock=self.wall_clock,
                 workers=self.workers,
+                handoffs=self.handoffs,
             )
             checkpoint_stage = self.state.checkpoint().get("stage")
             newest = latest_point(self.db)

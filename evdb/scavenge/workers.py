@@ -1,9 +1,11 @@
 """Per-chunk scavenge work in worker processes, so the node's GIL stays free for appends and reads.
 
-A worker opens the chunk file itself (read-only) and either summarises it for accumulation or
-writes its scavenged (or merged) copy under a temporary name, exactly as the scavenge thread would
-(execution leaves the fsync to the scavenge thread, which makes it while the next copy is written);
-the node keeps the scavenge state, the switch-in (rename, delete) and the index.
+A worker opens the chunk file itself (read-only) and either summarises it for accumulation (and
+writes its hand-off for execution: evdb/scavenge/handoff.py) or writes its scavenged (or merged) copy
+under a temporary name, exactly as the scavenge thread would (execution leaves the fsync to the
+scavenge thread, which makes it while the next copy is written; it takes the records from the
+chunk's hand-off when this run's accumulation wrote one, else walks the chunk); the node keeps the
+scavenge state, the switch-in (rename, delete) and the index.
 
 The processes belong to a :class:`WorkerPool` that outlives a run: the scavenge service owns one,
 started at the first run that needs it (each process imports evdb and compiles the record walk,
@@ -37,7 +39,8 @@ import numpy as np
 
 from evdb.errors import CorruptedFile
 from evdb.scavenge import chunkscan
-from evdb.scavenge.chunkscan import DecisionTable, discard_mask, load_compiled, record_table
+from evdb.scavenge.chunkscan import DecisionTable, RecordTable, discard_mask, load_compiled, record_table
+from evdb.scavenge.handoff import CopyTable, HandoffUnusable, read_handoff, write_handoff
 from evdb.storage import disk
 from evdb.storage.chunk import Chunk, ChunkBuilder
 from evdb.storage.disk import OsDisk
@@ -76,9 +79,26 @@ class Summary:
     special: list[tuple[int, str, int]]
 
 
-def summarise(chunk: Chunk, ranges: list[tuple[int, int]], should_stop: Callable[[], bool]) -> list[Summary]:
-    """One summary per ``[start, end)`` range of log positions of ``chunk``."""
+def summarise(
+    chunk: Chunk,
+    ranges: list[tuple[int, int]],
+    should_stop: Callable[[], bool],
+    handoff: str | None = None,
+) -> tuple[list[Summary], str | None]:
+    """One summary per ``[start, end)`` range of log positions of ``chunk``; with ``handoff``, what
+    execution needs of the chunk's records is written there too (evdb/scavenge/handoff.py). The
+    second value says why that hand-off could not be written (None: written, or not asked for)."""
     table = record_table(chunk, should_stop)
+    not_written = None
+    if handoff is not None:
+        try:
+            write_handoff(
+                handoff, chunk, offsets=table.offsets, sizes=table.sizes, types=table.types,
+                positions=table.positions, numbers=table.numbers, timestamps=table.timestamps,
+                run_starts=table.run_starts, run_names=table.run_names,
+            )  # fmt: skip
+        except (OSError, ValueError) as exc:
+            not_written = str(exc)
     names = table.run_names
     meta_runs = np.array([name.startswith("$$") for name in names], dtype=bool)
     events = table.run_of >= 0
@@ -103,7 +123,7 @@ def summarise(chunk: Chunk, ranges: list[tuple[int, int]], should_stop: Callable
                 special,
             )
         )
-    return out
+    return out, not_written
 
 
 def build_copy(
@@ -114,15 +134,30 @@ def build_copy(
     *,
     verify: bool = True,
     sync: bool = True,
+    handoffs: list[str | None] | None = None,
+    unusable: list[tuple[str, str]] | None = None,
 ) -> tuple[Chunk, int]:
     """Copy ``chunks`` into ``builder`` without the records ``decisions`` removes (all of them are
     kept without decisions: a merge); returns the finished chunk and how many records went.
     ``verify``: check each chunk's checksum first (off for a chunk this run has checked already);
-    ``sync``: fsync the copy (off when the caller fsyncs it, before it is switched in)."""
+    ``sync``: fsync the copy (off when the caller fsyncs it, before it is switched in);
+    ``handoffs``: per chunk, the hand-off accumulation wrote of it in this run (or None): its records
+    are taken from there instead of walking the chunk again (only with ``verify`` off: the walk that
+    wrote it checked the checksum); one that does not fit the chunk is noted in ``unusable`` (path,
+    reason) and the chunk walked."""
     removed = 0
     try:
-        for chunk in chunks:
-            table = record_table(chunk, should_stop, streams=decisions is not None, verify=verify)
+        for i, chunk in enumerate(chunks):
+            handoff = handoffs[i] if handoffs is not None and decisions is not None and not verify else None
+            table: RecordTable | CopyTable | None = None
+            if handoff is not None:
+                try:
+                    table = read_handoff(handoff, chunk)
+                except HandoffUnusable as exc:
+                    if unusable is not None:
+                        unusable.append((exc.path, exc.reason))
+            if table is None:
+                table = record_table(chunk, should_stop, streams=decisions is not None, verify=verify)
             if decisions is None:
                 offsets, sizes, positions = table.offsets, table.sizes, table.positions
             else:
@@ -240,24 +275,35 @@ def _ready() -> int:
     return os.getpid()
 
 
-def _summarise_file(path: str, ranges: list[tuple[int, int]]) -> list[Summary]:
+def _summarise_file(
+    path: str, ranges: list[tuple[int, int]], handoff: str | None
+) -> tuple[list[Summary], str | None]:
     try:
-        return summarise(Chunk.open(path, verify=False), ranges, _should_stop)
+        return summarise(Chunk.open(path, verify=False), ranges, _should_stop, handoff)
     except CorruptedFile as exc:
         raise _Corrupted(exc.path, exc.reason) from None
 
 
 def _copy_files(
-    paths: list[str], builder_args: dict, decisions: DecisionTable | None, verify: bool, sync: bool
-) -> tuple[str, int]:
+    paths: list[str],
+    builder_args: dict,
+    decisions: DecisionTable | None,
+    verify: bool,
+    sync: bool,
+    handoffs: list[str | None] | None,
+) -> tuple[str, int, list[tuple[str, str]]]:
+    unusable: list[tuple[str, str]] = []
     try:
         chunks = [Chunk.open(p, verify=False) for p in paths]
         builder = ChunkBuilder(**builder_args)
-        new, removed = build_copy(chunks, builder, decisions, _should_stop, verify=verify, sync=sync)
+        new, removed = build_copy(
+            chunks, builder, decisions, _should_stop, verify=verify, sync=sync, handoffs=handoffs,
+            unusable=unusable,
+        )  # fmt: skip
     except CorruptedFile as exc:
         raise _Corrupted(exc.path, exc.reason) from None
     assert new.path is not None  # builder_args name a folder: workers copy on-disk chunks only
-    return new.path, removed
+    return new.path, removed, unusable
 
 
 def _builder_args(builder: ChunkBuilder) -> dict:
@@ -416,13 +462,28 @@ class ChunkWorkers:
             except _Corrupted as exc:
                 raise CorruptedFile(*exc.args) from None
 
-    def summarise(self, chunk: Chunk, ranges: list[tuple[int, int]]) -> list[Summary]:
+    def summarise(
+        self, chunk: Chunk, ranges: list[tuple[int, int]], handoff: str | None = None
+    ) -> tuple[list[Summary], bool]:
+        """The summaries of ``chunk``'s ranges, and whether its hand-off for execution was written
+        at ``handoff`` (when given; a warning names the file when it could not be: execution then
+        reads the chunk again)."""
         if self.wanted(chunk):
             try:
-                return self._submit(_summarise_file, chunk.path, ranges)
+                summaries, not_written = self._submit(_summarise_file, chunk.path, ranges, handoff)
             except concurrent.futures.process.BrokenProcessPool as exc:
                 self._broke(exc)
-        return summarise(chunk, ranges, self.stop.is_set)
+                summaries, not_written = summarise(chunk, ranges, self.stop.is_set, handoff)
+        else:
+            summaries, not_written = summarise(chunk, ranges, self.stop.is_set, handoff)
+        if not_written is not None:
+            self.logger.warning(
+                "SCAVENGING: Could not write the hand-off %s of chunk %s (%s); execution reads the chunk again.",
+                handoff,
+                chunk.path or chunk.file_name,
+                not_written,
+            )
+        return summaries, handoff is not None and not_written is None
 
     def copy(
         self,
@@ -432,25 +493,41 @@ class ChunkWorkers:
         *,
         verify: bool = True,
         sync: bool = True,
+        handoffs: list[str | None] | None = None,
     ) -> tuple[Chunk, int]:
         """The finished copy (under its temporary name; fsynced unless ``sync`` is off) and how many
-        records it left out; ``verify`` off skips the checksum of chunks this run checked already."""
-        if not self._wanted_together(chunks):
-            return build_copy(chunks, builder, decisions, self.stop.is_set, verify=verify, sync=sync)
-        args = _builder_args(builder)
-        builder.abort()  # the worker writes a file of its own
+        records it left out; ``verify`` off skips the checksum of chunks this run checked already;
+        ``handoffs``: per chunk, its hand-off from this run's accumulation, or None (see
+        :func:`build_copy`; a warning names a hand-off that could not be used)."""
+        unusable: list[tuple[str, str]] = []
         try:
-            path, removed = self._submit(_copy_files, [c.path for c in chunks], args, decisions, verify, sync)
-        except concurrent.futures.process.BrokenProcessPool as exc:
-            self._broke(exc)
-            return build_copy(
-                chunks, ChunkBuilder(**args), decisions, self.stop.is_set, verify=verify, sync=sync
-            )
-        try:
-            return Chunk.open(path, verify=False), removed
-        except BaseException:
-            os.unlink(path)
-            raise
+            if not self._wanted_together(chunks):
+                return build_copy(
+                    chunks, builder, decisions, self.stop.is_set, verify=verify, sync=sync,
+                    handoffs=handoffs, unusable=unusable,
+                )  # fmt: skip
+            args = _builder_args(builder)
+            builder.abort()  # the worker writes a file of its own
+            try:
+                path, removed, unusable[:] = self._submit(
+                    _copy_files, [c.path for c in chunks], args, decisions, verify, sync, handoffs
+                )
+            except concurrent.futures.process.BrokenProcessPool as exc:
+                self._broke(exc)
+                return build_copy(
+                    chunks, ChunkBuilder(**args), decisions, self.stop.is_set, verify=verify, sync=sync,
+                    handoffs=handoffs, unusable=unusable,
+                )  # fmt: skip
+            try:
+                return Chunk.open(path, verify=False), removed
+            except BaseException:
+                os.unlink(path)
+                raise
+        finally:
+            for where, reason in unusable:
+                self.logger.warning(
+                    "SCAVENGING: The hand-off %s was not used (%s); the chunk was read again.", where, reason
+                )
 
     def close(self) -> None:
         if self._own_pool:
