@@ -68,21 +68,30 @@ _CHECKS_PER_MESSAGE = 2048
 _POSITION = struct.Struct("<q")
 #: a records message: ``int64 position | int64 the leader's commit position | framed records``
 _RECORDS = struct.Struct("<qq")
-#: the replication stream's wire format: 2 since a records message carries the commit position
-#: (``<qq`` position|commit, then frames) and a leader ships records before its own sync. A leader and
-#: a follower of different protocols refuse each other, each saying why, instead of misreading bytes.
-REPLICATION_PROTOCOL = 2
+#: a commit message: ``int64 the leader's commit position`` alone: the only binary message of exactly 8
+#: bytes from a leader (a records message has a 16-byte head, a chunk piece an 8-byte offset and at least
+#: one byte of the file), which is how a follower's reader tells it apart
+_COMMIT = struct.Struct("<q")
+#: the replication stream's wire format: 3 since a leader sends each new commit position to every
+#: follower as an 8-byte binary message written before it answers the write's client, and a follower
+#: acknowledges each records write with its durable end in 8 bytes the same way (2: records carry
+#: the commit position, ``<qq`` position|commit then frames, and a leader ships records before its own
+#: sync). A leader and a follower of different protocols refuse each other, each saying why, instead of
+#: misreading bytes.
+REPLICATION_PROTOCOL = 3
 _MAX_SEND = 1 << 20
 _MAX_BATCH = 16 << 20  # bytes of records messages a follower writes under one sync
 _CHUNK_PIECE = 1 << 20  # bytes of a chunk file per WebSocket message
-#: seconds a leader's new commit position may wait for a records message to carry it to a follower (a
-#: message of its own going only to a follower that was sent nothing for this long). 0: followers learn
-#: every commit position at once (one wake-up of the senders per loop step), because clients read their
-#: writes back from followers right after the leader answered (kurrentdbclient's cluster tests do: with
-#: 10 ms, a follower answered "stream not found" for a write just acknowledged). A leader answers its
-#: clients when a majority acknowledged, commit messages or not; only what followers let readers see
-#: would wait.
-COMMIT_HOLD = 0.0
+# Read your writes on followers (the rule): once the leader has answered a write, every follower that
+# held a durable copy of it when the leader answered shows it to any read that reaches it after the
+# leader's commit message does. The leader writes each new commit position to every follower's stream
+# in the loop step that releases the answers, ahead of them (ClusterService._post_commit), and a
+# follower applies a commit message the moment its stream's reader takes it, never behind a records
+# write in progress (_Inbox.fill). A follower still syncing the write when the leader answered shows it
+# as its sync ends (it keeps the leader's newest commit position). On one host the leader's message is
+# in the follower's socket before the client has its answer. KurrentDB's followers learn the
+# replication checkpoint from the leader's ReplicatedTo messages, sent with no order against the
+# client's answer, and index records only then: they promise no more than eventual visibility.
 #: records messages a leader has out to a follower unacknowledged: one being synced there, one waiting
 #: behind it. What the leader writes meanwhile goes in the next message, when an acknowledgement comes
 #: (the follower would have written it under one sync anyway: one message instead of one per group).
@@ -340,14 +349,21 @@ class _Inbox:
     the stream is over. Filled by its own task (:meth:`fill`) so that what arrives while the follower
     writes is there to be taken in one go (:func:`_records_batch`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_commit: Callable[[int], None] | None = None) -> None:
         self.messages: collections.deque[Message | None] = collections.deque()
         self.error: Exception | None = None  # why the stream broke, when it did not just end
         self._arrived = asyncio.Event()
+        #: takes each commit message as it arrives (never queued behind a records write in progress)
+        self._on_commit = on_commit
 
     async def fill(self, channel: Channel) -> None:
+        on_commit = self._on_commit
         try:
             while (message := await channel.receive()) is not None:
+                binary = message.binary
+                if on_commit is not None and binary is not None and len(binary) == _COMMIT.size:
+                    on_commit(_COMMIT.unpack(binary)[0])
+                    continue
                 self.messages.append(message)
                 self._arrived.set()
         except Exception as exc:  # the stream broke: handled as its end, and raised by the follower
@@ -363,26 +379,19 @@ class _Inbox:
         return self.messages.popleft()
 
 
-def _is_commit_only(message: Message | None) -> bool:
-    body = message.text if message is not None else None
-    return isinstance(body, dict) and body.keys() == {"commit"}
-
-
 def _records_batch(first: bytes, inbox: _Inbox) -> tuple[list[tuple[int, bytes]], int]:
     """The leader's records message ``first`` and the records messages queued right behind it, as
     ``(position, frames)`` pieces for one durable write, with the highest commit position the leader
-    sent with them or between them. Stops at anything else (a chunk's completion, a caught-up mark,
-    the end of the stream): those are handled in their order after the write."""
+    sent with them. Stops at anything else (a chunk's completion, a caught-up mark, the end of the
+    stream): those are handled in their order after the write. (Commit messages never queue: the
+    inbox's reader takes them as they arrive.)"""
     position, commit = _RECORDS.unpack_from(first)
     pieces = [(position, bytes(memoryview(first)[_RECORDS.size :]))]
     queued = inbox.messages
     size = len(first)
     while queued and size < _MAX_BATCH:
         message = queued[0]
-        if _is_commit_only(message):
-            assert message is not None
-            commit = max(commit, int(message.text["commit"]))
-        elif message is not None and message.binary is not None:
+        if message is not None and message.binary is not None:
             position, sent_commit = _RECORDS.unpack_from(message.binary)
             pieces.append((position, bytes(memoryview(message.binary)[_RECORDS.size :])))
             commit = max(commit, sent_commit)
@@ -399,6 +408,10 @@ class _FollowerLink:
     acked: int
     #: set at each acknowledgement: wakes a sender whose SEND_WINDOW is full
     ack_arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    #: the stream, once the follower was told it is subscribed (commit messages go to it from then on)
+    channel: Channel | None = None
+    #: the highest commit position this follower was sent in a commit message
+    commit_sent: int = -1
 
 
 class ClusterService:
@@ -442,8 +455,10 @@ class ClusterService:
         self._followers: dict[str, _FollowerLink] = {}
         #: answers held until a majority has their position, in position order (the writer appends)
         self._gate: collections.deque[tuple[int, list]] = collections.deque()
-        self._commit_tick: asyncio.TimerHandle | None = None  # wakes the senders COMMIT_HOLD after a commit
-        self._forwarded_writes = 0  # followers' writes being answered (handle_write): commits go at once
+        #: a follower: the highest commit position its leader sent in this replication stream (reads
+        #: see up to it, or up to this log's durable end when that is lower: see _take_commit)
+        self._leader_commit = -1
+        self._readable_heard = -1  # the readable position the commit listener last passed on
         self._notify_pending = False  # a _notify_commit is scheduled and has not started
         #: set by :meth:`stop`: answers gated afterwards are refused at once (none would release them)
         self._gate_closed = False
@@ -669,7 +684,13 @@ class ClusterService:
         self._attach(db)
         db.remote_writer = RemoteWriter(self._loop, self._send_to_leader, self._wait_for_position)  # type: ignore[arg-type]
 
-    def _on_commit(self, committed: int) -> None:
+    def _on_commit(self, readable: int) -> None:
+        """The database's commit listener (writer thread, or the loop's own for set_read_limit). A
+        follower's readers move only with its leader's commit position (on the loop), so its writer's
+        commits, which leave what readers see unchanged, wake nothing."""
+        if readable == self._readable_heard and self.state not in ("Leader", "ResigningLeader"):
+            return
+        self._readable_heard = readable
         self._schedule_notify()
 
     def _schedule_notify(self) -> None:
@@ -771,21 +792,35 @@ class ClusterService:
             db = self.node.db
             if db is not None and self.cluster_size > 1:  # a single node's reads see all it has
                 db.set_read_limit(position)
-            if self.state not in ("Leader", "ResigningLeader"):
-                return
-            if self._forwarded_writes:  # a follower waits to read its client's write back
-                self._wake_senders()
-            elif self._commit_tick is None:
-                # followers learn it with the next records message; a sender that has shipped nothing
-                # for COMMIT_HOLD sends it alone when this tick wakes it (one wake-up per hold, not
-                # one per acknowledgement)
-                loop = self._loop
-                if loop is not None and not loop.is_closed():
-                    self._commit_tick = loop.call_later(COMMIT_HOLD, self._on_commit_tick)
+            if self.state in ("Leader", "ResigningLeader"):
+                self._post_commit(position)
 
-    def _on_commit_tick(self) -> None:
-        self._commit_tick = None
-        self._wake_senders()
+    def _post_commit(self, position: int) -> None:
+        """(leader, event loop) Write the new commit position to every follower's stream now, in this
+        loop step: before the answers it releases reach their clients (read your writes on followers:
+        see the rule at the top), and with no sender woken for it: one 8-byte message per follower per
+        commit position (records messages carry it too, for the follower's own bookkeeping)."""
+        if position < 0:
+            return
+        message = _COMMIT.pack(position)
+        for link in self._followers.values():
+            channel = link.channel
+            if channel is None or link.commit_sent >= position or channel.closed:
+                continue
+            try:
+                channel.post_bytes(message)
+            except PeerError:
+                continue  # the stream is closing: its session ends and the follower subscribes again
+            link.commit_sent = position
+
+    def _take_commit(self, commit: int) -> None:
+        """(follower, event loop) The leader's commit position ``commit`` arrived: reads here see up to
+        it, as far as this log holds it durably; the rest when this node's write of it ends."""
+        if commit > self._leader_commit:
+            self._leader_commit = commit
+        db = self.node.db
+        if db is not None:
+            self._advance_commit(min(self._leader_commit, db.committed_position))
 
     # -- gossip ----------------------------------------------------------------------------------------
     async def _gossip_loop(self) -> None:
@@ -1300,6 +1335,8 @@ class ClusterService:
                 "protocol": REPLICATION_PROTOCOL,
             }
         )
+        link.channel = channel  # every commit position from now on goes to it (_post_commit)
+        self._post_commit(self.commit_position)
         sender = asyncio.create_task(self._send_log(channel, position, follower, link))
         acks = asyncio.create_task(self._receive_acks(channel, link))
         try:
@@ -1321,20 +1358,25 @@ class ClusterService:
     async def _receive_acks(self, channel: Channel, link: _FollowerLink) -> None:
         while True:
             message = await channel.receive()
-            if message is None or not isinstance(message.text, dict):
+            if message is None:
                 return
-            if "ack" in message.text:
-                link.acked = max(link.acked, int(message.text["ack"]))
-                link.ack_arrived.set()
-                self._release_gate()
+            binary = message.binary
+            if binary is not None and len(binary) == _POSITION.size:  # a records write's acknowledgement
+                acked = _POSITION.unpack(binary)[0]
+            elif isinstance(message.text, dict) and "ack" in message.text:
+                acked = int(message.text["ack"])
+            elif isinstance(message.text, dict):
+                continue
+            else:
+                return
+            link.acked = max(link.acked, acked)
+            link.ack_arrived.set()
+            self._release_gate()
 
     async def _send_log(
         self, channel: Channel, position: int, follower: str = "?", link: _FollowerLink | None = None
     ) -> None:
-        loop = asyncio.get_running_loop()
-        idle_sent = -1
-        commit_sent = -1
-        last_sent = -COMMIT_HOLD  # loop time of the last message to this follower
+        caught_up_sent = False
         unacked: collections.deque[int] = collections.deque()  # ends of the records messages out
         while not channel.closed and self.state in ("Leader", "ResigningLeader") and not self._sync_failed:
             waiter = self._committed
@@ -1367,29 +1409,18 @@ class ClusterService:
                 position = start
             elif frames:
                 # the records of every commit group since the last send, in one message that also
-                # carries the commit position (no message of its own for it)
-                commit_sent = self.commit_position
-                last_sent = loop.time()
-                await channel.send_bytes(_RECORDS.pack(start, commit_sent) + frames)
+                # carries the commit position
+                await channel.send_bytes(_RECORDS.pack(start, self.commit_position) + frames)
                 position = start + len(frames)
                 unacked.append(position)
             else:
-                wait = 1.0
-                if idle_sent != position or commit_sent != self.commit_position:
-                    # the follower has every record: it is told so with the commit position, at once
-                    # the first time in this stream (it stops CatchingUp) and while a forwarded write
-                    # waits, else once it was sent nothing for COMMIT_HOLD (under load the next records
-                    # message carries the commit position first: no message of its own)
-                    hold = 0.0 if idle_sent < 0 or self._forwarded_writes else COMMIT_HOLD
-                    wait = last_sent + hold - loop.time()
-                    if wait <= 0:
-                        await channel.send_json({"caughtUp": position, "commit": self.commit_position})
-                        idle_sent = position
-                        commit_sent = self.commit_position
-                        last_sent = loop.time()
-                        wait = 1.0
+                if not caught_up_sent:
+                    # the follower has every record: once per stream it is told so (it stops
+                    # CatchingUp); each later commit position goes by _post_commit
+                    await channel.send_json({"caughtUp": position, "commit": self.commit_position})
+                    caught_up_sent = True
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(min(wait, 1.0)):
+                    async with asyncio.timeout(1.0):
                         await waiter.wait()
         await channel.close()
 
@@ -1413,11 +1444,7 @@ class ClusterService:
         """``/internal/write``: a follower forwards a client's write to this leader."""
         if not self.is_leader:
             return {"error": "NotLeader", "message": "This node is not the leader."}
-        self._forwarded_writes += 1
-        try:
-            return await self._forwarded_write(body)
-        finally:
-            self._forwarded_writes -= 1
+        return await self._forwarded_write(body)
 
     async def _forwarded_write(self, body: dict) -> dict:
         try:
@@ -1596,8 +1623,15 @@ class ClusterService:
         """Take the leader's messages in order. The stream is read by its own task into an inbox, so
         the records messages that arrive while this node writes and syncs the previous ones are written
         next together: one writer call and one fdatasync for all of them, acknowledged once with the
-        highest durable position (the leader's commit positions between them apply after the write)."""
-        inbox = _Inbox()
+        highest durable position. The leader's commit messages are taken as they arrive, ahead of
+        the records queued or being written (read your writes on followers: see the rule at the top)."""
+        self._leader_commit = -1
+
+        def take_commit(commit: int) -> None:
+            if self.read_only or self.term <= leader_epoch:  # else _apply_log stops the stream
+                self._take_commit(commit)
+
+        inbox = _Inbox(take_commit)
         reader = asyncio.create_task(inbox.fill(channel))
         try:
             await self._apply_log(channel, inbox, leader_epoch, resets_at)
@@ -1626,9 +1660,9 @@ class ClusterService:
             elif message.binary is not None:
                 pieces, commit = _records_batch(message.binary, inbox)
                 committed = await self._blocking(self.replica.apply_replicated_batch, pieces)
-                await channel.send_json({"ack": committed})
+                channel.post_bytes(_POSITION.pack(committed))  # the acknowledgement: 8 bytes
                 # what the leader's majority holds: reads here go no further (nor past this log)
-                self._advance_commit(min(commit, self.db.committed_position))
+                self._take_commit(commit)
             elif isinstance(message.text, dict):
                 body = message.text
                 if self._receiver is not None:
@@ -1643,7 +1677,7 @@ class ClusterService:
                     await channel.send_json({"ack": self.db.committed_position})
                 if "commit" in body:
                     # what the leader's majority holds: reads here go no further (nor past this log)
-                    self._advance_commit(min(int(body["commit"]), self.db.committed_position))
+                    self._take_commit(int(body["commit"]))
                 if (
                     "caughtUp" in body
                     and self.db.committed_position >= int(body["caughtUp"])
@@ -1655,6 +1689,10 @@ class ClusterService:
                     )
             else:
                 break
+            if self._leader_commit > self.commit_position:
+                # records this node made durable since the leader's commit position arrived (a chunk
+                # file installed, a chunk completed): readers see them now, not at the next commit
+                self._take_commit(self._leader_commit)
             if self._now() > resets_at:
                 self.logger.info("Resetting the replication connection (ConnectionResetInterval)")
                 await channel.close()

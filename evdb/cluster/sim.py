@@ -530,6 +530,11 @@ class SimChannel:
         self._inbox: asyncio.Queue = asyncio.Queue()
         self._closed = False
         self._last_arrival = 0.0
+        #: (commit position, arrival time) of each commit message sent on this end, in order
+        self.commits: list[tuple[int, float]] = []
+        #: a message sent on this end was lost: the other end was closed, or the link cut (the stream is
+        #: breaking; the follower takes nothing more from it)
+        self.lost = False
 
     @property
     def closed(self) -> bool:
@@ -538,10 +543,12 @@ class SimChannel:
     def _deliver(self, message: Message | None) -> None:
         target = self.peer
         if target is None or target._closed:
+            self.lost = True
             return
         if message is not None and not self.sim.connected(self.owner, target.owner):
             # a link that is cut loses what is on it, and the connection breaks at both ends (the
             # WebSocket heartbeat notices on either side)
+            self.lost = True
             self.sim.loop.call_soon(target.break_now)
             self.sim.loop.call_soon(self.break_now)
             return
@@ -550,7 +557,16 @@ class SimChannel:
             self.sim.loop.time() + self.sim.delay(self.owner, target.owner), self._last_arrival + 1e-7
         )
         self._last_arrival = arrival
+        if message is not None and message.binary is not None and len(message.binary) == 8:
+            self.commits.append((int.from_bytes(message.binary, "little", signed=True), arrival))
         self.sim.loop.call_at(arrival, target._inbox.put_nowait, message)
+
+    def commit_arrival(self, end: int) -> float | None:
+        """When the first commit message sent on this end that covers ``end`` reaches the other end."""
+        for commit, arrival in self.commits:
+            if commit >= end:
+                return arrival
+        return None
 
     async def send_json(self, value: Any) -> None:
         if self._closed:
@@ -558,6 +574,9 @@ class SimChannel:
         self._deliver(Message(text=json.loads(json.dumps(value))))
 
     async def send_bytes(self, data: bytes) -> None:
+        self.post_bytes(data)
+
+    def post_bytes(self, data: bytes) -> None:
         if self._closed:
             raise PeerError("the replication stream is closed")
         self._deliver(Message(binary=bytes(data)))
@@ -1009,6 +1028,46 @@ class Simulation:
             if len(leaders) > 1:
                 self.violation(f"two leaders acknowledged writes in epoch {writer[1]}: {sorted(leaders)}")
         self.check_acknowledged([event_id])
+        if node.service.is_leader:
+            self.check_read_your_writes(node, event_id, result.position)
+
+    def check_read_your_writes(self, leader: SimNode, event_id: str, position: int) -> None:
+        """Read your writes on followers (evdb/cluster/service.py, the rule at the top): when a leader
+        answers a write, every follower streaming from it that holds the write durably has been sent a
+        commit message covering it, and shows the write the moment that message arrives (a read that
+        reaches it later sees the write). A follower still syncing it is not held to this here."""
+        service = leader.service
+        epoch = service.standing().epoch_number
+        end = position + 160  # the clients append one event (a SimRecord of 160 bytes)
+        for node in self.nodes:
+            link = service._followers.get(str(node.instance_id))
+            if node is leader or not node.alive or link is None or link.channel is None:
+                continue
+            if link.channel.closed or link.channel.lost or node.db.committed_position < end:
+                continue  # the stream broke (the follower takes nothing more from it), or no durable copy
+            arrival = link.channel.commit_arrival(end)
+            if arrival is None:
+                self.violation(
+                    f"{leader.name} answered event {event_id[:8]} at {position} before sending {node.name}, "
+                    f"which holds it, a commit message covering it"
+                )
+                continue
+            self.loop.call_at(
+                arrival + 1e-6, self._check_shown, node, node.incarnation, link.channel, epoch, event_id, end
+            )
+
+    def _check_shown(
+        self, node: SimNode, incarnation: int, channel: SimChannel, epoch: int, event_id: str, end: int
+    ) -> None:
+        if node.incarnation != incarnation or not node.alive or channel.peer is None or channel.peer.closed:
+            return  # restarted, or the stream broke before the message was read: nothing was promised
+        if node.service.term > epoch:
+            return  # it voted in a newer term meanwhile: it takes nothing more from this leader
+        if node.db.readable_position < end:
+            self.violation(
+                f"{node.name} did not show event {event_id[:8]} (ending at {end}) when the leader's commit "
+                f"message covering it arrived: it shows up to {node.db.readable_position}"
+            )
 
     async def reader(self, until: float) -> None:
         while self.loop.time() < until:

@@ -52,6 +52,10 @@ class Channel(Protocol):
 
     async def send_bytes(self, data: bytes) -> None: ...
 
+    def post_bytes(self, data: bytes) -> None:
+        """Send a small binary message now, before anything sent after this call returns (no wait for
+        the peer to read: a few bytes, never a stream's worth). PeerError when the stream is closed."""
+
     async def receive(self, timeout: float | None = None) -> Message | None:
         """The next message; None once the other side closed (or the connection broke)."""
 
@@ -110,6 +114,24 @@ class _WebSocketChannel:
             await self._ws.send_bytes(data)
         except (OSError, RuntimeError) as exc:
             raise PeerError(f"the replication stream is closed: {exc}") from exc
+
+    def post_bytes(self, data: bytes) -> None:
+        # aiohttp writes an uncompressed frame to the transport before send_bytes first awaits (the
+        # replication stream negotiates no compression); driving that coroutine's first step here
+        # writes it now. A coroutine that would go on to wait (the transport's buffer is over its
+        # limit) is closed: the frame is already written, only the drain was left, and the stream's
+        # next send_bytes waits for it. tests/cluster/test_follower_read_your_writes.py pins this
+        # against the aiohttp installed.
+        if self._ws.closed:
+            raise PeerError("the replication stream is closed")
+        coroutine = self._ws.send_bytes(data)
+        try:
+            coroutine.send(None)
+        except StopIteration:
+            return
+        except (OSError, RuntimeError) as exc:
+            raise PeerError(f"the replication stream is closed: {exc}") from exc
+        coroutine.close()  # only the flow-control drain was left: the next send waits for it
 
     async def receive(self, timeout: float | None = None) -> Message | None:
         try:

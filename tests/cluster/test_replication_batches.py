@@ -123,18 +123,16 @@ def records_message(position: int, frames: bytes, commit: int = -1) -> Message:
 def test_the_follower_takes_the_records_queued_behind_a_message_and_the_commits_with_them():
     inbox = _Inbox()
     queued = [
-        Message(text={"commit": 10}),
         records_message(13, b"bb", commit=10),
-        Message(text={"commit": 12}),
         records_message(15, b"ccc", commit=12),
-        Message(text={"caughtUp": 18, "commit": 15}),  # not a commit alone: handled after the write
+        Message(text={"caughtUp": 18, "commit": 15}),  # handled after the write
         records_message(18, b"d", commit=15),
     ]
     inbox.messages.extend(queued)
     pieces, commit = _records_batch(records_message(10, b"aaa", commit=7).binary, inbox)  # type: ignore[arg-type]
     assert pieces == [(10, b"aaa"), (13, b"bb"), (15, b"ccc")]
     assert commit == 12
-    assert list(inbox.messages) == queued[4:]
+    assert list(inbox.messages) == queued[2:]
     # nothing queued: the message alone, with the commit position it carries
     pieces, commit = _records_batch(records_message(18, b"d", commit=15).binary, _Inbox())  # type: ignore[arg-type]
     assert (pieces, commit) == ([(18, b"d")], 15)

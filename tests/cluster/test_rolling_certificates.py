@@ -207,13 +207,25 @@ def test_rolling_update_to_a_new_ca_keeps_acknowledged_writes(local):
     assert os.path.realpath(local.info()["ca"]) == str(report.generation / "ca" / "ca.crt")
     wait_until(lambda: len(writer_positions(local, new_ca)) == 1, 30, "every node at the same position")
     acknowledged = [event_id for _, event_id in writer.acknowledged]
-    for node in local.info()["nodes"]:
-        ids = read_ids(node["url"], new_ca)
-        assert len(ids) == len(set(ids)), f"an event appears twice on {node['name']}"
-        missing = set(acknowledged) - set(ids)
-        assert not missing, (
-            f"{len(missing)} of {len(acknowledged)} acknowledged events missing on {node['name']}"
-        )
+    missing: dict[str, int] = {}
+
+    def every_node_shows_every_acknowledged_event() -> bool:
+        # a follower that was still syncing when the leader answered shows a write once its sync
+        # and the leader's next commit message are in: wait for that (bounded), never for less
+        missing.clear()
+        for node in local.info()["nodes"]:
+            ids = read_ids(node["url"], new_ca)
+            assert len(ids) == len(set(ids)), f"an event appears twice on {node['name']}"
+            if lost := set(acknowledged) - set(ids):
+                missing[node["name"]] = len(lost)
+        return not missing
+
+    wait_until(
+        every_node_shows_every_acknowledged_event,
+        30,
+        f"every node showing all {len(acknowledged)} acknowledged events",
+        detail=lambda: f"missing by node: {missing}",
+    )
 
     # every node-to-node path took the new certificates: each follower forwards the auto-scavenge
     # calls to the leader (they kept the old trusted root for good before the one peer client)
