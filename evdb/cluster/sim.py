@@ -780,6 +780,12 @@ class SimulationResult:
     def ok(self) -> bool:
         return not self.violations
 
+    @property
+    def replay_key(self) -> tuple[list[str], int, int, float]:
+        """What running the same seed again must reproduce exactly: the faults in order, the writes
+        acknowledged, the elections and the virtual time it took."""
+        return (self.faults, self.acknowledged, self.elections, self.virtual_seconds)
+
 
 class Simulation:
     def __init__(self, seed: int, nodes: int = 3, *, verbose: bool = False) -> None:
