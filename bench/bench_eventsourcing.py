@@ -12,14 +12,20 @@ each run so that the machine's background load falls on all of them alike:
   folder as the `postgres` user, its own port, TCP on 127.0.0.1, fsync=on, synchronous_commit=on,
   full_page_writes=on; the settings in force are read back and printed), through psycopg;
 - evdb single node, insecure; evdb single node, TLS; evdb 3-node cluster, TLS (the leader): each launched
-  with evdb's local-cluster launcher (`evdb cluster up`, one process per node, on-disk databases).
+  with evdb's local-cluster launcher (`evdb cluster up`, one process per node, on-disk databases);
+- the client's floor (``--stores floor``, not in the default set): the same client (eventsourcing-kurrentdb,
+  kurrentdbclient, grpcio) against an in-memory gRPC server in its own process (grpcio's C core, this
+  file's ``--floor-server``) that answers Streams/Read and Streams/BatchAppend with the messages evdb
+  sends and keeps nothing on disk. Not a store: what this client costs and reaches with a server that
+  takes no time, i.e. the most any node (evdb or KurrentDB) could give this client on this machine.
 
 Beside each figure: the benchmark process's CPU (the client: the application, the driver, grpcio's
-threads) and the server's (every evdb node, or the postmaster and its backends), as shares of one core.
+threads) and the server's (every evdb node, or the postmaster and its backends), as shares of one core
+and as milliseconds of CPU per command.
 
     sh bench/install-tools.sh     # PostgreSQL and psycopg
     .venv/bin/python bench/bench_eventsourcing.py [--commands 2000] [--accounts 50] [--threads 4] [--runs 3]
-        [--stores sqlite,postgres,evdb-insecure,evdb-tls,evdb-cluster3] [--json FILE] [--profile DIR]
+        [--stores sqlite,postgres,evdb-insecure,evdb-tls,evdb-cluster3,floor] [--json FILE] [--profile DIR]
 
 --profile DIR: one more run of each evdb store with py-spy on the leader and one follower during each
 phase; prints where the node's milliseconds go per command (bench/profile_summary.py).
@@ -121,6 +127,10 @@ class Phase:
     client_cpu: float  # share of one core
     server_cpu: float
 
+    def per_command(self, share: float) -> float:
+        """A CPU share of this phase as milliseconds per command."""
+        return share / self.rate * 1000
+
 
 def run_commands(bank: Bank, accounts: list[UUID], commands: int, threads: int, server: Server) -> Phase:
     """Credit commands per second; each thread owns its own accounts (no conflicts)."""
@@ -190,6 +200,117 @@ def on_evdb(kind: str) -> Callable:
             return measure(env, args, Server(lambda: [n.pid for n in target.nodes], profile))
 
     return run
+
+
+def floor_server() -> None:
+    """``--floor-server``: an in-memory gRPC server (grpcio) answering Streams/Read and
+    Streams/BatchAppend as evdb does (the same messages and fields), for the client's floor; prints its
+    port, serves until killed. Nothing is kept on disk: it measures the client, it is not a store."""
+    from concurrent import futures
+
+    import grpc  # type: ignore[import-untyped]
+    from google.protobuf import empty_pb2
+    from kurrentdbclient.protos.v1 import shared_pb2, streams_pb2, streams_pb2_grpc
+
+    read_resp = streams_pb2.ReadResp
+    streams: dict[str, list[tuple[str, str, bytes, bytes, int, str]]] = {}
+    lock = threading.Lock()
+    last = [0]
+
+    class Streams(streams_pb2_grpc.StreamsServicer):
+        def Read(self, request, context):
+            options = request.options
+            ident = options.stream.stream_identifier
+            start = (
+                options.stream.revision if options.stream.WhichOneof("revision_option") == "revision" else 0
+            )
+            if options.read_direction != streams_pb2.ReadReq.Options.Forwards or options.HasField("all"):
+                context.abort(grpc.StatusCode.UNIMPLEMENTED, "the floor server reads streams forwards only")
+            with lock:
+                events = streams.get(ident.stream_name.decode())
+                page = None if events is None else events[start : start + options.count]
+            if page is None:
+                yield read_resp(stream_not_found=read_resp.StreamNotFound(stream_identifier=ident))
+                return
+            for revision, (event_id, kind, data, metadata, position, created) in enumerate(page, start):
+                recorded = read_resp.ReadEvent.RecordedEvent(
+                    id=shared_pb2.UUID(string=event_id),
+                    stream_identifier=ident,
+                    stream_revision=revision,
+                    prepare_position=position,
+                    commit_position=position,
+                    metadata={"type": kind, "content-type": "application/octet-stream", "created": created},
+                    custom_metadata=metadata,
+                    data=data,
+                )
+                yield read_resp(event=read_resp.ReadEvent(event=recorded, commit_position=position))
+
+        def BatchAppend(self, request_iterator, context):
+            for request in request_iterator:
+                options = request.options
+                which = options.WhichOneof("expected_stream_position")
+                name = options.stream_identifier.stream_name.decode()
+                response = streams_pb2.BatchAppendResp(
+                    correlation_id=request.correlation_id, stream_identifier=options.stream_identifier
+                )
+                with lock:
+                    events = streams.get(name)
+                    current = -1 if events is None else len(events) - 1
+                    if not (
+                        which == "any"
+                        or (which == "no_stream" and events is None)
+                        or (which == "stream_exists" and events is not None)
+                        or (which == "stream_position" and options.stream_position == current)
+                    ):
+                        context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{name}: expected {which}")
+                    events = streams.setdefault(name, [])
+                    for message in request.proposed_messages:
+                        last[0] += 1 + len(message.data) + len(message.custom_metadata)
+                        created = str(time.time_ns() // 100)
+                        events.append(
+                            (
+                                message.id.string,
+                                message.metadata["type"],
+                                message.data,
+                                message.custom_metadata,
+                                last[0],
+                                created,
+                            )
+                        )
+                    response.success.current_revision = len(events) - 1
+                    response.success.position.commit_position = last[0]
+                    response.success.position.prepare_position = last[0]
+                if which == "stream_position":
+                    response.stream_position = options.stream_position
+                else:
+                    getattr(response, which).CopyFrom(empty_pb2.Empty())
+                yield response
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    streams_pb2_grpc.add_StreamsServicer_to_server(Streams(), server)  # type: ignore[no-untyped-call]
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    print(port, flush=True)
+    server.wait_for_termination()
+
+
+def on_floor(args) -> tuple[float, Phase, Phase]:
+    process = subprocess.Popen(
+        [sys.executable, __file__, "--floor-server"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        port = process.stdout.readline().strip()
+        if not port.isdigit():
+            raise SystemExit(f"the floor server did not start (exit code {process.poll()})")
+        env = {
+            "PERSISTENCE_MODULE": "eventsourcing_kurrentdb",
+            "KURRENTDB_URI": f"kurrentdb://127.0.0.1:{port}?tls=false",
+        }
+        return measure(env, args, Server(lambda: [process.pid]))
+    finally:
+        process.kill()
+        process.wait()
 
 
 def on_sqlite(args) -> tuple[float, Phase, Phase]:
@@ -285,7 +406,9 @@ STORES: dict[str, tuple[str, Callable]] = {
     "evdb-insecure": ("evdb single node, insecure", on_evdb("single-insecure")),
     "evdb-tls": ("evdb single node, TLS", on_evdb("single-tls")),
     "evdb-cluster3": ("evdb 3-node cluster, TLS", on_evdb("cluster3-tls")),
+    "floor": ("client floor: in-memory gRPC server, no disk", on_floor),
 }
+DEFAULT_STORES = "sqlite,postgres,evdb-insecure,evdb-tls,evdb-cluster3"
 
 
 def main() -> None:
@@ -294,11 +417,15 @@ def main() -> None:
     parser.add_argument("--accounts", type=int, default=50)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--stores", default=",".join(STORES))
+    parser.add_argument("--stores", default=DEFAULT_STORES, help=f"of {', '.join(STORES)}")
     parser.add_argument("--dir", default=None, help="folder for the temporary stores (default: the system's)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--profile", type=Path, default=None, help="py-spy the evdb stores in one more run")
+    parser.add_argument("--floor-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.floor_server:
+        floor_server()
+        return
     args.pg_printed = False
     args.profile_now = False
     chosen = args.stores.split(",")
@@ -314,8 +441,10 @@ def main() -> None:
             results[key].append((o, s, c))
             print(
                 f"run {run + 1}, {name}: opens {o:,.0f}/s; 1 thread {s.rate:,.0f}/s (client CPU "
-                f"{s.client_cpu:.0%}, server {s.server_cpu:.0%}); {args.threads} threads {c.rate:,.0f}/s "
-                f"(client {c.client_cpu:.0%}, server {c.server_cpu:.0%}); load {load_average()}",
+                f"{s.client_cpu:.0%} = {s.per_command(s.client_cpu):.2f} ms/command, server {s.server_cpu:.0%} = "
+                f"{s.per_command(s.server_cpu):.2f} ms); {args.threads} threads {c.rate:,.0f}/s (client "
+                f"{c.client_cpu:.0%} = {c.per_command(c.client_cpu):.2f} ms, server {c.server_cpu:.0%} = "
+                f"{c.per_command(c.server_cpu):.2f} ms); load {load_average()}",
                 flush=True,
             )
         loads.append(load_average())
@@ -342,6 +471,10 @@ def main() -> None:
             "concurrent": med(lambda r: r[2].rate),
             "concurrent_client": med(lambda r: r[2].client_cpu),
             "concurrent_server": med(lambda r: r[2].server_cpu),
+            "single_client_ms": med(lambda r: r[1].per_command(r[1].client_cpu)),
+            "single_server_ms": med(lambda r: r[1].per_command(r[1].server_cpu)),
+            "concurrent_client_ms": med(lambda r: r[2].per_command(r[2].client_cpu)),
+            "concurrent_server_ms": med(lambda r: r[2].per_command(r[2].server_cpu)),
         }
     for key, m in medians.items():
         pg = medians.get("postgres")
@@ -356,6 +489,14 @@ def main() -> None:
                 else "| | "
             )
             + (f"{m['single'] / sq['single']:.2f}× |" if sq else "|")
+        )
+    print(
+        f"\nCPU per command, ms (medians): client / server, 1 thread; client / server, {args.threads} threads"
+    )
+    for key, m in medians.items():
+        print(
+            f"| {STORES[key][0]} | {m['single_client_ms']:.2f} / {m['single_server_ms']:.2f} | "
+            f"{m['concurrent_client_ms']:.2f} / {m['concurrent_server_ms']:.2f} |"
         )
     if args.profile:
         args.profile_now = True
