@@ -100,6 +100,16 @@ class NodeThread:
         return self.node.port
 
 
+def insecure_node(tmp_path_factory, name: str) -> Iterator[NodeThread]:
+    """An insecure node on its own thread, in a fresh folder, for a module's fixture to ``yield from``
+    (stopped when the module is done)."""
+    thread = NodeThread(node_options(tmp_path_factory.mktemp(name), "--insecure"), name=name).start()
+    try:
+        yield thread
+    finally:
+        thread.stop()
+
+
 @dataclass
 class Target:
     """How a client reaches the node: its thread, connection string and CA."""

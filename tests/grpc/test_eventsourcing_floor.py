@@ -20,17 +20,15 @@ import grpc  # type: ignore[import-untyped]
 import pytest
 from kurrentdbclient.protos.v1 import shared_pb2, streams_pb2, streams_pb2_grpc
 
-from tests.clients.conftest import NodeThread, node_options
+from tests.clients.conftest import NodeThread, insecure_node
+from tests.grpc.read_requests import stream_read
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_eventsourcing.py"
-ReadOptions = streams_pb2.ReadReq.Options
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory) -> Iterator[NodeThread]:
-    thread = NodeThread(node_options(tmp_path_factory.mktemp("floor"), "--insecure"), name="floor").start()
-    yield thread
-    thread.stop()
+    yield from insecure_node(tmp_path_factory, "floor")
 
 
 @pytest.fixture(scope="module")
@@ -51,19 +49,7 @@ def floor() -> Iterator[int]:
 def read_request(stream: str) -> streams_pb2.ReadReq:
     """The ReadReq kurrentdbclient sends for eventsourcing's ``select_events`` (forwards from the start,
     no limit, no filter, links not resolved, string ids)."""
-    return streams_pb2.ReadReq(
-        options=ReadOptions(
-            stream=ReadOptions.StreamOptions(
-                stream_identifier=shared_pb2.StreamIdentifier(stream_name=stream.encode()),
-                start=shared_pb2.Empty(),
-            ),
-            read_direction=ReadOptions.Forwards,
-            resolve_links=False,
-            count=sys.maxsize,
-            no_filter=shared_pb2.Empty(),
-            uuid_option=ReadOptions.UUIDOption(string=shared_pb2.Empty()),
-        )
-    )
+    return stream_read(stream, count=sys.maxsize)
 
 
 def batch(stream: str, events: list[tuple[str, bytes]], revision: int | None) -> streams_pb2.BatchAppendReq:

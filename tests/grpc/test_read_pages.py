@@ -17,20 +17,18 @@ import h2.events
 import h2.settings
 import pytest
 from kurrentdbclient import KurrentDBClient, NewEvent, StreamState
-from kurrentdbclient.protos.v1 import shared_pb2, streams_pb2
+from kurrentdbclient.protos.v1 import streams_pb2
 
-from tests.clients.conftest import NodeThread, node_options
+from tests.clients.conftest import NodeThread, insecure_node
+from tests.grpc.read_requests import stream_read
 
 READ = "/event_store.client.streams.Streams/Read"
-ReadOptions = streams_pb2.ReadReq.Options
 FRAME = 16_384  # HTTP/2's default (and h2's) largest frame
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory) -> Iterator[NodeThread]:
-    thread = NodeThread(node_options(tmp_path_factory.mktemp("pages"), "--insecure"), name="pages").start()
-    yield thread
-    thread.stop()
+    yield from insecure_node(tmp_path_factory, "pages")
 
 
 @pytest.fixture(scope="module")
@@ -47,24 +45,6 @@ def append(client: KurrentDBClient, stream: str, count: int, size: int = 40, per
         client.append_to_stream(
             stream, events=events[start : start + per_append], current_version=StreamState.ANY
         )
-
-
-def stream_read(stream: str, *, subscribe: bool = False) -> streams_pb2.ReadReq:
-    options = ReadOptions(
-        stream=ReadOptions.StreamOptions(
-            stream_identifier=shared_pb2.StreamIdentifier(stream_name=stream.encode()),
-            start=shared_pb2.Empty(),
-        ),
-        read_direction=ReadOptions.Forwards,
-        resolve_links=False,
-        no_filter=shared_pb2.Empty(),
-        uuid_option=ReadOptions.UUIDOption(string=shared_pb2.Empty()),
-    )
-    if subscribe:
-        options.subscription.SetInParent()
-    else:
-        options.count = 1_000_000
-    return streams_pb2.ReadReq(options=options)
 
 
 @dataclass
