@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from waiting import until
+
 from evdb.clock import ManualClock
 from evdb.database import Database
 from evdb.projections import SystemProjections
@@ -15,16 +17,6 @@ from evdb.streams import NewEvent
 from evdb.subscriptions import CommitNotifier
 
 LOG = logging.getLogger("tests.projection_waits")
-
-
-async def _until(condition, what: str, timeout: float = 20.0) -> None:
-    """Bounded wait for the service's own tasks (on this loop) to reach ``condition``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 async def test_no_task_per_commit_and_one_checkpoint_sleep_per_period():
@@ -50,7 +42,7 @@ async def test_no_task_per_commit_and_one_checkpoint_sleep_per_period():
 
     try:
         await service.start()
-        await _until(lambda: service.active, "the projections to load")
+        await until(lambda: service.active, "the projections to load", 20.0)
         runtimes = [service._runtimes[name] for name in service.names()]
         running = [rt for rt in runtimes if rt.task is not None]
         assert running, "the standard projections run"
@@ -60,12 +52,12 @@ async def test_no_task_per_commit_and_one_checkpoint_sleep_per_period():
             return all(rt.next_position >= end for rt in running)
 
         db.append("order-0", [NewEvent.json("OrderPlaced", {"n": 0})])
-        await _until(caught_up, "the first event to be projected")
+        await until(caught_up, "the first event to be projected", 20.0)
         loop.set_task_factory(counting)
         try:
             for n in range(1, 31):  # 30 commits, each projected before the next
                 db.append(f"order-{n}", [NewEvent.json("OrderPlaced", {"n": n})])
-                await _until(caught_up, f"commit {n} to be projected")
+                await until(caught_up, f"commit {n} to be projected", 20.0)
         finally:
             loop.set_task_factory(factory)
         # before: 2-3 tasks per running projection per commit (90+ here); now only the checkpoint
@@ -77,8 +69,10 @@ async def test_no_task_per_commit_and_one_checkpoint_sleep_per_period():
         # the period ends: each projection with handled events writes its checkpoint
         written = {rt.name: rt.checkpoint for rt in running}
         clock.advance(CHECKPOINT_AFTER_SECONDS + 0.1)
-        await _until(
-            lambda: all(rt.unchecked == 0 for rt in running), "the suggested checkpoints after the period"
+        await until(
+            lambda: all(rt.unchecked == 0 for rt in running),
+            "the suggested checkpoints after the period",
+            20.0,
         )
         assert any(rt.checkpoint != written[rt.name] for rt in running)
         assert any(db.read_stream_forward(checkpoint_stream(rt.name), 0, 10).events for rt in running)

@@ -100,15 +100,6 @@ def verify_all_chunks(db_dir: str) -> None:
             raise
 
 
-async def wait_for(predicate, timeout: float = 20.0, what: str = "condition") -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 async def wait_scavenge_done(client, timeout: float = 30.0) -> str:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

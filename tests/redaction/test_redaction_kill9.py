@@ -9,7 +9,8 @@ import signal
 import sys
 
 import pytest
-from redaction_helpers import chunk_files, running_node, verify_all_chunks, wait_for, write_events
+from redaction_helpers import chunk_files, running_node, verify_all_chunks, write_events
+from waiting import until
 
 from evdb.redaction.tool import CRASH_ENV
 
@@ -82,7 +83,7 @@ async def test_kill9_at_each_step(tmp_path, clock, step, expected_first_chunk):
         proc = await start_tool(r.db_dir, step)
         assert await proc.wait() == -signal.SIGKILL
         # the node ends the session when the connection drops (after finishing a switch under way)
-        await wait_for(lambda: not r.db.log.chunk_lock.locked(), what="the chunk lock to be released")
+        await until(lambda: not r.db.log.chunk_lock.locked(), "the chunk lock to be released", 20.0)
         seen = states(r.db, originals)
         assert_whole_chunks(r.db, originals, seen)
         assert seen[("orders", 2)] == expected_first_chunk
@@ -120,7 +121,7 @@ async def test_kill9_at_random_moments(tmp_path, clock):
                 proc.kill()
             code = await proc.wait()
             said = (await proc.stdout.read()).decode()
-            await wait_for(lambda r=r: not r.db.log.chunk_lock.locked(), what="the chunk lock to be released")
+            await until(lambda r=r: not r.db.log.chunk_lock.locked(), "the chunk lock to be released", 20.0)
             seen = states(r.db, originals)
             assert_whole_chunks(r.db, originals, seen)
             # mid-work: killed after the tool took the chunk lock, before it reported both chunks switched

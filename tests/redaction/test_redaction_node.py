@@ -13,10 +13,10 @@ from redaction_helpers import (
     payload,
     running_node,
     verify_all_chunks,
-    wait_for,
     wait_scavenge_done,
     write_events,
 )
+from waiting import until
 
 from evdb.redaction import RedactionClient, socket_path
 from evdb.redaction.tool import main as redact_main
@@ -150,7 +150,7 @@ async def test_scavenge_waits_for_a_redaction_session(tmp_path, clock):
                 started = await client.post("/admin/scavenge?threshold=-1")
                 assert started.status_code == 200
                 # the scavenge gets as far as executing chunks, but cannot switch any while the lock is held
-                await wait_for(lambda: _executing(r.node), what="the scavenge to execute chunks")
+                await until(lambda: _executing(r.node), "the scavenge to execute chunks", 20.0)
                 # (its scavenge point completed the active chunk, so a new chunk file may have appeared)
                 assert set(files_before) <= set(chunk_files(r.db_dir))
                 assert r.node.scavenge.progress()["chunks"] == []  # no chunk switched yet

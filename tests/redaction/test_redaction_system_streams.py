@@ -10,7 +10,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from redaction_helpers import ADMIN, chunk_files, running_node, wait_for, write_events
+from redaction_helpers import ADMIN, chunk_files, running_node, write_events
+from waiting import until
 
 from evdb.redaction import RedactionClient, RedactionRefused, socket_path
 from evdb.redaction.rewrite import EventToRedact, write_redacted_copy
@@ -27,7 +28,7 @@ def snapshot(db_dir: str) -> dict[str, bytes]:
 async def prepared(r) -> None:
     """Default users written, a metadata event for orders, and chunk 0 (which holds them) completed."""
     db = r.db
-    await wait_for(lambda: db.stream_state("$user-admin").last_event_number >= 0, what="the admin user")
+    await until(lambda: db.stream_state("$user-admin").last_event_number >= 0, "the admin user", 20.0)
     await asyncio.to_thread(db.set_stream_metadata, "orders", {"$maxCount": 100})
     await write_events(db, "orders", 30)
     first = db.log.chunk_for(db.read_event("$user-admin", 0).log_position)
