@@ -238,9 +238,27 @@ class UserStore:
         return await asyncio.to_thread(self.authenticate, login, password)
 
     def by_header(self, header: str) -> Principal | None:
-        """The principal of an ``Authorization`` header value that :meth:`sign_in_header` accepted
-        before, with no user changed since; else None. One dict lookup: safe on the event loop."""
+        """The principal of an ``Authorization`` header value that :meth:`sign_in_header` or
+        :meth:`principal_now` accepted before, with no user changed since; else None. One dict lookup:
+        safe on the event loop."""
         return self._headers.get(header)
+
+    def principal_now(self, header: str) -> Principal | None:
+        """The principal of a Basic ``Authorization`` header known without waiting: the header signed
+        in before (:meth:`by_header`), or its credentials still cached (:meth:`cached`), then
+        remembered under the header. None: malformed, or a sign-in is needed (:meth:`sign_in_header`).
+        The one way the node's APIs (HTTP, its lean append path, gRPC) look a caller up on the loop."""
+        principal = self._headers.get(header)
+        if principal is not None:
+            return principal
+        parsed = parse_basic_authorization(header)
+        if parsed is None:
+            return None
+        changes = self._changes
+        principal = self.cached(*parsed)
+        if principal is not None:
+            self._remember_header(header, principal, changes)
+        return principal
 
     async def sign_in_header(self, header: str, login: str, password: str) -> Principal | None:
         """:meth:`sign_in` of the credentials parsed from ``header``; a success is remembered under the
@@ -248,13 +266,17 @@ class UserStore:
         changes = self._changes
         principal = await self.sign_in(login, password)
         if principal is not None:
-            with self._lock:
-                if self._changes == changes:
-                    headers = self._headers
-                    if len(headers) >= self._cache_size:
-                        del headers[next(iter(headers))]
-                    headers[header] = principal
+            self._remember_header(header, principal, changes)
         return principal
+
+    def _remember_header(self, header: str, principal: Principal, changes: int) -> None:
+        """Keep ``principal`` under ``header`` unless a user changed since ``changes`` was read."""
+        with self._lock:
+            if self._changes == changes:
+                headers = self._headers
+                if len(headers) >= self._cache_size:
+                    del headers[next(iter(headers))]
+                headers[header] = principal
 
     def authenticate(self, login: str, password: str) -> Principal | None:
         """The principal of these credentials, or None (unknown login, disabled, wrong password).

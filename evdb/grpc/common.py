@@ -113,7 +113,7 @@ async def call_context(node: Node, stream: Stream) -> CallContext:
         header = header.decode("latin-1")
     if header:
         users = node.users
-        principal = users.by_header(header)  # the same header signed in before: one lookup
+        principal = users.principal_now(header)  # signed in before: no wait (as the HTTP API)
         if principal is None:
             parsed = parse_basic_authorization(header)
             if parsed is None:

@@ -511,10 +511,11 @@ class StreamsService:
         started = node.clock.monotonic()
         # answered on the loop: one wake-up per commit group, not one per append (asyncio.wrap_future)
         result = await database(node).append_on_loop(name, events, expected)
-        node.metrics.append_latency.observe(max(0.0, node.clock.monotonic() - started))
-        if not result.duplicate:
-            node.metrics.events_written.inc(len(events))
-            node.metrics.bytes_written.inc(sum(len(e.data) + len(e.metadata) for e in events))
+        if result.duplicate:  # one rule with the HTTP API (evdb/http/streams.py appended)
+            node.metrics.observe_append(node.clock.monotonic() - started, 0, 0)
+        else:
+            size = sum(len(e.data) + len(e.metadata) for e in events)
+            node.metrics.observe_append(node.clock.monotonic() - started, len(events), size)
         return result
 
     async def append(self, stream: Stream) -> None:

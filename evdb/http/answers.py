@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from evdb.auth import ANONYMOUS, Principal, parse_basic_authorization
+from evdb.auth import ANONYMOUS, Principal
 from evdb.autoscavenge.nodeauth import NODE_SCHEME
 from evdb.errors import DatabaseReopening, EvdbError, WrongExpectedVersion, status_of
 
@@ -84,14 +84,7 @@ def authenticate_now(node: Node, header: str | None) -> Principal | None:
         return ANONYMOUS
     if header.startswith(f"{NODE_SCHEME} "):
         return None
-    users = node.users
-    principal = users.by_header(header)  # the same header signed in before: one lookup
-    if principal is not None:
-        return principal
-    parsed = parse_basic_authorization(header)
-    if parsed is None:
-        return None
-    return users.cached(*parsed)
+    return node.users.principal_now(header)
 
 
 class ClientLimit:

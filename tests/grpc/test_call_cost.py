@@ -55,6 +55,21 @@ async def test_a_signed_in_header_is_found_again_until_a_user_changes(users):
     assert users.by_header(header) is None  # a refused header is not remembered
 
 
+async def test_cached_credentials_are_remembered_under_their_header_again_after_a_change(users):
+    """After a user changes, every header is forgotten while the other users' credentials stay cached:
+    the next look-up on the loop (principal_now, as HTTP, the lean path and gRPC do) finds them there
+    and remembers the header again, so later requests take one dict lookup."""
+    alice, admin = basic("alice", "alice-password"), basic("admin", "changeit")
+    assert await users.sign_in_header(admin, "admin", "changeit") is not None
+    users.update("alice", "Alice", ["readers"])  # forgets every header, keeps admin's credentials
+    assert users.by_header(admin) is None
+    principal = users.principal_now(admin)
+    assert principal is not None and principal.name == "admin"
+    assert users.by_header(admin) == principal
+    assert users.principal_now(alice) is None  # never signed in: a sign-in is needed
+    assert users.principal_now("Basic not-base64!") is None  # malformed
+
+
 async def test_a_change_during_the_sign_in_is_not_remembered_and_the_cache_is_bounded(users, monkeypatch):
     header = basic("alice", "alice-password")
     real = users.authenticate
