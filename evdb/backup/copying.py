@@ -75,7 +75,9 @@ def _data_regions(fd: int, size: int) -> list[tuple[int, int]]:
     return regions
 
 
-def _copy_range(src: int, dst: int, offset: int, length: int, progress: ProgressCallback | None) -> None:
+def _copy_range(
+    src: int, dst: int, offset: int, length: int, progress: ProgressCallback | None, source: str
+) -> None:
     end = offset + length
     use_kernel = True
     while offset < end:
@@ -92,7 +94,14 @@ def _copy_range(src: int, dst: int, offset: int, length: int, progress: Progress
             data = os.pread(src, count, offset)
             done = os.pwrite(dst, data, offset) if data else 0
         if done == 0:
-            raise OSError(errno.EIO, f"the source file became shorter while it was copied (at byte {offset})")
+            if os.fstat(src).st_nlink == 0:
+                # deleted while it was copied (a merged-away index table, a switched-out chunk): the
+                # node's reclaimer cuts a deleted file's blocks (evdb/storage/disk.py Reclaimer), so this
+                # is the file gone, which the callers handle, not a damaged source
+                raise FileNotFoundError(errno.ENOENT, "deleted while it was copied", source)
+            raise OSError(
+                errno.EIO, f"the source file {source} became shorter while it was copied (at byte {offset})"
+            )
         offset += done
         if progress is not None:
             progress(done)
@@ -109,7 +118,7 @@ def _copy_to_temp(source: str, target: str, progress: ProgressCallback | None) -
         try:
             with _writing(target):
                 for offset, length in _data_regions(src, size):
-                    _copy_range(src, dst, offset, length, progress)
+                    _copy_range(src, dst, offset, length, progress, source)
                 os.ftruncate(dst, size)
         finally:
             os.close(dst)
@@ -187,7 +196,7 @@ def _update_to_temp(
                     for offset, length in _data_regions(src, size):
                         begin = max(offset, same)
                         if begin < offset + length:
-                            _copy_range(src, dst, begin, offset + length - begin, progress)
+                            _copy_range(src, dst, begin, offset + length - begin, progress, source)
                     os.ftruncate(dst, size)
             finally:
                 os.close(dst)

@@ -119,9 +119,10 @@ class _WebSocketChannel:
         # aiohttp writes an uncompressed frame to the transport before send_bytes first awaits (the
         # replication stream negotiates no compression); driving that coroutine's first step here
         # writes it now. A coroutine that would go on to wait (the transport's buffer is over its
-        # limit) is closed: the frame is already written, only the drain was left, and the stream's
-        # next send_bytes waits for it. tests/cluster/test_follower_read_your_writes.py pins this
-        # against the aiohttp installed.
+        # limit) is closed: the frame is already written and only its drain is skipped (aiohttp counts
+        # the output again from zero, so a later send_bytes drains once a further limit's worth has
+        # gone out: an 8-byte message lets the buffer run at most that much over).
+        # tests/cluster/test_follower_read_your_writes.py pins the write against the aiohttp installed.
         if self._ws.closed:
             raise PeerError("the replication stream is closed")
         coroutine = self._ws.send_bytes(data)

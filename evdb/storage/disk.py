@@ -193,7 +193,9 @@ class Reclaimer:
 
     The file is deleted by name as before (the deletion is what a power cut may undo or not); a
     descriptor opened before it (:meth:`hold`) keeps the blocks until the last map of the file in
-    this process is gone (:meth:`release_when_unmapped`: no reader can touch a page cut off), then
+    this process is gone (:meth:`release_when_unmapped`: no map of this process can touch a page cut
+    off; a backup copying it through a descriptor of its own sees the file end early, which it takes
+    as the file gone: evdb/backup/copying.py ``_copy_range``), then
     the thread cuts the file down and closes the descriptor. It cuts only a file no name leads to
     (``st_nlink == 0``: no folder entry, no hard link, which is also how the power-loss model keeps
     a deleted file it may bring back), so the cuts change nothing a power cut could bring back:

@@ -86,3 +86,39 @@ def test_a_disk_full_chunk_copy_names_the_chunk(source, tmp_path, monkeypatch, c
     err = capsys.readouterr().err
     assert "No space left on device" in err
     assert os.path.join(str(dest), "db", "chunk-000000.000000") in err, err
+
+
+def test_a_source_deleted_and_cut_while_copied_is_a_file_gone_not_a_damaged_source(tmp_path):
+    """The node frees a deleted file's blocks a step at a time (evdb/storage/disk.py Reclaimer) while a
+    backup may still be copying it through a descriptor opened before the deletion: the copy then
+    ends early. That is the file gone (FileNotFoundError naming it, which the backup's steps handle: a
+    merged-away index table is looked up again, a switched-out chunk is ScavengeDuringBackup), not
+    the EIO of a source that became shorter while it still has a name."""
+    source = tmp_path / "table"
+    source.write_bytes(b"x" * (3 << 20))
+    target = tmp_path / "copy"
+    target.write_bytes(b"")
+    src = os.open(source, os.O_RDONLY)
+    dst = os.open(target, os.O_WRONLY)
+    try:
+        os.unlink(source)
+        os.truncate(f"/proc/self/fd/{src}", 1 << 20)  # the reclaimer's first cut
+        with pytest.raises(FileNotFoundError) as gone:
+            copying._copy_range(src, dst, 0, 3 << 20, None, str(source))
+        assert gone.value.filename == str(source)
+    finally:
+        os.close(src)
+        os.close(dst)
+
+    named = tmp_path / "named"
+    named.write_bytes(b"y" * 4096)
+    src = os.open(named, os.O_RDONLY)
+    dst = os.open(target, os.O_WRONLY)
+    try:
+        os.truncate(named, 1024)  # still named: a damaged source, as before
+        with pytest.raises(OSError, match="became shorter") as short:
+            copying._copy_range(src, dst, 0, 4096, None, str(named))
+        assert not isinstance(short.value, FileNotFoundError) and str(named) in str(short.value)
+    finally:
+        os.close(src)
+        os.close(dst)
