@@ -48,13 +48,21 @@ PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal", Principal)
 
 
 class AppLoop:
-    """The event loop an application serves on, looked up at its first request and kept:
-    ``asyncio.get_running_loop()`` makes a ``getpid`` system call at each call on Python 3.11."""
+    """The event loop an application serves on, kept (set as the app starts, evdb/http/app.py; else
+    looked up at its first use): ``asyncio.get_running_loop()`` makes a ``getpid`` system call at each
+    call on Python 3.11."""
 
     __slots__ = ("loop",)
 
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
+
+    def running(self) -> asyncio.AbstractEventLoop:
+        """The kept loop (called on it)."""
+        loop = self.loop
+        if loop is None:
+            loop = self.loop = asyncio.get_running_loop()
+        return loop
 
 
 LOOP: web.AppKey[AppLoop] = web.AppKey("loop", AppLoop)
@@ -69,10 +77,7 @@ def request_loop(request: web.Request) -> asyncio.AbstractEventLoop:
     held = request.app.get(LOOP)
     if held is None:  # an application not made by build_app
         return asyncio.get_running_loop()
-    loop = held.loop
-    if loop is None:
-        loop = held.loop = asyncio.get_running_loop()
-    return loop
+    return held.running()
 
 
 def get_principal(request: web.Request) -> Principal:

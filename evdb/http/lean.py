@@ -176,10 +176,7 @@ class LeanServer:
         return LeanAppends(self)
 
     def loop(self) -> asyncio.AbstractEventLoop:
-        held = self.app[LOOP]
-        if held.loop is None:
-            held.loop = asyncio.get_running_loop()
-        return held.loop
+        return self.app[LOOP].running()
 
     async def close(self, timeout: float = 2.0) -> None:
         """End every connection still on this path: idle ones now, the others once answered (within
@@ -230,8 +227,10 @@ class LeanAppends(asyncio.Protocol):
         self._buffer += data
         if self._busy is None:
             self._serve()
-        elif len(self._buffer) > HEAD_LIMIT + self._server.body_limit and not self._reading_paused:
-            self._reading_paused = True  # a client pipelining far ahead of the answers
+        if len(self._buffer) > HEAD_LIMIT + self._server.body_limit and not self._reading_paused:
+            # a client pipelining far ahead of the answers (one waits for the writer, or the client
+            # reads none: writing paused); reading resumes with the next answer or the hand-off
+            self._reading_paused = True
             assert self._transport is not None
             self._transport.pause_reading()
 

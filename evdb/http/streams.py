@@ -76,15 +76,13 @@ def database(request: web.Request) -> Database:
 
 
 # -- access control ----------------------------------------------------------------------------------
-def check_access(
-    request: web.Request, stream: str, action: str, *, page: bool = False, db: Database | None = None
-) -> Principal:
+def check_access(request: web.Request, stream: str, action: str, *, page: bool = False) -> Principal:
     """Stream ACLs (evdb.auth.stream_access): a refused caller gets 401, anonymous or not, as KurrentDB
     answers a denied controller action over HTTP (gRPC answers PERMISSION_DENIED). The web Admin UI's
     parts (``page``) answer a signed-in user 403, so that the page says "access denied" rather than
-    asking them to sign in again. ``db``: the request's database when the caller has it already."""
+    asking them to sign in again."""
     principal = get_principal(request)
-    check_stream_access(db if db is not None else database(request), principal, stream, action, page=page)
+    check_stream_access(database(request), principal, stream, action, page=page)
     return principal
 
 

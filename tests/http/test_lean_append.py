@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import pytest
 from aiohttp.web_protocol import RequestHandler
+from waiting import until
 
 from evdb.grpc.dispatch import DispatchSite
 from evdb.http.lean import HEAD_LIMIT, KEEPALIVE_TIMEOUT, LeanServer, _read_request
@@ -408,3 +409,49 @@ async def test_stopping_the_site_closes_its_idle_lean_connections(pair: Pair) ->
     writer.close()
     with contextlib.suppress(ConnectionError, ssl.SSLError):
         await writer.wait_closed()
+
+
+class _Transport(asyncio.Transport):
+    """What a lean connection uses of its transport, recording whether reading is paused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading = True
+        self.written = bytearray()
+
+    def get_extra_info(self, name, default=None):  # type: ignore[no-untyped-def]
+        return ("127.0.0.1", 50000) if name == "peername" else default
+
+    def write(self, data) -> None:  # type: ignore[no-untyped-def]
+        self.written += data
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_client_that_reads_no_answers_is_not_read_without_bound(pair: Pair) -> None:
+    """Writing paused (the client reads none of its answers) and nothing waiting for the writer: a
+    client pipelining past a request's largest size is no longer read, and reading resumes once the
+    answers flow again."""
+    assert await pair.lean.node.users.sign_in_header(ADMIN, "admin", "changeit") is not None
+    protocol = pair.lean.protocol()
+    transport = _Transport()
+    protocol.connection_made(transport)
+    protocol.pause_writing()  # type: ignore[attr-defined]
+    pipelined = b"".join(request("unread", event_id=event_id(40 + i)) for i in range(60))
+    assert len(pipelined) > HEAD_LIMIT + BODY_LIMIT
+    protocol.data_received(pipelined)
+    assert not transport.reading and transport.written == b""  # nothing answered, nothing more read
+    protocol.resume_writing()  # type: ignore[attr-defined]
+    await until(lambda: transport.reading, "reading to resume with the answers", TIMEOUT)
+    await until(lambda: transport.written.count(b"HTTP/1.1 201") == 60, "all 60 answers", TIMEOUT)
+    protocol.connection_lost(None)
