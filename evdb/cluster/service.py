@@ -1373,26 +1373,23 @@ class ClusterService:
             link.ack_arrived.set()
             self._release_gate()
 
-    async def _send_log(
-        self, channel: Channel, position: int, follower: str = "?", link: _FollowerLink | None = None
-    ) -> None:
+    async def _send_log(self, channel: Channel, position: int, follower: str, link: _FollowerLink) -> None:
         caught_up_sent = False
         unacked: collections.deque[int] = collections.deque()  # ends of the records messages out
         while not channel.closed and self.state in ("Leader", "ResigningLeader") and not self._sync_failed:
             waiter = self._committed
-            if link is not None:
-                while unacked and unacked[0] <= link.acked:
-                    unacked.popleft()
-                if len(unacked) >= SEND_WINDOW:
-                    # the follower has enough to write: what comes meanwhile goes in one message at its
-                    # next acknowledgement (after a second without one, it goes anyway)
-                    link.ack_arrived.clear()
-                    try:
-                        async with asyncio.timeout(1.0):
-                            await link.ack_arrived.wait()
-                    except TimeoutError:
-                        unacked.clear()
-                    continue
+            while unacked and unacked[0] <= link.acked:
+                unacked.popleft()
+            if len(unacked) >= SEND_WINDOW:
+                # the follower has enough to write: what comes meanwhile goes in one message at its
+                # next acknowledgement (after a second without one, it goes anyway)
+                link.ack_arrived.clear()
+                try:
+                    async with asyncio.timeout(1.0):
+                        await link.ack_arrived.wait()
+                except TimeoutError:
+                    unacked.clear()
+                continue
             chunk = self.replica.replication_chunk(position)
             if chunk is not None:
                 await self._send_chunk_file(channel, chunk, follower, position)
@@ -1444,9 +1441,6 @@ class ClusterService:
         """``/internal/write``: a follower forwards a client's write to this leader."""
         if not self.is_leader:
             return {"error": "NotLeader", "message": "This node is not the leader."}
-        return await self._forwarded_write(body)
-
-    async def _forwarded_write(self, body: dict) -> dict:
         try:
             op, args = decode_write(body)
             if op == "append":
@@ -1628,7 +1622,7 @@ class ClusterService:
         self._leader_commit = -1
 
         def take_commit(commit: int) -> None:
-            if self.read_only or self.term <= leader_epoch:  # else _apply_log stops the stream
+            if not self._past_leader(leader_epoch):  # else _apply_log stops the stream
                 self._take_commit(commit)
 
         inbox = _Inbox(take_commit)
@@ -1641,12 +1635,17 @@ class ClusterService:
         if inbox.error is not None and not inbox.messages:
             raise inbox.error
 
+    def _past_leader(self, leader_epoch: int) -> bool:
+        """A voting member in a term newer than the epoch of the leader it streams from: it takes
+        nothing more from that leader (a read-only replica follows whoever leads)."""
+        return not self.read_only and self.term > leader_epoch
+
     async def _apply_log(self, channel: Channel, inbox: _Inbox, leader_epoch: int, resets_at: float) -> None:
         while True:
             message = await inbox.get()
             if message is None:
                 break
-            if not self.read_only and self.term > leader_epoch:
+            if self._past_leader(leader_epoch):
                 self.logger.warning(
                     "This node is in term %d, newer than the leader's epoch %d: "
                     "no longer replicating from it",
