@@ -30,6 +30,8 @@ Entries = tuple[np.ndarray, np.ndarray, np.ndarray]
 KeepFunction = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 """``keep(hashes, numbers, positions) -> bool mask``: which entries a scavenge keeps (elementwise)."""
 
+SLICE = 1 << 15  # entries judged, then copied, at a time by MemTable.filtered and copy
+
 
 class MemTable:
     """Index entries in memory, in log order, with a per-hash lookup."""
@@ -206,28 +208,41 @@ class MemTable:
         )
 
     def filtered(self, keep: KeepFunction, stop: int | None = None) -> tuple[MemTable | None, int]:
-        """A new memtable holding the entries ``[0, stop)`` that ``keep`` keeps, and how many it dropped.
-
-        ``(None, 0)`` when it drops none. ``last_position`` is carried over.
-        """
-        hashes, numbers, positions = self.arrays(0, stop)
-        if not len(hashes):
-            return None, 0
-        mask = np.asarray(keep(hashes, numbers, positions), dtype=bool)
-        dropped = len(mask) - int(np.count_nonzero(mask))
-        if not dropped:
-            return None, 0
-        table = MemTable()
-        table.add_arrays(hashes[mask], numbers[mask], positions[mask])
-        table.last_position = self.last_position
-        return table, dropped
+        """A new memtable holding the entries ``[0, stop)`` that ``keep`` keeps, and how many it dropped;
+        ``(None, 0)`` when it drops none. ``last_position`` is carried over."""
+        return self._rebuilt(keep, len(self) if stop is None else stop)
 
     def copy(self, stop: int | None = None) -> MemTable:
         """A new memtable with the entries ``[0, stop)``."""
-        table = MemTable()
-        table.add_arrays(*self.arrays(0, stop))
-        table.last_position = self.last_position
+        table, _ = self._rebuilt(None, len(self) if stop is None else stop)
+        assert table is not None  # nothing judged: everything copied
         return table
+
+    def _rebuilt(self, keep: KeepFunction | None, stop: int) -> tuple[MemTable | None, int]:
+        """:meth:`filtered` (all entries when ``keep`` is None), judged, then built, a slice of
+        ``SLICE`` entries at a time: a memtable of a million entries is not turned into a million
+        Python tuples at once (150 MiB), and other threads get the GIL between slices."""
+        verdicts: list[np.ndarray] = []  # packed bits, one per entry
+        dropped = 0
+        if keep is not None:
+            for start in range(0, stop, SLICE):
+                hashes, numbers, positions = self.arrays(start, min(stop, start + SLICE))
+                mask = np.asarray(keep(hashes, numbers, positions), dtype=bool)
+                if mask.shape != (len(hashes),):
+                    raise ValueError("a scavenge keep function must return one bool per entry")
+                dropped += len(mask) - int(np.count_nonzero(mask))
+                verdicts.append(np.packbits(mask))
+            if not dropped:
+                return None, 0
+        table = MemTable()
+        for k, start in enumerate(range(0, stop, SLICE)):
+            hashes, numbers, positions = self.arrays(start, min(stop, start + SLICE))
+            if keep is not None:
+                mask = np.unpackbits(verdicts[k], count=len(hashes)).astype(bool)
+                hashes, numbers, positions = hashes[mask], numbers[mask], positions[mask]
+            table.add_arrays(hashes, numbers, positions)
+        table.last_position = self.last_position
+        return table, dropped
 
 
 def _number_of(pair: tuple[int, int]) -> int:

@@ -39,7 +39,6 @@ __all__ = ["MERGE_FANOUT", "IndexScavengeResult", "TableIndex", "TableScavengeRe
 MERGE_FANOUT = 4
 """A level holding this many tables merges them into one table of the next level."""
 
-_MEMTABLE_SLICE = 1 << 15  # memtable entries judged, then copied, at a time by a scavenge
 _SCAVENGE_SLICE = 1 << 18  # entries judged by one call of a scavenge's keep function (6 MiB of table)
 _log = logging.getLogger("evdb.index")
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -525,7 +524,7 @@ class TableIndex:
         while True:
             frozen = self._view.frozen  # immutable, and not dumped while we hold _maintenance
             if frozen is not None and not any(frozen is m for m in done):
-                filtered, dropped = _filtered(frozen, keep, len(frozen))
+                filtered, dropped = frozen.filtered(keep, len(frozen))
                 deleted += dropped
                 if filtered is not None:
                     with self._state:
@@ -533,7 +532,7 @@ class TableIndex:
                 done.append(filtered if filtered is not None else frozen)
             live = self._view.live
             seen = len(live)
-            filtered, dropped = _filtered(live, keep, seen)
+            filtered, dropped = live.filtered(keep, seen)
             with self._write_lock:
                 if self._view.live is not live:
                     continue  # the writer froze it meanwhile: it is the frozen one now
@@ -543,49 +542,13 @@ class TableIndex:
                 if filtered is None and not dropped_since:
                     return deleted
                 if filtered is None:
-                    filtered = _copied(live, seen)
+                    filtered = live.copy(seen)
                 if mask is not None:
                     filtered.add_arrays(hashes[mask], numbers[mask], positions[mask])
                 filtered.last_position = live.last_position
                 with self._state:
                     self._view = replace(self._view, live=filtered)
                 return deleted + dropped + dropped_since
-
-
-def _copied(memtable: MemTable, stop: int) -> MemTable:
-    """A new memtable of the entries ``[0, stop)`` of ``memtable``."""
-    table, _ = _filtered(memtable, None, stop)
-    assert table is not None  # nothing judged: everything copied
-    return table
-
-
-def _filtered(memtable: MemTable, keep: KeepFunction | None, stop: int) -> tuple[MemTable | None, int]:
-    """A new memtable of the entries ``[0, stop)`` of ``memtable`` that ``keep`` keeps (all of them
-    when ``keep`` is None) and how many it dropped; ``(None, 0)`` when ``keep`` drops none.
-
-    Judged, then built, a slice at a time: a memtable of a million entries is not turned into a
-    million Python tuples at once (150 MiB), and other threads get the GIL between slices."""
-    verdicts: list[np.ndarray] = []  # packed bits, one per entry
-    dropped = 0
-    if keep is not None:
-        for start in range(0, stop, _MEMTABLE_SLICE):
-            hashes, numbers, positions = memtable.arrays(start, min(stop, start + _MEMTABLE_SLICE))
-            mask = np.asarray(keep(hashes, numbers, positions), dtype=bool)
-            if mask.shape != (len(hashes),):
-                raise ValueError("a scavenge keep function must return one bool per entry")
-            dropped += len(mask) - int(np.count_nonzero(mask))
-            verdicts.append(np.packbits(mask))
-        if not dropped:
-            return None, 0
-    table = MemTable()
-    for k, start in enumerate(range(0, stop, _MEMTABLE_SLICE)):
-        hashes, numbers, positions = memtable.arrays(start, min(stop, start + _MEMTABLE_SLICE))
-        if keep is not None:
-            mask = np.unpackbits(verdicts[k], count=len(hashes)).astype(bool)
-            hashes, numbers, positions = hashes[mask], numbers[mask], positions[mask]
-        table.add_arrays(hashes, numbers, positions)
-    table.last_position = memtable.last_position
-    return table, dropped
 
 
 def _or_default(max_auto_merge_level: int | None) -> int:
