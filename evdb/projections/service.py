@@ -166,33 +166,6 @@ class _Planned(NamedTuple):
     repeatable: bool = False  # a checkpoint's: written again at the same tag (KurrentDB does at a start)
 
 
-class _Bell:
-    """Rings a runner awake (a stop): stays rung, as an ``asyncio.Event`` does, and hands out futures,
-    which the runner waits on with the commit's and the timer's without a task per wait."""
-
-    __slots__ = ("_future", "_rung")
-
-    def __init__(self) -> None:
-        self._rung = False
-        self._future: asyncio.Future[None] | None = None
-
-    def set(self) -> None:
-        self._rung = True
-        if self._future is not None and not self._future.done():
-            self._future.set_result(None)
-
-    def is_set(self) -> bool:
-        return self._rung
-
-    def future(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
-        future = loop.create_future()
-        if self._rung:
-            future.set_result(None)
-        else:
-            self._future = future
-        return future
-
-
 @dataclass
 class _Runtime:
     """One projection on this leader."""
@@ -215,7 +188,9 @@ class _Runtime:
     task: asyncio.Task[None] | None = None
     stopping: bool = False
     write_checkpoint_on_stop: bool = True
-    wakeup: _Bell = field(default_factory=lambda: _Bell())
+    #: done when the runner is to stop: waited on with the commit and the timer, stays done (set by
+    #: _stop_runner; a new one per start)
+    wakeup: asyncio.Future[None] | None = None
     # the wait for the next suggested checkpoint (a clock sleep ending at timer_deadline), kept across
     # the runner's waits for commits: one per checkpoint period, not a task per commit
     timer: asyncio.Task[None] | None = None
@@ -458,7 +433,7 @@ class SystemProjections:
     def _start_runner(self, rt: _Runtime) -> None:
         rt.stopping = False
         rt.write_checkpoint_on_stop = True
-        rt.wakeup = _Bell()
+        rt.wakeup = asyncio.get_running_loop().create_future()
         rt.status = "Running"
         rt.reason = ""
         rt.task = asyncio.create_task(self._run(rt), name=f"projection {rt.name}")
@@ -519,17 +494,16 @@ class SystemProjections:
         return timer
 
     async def _wait(self, rt: _Runtime, position: int, timer: asyncio.Task[None] | None) -> None:
-        """Until a commit past ``position``, a stop (the runtime's bell) or ``timer`` ends: futures, no
+        """Until a commit past ``position``, a stop (the runtime's wakeup) or ``timer`` ends: futures, no
         task per wait (the timer is kept for the next wait)."""
-        loop = asyncio.get_running_loop()
+        wakeup = rt.wakeup
+        assert wakeup is not None  # made as the runner starts
         commit = self._notifier().future_beyond(position)
-        bell = rt.wakeup.future(loop)
-        waits: list[asyncio.Future[Any]] = [commit, bell] if timer is None else [commit, bell, timer]
+        waits: list[asyncio.Future[Any]] = [commit, wakeup] if timer is None else [commit, wakeup, timer]
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
             commit.cancel()
-            bell.cancel()
 
     def _started(self, db: Database, rt: _Runtime) -> None:
         """KurrentDB's ``NewCheckpointStarted`` as a projection starts: ``$by_event_type`` writes a
@@ -812,7 +786,8 @@ class SystemProjections:
             return
         rt.stopping = True
         rt.write_checkpoint_on_stop = write_checkpoint
-        rt.wakeup.set()
+        if rt.wakeup is not None and not rt.wakeup.done():
+            rt.wakeup.set_result(None)
         with contextlib.suppress(asyncio.CancelledError):
             await task
         rt.task = None
