@@ -20,7 +20,6 @@ A table is written under ``<GUID>.tmp``, fsynced, renamed, and the folder fsynce
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import mmap
@@ -222,13 +221,13 @@ class PTable:
         if stop <= start:
             return
         if start == 0 and stop == count:
-            _release(buffer, HEADER_SIZE, ENTRY_SIZE * count)
+            disk.drop_pages(buffer, HEADER_SIZE, ENTRY_SIZE * count)
             return
         for column in range(3):
             # a read maps the whole page-cache folio it falls in (up to 2 MiB on ext4), not only its
             # page: let the range's neighbours go too, or a pass leaves pages behind every slice
             first = max(0, HEADER_SIZE + 8 * (column * count + start) - _FAULT_AROUND)
-            _release(buffer, first, HEADER_SIZE + 8 * (column * count + stop) + _FAULT_AROUND - first)
+            disk.drop_pages(buffer, first, HEADER_SIZE + 8 * (column * count + stop) + _FAULT_AROUND - first)
 
     # -- lookups ---------------------------------------------------------------------------------------
     def range_of(self, h: int) -> tuple[int, int]:
@@ -309,16 +308,6 @@ def _columns(buffer: mmap.mmap | bytes | bytearray, count: int) -> Entries:
     )
 
 
-def _release(buffer: mmap.mmap, offset: int, length: int) -> None:
-    """``madvise(MADV_DONTNEED)`` on the whole pages of ``[offset, offset + length)`` and the partial
-    pages at its ends (the file never changes, so a page let go too many is only read again)."""
-    start = offset // mmap.PAGESIZE * mmap.PAGESIZE
-    stop = min(len(buffer), offset + length)
-    if stop > start:
-        with contextlib.suppress(ValueError):  # closed meanwhile
-            buffer.madvise(mmap.MADV_DONTNEED, start, stop - start)
-
-
 def _digest_of(data: memoryview, length: int, buffer: mmap.mmap | None = None) -> bytes:
     """xxh3-128 of ``data[:length]``, a block at a time (xxhash holds the GIL while it hashes); with
     ``buffer`` (the map ``data`` views), each block's pages are let go once hashed."""
@@ -326,7 +315,7 @@ def _digest_of(data: memoryview, length: int, buffer: mmap.mmap | None = None) -
     for start in range(0, length, _CHECKSUM_BLOCK):
         hasher.update(data[start : min(length, start + _CHECKSUM_BLOCK)])
         if buffer is not None and _CAN_RELEASE:
-            _release(buffer, start, _CHECKSUM_BLOCK)
+            disk.drop_pages(buffer, start, _CHECKSUM_BLOCK)
     return hasher.digest()
 
 
@@ -358,7 +347,7 @@ def _distinct_hashes(sorted_hashes: np.ndarray, buffer: mmap.mmap | None = None)
         parts.append(_new_values(block, previous))
         previous = int(block[-1])
         if buffer is not None and _CAN_RELEASE:
-            _release(buffer, HEADER_SIZE + 8 * start, 8 * len(block))
+            disk.drop_pages(buffer, HEADER_SIZE + 8 * start, 8 * len(block))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
 
 

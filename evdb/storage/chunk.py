@@ -17,7 +17,6 @@ that still hold it.
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import struct
@@ -486,15 +485,7 @@ class Chunk:
         shows it does not hold every byte of the database."""
         if self.path is None or self.footer is None or self._fd is not None:
             return
-        if not hasattr(mmap, "MADV_DONTNEED"):
-            return
-        size = len(self._buf)
-        start = max(0, offset) // mmap.PAGESIZE * mmap.PAGESIZE
-        stop = size if length is None else min(size, offset + length)
-        if stop <= start:
-            return
-        with contextlib.suppress(ValueError):  # closed meanwhile
-            self._buf.madvise(mmap.MADV_DONTNEED, start, stop - start)
+        disk.drop_pages(self._buf, offset, length)
 
     def close(self) -> None:
         if self._fd is not None:

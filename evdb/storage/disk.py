@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import mmap
 import os
 import queue
 import sys
@@ -31,6 +32,7 @@ __all__ = [
     "Reclaimer",
     "SequentialWriter",
     "current",
+    "drop_pages",
     "reclaimer",
     "start_writeback",
     "use_disk",
@@ -117,6 +119,23 @@ _sync_file_range = _libc_sync_file_range()
 _SYNC_FILE_RANGE_WAIT_BEFORE = 1
 _SYNC_FILE_RANGE_WRITE = 2
 _SYNC_FILE_RANGE_WAIT_AFTER = 4
+
+
+def drop_pages(buffer: mmap.mmap, offset: int = 0, length: int | None = None) -> None:
+    """Let this process's map of a file go of the pages of ``[offset, offset + length)`` (to the map's
+    end by default; whole pages, ``offset`` rounded down: the partial pages at the ends go too) with
+    ``madvise(MADV_DONTNEED)``: they stay in the page cache and the next read maps them again (a minor
+    fault), so nothing changes for readers but the process's RSS. Only for a map of a file that is
+    not written through it. Nothing where the platform has no MADV_DONTNEED; a map closed meanwhile is
+    passed over."""
+    if not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    start = max(0, offset) // mmap.PAGESIZE * mmap.PAGESIZE
+    size = len(buffer)
+    stop = size if length is None else min(size, offset + length)
+    if stop > start:
+        with contextlib.suppress(ValueError):  # closed meanwhile
+            buffer.madvise(mmap.MADV_DONTNEED, start, stop - start)
 
 
 def start_writeback(fd: int, offset: int = 0, length: int = 0) -> bool:
