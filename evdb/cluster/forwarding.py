@@ -17,7 +17,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from evdb.cluster.peers import PeerAnswer, PeerClient
-from evdb.errors import EvdbError, EventTooLarge, InvalidInput, NotLeader, StreamDeleted, WrongExpectedVersion
+from evdb.errors import (
+    EvdbError,
+    EventTooLarge,
+    InvalidInput,
+    NotLeader,
+    StreamDeleted,
+    StreamNotFound,
+    WrongExpectedVersion,
+)
 from evdb.streams import AppendResult, NewEvent
 
 __all__ = [
@@ -137,7 +145,7 @@ def encode_error(exc: EvdbError) -> dict:
     out: dict[str, Any] = {"error": type(exc).__name__, "message": str(exc)}
     if isinstance(exc, WrongExpectedVersion):
         out.update(stream=exc.stream, expected=exc.expected_version, current=exc.current_version)
-    elif isinstance(exc, StreamDeleted):
+    elif isinstance(exc, (StreamDeleted, StreamNotFound)):
         out.update(stream=exc.stream)
     return out
 
@@ -148,6 +156,8 @@ def raise_error(body: dict) -> None:
         raise WrongExpectedVersion(body["stream"], body["expected"], body["current"])
     if kind == "StreamDeleted":
         raise StreamDeleted(body["stream"])
+    if kind == "StreamNotFound":
+        raise StreamNotFound(body["stream"])
     if kind == "EventTooLarge":
         raise EventTooLarge(message)
     if kind == "InvalidInput":
