@@ -327,6 +327,10 @@ APP_PATHS: web.AppKey[list[dict[str, Any]]] = web.AppKey("openapi_app_paths", li
 
 #: answers any operation may get, whatever it does (documented on every one)
 _ANY_OPERATION = {
+    "401": {
+        "description": "Credentials that do not sign in (a wrong password, an unknown or disabled user) are "
+        "refused on every operation, those open to anonymous callers included"
+    },
     "429": {
         "description": "Too many requests of this client in progress (HttpMaxConcurrentRequestsPerClient)"
     },
@@ -345,11 +349,89 @@ def _with_common_answers(paths: dict[str, Any]) -> None:
                 responses.setdefault("507", _DISK_FULL)
 
 
+#: OpenAPI links: what a created resource can be used for next (schemathesis's stateful phase follows
+#: them: create a user, a stream, a subscription group, a scavenge, then use it). Each: the operation
+#: and answer that create it, how its parameters are read from that exchange, the operations using it.
+_LINKS: tuple[tuple[str, str, str, dict[str, str], tuple[tuple[str, str], ...]], ...] = (
+    (
+        "/users",
+        "post",
+        "201",
+        {"login": "$request.body#/loginName"},
+        (
+            ("/users/{login}", "get"),
+            ("/users/{login}", "put"),
+            ("/users/{login}/command/{command}", "post"),
+            ("/users/{login}", "delete"),
+        ),
+    ),
+    (
+        "/streams/{stream}",
+        "post",
+        "201",
+        {"stream": "$request.path.stream"},
+        (
+            ("/streams/{stream}", "get"),
+            ("/streams/{stream}/{start}/{direction}/{count}", "get"),
+            ("/streams/{stream}/metadata", "get"),
+            ("/streams/{stream}/metadata", "post"),
+            ("/subscriptions/{stream}/{group}", "put"),
+            ("/streams/{stream}", "delete"),
+        ),
+    ),
+    (
+        "/subscriptions/{stream}/{group}",
+        "put",
+        "201",
+        {"stream": "$request.path.stream", "group": "$request.path.group"},
+        (
+            ("/subscriptions/{stream}/{group}", "get"),
+            ("/subscriptions/{stream}/{group}/info", "get"),
+            ("/subscriptions/{stream}/{group}", "post"),
+            ("/subscriptions/{stream}/{group}/{count}", "get"),
+            ("/subscriptions/{stream}/{group}/ack", "post"),
+            ("/subscriptions/{stream}/{group}/nack", "post"),
+            ("/subscriptions/{stream}/{group}/replayParked", "post"),
+            ("/subscriptions/{stream}/{group}", "delete"),
+        ),
+    ),
+    (
+        "/admin/scavenge",
+        "post",
+        "200",
+        {"scavengeId": "$response.body#/scavengeId"},
+        (("/admin/scavenge/{scavengeId}", "delete"),),
+    ),
+)
+
+
+def _pointer(path: str, method: str) -> str:
+    """A JSON pointer to an operation of the document (RFC 6901: '~' as '~0', '/' as '~1')."""
+    return "#/paths/" + path.replace("~", "~0").replace("/", "~1") + "/" + method
+
+
+def _with_links(paths: dict[str, Any]) -> None:
+    """Add :data:`_LINKS` where both ends are served (feature paths come and go with the features)."""
+    for path, method, status, parameters, targets in _LINKS:
+        answer = paths.get(path, {}).get(method, {}).get("responses", {}).get(status)
+        if answer is None:
+            continue
+        for target, target_method in targets:
+            if target_method not in paths.get(target, {}):
+                continue
+            name = target_method + "".join(part.strip("{}").title() for part in target.split("/"))
+            answer.setdefault("links", {})[name] = {
+                "operationRef": _pointer(target, target_method),
+                "parameters": {k: v for k, v in parameters.items() if "{" + k + "}" in target},
+            }
+
+
 async def openapi(request: web.Request) -> web.Response:
     document = build_document()
     for extra in request.app.get(APP_PATHS, []):
         document["paths"].update(extra)
     _with_common_answers(document["paths"])
+    _with_links(document["paths"])
     return json_response(document)
 
 
