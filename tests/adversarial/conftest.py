@@ -52,10 +52,22 @@ class ClusterUnderTest:
         return info["user"], info["password"]
 
 
-@pytest.fixture(scope="module")
+#: the cluster's request body limit, small so that oversized and inflated bodies stay cheap to send
+BODY_LIMIT = 1024 * 1024
+
+
+@pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
+    """One cluster for the suite's modules (each leaves the others' users and streams alone)."""
     local = LocalCluster(tmp_path_factory.mktemp("adversarial-cluster"))
-    local.up(nodes=3, replicas=1, chunk_size="256KiB", timeout=90, log=lambda *_: None)
+    local.up(
+        nodes=3,
+        replicas=1,
+        chunk_size="256KiB",
+        options={"HttpMaxRequestBodySize": str(BODY_LIMIT)},
+        timeout=90,
+        log=lambda *_: None,
+    )
     try:
         yield ClusterUnderTest(local)
     finally:
