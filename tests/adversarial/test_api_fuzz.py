@@ -8,9 +8,9 @@ parameter, and one method the path does not have) on the follower. The stateful 
 document's links (evdb/http/openapi.py): a user created, then read, updated, disabled, deleted; a
 stream appended to, then read, its metadata written, a persistent subscription group created on it,
 then read, acknowledged, deleted; a scavenge started, then stopped. Each generated request is sent as
-one of five callers, in turn: anonymous, a plain user, a member of ``$ops``, a member of ``$admins``,
-and a member of ``$admins`` disabled on the leader just before the run, after it had signed in on the
-target (its cached sign-in is what a node must not keep using).
+one of five callers, in turn (the admin twice a round): anonymous, a plain user, a member of ``$ops``,
+a member of ``$admins``, and a member of ``$admins`` disabled on the leader just before the run, after
+it had signed in on the target (its cached sign-in is what a node must not keep using).
 
 Checks, on every response:
 
@@ -51,7 +51,7 @@ from tests.adversarial.state import Leader
 SEED = 20261205
 MAX_EXAMPLES = 2  # per operation in the fuzzing phase (the coverage phase adds its own boundary cases)
 MAX_STEPS = 6  # per scenario of the stateful phase
-STATEFUL_SCENARIOS = 20
+STATEFUL_SCENARIOS = 40
 #: the coverage phase (every boundary and invalid value of every parameter, one unexpected method) runs
 #: against the follower only, within the budget: a follower's path (forwarding to the leader, its own
 #: caches) holds more than the leader's, which tests/node/test_contract_schemathesis.py covers alone
@@ -81,6 +81,7 @@ CALLERS: dict[str, str | None] = {
     "admin": _basic("fz-admin", PASSWORD),
     "revoked": _basic("fz-revoked", PASSWORD),
 }
+TURNS = ("anonymous", "admin", "user", "ops", "admin", "revoked")
 CALLER_OF_HEADER = {header: kind for kind, header in CALLERS.items() if header is not None}
 
 
@@ -137,7 +138,9 @@ class RotatingCallers:
     """schemathesis auth provider: each generated request is sent as the next caller kind in turn."""
 
     def __init__(self) -> None:
-        self._turn = itertools.cycle(CALLERS.items())
+        # the admin twice a round: creating users, groups and scavenges needs one, and the stateful
+        # phase can follow a link only from a created resource
+        self._turn = itertools.cycle([(kind, CALLERS[kind]) for kind in TURNS])
 
     def get(self, case, ctx):
         return next(self._turn)
@@ -157,6 +160,8 @@ class Run:
     operations: set[str] = field(default_factory=set)
     responses: int = 0
     stateful_steps: int = 0
+    #: stateful steps made by following a link of the document (a created resource used), by link name
+    links_followed: dict[str, int] = field(default_factory=dict)
     callers: set[str] = field(default_factory=set)
     stop_reason: str | None = None
     elapsed: float = 0.0
@@ -218,6 +223,11 @@ def _fuzz(target: str, base_url: str, ca: str | None) -> Run:
                 node = recorder.cases.get(case_id)
                 if node is not None:
                     run.callers.add(_caller(node.value))
+                    if node.transition is not None and node.is_transition_applied:
+                        name = str(node.transition.id) + (
+                            " (inferred)" if node.transition.is_inferred else ""
+                        )
+                        run.links_followed[name] = run.links_followed.get(name, 0) + 1
             for case_id, checks in recorder.checks.items():
                 for check in checks:
                     if check.status != Status.FAILURE or check.failure_info is None:
@@ -346,7 +356,7 @@ def runs(cluster: ClusterUnderTest) -> dict[str, Run]:
             out[target] = run
             print(  # the figures docs/reliability.md quotes (pytest -s shows them)
                 f"\nfuzz {target}: {run.elapsed:.1f} s, {run.responses} responses, {run.stateful_steps} stateful,"
-                f" {len(run.operations)} operations, phases {run.phase_seconds}"
+                f" {len(run.operations)} operations, phases {run.phase_seconds}, links followed {run.links_followed}"
             )
     return out
 
@@ -362,6 +372,8 @@ def test_every_operation_was_reached_by_every_caller_in_time(runs, target):
     assert run.elapsed < DEADLINE
     assert run.responses >= MAX_EXAMPLES * 60, f"the run hardly reached the node ({run.responses} responses)"
     assert run.stateful_steps > 20, f"the stateful phase hardly ran ({run.stateful_steps} steps)"
+    followed = sum(run.links_followed.values())
+    assert followed >= 5, f"the stateful phase hardly followed any link: {run.links_followed}"
     assert set(CALLERS) <= run.callers, run.callers
     expected = {"POST /streams/{stream}", "POST /users", "PUT /subscriptions/{stream}/{group}", "GET /web/"}
     assert expected <= run.operations, sorted(run.operations)
