@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from evdb.database import Database
 from evdb.errors import EvdbError, InvalidInput, StreamDeleted, StreamNotFound
-from evdb.streams import NO_STREAM, NewEvent, is_metastream, original_stream_of
+from evdb.streams import NewEvent, is_metastream, original_stream_of
 
 __all__ = [
     "ADMINS",
@@ -148,20 +148,51 @@ def _check_password(password: object) -> str:
     return password
 
 
+def _login_of(stream: str) -> str | None:
+    """The login whose sign-ins a record of ``stream`` decides (``$user-<login>`` or its metastream,
+    whose ``$tb``/``$maxCount``/``$maxAge`` hide records), else None."""
+    if stream.startswith("$$"):
+        stream = stream[2:]
+    return stream[6:] if stream.startswith("$user-") else None
+
+
 class UserStore:
-    """Reads and writes users in the database; caches successful logins (blocking: call off the loop)."""
+    """Reads and writes users in the database; caches successful logins (blocking: call off the loop).
+
+    The caches hold what the user records said: every committed record of a user stream, written here,
+    replicated from a leader or installed with a chunk file, empties them of that login before readers
+    can see it (the store is the database's :class:`~evdb.database.VisibilityWatch`), and nothing is
+    cached again until readers see it."""
 
     def __init__(self, db: Database, *, cache_size: int = 1024) -> None:
         self._db = db
         self._cache: OrderedDict[tuple[str, str], Principal] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
-        #: bumped by every change of a user: a sign-in that read the record before a change does not
-        #: cache what it read
+        #: bumped by every change of a user (as it becomes visible, and again once it is): a sign-in
+        #: that read the record before a change does not cache what it read
         self._changes = 0
+        #: changes committed that readers may not see yet: while any is, nothing is cached (a sign-in
+        #: may still read the record before it)
+        self._changing = 0
         #: signed-in ``Authorization`` header values (as received) and their principals: one dict
         #: lookup for a caller that sends the same header again; emptied by every change of a user
         self._headers: dict[str, Principal] = {}
+        db.add_visibility_watch(self)
+
+    # -- the database's visibility watch --------------------------------------------------------------
+    def concerns(self, stream: str) -> bool:
+        return stream.startswith(("$user-", "$$$user-")) or stream in ("$users", "$$$users")
+
+    def changing(self, streams: frozenset[str]) -> None:
+        with self._lock:
+            self._changing += 1
+        self._forget(streams)
+
+    def changed(self, streams: frozenset[str]) -> None:
+        with self._lock:
+            self._changing -= 1
+        self._forget(streams)
 
     # -- records --------------------------------------------------------------------------------------
     def _record(self, login: str) -> dict | None:
@@ -187,17 +218,16 @@ class UserStore:
             return None
         return record
 
-    def _write(self, login: str, data: dict, event_type: str, expected: int | None = None) -> None:
-        event = NewEvent(event_type, json.dumps(data).encode(), is_json=True)
-        self._db.append(f"$user-{login}", [event], NO_STREAM if expected is None else expected)
-        self._forget(login)
-
-    def _forget(self, login: str) -> None:
+    def _forget(self, streams: frozenset[str]) -> None:
+        """Forget the sign-ins of the logins whose user streams are in ``streams`` (every remembered
+        header: one may be such a login's)."""
+        logins = {login for login in map(_login_of, streams) if login is not None}
         with self._lock:
             self._changes += 1
             self._headers = {}
-            for key in [k for k in self._cache if k[0] == login]:
-                del self._cache[key]
+            if logins:
+                for key in [k for k in self._cache if k[0] in logins]:
+                    del self._cache[key]
 
     # -- public ---------------------------------------------------------------------------------------
     def ensure_defaults(self) -> None:
@@ -272,7 +302,7 @@ class UserStore:
     def _remember_header(self, header: str, principal: Principal, changes: int) -> None:
         """Keep ``principal`` under ``header`` unless a user changed since ``changes`` was read."""
         with self._lock:
-            if self._changes == changes:
+            if self._changes == changes and not self._changing:
                 headers = self._headers
                 if len(headers) >= self._cache_size:
                     del headers[next(iter(headers))]
@@ -297,7 +327,7 @@ class UserStore:
             return None
         principal = Principal(login, frozenset([login, *record.get("groups", [])]))
         with self._lock:
-            if self._changes != changes:  # a user changed while this one was read: not cached
+            if self._changes != changes or self._changing:  # a user changed meanwhile: not cached
                 return principal
             self._cache[key] = principal
             while len(self._cache) > self._cache_size:
@@ -379,7 +409,6 @@ class UserStore:
         record.update(changes)
         event = NewEvent(event_type, json.dumps(record).encode(), is_json=True)
         self._db.append(f"$user-{login}", [event])
-        self._forget(login)
 
     def update(self, login: str, full_name: str, groups: builtins.list[str]) -> None:
         if (
@@ -410,7 +439,6 @@ class UserStore:
         self._db.append(
             "$users", [NewEvent("$UserDeleted", json.dumps({"loginName": login}).encode(), is_json=True)]
         )
-        self._forget(login)
 
 
 _ACL_KEYS = {"read": "$r", "write": "$w", "delete": "$d", "metaread": "$mr", "metawrite": "$mw"}
