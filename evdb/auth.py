@@ -22,7 +22,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from evdb.database import Database
-from evdb.errors import EvdbError, InvalidInput, StreamDeleted, StreamNotFound
+from evdb.errors import EvdbError, InvalidInput, StreamDeleted, StreamNotFound, UsersNotReady
 from evdb.streams import NewEvent, is_metastream, original_stream_of
 
 __all__ = [
@@ -240,6 +240,13 @@ class UserStore:
         """A user stream with events (readable or not: an unreadable record is not overwritten)."""
         return self._db.stream_state(f"$user-{login}").last_event_number >= 0
 
+    def _users_written(self) -> bool:
+        """Whether any user was ever written here (``$users`` has an event or a tombstone): until
+        then a login without a record is not unknown, only not here yet (a fresh cluster's follower
+        before the leader's default users reach it)."""
+        state = self._db.stream_state("$users")
+        return state.last_event_number >= 0 or state.tombstoned
+
     def _was_deleted(self, login: str) -> bool:
         return self._db.stream_state(f"$user-{login}").tombstoned
 
@@ -309,7 +316,8 @@ class UserStore:
                 headers[header] = principal
 
     def authenticate(self, login: str, password: str) -> Principal | None:
-        """The principal of these credentials, or None (unknown login, disabled, wrong password).
+        """The principal of these credentials, or None (unknown login, disabled, wrong password);
+        UsersNotReady while no user was ever written here (the credentials cannot be judged yet).
         Blocking on a cache miss (reads the user's record, hashes the password): call off the loop,
         or through :meth:`sign_in`."""
         principal = self.cached(login, password)
@@ -319,6 +327,8 @@ class UserStore:
         with self._lock:
             changes = self._changes
         record = self._record(login)
+        if record is None and not self._users_written():
+            raise UsersNotReady()
         # the password is hashed whatever the record: an unknown or disabled login takes as long to
         # refuse as a wrong password (no timing answer to "does this user exist?")
         salt, expected = (record["salt"], record["hash"]) if record is not None else _DUMMY_CREDENTIALS
