@@ -181,8 +181,8 @@ class UserStore:
         db.add_visibility_watch(self)
 
     # -- the database's visibility watch --------------------------------------------------------------
-    def concerns(self, stream: str) -> bool:
-        return stream.startswith(("$user-", "$$$user-")) or stream in ("$users", "$$$users")
+    #: ``$user-<login>``, ``$users`` and their metastreams
+    prefixes: tuple[str, ...] = ("$user", "$$$user")
 
     def changing(self, streams: frozenset[str]) -> None:
         with self._lock:

@@ -96,7 +96,8 @@ class VisibilityWatch(Protocol):
     """Told of the records of the streams it concerns as they become visible to readers (see
     :meth:`Database.add_visibility_watch`): the users' credential caches watch the user streams."""
 
-    def concerns(self, stream: str) -> bool: ...
+    #: the streams whose names start with one of these concern it
+    prefixes: tuple[str, ...]
 
     def changing(self, streams: frozenset[str]) -> None:
         """Records of ``streams`` are committed here and readers may see them from now on."""
@@ -658,10 +659,12 @@ class Database:
     def _tell_changing(self, names: set[str]) -> list[tuple[VisibilityWatch, frozenset[str]]]:
         told = []
         for watch in self._watches:
-            streams = frozenset(name for name in names if watch.concerns(name))
+            prefixes = watch.prefixes
+            streams = [name for name in names if name.startswith(prefixes)]
             if streams:
-                watch.changing(streams)
-                told.append((watch, streams))
+                concerned = frozenset(streams)
+                watch.changing(concerned)
+                told.append((watch, concerned))
         return told
 
     def _settle_watched(self, end: int, told: list[tuple[VisibilityWatch, frozenset[str]]]) -> None:

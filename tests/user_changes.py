@@ -3,7 +3,8 @@ afterwards (issue 33, point 1): shared by the cluster in this process
 (tests/test_auth_revocation_cluster.py) and the real one (tests/cluster/test_user_revocation.py).
 
 Each user signs in on every node first (so every node caches the sign-in); then the leader changes it;
-once the change is acknowledged and a node shows its record, that node refuses the old credentials."""
+once the change is acknowledged and a node shows its record, that node refuses the old credentials;
+dave (deleted) and frank (removed from $admins), both admins before, create no user through any node."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def run(clients: dict[str, httpx.Client], leader: str, timeout: float = 30.0) ->
     lead = clients[leader]
     followers = [name for name in clients if name != leader]
     for login, password in USERS.items():
-        groups = ["$admins"] if login == "frank" else ["staff"]
+        groups = ["$admins"] if login in ("dave", "frank") else ["staff"]
         r = lead.post("/users", json={"loginName": login, "password": password, "groups": groups}, auth=ADMIN)
         assert r.status_code == 201, r.text
     for name, client in clients.items():  # every node signs every user in (and caches it)
@@ -110,6 +111,12 @@ def run(clients: dict[str, httpx.Client], leader: str, timeout: float = 30.0) ->
             )
             assert not _old_access(client, login), f"{login}: the old access on {name}"
     assert _signed_in(lead, "bob", "b2") == 200 and _signed_in(lead, "gina", "gina-new") == 200
+    # neither the deleted admin nor the demoted one creates a user through any node
+    for name, client in clients.items():
+        for login in ("dave", "frank"):
+            made = {"loginName": f"{login}-made-{uuid.uuid4().hex[:8]}", "password": "x"}
+            r = client.post("/users", json=made, auth=(login, USERS[login]))
+            assert r.status_code == 401, (name, login, r.status_code, r.text)
 
 
 def _old_access(client: httpx.Client, login: str) -> bool:
