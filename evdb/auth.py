@@ -336,6 +336,8 @@ class UserStore:
         if record is None or record.get("disabled") or not matches:
             return None
         principal = Principal(login, frozenset([login, *record.get("groups", [])]))
+        if self._db.stream_state(f"$user-{login}").metadata.max_age is not None:
+            return principal  # the record expires with time alone, no record telling: never cached
         with self._lock:
             if self._changes != changes or self._changing:  # a user changed meanwhile: not cached
                 return principal

@@ -13,6 +13,7 @@ import json
 import pytest
 
 from evdb.auth import UserStore, hash_password
+from evdb.clock import ManualClock
 from evdb.database import Database
 from evdb.streams import NewEvent
 
@@ -98,3 +99,21 @@ def test_a_change_never_made_visible_does_not_stop_caching_after_close(db: Datab
     assert users._changing == 1
     db.close()  # the database a truncation reopens: its readers never see the record
     assert users._changing == 0
+
+
+def test_a_user_record_that_expires_with_time_is_never_cached():
+    """``$maxAge`` on ``$user-eve`` hides her record once it is old enough, with no record written to
+    say so: her sign-ins are judged each time, and refused once it expired."""
+    clock = ManualClock()
+    database = Database.open(None, clock=clock)
+    try:
+        users = UserStore(database)
+        users.ensure_defaults()
+        users.create("eve", "Eve", [], "eve-password")
+        database.set_stream_metadata("$user-eve", {"$maxAge": 60})
+        assert users.authenticate("eve", "eve-password") is not None
+        assert users.cached("eve", "eve-password") is None
+        clock.advance(61)
+        assert users.authenticate("eve", "eve-password") is None
+    finally:
+        database.close()

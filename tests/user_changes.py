@@ -111,6 +111,7 @@ def run(clients: dict[str, httpx.Client], leader: str, timeout: float = 30.0) ->
             )
             assert not _old_access(client, login), f"{login}: the old access on {name}"
     assert _signed_in(lead, "bob", "b2") == 200 and _signed_in(lead, "gina", "gina-new") == 200
+    _acl_change(clients, leader, timeout)
     # neither the deleted admin nor the demoted one creates a user through any node
     for name, client in clients.items():
         for login in ("dave", "frank"):
@@ -130,3 +131,40 @@ def _old_access(client: httpx.Client, login: str) -> bool:
     r = client.post("/users", json=made, auth=("frank", USERS["frank"]))
     assert r.status_code in (201, 401), (r.status_code, r.text)  # KurrentDB's /users: 401 when not an admin
     return r.status_code == 201
+
+
+def _acl_change(clients: dict[str, httpx.Client], leader: str, timeout: float) -> None:
+    """A stream's ``$acl`` set on the leader: bob, who read the stream on every node, is refused on each
+    as soon as it shows the new metadata (no node keeps a stream's access rules)."""
+    stream = f"acl-{uuid.uuid4().hex[:8]}"
+    bob = ("bob", "b2")
+    lead = clients[leader]
+    r = lead.post(
+        f"/streams/{stream}",
+        json={"n": 1},
+        headers={"Kurrent-EventType": "T", "Kurrent-EventId": str(uuid.uuid4())},
+        auth=ADMIN,
+    )
+    assert r.status_code == 201, r.text
+    read = f"/streams/{stream}/0/forward/1"
+    for name, client in clients.items():
+        wait_until(
+            lambda c=client: c.get(read, auth=bob, headers={"Accept": "application/json"}).status_code == 200,  # type: ignore[misc]
+            timeout,
+            f"bob reading {stream} on {name}",
+        )
+    r = lead.post(
+        f"/streams/{stream}/metadata",
+        content=json.dumps({"$acl": {"$r": "$admins"}}),
+        headers={"Content-Type": "application/json", "Kurrent-EventId": str(uuid.uuid4())},
+        auth=ADMIN,
+    )
+    assert r.status_code == 201, r.text
+    for name, client in clients.items():
+        wait_until(
+            lambda c=client: c.get(f"/streams/{stream}/metadata", auth=ADMIN).json().get("$acl"),  # type: ignore[misc]
+            timeout,
+            f"{name} to show the metadata of {stream}",
+        )
+        status = client.get(read, auth=bob, headers={"Accept": "application/json"}).status_code
+        assert status == 401, (name, status)
