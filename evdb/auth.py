@@ -231,10 +231,19 @@ class UserStore:
 
     # -- public ---------------------------------------------------------------------------------------
     def ensure_defaults(self) -> None:
-        """Create ``admin`` and ``ops`` on a fresh database."""
-        for login, full_name, groups in DEFAULT_USERS:
-            if self._record(login) is None and not self._was_deleted(login) and not self._exists(login):
-                self.create(login, full_name, list(groups), DEFAULT_PASSWORD)
+        """Create ``admin`` and ``ops`` on a fresh database: both records first, then their ``$users``
+        events in one append, so a node that shows ``$users`` (ready to judge credentials, see
+        :meth:`authenticate`) shows both users."""
+        made = [
+            login
+            for login, full_name, groups in DEFAULT_USERS
+            if self._record(login) is None
+            and not self._was_deleted(login)
+            and not self._exists(login)
+            and self._write_created(login, full_name, list(groups), DEFAULT_PASSWORD)
+        ]
+        if made:
+            self._list_created(made)
 
     def _exists(self, login: str) -> bool:
         """A user stream with events (readable or not: an unreadable record is not overwritten)."""
@@ -392,6 +401,11 @@ class UserStore:
             raise InvalidInput("fullName must be a string and groups a list of strings.")
         if self._record(login) is not None:
             raise UserAlreadyExists(login)
+        self._write_created(login, full_name, groups, password)
+        self._list_created([login])
+        return UserInfo(login, full_name, tuple(groups))
+
+    def _write_created(self, login: str, full_name: str, groups: builtins.list[str], password: str) -> bool:
         salt, digest = hash_password(password)
         data = {
             "loginName": login,
@@ -409,10 +423,14 @@ class UserStore:
             raise InvalidInput(
                 f"The login name '{login}' belonged to a deleted user and cannot be reused."
             ) from None
-        self._db.append(
-            "$users", [NewEvent("$UserCreated", json.dumps({"loginName": login}).encode(), is_json=True)]
-        )
-        return UserInfo(login, full_name, tuple(groups))
+        return True
+
+    def _list_created(self, logins: builtins.list[str]) -> None:
+        events = [
+            NewEvent("$UserCreated", json.dumps({"loginName": login}).encode(), is_json=True)
+            for login in logins
+        ]
+        self._db.append("$users", events)
 
     def _update(self, login: str, event_type: str, **changes: object) -> None:
         record = self._record(_check_login(login))

@@ -103,3 +103,29 @@ def test_a_fresh_cluster_never_answers_401_to_the_default_admin(tmp_path: Path):
         assert seen and seen[-1][0] == 200, (port, seen[-5:])
         assert all(status in (200, 503) for status, _ in seen), (port, sorted({s for s, _ in seen}))
         assert all(retry == "1" for status, retry in seen if status == 503), (port, seen[:5])
+
+
+def test_a_node_that_shows_any_user_shows_both_default_users():
+    """A follower shows a prefix of its leader's log: wherever that prefix ends, it either has no user
+    yet (not ready) or signs in both ``admin`` and ``ops`` (their records come before their ``$users``
+    events, written in one append)."""
+    db = Database.open(None)
+    try:
+        db.set_read_limit(0)
+        UserStore(db).ensure_defaults()
+        db.set_read_limit(db.committed_position)
+        positions = [e.log_position for e in db.read_all_forward(0, 100).events]
+        seen = set()
+        for position in positions:
+            db.set_read_limit(position + 1)  # the log up to and with this record
+            store = UserStore(db)
+            try:
+                signed_in = [store.authenticate(login, "changeit") is not None for login in ("admin", "ops")]
+            except UsersNotReady:
+                seen.add("not ready")
+                continue
+            assert signed_in == [True, True], position
+            seen.add("both")
+        assert seen == {"not ready", "both"}
+    finally:
+        db.close()
