@@ -16,6 +16,7 @@ def test_no_node_of_a_real_cluster_accepts_revoked_credentials(cluster):
     leader = cluster.leader()
     cluster.wait_until(lambda: sorted(cluster.states().values()).count("Follower") == 2, 30, "two followers")
     names = [n["name"] for n in cluster.nodes()]
+    assert len(names) == 4  # the leader, two followers and the read-only replica
     clients = {name: cluster.client(name) for name in names}
     try:
         user_changes.run(clients, leader)
