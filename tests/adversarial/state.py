@@ -10,6 +10,7 @@ from ``$all`` only when it moved.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -28,6 +29,10 @@ class Leader:
     def __init__(self, client: httpx.Client) -> None:
         self.client = client
 
+    def answer(self, path: str) -> Any:
+        """The leader's answer to an admin's GET of ``path`` once it is not 503 (bounded)."""
+        return self._json(path)
+
     def _json(self, path: str) -> Any:
         """The leader's answer to an admin's GET (a 503 while it is busy is waited out, bounded)."""
 
@@ -43,13 +48,21 @@ class Leader:
         """The end of the leader's committed log."""
         return self._json("/gossip")["members"][0]["writerCheckpoint"]
 
-    def streams_written_since(self, position: int) -> list[str]:
-        """The streams of the events written at or after ``position`` (the last 200 at most)."""
+    def streams_written_since(self, position: int, not_before: float = 0.0) -> list[str]:
+        """The streams of the events written at or after ``position`` (the last 200 at most), and at or
+        after the time ``not_before`` (seconds since the epoch, this machine's clock and the node's)."""
         page = self._json("/streams/$all/head/backward/200")
-        return [e["streamId"] for e in page["entries"] if e["position"] >= position]
+        return [
+            e["streamId"]
+            for e in page["entries"]
+            if e["position"] >= position and datetime.fromisoformat(e["updated"]).timestamp() >= not_before
+        ]
 
-    def written_since(self, before: int) -> list[str]:
-        """The streams a client's request wrote since ``before`` (the node's own writes aside)."""
+    def written_since(self, before: int, not_before: float = 0.0) -> list[str]:
+        """The streams a client's request wrote since ``before`` (and the time ``not_before``: what a
+        request still in progress after its client gave up on it wrote earlier is not counted), the
+        node's own writes aside."""
         if self.position() == before:
             return []
-        return sorted({s for s in self.streams_written_since(before) if not BACKGROUND_STREAMS.match(s)})
+        written = self.streams_written_since(before, not_before)
+        return sorted({s for s in written if not BACKGROUND_STREAMS.match(s)})
