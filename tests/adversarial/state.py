@@ -48,15 +48,18 @@ class Leader:
         """The end of the leader's committed log."""
         return self._json("/gossip")["members"][0]["writerCheckpoint"]
 
-    def streams_written_since(self, position: int, not_before: float = 0.0) -> list[str]:
-        """The streams of the events written at or after ``position`` (the last 200 at most), and at or
-        after the time ``not_before`` (seconds since the epoch, this machine's clock and the node's)."""
+    def events_written_since(self, position: int, not_before: float = 0.0) -> list[dict]:
+        """The events written at or after ``position`` (the last 200 at most), and at or after the time
+        ``not_before`` (seconds since the epoch, this machine's clock and the node's)."""
         page = self._json("/streams/$all/head/backward/200")
         return [
-            e["streamId"]
+            e
             for e in page["entries"]
             if e["position"] >= position and datetime.fromisoformat(e["updated"]).timestamp() >= not_before
         ]
+
+    def streams_written_since(self, position: int, not_before: float = 0.0) -> list[str]:
+        return [e["streamId"] for e in self.events_written_since(position, not_before)]
 
     def written_since(self, before: int, not_before: float = 0.0) -> list[str]:
         """The streams a client's request wrote since ``before`` (and the time ``not_before``: what a

@@ -97,8 +97,11 @@ class Tracker:
 
     leader: Leader
     last: int  # the leader's log end after the last request that could change state
+    recent: list[str] = field(default_factory=list)  # the last few requests, for a finding's report
 
-    def after(self, method: str, status: int, label: str, started: float = 0.0) -> str | None:
+    def after(
+        self, method: str, status: int, label: str, started: float = 0.0, caller: str = ""
+    ) -> str | None:
         """Called after every response (``started``: when its request was sent, seconds since the
         epoch): the reason a refused request changed something, or None."""
         if method == "GET":
@@ -108,10 +111,25 @@ class Tracker:
             self.leader.answer(settle)  # what the request set off is done (503 until then, waited out)
         before, now = self.last, self.leader.position()
         self.last = now
+        self.recent = [*self.recent[-3:], f"{_clock(started)} {label} as {caller}: {status}"]
         if not 400 <= status < 500 or now == before:
             return None
         written = self.leader.written_since(before, started)
-        return f"{label} answered {status} but wrote to {written}" if written else None
+        if not written:
+            return None
+        events = [
+            f"{e['streamId']} {e['eventType']} at {e['updated'][11:23]}"
+            for e in self.leader.events_written_since(before, started)
+            if e["streamId"] in written
+        ]
+        return (
+            f"{label} answered {status} but wrote to {written}: {events}; the requests before (start time, "
+            f"operation, caller, answer): {self.recent}"
+        )
+
+
+def _clock(seconds: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(seconds)) + f".{int(seconds % 1 * 1000):03d}"
 
 
 #: the tracker of the run in progress (schemathesis's checks are registered once per process, by name)
@@ -140,7 +158,9 @@ def a_revoked_caller_is_refused(ctx, response, case):
 def a_refused_request_changed_nothing(ctx, response, case):
     assert _TRACKER is not None
     started = time.time() - response.elapsed - CLOCK_MARGIN
-    problem = _TRACKER.after(case.method.upper(), response.status_code, case.operation.label, started)
+    problem = _TRACKER.after(
+        case.method.upper(), response.status_code, case.operation.label, started, _caller(case)
+    )
     if problem:
         raise AssertionError(problem)
 
@@ -428,8 +448,11 @@ def test_a_refusal_that_wrote_is_caught():
         def position(self) -> int:
             return self.end
 
-        def streams_written_since(self, position: int, not_before: float = 0.0) -> list[str]:
-            return self.streams
+        def events_written_since(self, position: int, not_before: float = 0.0) -> list[dict]:
+            return [
+                {"streamId": s, "eventType": "T", "updated": "2026-12-05T14:00:00.000000Z"}
+                for s in self.streams
+            ]
 
     quiet = FakeLeader(["$scavenges-1", "$persistentsubscription-s::g-checkpoint", "$epochs"])
     tracker = Tracker(quiet, quiet.position())
