@@ -273,8 +273,13 @@ def _fuzz(target: str, base_url: str, ca: str | None) -> Run:
                     seen.add(key)
                     node = recorder.cases.get(case_id)
                     caller = _caller(node.value) if node is not None else "?"
+                    interaction = recorder.interactions.get(case_id)
+                    answer = interaction.response if interaction is not None else None
+                    status = (
+                        f"{answer.status_code} {answer.text[:200]!r}" if answer is not None else "no answer"
+                    )
                     run.findings.append(
-                        f"{target} {recorder.label} as {caller}: {check.name}: {failure.title}\n"
+                        f"{target} {recorder.label} as {caller}: {check.name}: {failure.title} ({status})\n"
                         f"    {(failure.message or '')[:400]}\n    {check.failure_info.code_sample[:600]}"
                     )
         elif isinstance(event, events.NonFatalError):
