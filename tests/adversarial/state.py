@@ -23,6 +23,10 @@ BACKGROUND_STREAMS = re.compile(
 )
 
 
+class LeaderChanged(Exception):
+    """The node read as the leader is no longer the leader (an election): its log end lags behind."""
+
+
 class Leader:
     """The leader's log as an admin reads it."""
 
@@ -45,8 +49,11 @@ class Leader:
         return response.json()
 
     def position(self) -> int:
-        """The end of the leader's committed log."""
-        return self._json("/gossip")["members"][0]["writerCheckpoint"]
+        """The end of the leader's committed log; LeaderChanged when the node no longer leads."""
+        own = self._json("/gossip")["members"][0]
+        if own["state"] != "Leader":
+            raise LeaderChanged(f"{self.client.base_url} is {own['state']}")
+        return own["writerCheckpoint"]
 
     def events_written_since(self, position: int, not_before: float = 0.0) -> list[dict]:
         """The events written at or after ``position`` (the last 200 at most), and at or after the time

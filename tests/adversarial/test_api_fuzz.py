@@ -37,16 +37,18 @@ import base64
 import itertools
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import pytest
 import schemathesis
 from schemathesis.engine import Status, events
 from waiting import wait_until
 
 from tests.adversarial.conftest import ClusterUnderTest
-from tests.adversarial.state import Leader
+from tests.adversarial.state import Leader, LeaderChanged
 
 SEED = 20261205
 MAX_EXAMPLES = 2  # per operation in the fuzzing phase (the coverage phase adds its own boundary cases)
@@ -98,6 +100,9 @@ class Tracker:
     leader: Leader
     last: int  # the leader's log end after the last request that could change state
     recent: list[str] = field(default_factory=list)  # the last few requests, for a finding's report
+    #: the current leader's address (called when the one read stops leading), and the elections seen
+    find_leader: Callable[[], httpx.URL] | None = None
+    elections: int = 0
 
     def after(
         self, method: str, status: int, label: str, started: float = 0.0, caller: str = ""
@@ -109,7 +114,16 @@ class Tracker:
         settle = SETTLES_LATER.get(label)
         if settle is not None and 200 <= status < 300:
             self.leader.answer(settle)  # what the request set off is done (503 until then, waited out)
-        before, now = self.last, self.leader.position()
+        before = self.last
+        try:
+            now = self.leader.position()
+        except LeaderChanged:
+            # an election: the new leader's log is read from now on; this request is not judged
+            assert self.find_leader is not None
+            self.elections += 1
+            self.leader.client.base_url = self.find_leader()
+            self.last = self.leader.position()
+            return None
         self.last = now
         self.recent = [*self.recent[-3:], f"{_clock(started)} {label} as {caller}: {status}"]
         if not 400 <= status < 500 or now == before:
@@ -193,6 +207,7 @@ class Run:
     stateful_steps: int = 0
     #: stateful steps made by following a link of the document (a created resource used), by link name
     links_followed: dict[str, int] = field(default_factory=dict)
+    elections: int = 0  # leader changes during the run (its refusals then judged on the new leader)
     callers: set[str] = field(default_factory=set)
     stop_reason: str | None = None
     elapsed: float = 0.0
@@ -379,9 +394,14 @@ def runs(cluster: ClusterUnderTest) -> dict[str, Run]:
         for target, node in (("leader", leader), ("follower", follower)):
             watched = {name: _log_size(cluster, name) for name in {leader, node}}
             state = Leader(admin)
-            _TRACKER = Tracker(state, state.position())
+            _TRACKER = Tracker(
+                state,
+                state.position(),
+                find_leader=lambda: httpx.URL(cluster.url(cluster.by_role()["leader"])),
+            )
             try:
                 run = _fuzz(target, cluster.url(node), ca)
+                run.elections = _TRACKER.elections
             finally:
                 _TRACKER = None
             for name, offset in watched.items():
@@ -396,7 +416,7 @@ def runs(cluster: ClusterUnderTest) -> dict[str, Run]:
             print(  # the figures docs/reliability.md quotes (pytest -s shows them)
                 f"\nfuzz {target}: {run.elapsed:.1f} s, {run.responses} responses, {run.stateful_steps} stateful,"
                 f" {len(run.operations)} operations, phases {run.phase_seconds}, links followed {run.links_followed},"
-                f" slowest {sorted(run.label_seconds.items(), key=lambda kv: -kv[1])[:5]}"
+                f" elections {run.elections}, slowest {sorted(run.label_seconds.items(), key=lambda kv: -kv[1])[:5]}"
             )
     return out
 
