@@ -103,6 +103,7 @@ class Tracker:
     #: the current leader's address (called when the one read stops leading), and the elections seen
     find_leader: Callable[[], httpx.URL] | None = None
     elections: int = 0
+    election_notes: list[str] = field(default_factory=list)
 
     def after(
         self, method: str, status: int, label: str, started: float = 0.0, caller: str = ""
@@ -121,6 +122,9 @@ class Tracker:
             # an election: the new leader's log is read from now on; this request is not judged
             assert self.find_leader is not None
             self.elections += 1
+            self.election_notes.append(
+                f"{_clock(time.time())} after {self.recent[-3:]} then {label}: {status}"
+            )
             self.leader.client.base_url = self.find_leader()
             self.last = self.leader.position()
             return None
@@ -208,6 +212,7 @@ class Run:
     #: stateful steps made by following a link of the document (a created resource used), by link name
     links_followed: dict[str, int] = field(default_factory=dict)
     elections: int = 0  # leader changes during the run (its refusals then judged on the new leader)
+    election_notes: list[str] = field(default_factory=list)  # the requests before each
     callers: set[str] = field(default_factory=set)
     stop_reason: str | None = None
     elapsed: float = 0.0
@@ -402,6 +407,7 @@ def runs(cluster: ClusterUnderTest) -> dict[str, Run]:
             try:
                 run = _fuzz(target, cluster.url(node), ca)
                 run.elections = _TRACKER.elections
+                run.election_notes = _TRACKER.election_notes
             finally:
                 _TRACKER = None
             for name, offset in watched.items():
@@ -416,7 +422,7 @@ def runs(cluster: ClusterUnderTest) -> dict[str, Run]:
             print(  # the figures docs/reliability.md quotes (pytest -s shows them)
                 f"\nfuzz {target}: {run.elapsed:.1f} s, {run.responses} responses, {run.stateful_steps} stateful,"
                 f" {len(run.operations)} operations, phases {run.phase_seconds}, links followed {run.links_followed},"
-                f" elections {run.elections}, slowest {sorted(run.label_seconds.items(), key=lambda kv: -kv[1])[:5]}"
+                f" elections {run.elections} {run.election_notes}, slowest {sorted(run.label_seconds.items(), key=lambda kv: -kv[1])[:5]}"
             )
     return out
 
