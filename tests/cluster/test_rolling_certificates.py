@@ -289,3 +289,130 @@ def test_sighup_reload_and_a_failed_one_on_a_node_process(tmp_path):
         assert presented_fingerprint(node["url"], trusted_cas(local.data_dir)) == fingerprint(rotated)
     finally:
         local.down(timeout=10, log=lambda *_: None)
+
+
+def node_states(local: LocalCluster) -> dict[str, str]:
+    return {row["name"]: row["state"] for row in local.status()}
+
+
+def settled(local: LocalCluster) -> bool:
+    states = sorted(node_states(local).values())
+    return states == ["Follower", "Follower", "Leader"]
+
+
+def test_clients_trust_both_cas_while_a_prepared_rotation_is_under_way_and_rotate_finishes_it(local):
+    """`certs rotate --prepare` leaves every client tool working: `cluster status`, the launcher's
+    leader wait and the dashboard's certificate check trust the old CA and the new one until the rotation
+    is finished; `certs rotate` again reloads the rest and finishes (clients then trust the new CA alone)."""
+    import asyncio
+
+    from evdb.cli import main
+    from tui.certificates import read_certificate
+
+    ca_file = local.info()["ca"]
+    old_ca = os.path.realpath(ca_file)
+    assert main(["certs", "rotate", "--cluster", str(local.data_dir), "--prepare"]) == 0
+    rotation = json.loads((local.data_dir / "certs" / "rotation.json").read_text())
+    generation = local.data_dir / "certs" / rotation["generation"]
+
+    def every_client_check_passes() -> bool:
+        assert settled(local), node_states(local)  # cluster status: no node Unreachable
+        local.wait_for_leader(10)
+        for node in local.info()["nodes"]:  # the dashboard's chain column
+            state = asyncio.run(read_certificate(node["url"], ca_file, time.time()))
+            assert state is not None and state.verified, (node["name"], state)
+        return True
+
+    every_client_check_passes()
+    # one follower reloaded by hand: it presents the new certificate, the others the old one
+    follower = next(r["name"] for r in local.status() if r["state"] == "Follower")
+    url = next(n["url"] for n in local.info()["nodes"] if n["name"] == follower)
+    with local.client(url) as c:
+        assert c.post("/admin/reloadconfig").status_code == 200
+    new_ca = ssl.create_default_context(cafile=str(generation / "ca" / "ca.crt"))
+    expected = x509.load_pem_x509_certificate((generation / follower / "node.crt").read_bytes())
+    assert presented_fingerprint(url, new_ca) == expected.fingerprint(hashes.SHA256()).hex()
+    wait_until(
+        lambda: any(when.timestamp() > 0 for when, _, _ in certificate_errors(local)), 30, "chain errors"
+    )
+    for row in local.status():
+        assert not row["state"].startswith("Unreachable"), row
+
+    # finishing: the nodes not yet reloaded are reloaded, a write is acknowledged, clients trust the new CA
+    assert main(["certs", "rotate", "--cluster", str(local.data_dir), "--timeout", "60"]) == 0
+    assert not (local.data_dir / "certs" / "rotation.json").exists()
+    assert os.path.realpath(local.info()["ca"]) == str(generation / "ca" / "ca.crt") != old_ca
+    wait_until(lambda: settled(local), 30, "a leader and two followers", detail=lambda: node_states(local))
+    with httpx.Client(verify=new_ca, auth=("admin", "changeit"), timeout=10) as c:
+        leader = local.wait_for_leader(10)
+        rotation_events = c.get(
+            f"{leader}/streams/%24evdb-certificate-rotation/0/forward/10",
+            headers={"Accept": "application/json"},
+        )
+        assert rotation_events.status_code == 200 and len(rotation_events.json()["entries"]) == 1
+
+
+def test_a_node_that_would_refuse_its_reload_stops_the_rotation_before_anything_changes(tmp_path):
+    """A restart-only option changed in a node's configuration makes its reload refuse: `certs rotate`
+    (and `--prepare`) find it first, say what to do, and change nothing; after the restart it works."""
+    from evdb.tls.rotate import RotationError
+
+    quiet = lambda *_: None  # noqa: E731
+    local = LocalCluster(tmp_path / "single")
+    local.up(nodes=1, timeout=60, log=quiet)
+    try:
+        certs = local.data_dir / "certs"
+        links = certs / "node1"
+
+        def files() -> dict[str, str]:
+            return {
+                **{str(p): os.readlink(p) for p in [certs / "ca", *links.iterdir()]},
+                "yaml": Path(local.info()["nodes"][0]["config"]).read_text(),
+                "folders": " ".join(sorted(p.name for p in certs.iterdir())),
+            }
+
+        local.set_node_options({"EnableUnixSocket": "true"})
+        before = files()
+        for prepare in (False, True):
+            with pytest.raises(RotationError) as refused:
+                rotate_cluster(local.data_dir, prepare_only=prepare, common_name="renamed-node", log=quiet)
+            message = str(refused.value)
+            assert message.startswith("Nothing was changed: node1 would refuse the reload"), message
+            assert "EnableUnixSocket runs with false, configured true" in message
+            assert f"evdb cluster stop-node node1 --data {local.data_dir}" in message
+            assert files() == before
+
+        local.stop_node("node1", log=quiet)
+        local.up(timeout=60, log=quiet)
+        report = rotate_cluster(local.data_dir, common_name="renamed-node", timeout=60, log=quiet)
+        with local.client(local.info()["nodes"][0]["url"]) as c:
+            state = c.get("/admin/certificates").json()
+        assert state["certificate"]["commonName"] == "renamed-node"
+        assert state["reservedNodeCommonName"] == "renamed-node"
+        assert report.generation.name == "gen-2"
+    finally:
+        local.down(timeout=10, log=quiet)
+
+
+def test_a_rotation_to_a_new_common_name_leaves_the_cluster_writable_without_restarts(local):
+    """`certs rotate --common-name`: every node-to-node listener takes the new reserved name at its
+    reload; the rotation ends with a write a majority acknowledged, and the writer goes on."""
+    pids = {n["name"]: n["pid"] for n in local.info()["nodes"]}
+    writer = Writer(local)
+    writer.start()
+    try:
+        wait_until(lambda: writer.count() >= 5, 30, "acknowledged writes before the update")
+        report = rotate_cluster(local.data_dir, common_name="rotated-node", timeout=60, log=lambda *_: None)
+        count = writer.count()
+        wait_until(lambda: writer.count() >= count + 10, 30, "acknowledged writes after the update")
+    finally:
+        writer.stop.set()
+        writer.join(10)
+    assert {n["name"]: n["pid"] for n in local.info()["nodes"]} == pids  # no restart
+    wait_until(lambda: settled(local), 30, "a leader and two followers", detail=lambda: node_states(local))
+    new_ca = ssl.create_default_context(cafile=str(report.generation / "ca" / "ca.crt"))
+    for node in local.info()["nodes"]:
+        with httpx.Client(verify=new_ca, auth=("admin", "changeit"), timeout=10) as c:
+            state = c.get(f"{node['url']}/admin/certificates").json()
+        assert state["certificate"]["commonName"] == "rotated-node", state["certificate"]
+        assert state["reservedNodeCommonName"] == "rotated-node"
