@@ -529,6 +529,11 @@ class ClusterService:
         return LogStanding(epochs[0]["epochNumber"] if epochs else -1, self.db.committed_position)
 
     @property
+    def campaigning(self) -> bool:
+        """Whether this node is standing for election now (the simulator kills nodes mid-election)."""
+        return self._election_lock.locked()
+
+    @property
     def term(self) -> int:
         return self.db.log.checkpoints.proposal.value
 
