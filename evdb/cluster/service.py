@@ -949,16 +949,49 @@ class ClusterService:
         return wait
 
     # -- elections -------------------------------------------------------------------------------------
+    def _next_term(self) -> int:
+        known_terms = [
+            max(p.info.get("epochNumber", -1), p.info.get("proposalNumber", -1))
+            for p in self.peers.values()
+            if p.info
+        ]
+        return max([self.term, *known_terms]) + 1
+
+    def _voters(self) -> list[Peer]:
+        return [
+            p for p in self._alive_peers() if not p.info.get("isReadOnlyReplica") and p.replication_endpoint
+        ]
+
+    async def _pre_vote(self) -> bool:
+        """Raft's pre-vote: whether a majority would grant this node its vote in the next term. Nothing
+        is recorded on either side, so a node that cannot win (cut off, or refused by members that hear
+        a live leader) never raises its term, and no leader ever sees a term it would step down for."""
+        request = VoteRequest(
+            self._next_term(), str(self.node.instance_id), self.standing(), self.priority, pre_vote=True
+        )
+        answers = await asyncio.gather(*(self._ask_vote(p, request) for p in self._voters()))
+        grants = 1 + sum(answers)
+        if grants >= majority(self.cluster_size):
+            return True
+        self.logger.info(
+            "Pre-vote for term %d: %d of %d would grant it; not standing",
+            request.term,
+            grants,
+            self.cluster_size,
+        )
+        return False
+
     async def _run_election(self) -> None:
         async with self._election_lock:
             started = self._now()
+            voted_in = self.term
+            if self.cluster_size > 1 and not await self._pre_vote():
+                self._leader_seen = self._now()  # wait a new random delay before trying again
+                return
+            if self.term != voted_in or self.leader_id is not None or self.state != "Unknown":
+                return  # during the pre-vote this node voted for another, or found a leader
             await self._stop_following()
-            known_terms = [
-                max(p.info.get("epochNumber", -1), p.info.get("proposalNumber", -1))
-                for p in self.peers.values()
-                if p.info
-            ]
-            term = max([self.term, *known_terms]) + 1
+            term = self._next_term()
             self.db.log.checkpoints.proposal.write(term)
             self.voted_for = str(self.node.instance_id)
             self.election_count += 1
@@ -970,12 +1003,7 @@ class ClusterService:
                 request.standing.writer_position,
                 self.priority,
             )
-            voters = [
-                p
-                for p in self._alive_peers()
-                if not p.info.get("isReadOnlyReplica") and p.replication_endpoint
-            ]
-            answers = await asyncio.gather(*(self._ask_vote(p, request) for p in voters))
+            answers = await asyncio.gather(*(self._ask_vote(p, request) for p in self._voters()))
             votes = 1 + sum(answers)
             if self.term != term or self.voted_for != str(self.node.instance_id):
                 # while the votes came in, this node granted its own vote in a newer term: that
@@ -1010,7 +1038,12 @@ class ClusterService:
         if not isinstance(body, dict):
             return False
         if not body.get("granted"):
-            self.logger.info("%s:%d refused its vote: %s", *peer.seed, body.get("reason"))
+            self.logger.info(
+                "%s:%d refused its %s: %s",
+                *peer.seed,
+                "pre-vote" if request.pre_vote else "vote",
+                body.get("reason"),
+            )
         return bool(body.get("granted"))
 
     async def handle_vote(self, body: dict) -> dict:
@@ -1042,6 +1075,14 @@ class ClusterService:
             # this node won an election and is writing its epoch: a vote now could let a second leader
             # take office over a log this node is about to extend
             granted, reason = False, "this node is taking office as leader"
+        if vote.pre_vote:  # a pre-vote changes nothing here
+            self.logger.info(
+                "Pre-vote for %s in term %d: %s",
+                vote.candidate_id,
+                vote.term,
+                "granted" if granted else f"refused ({reason})",
+            )
+            return {"granted": granted, "reason": reason, "term": self.term}
         if granted:
             # a voter in a new term takes nothing more from an older leader (its acks could confirm writes
             # the new leader does not have): the term is recorded first, so the gossip loop cannot

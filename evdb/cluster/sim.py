@@ -1208,7 +1208,16 @@ class Simulation:
         if not required:
             return
         self.liveness_checks += 1
-        covered = sorted(set().union(*required))
+        # the majority's leader may be outside it (a member a fault touched) while connected both ways
+        # to every node of it
+        covered = sorted(
+            set().union(*required)
+            | {
+                n.index
+                for n in self.nodes
+                if any(all(n.index == i or frozenset((n.index, i)) in linked for i in m) for m in required)
+            }
+        )
         leaders = [self.nodes[i] for i in covered if self.nodes[i].service.state == "Leader"]
         if len(leaders) != 1:
             names = [self.nodes[i].name for i in covered]
