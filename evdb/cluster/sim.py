@@ -33,7 +33,7 @@ import selectors
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from itertools import combinations
 from types import SimpleNamespace
@@ -48,6 +48,7 @@ from evdb.streams import AppendResult, NewEvent
 __all__ = ["SimulationResult", "run_seed", "run_seeds"]
 
 ANY = -2
+Schedule = Callable[["Simulation", float], Coroutine[Any, Any, None]]
 #: simulated seconds a majority must be connected both ways, undisturbed, before the liveness check
 #: requires it to have exactly one leader that stays and acknowledges writes (about six times the
 #: longest wait before a node stands: GossipTimeoutMs 500 + LeaderElectionTimeoutMs 300)
@@ -1310,6 +1311,15 @@ class Simulation:
         self.reloaded = {}
         self.log("certificate split ends: every node trusts the same certificates")
 
+    async def wait_for_leader(self, within: float) -> SimNode | None:
+        deadline = self.loop.time() + within
+        while self.loop.time() < deadline:
+            for node in self.nodes:
+                if node.alive and node.service.state == "Leader":
+                    return node
+            await asyncio.sleep(0.01)
+        return None
+
     async def wait_for_candidate(self, within: float) -> SimNode | None:
         deadline = self.loop.time() + within
         while self.loop.time() < deadline:
@@ -1487,13 +1497,14 @@ class Simulation:
                     await self.start_node(leader)
 
     # -- the run
-    async def run(self, seconds: float, clients: int) -> None:
+    async def run(self, seconds: float, clients: int, schedule: Schedule | None = None) -> None:
         for node in self.nodes:
             await self.start_node(node)
         until = self.loop.time() + seconds
         tasks = [self.loop.create_task(self.client(k, until)) for k in range(clients)]
         tasks.append(self.loop.create_task(self.reader(until)))
-        tasks.append(self.loop.create_task(self.faults_loop(until)))
+        faults = self.faults_loop(until) if schedule is None else schedule(self, until)
+        tasks.append(self.loop.create_task(faults))
         liveness = self.loop.create_task(self.liveness_loop())
         await asyncio.gather(*tasks)
         # heal: everyone up and connected, then wait (bounded) for the logs to agree
@@ -1558,9 +1569,16 @@ class Simulation:
 
 
 def run_seed(
-    seed: int, *, nodes: int = 3, seconds: float = 8.0, clients: int = 3, verbose: bool = False
+    seed: int,
+    *,
+    nodes: int = 3,
+    seconds: float = 8.0,
+    clients: int = 3,
+    verbose: bool = False,
+    schedule: Schedule | None = None,
 ) -> SimulationResult:
-    """Run one simulated cluster under ``seed``; the same seed always runs the same way."""
+    """Run one simulated cluster under ``seed``; the same seed always runs the same way. ``schedule``:
+    the faults to inject instead of the seed's random ones (``await schedule(sim, until)``)."""
     # what an earlier run in this process left for the garbage collector (its coroutines and async
     # generators) goes now: finalized during this run, it would take turns on this run's loop
     gc.collect()
@@ -1579,7 +1597,7 @@ def run_seed(
     async def bounded() -> None:
         try:
             async with asyncio.timeout(seconds + 400):  # virtual seconds: a stuck run is a finding
-                await sim.run(seconds, clients)
+                await sim.run(seconds, clients, schedule)
         except TimeoutError:
             sim.violation(f"the run did not finish within {seconds + 400:.0f} simulated seconds")
 

@@ -7,6 +7,7 @@ checker is not blind: with a known safety rule of the cluster code switched off,
 
 from __future__ import annotations
 
+import asyncio
 import functools
 
 import pytest
@@ -84,3 +85,32 @@ def test_the_checker_sees_acknowledgements_without_a_majority(monkeypatch):
     monkeypatch.setattr(cluster_service, "majority", lambda size: 1)
     bad = _bad_seeds(10)
     assert any("no majority" in v for r in bad for v in r.violations)
+
+
+def _leaders(sim: sim.Simulation) -> list[tuple[str, int]]:
+    return [(n.name, n.service.standing().epoch_number) for n in sim.nodes if n.service.state == "Leader"]
+
+
+def test_a_follower_behind_a_certificate_split_never_moves_the_leader():
+    """The issue's rolling certificate update, first step: one follower reloads certificates from a new
+    CA. It can reach nobody, while the others' pooled connections to it linger for 3 s (their gossip
+    still reads its term). Before pre-votes it raised its term every round and the leader, reading it,
+    stepped down again and again."""
+    seen: list[list[tuple[str, int]]] = []
+
+    async def split_one_follower(s: sim.Simulation, until: float) -> None:
+        leader = await s.wait_for_leader(5.0)
+        assert leader is not None
+        await asyncio.sleep(max(0.0, sim.LIVENESS_GRACE + 1.0 - s.loop.time()))
+        follower = next(n for n in s.nodes if n is not leader)
+        seen.append(_leaders(s))
+        s._reload([follower], 3.0)
+        s.log(f"certificate split: {follower.name} reloads new certificates")
+        for _ in range(80):  # 8 s: the lingering connections, then none
+            await asyncio.sleep(0.1)
+            seen.append(_leaders(s))
+        s.reloaded = {}
+
+    result = sim.run_seed(7, seconds=1.0, schedule=split_one_follower)
+    assert result.ok, result.violations
+    assert len(seen) > 50 and all(leaders == seen[0] for leaders in seen), seen[0]
