@@ -1552,7 +1552,7 @@ class Simulation:
             self.violation(f"the logs did not converge within 30 s of healing: {ends}")
         # the healed cluster is a majority connected both ways: the liveness check must see its one
         # leader stay and acknowledge writes for a while
-        await asyncio.sleep(max(0.0, healed + LIVENESS_GRACE + 3 * PROBE_EVERY - self.loop.time()))
+        await asyncio.sleep(max(0.0, healed + LIVENESS_GRACE + 2 * PROBE_EVERY - self.loop.time()))
         self.elections = sum(n.service.election_count for n in self.nodes)
         liveness.cancel()
         self.final_check()
@@ -1655,27 +1655,38 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=100, help="how many seeds, from --first (default 100)")
     parser.add_argument("--first", type=int, default=0)
     parser.add_argument("--nodes", type=int, default=3, choices=(3, 5))
-    parser.add_argument("--seconds", type=float, default=8.0, help="simulated seconds of faults per seed")
-    parser.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
+    parser.add_argument("--seconds", type=float, default=4.0, help="simulated seconds of faults per seed")
+    parser.add_argument(
+        "--jobs", "--processes", type=int, default=1, dest="jobs", help="worker processes (default 1)"
+    )
+    parser.add_argument("--report", type=int, default=1000, help="print progress every N seeds")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     if args.verbose:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s %(message)s")
-    seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
-    failed = 0
     started = time.perf_counter()
-    if args.seed is not None:
-        results = [run_seed(args.seed, nodes=args.nodes, seconds=args.seconds, verbose=args.verbose)]
-    else:
-        results = run_seeds(seeds, nodes=args.nodes, seconds=args.seconds, processes=args.processes)
-    for seed, result in zip(seeds, results, strict=True):
-        if not result.ok:
-            failed += 1
-            print(f"seed {seed}: {len(result.violations)} violation(s)")
-            for line in result.violations[:5]:
-                print(f"  {line}")
-            print(f"  replay: python -m evdb.cluster.sim --seed {seed} --nodes {args.nodes} --verbose")
-    print(f"{len(seeds)} seeds, {args.nodes} nodes, {failed} failed, {time.perf_counter() - started:.1f} s")
+    done = failed = 0
+    seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
+    for at in range(0, len(seeds), max(1, args.report)):
+        batch = seeds[at : at + max(1, args.report)]
+        if args.seed is not None:
+            results = [run_seed(args.seed, nodes=args.nodes, seconds=args.seconds, verbose=args.verbose)]
+        else:
+            results = run_seeds(batch, nodes=args.nodes, seconds=args.seconds, processes=args.jobs)
+        for seed, result in zip(batch, results, strict=True):
+            done += 1
+            if not result.ok:
+                failed += 1
+                print(f"seed {seed}: {len(result.violations)} violation(s)")
+                for line in result.violations[:5]:
+                    print(f"  {line}")
+                print(
+                    f"  replay: python -m evdb.cluster.sim --seed {seed} --nodes {args.nodes} "
+                    f"--seconds {args.seconds:g} --verbose"
+                )
+        if len(seeds) > len(batch):
+            print(f"... {done} seeds, {failed} failed, {time.perf_counter() - started:.0f} s", flush=True)
+    print(f"{done} seeds, {args.nodes} nodes, {failed} failed, {time.perf_counter() - started:.1f} s")
     return 1 if failed else 0
 
 
