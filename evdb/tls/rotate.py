@@ -188,8 +188,12 @@ def rotate_cluster(
         problems = _preconditions(cluster.data_dir, nodes, client_trust, auth, common_name)
         if problems:
             raise RotationError(
-                "Nothing was changed: "
-                + (problems[0] if len(problems) == 1 else "\n" + "\n".join(f"- {p}" for p in problems))
+                "Nothing was changed:"
+                + (
+                    " " + problems[0]
+                    if len(problems) == 1
+                    else "\n".join(["", *(f"- {p}" for p in problems)])
+                )
             )
         generation = certs / f"gen-{_next_generation(certs)}"
         old_ca = Path(os.path.realpath(info["ca"]))
