@@ -22,8 +22,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from evdb.database import Database
-from evdb.errors import EvdbError, InvalidInput, StreamDeleted, StreamNotFound
-from evdb.streams import NO_STREAM, NewEvent, is_metastream, original_stream_of
+from evdb.errors import EvdbError, InvalidInput, StreamDeleted, StreamNotFound, UsersNotReady
+from evdb.streams import NewEvent, is_metastream, original_stream_of
 
 __all__ = [
     "ADMINS",
@@ -148,20 +148,51 @@ def _check_password(password: object) -> str:
     return password
 
 
+def _login_of(stream: str) -> str | None:
+    """The login whose sign-ins a record of ``stream`` decides (``$user-<login>`` or its metastream,
+    whose ``$tb``/``$maxCount``/``$maxAge`` hide records), else None."""
+    if stream.startswith("$$"):
+        stream = stream[2:]
+    return stream[6:] if stream.startswith("$user-") else None
+
+
 class UserStore:
-    """Reads and writes users in the database; caches successful logins (blocking: call off the loop)."""
+    """Reads and writes users in the database; caches successful logins (blocking: call off the loop).
+
+    The caches hold what the user records said: every committed record of a user stream, written here,
+    replicated from a leader or installed with a chunk file, empties them of that login before readers
+    can see it (the store is the database's :class:`~evdb.database.VisibilityWatch`), and nothing is
+    cached again until readers see it."""
 
     def __init__(self, db: Database, *, cache_size: int = 1024) -> None:
         self._db = db
         self._cache: OrderedDict[tuple[str, str], Principal] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
-        #: bumped by every change of a user: a sign-in that read the record before a change does not
-        #: cache what it read
+        #: bumped by every change of a user (as it becomes visible, and again once it is): a sign-in
+        #: that read the record before a change does not cache what it read
         self._changes = 0
+        #: changes committed that readers may not see yet: while any is, nothing is cached (a sign-in
+        #: may still read the record before it)
+        self._changing = 0
         #: signed-in ``Authorization`` header values (as received) and their principals: one dict
         #: lookup for a caller that sends the same header again; emptied by every change of a user
         self._headers: dict[str, Principal] = {}
+        db.add_visibility_watch(self)
+
+    # -- the database's visibility watch --------------------------------------------------------------
+    #: ``$user-<login>``, ``$users`` and their metastreams
+    prefixes: tuple[str, ...] = ("$user", "$$$user")
+
+    def changing(self, streams: frozenset[str]) -> None:
+        with self._lock:
+            self._changing += 1
+        self._forget(streams)
+
+    def changed(self, streams: frozenset[str]) -> None:
+        with self._lock:
+            self._changing -= 1
+        self._forget(streams)
 
     # -- records --------------------------------------------------------------------------------------
     def _record(self, login: str) -> dict | None:
@@ -187,28 +218,43 @@ class UserStore:
             return None
         return record
 
-    def _write(self, login: str, data: dict, event_type: str, expected: int | None = None) -> None:
-        event = NewEvent(event_type, json.dumps(data).encode(), is_json=True)
-        self._db.append(f"$user-{login}", [event], NO_STREAM if expected is None else expected)
-        self._forget(login)
-
-    def _forget(self, login: str) -> None:
+    def _forget(self, streams: frozenset[str]) -> None:
+        """Forget the sign-ins of the logins whose user streams are in ``streams`` (every remembered
+        header: one may be such a login's)."""
+        logins = {login for login in map(_login_of, streams) if login is not None}
         with self._lock:
             self._changes += 1
             self._headers = {}
-            for key in [k for k in self._cache if k[0] == login]:
-                del self._cache[key]
+            if logins:
+                for key in [k for k in self._cache if k[0] in logins]:
+                    del self._cache[key]
 
     # -- public ---------------------------------------------------------------------------------------
     def ensure_defaults(self) -> None:
-        """Create ``admin`` and ``ops`` on a fresh database."""
-        for login, full_name, groups in DEFAULT_USERS:
-            if self._record(login) is None and not self._was_deleted(login) and not self._exists(login):
-                self.create(login, full_name, list(groups), DEFAULT_PASSWORD)
+        """Create ``admin`` and ``ops`` on a fresh database: both records first, then their ``$users``
+        events in one append, so a node that shows ``$users`` (ready to judge credentials, see
+        :meth:`authenticate`) shows both users."""
+        made = [
+            login
+            for login, full_name, groups in DEFAULT_USERS
+            if self._record(login) is None
+            and not self._was_deleted(login)
+            and not self._exists(login)
+            and self._write_created(login, full_name, list(groups), DEFAULT_PASSWORD)
+        ]
+        if made:
+            self._list_created(made)
 
     def _exists(self, login: str) -> bool:
         """A user stream with events (readable or not: an unreadable record is not overwritten)."""
         return self._db.stream_state(f"$user-{login}").last_event_number >= 0
+
+    def _users_written(self) -> bool:
+        """Whether any user was ever written here (``$users`` has an event or a tombstone): until
+        then a login without a record is not unknown, only not here yet (a fresh cluster's follower
+        before the leader's default users reach it)."""
+        state = self._db.stream_state("$users")
+        return state.last_event_number >= 0 or state.tombstoned
 
     def _was_deleted(self, login: str) -> bool:
         return self._db.stream_state(f"$user-{login}").tombstoned
@@ -272,14 +318,15 @@ class UserStore:
     def _remember_header(self, header: str, principal: Principal, changes: int) -> None:
         """Keep ``principal`` under ``header`` unless a user changed since ``changes`` was read."""
         with self._lock:
-            if self._changes == changes:
+            if self._changes == changes and not self._changing:
                 headers = self._headers
                 if len(headers) >= self._cache_size:
                     del headers[next(iter(headers))]
                 headers[header] = principal
 
     def authenticate(self, login: str, password: str) -> Principal | None:
-        """The principal of these credentials, or None (unknown login, disabled, wrong password).
+        """The principal of these credentials, or None (unknown login, disabled, wrong password);
+        UsersNotReady while no user was ever written here (the credentials cannot be judged yet).
         Blocking on a cache miss (reads the user's record, hashes the password): call off the loop,
         or through :meth:`sign_in`."""
         principal = self.cached(login, password)
@@ -289,6 +336,8 @@ class UserStore:
         with self._lock:
             changes = self._changes
         record = self._record(login)
+        if record is None and not self._users_written():
+            raise UsersNotReady()
         # the password is hashed whatever the record: an unknown or disabled login takes as long to
         # refuse as a wrong password (no timing answer to "does this user exist?")
         salt, expected = (record["salt"], record["hash"]) if record is not None else _DUMMY_CREDENTIALS
@@ -296,8 +345,10 @@ class UserStore:
         if record is None or record.get("disabled") or not matches:
             return None
         principal = Principal(login, frozenset([login, *record.get("groups", [])]))
+        if self._db.stream_state(f"$user-{login}").metadata.max_age is not None:
+            return principal  # the record expires with time alone, no record telling: never cached
         with self._lock:
-            if self._changes != changes:  # a user changed while this one was read: not cached
+            if self._changes != changes or self._changing:  # a user changed meanwhile: not cached
                 return principal
             self._cache[key] = principal
             while len(self._cache) > self._cache_size:
@@ -350,6 +401,11 @@ class UserStore:
             raise InvalidInput("fullName must be a string and groups a list of strings.")
         if self._record(login) is not None:
             raise UserAlreadyExists(login)
+        self._write_created(login, full_name, groups, password)
+        self._list_created([login])
+        return UserInfo(login, full_name, tuple(groups))
+
+    def _write_created(self, login: str, full_name: str, groups: builtins.list[str], password: str) -> bool:
         salt, digest = hash_password(password)
         data = {
             "loginName": login,
@@ -367,10 +423,14 @@ class UserStore:
             raise InvalidInput(
                 f"The login name '{login}' belonged to a deleted user and cannot be reused."
             ) from None
-        self._db.append(
-            "$users", [NewEvent("$UserCreated", json.dumps({"loginName": login}).encode(), is_json=True)]
-        )
-        return UserInfo(login, full_name, tuple(groups))
+        return True
+
+    def _list_created(self, logins: builtins.list[str]) -> None:
+        events = [
+            NewEvent("$UserCreated", json.dumps({"loginName": login}).encode(), is_json=True)
+            for login in logins
+        ]
+        self._db.append("$users", events)
 
     def _update(self, login: str, event_type: str, **changes: object) -> None:
         record = self._record(_check_login(login))
@@ -379,7 +439,6 @@ class UserStore:
         record.update(changes)
         event = NewEvent(event_type, json.dumps(record).encode(), is_json=True)
         self._db.append(f"$user-{login}", [event])
-        self._forget(login)
 
     def update(self, login: str, full_name: str, groups: builtins.list[str]) -> None:
         if (
@@ -410,7 +469,6 @@ class UserStore:
         self._db.append(
             "$users", [NewEvent("$UserDeleted", json.dumps({"loginName": login}).encode(), is_json=True)]
         )
-        self._forget(login)
 
 
 _ACL_KEYS = {"read": "$r", "write": "$w", "delete": "$d", "metaread": "$mr", "metawrite": "$mw"}

@@ -68,7 +68,7 @@ from evdb.streams import (
     random_ids,
 )
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "Database", "DatabaseConfig"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "Database", "DatabaseConfig", "VisibilityWatch"]
 
 DEFAULT_CHUNK_SIZE = 256 * 1024 * 1024
 _log = logging.getLogger("evdb.database")
@@ -90,6 +90,21 @@ _REBUILT_APPENDS = 10_000
 #: appends (200 events each) 10,000 of them were 2 million records, 7 s and 2 GiB of mapped pages at open
 _REBUILT_EVENTS = 100_000
 _FRAME_FIXED = rec.FRAME_OVERHEAD + rec.EVENT_HEADER.size
+
+
+class VisibilityWatch(Protocol):
+    """Told of the records of the streams it concerns as they become visible to readers (see
+    :meth:`Database.add_visibility_watch`): the users' credential caches watch the user streams."""
+
+    #: the streams whose names start with one of these concern it
+    prefixes: tuple[str, ...]
+
+    def changing(self, streams: frozenset[str]) -> None:
+        """Records of ``streams`` are committed here and readers may see them from now on."""
+
+    def changed(self, streams: frozenset[str]) -> None:
+        """Readers see the records :meth:`changing` announced (or never will: they were rolled back,
+        or the database closed first)."""
 
 
 @dataclass(frozen=True)
@@ -297,6 +312,14 @@ class WriterContext:
             checkpoints.proposal.write(epoch_number)
 
 
+def _tell_changed(told: list[tuple[VisibilityWatch, frozenset[str]]]) -> None:
+    for watch, streams in told:
+        try:
+            watch.changed(streams)
+        except Exception:
+            _log.exception("A visibility watch failed")
+
+
 class Database:
     """An event store on disk (or in memory): streams, ``$all``, metadata, deletes, subscriptions."""
 
@@ -323,6 +346,11 @@ class Database:
         self._names_since_flush = 0
         self._listeners: list[Callable[[int], None]] = []
         self._listeners_lock = threading.Lock()
+        self._watches: list[VisibilityWatch] = []
+        #: (end, watches told) of watched records committed here that readers do not see yet (a
+        #: cluster member's read limit is behind them); with the read limit's moves, under _watch_lock
+        self._unseen: list[tuple[int, list[tuple[VisibilityWatch, frozenset[str]]]]] = []
+        self._watch_lock = threading.Lock()
         #: cluster hooks (see evdb.cluster): on a follower or replica, client writes go to the leader
         #: through ``remote_writer``; on a leader, answers wait in ``replication_gate`` for a majority
         self.remote_writer: Callable[[_Request], concurrent.futures.Future] | None = None
@@ -492,6 +520,10 @@ class Database:
         self._release()
 
     def _release(self) -> None:
+        with self._watch_lock:
+            unseen, self._unseen = self._unseen, []
+        for _, told in unseen:  # closed: readers of this database will never see them
+            _tell_changed(told)
         with contextlib.suppress(AttributeError):
             self._index.close()
         if self._existence is not None:
@@ -546,9 +578,15 @@ class Database:
         kept in ``replication.chk`` (written, synced lazily: a lower value after a power cut is only
         more careful) so a restarted member serves what it had served, and nothing more."""
         previous = self.readable_position
-        self._read_limit = max(position, 0)
+        with self._watch_lock:
+            self._read_limit = max(position, 0)
+            now = self.readable_position
+            seen = [told for end, told in self._unseen if end <= now]
+            if seen:
+                self._unseen = [(end, told) for end, told in self._unseen if end > now]
+        for told in seen:
+            _tell_changed(told)
         self.record_commit_position(position)
-        now = self.readable_position
         if now > previous:
             self._notify_listeners()
 
@@ -610,6 +648,36 @@ class Database:
         return self.config.db_dir is None
 
     # -- listeners ---------------------------------------------------------------------------------------
+    def add_visibility_watch(self, watch: VisibilityWatch) -> None:
+        """Tell ``watch`` of every committed record of a stream it concerns, whoever wrote it (a client
+        here, a leader through replication, a chunk file installed whole): :meth:`VisibilityWatch.changing`
+        in the writer thread before readers can see the records, then :meth:`VisibilityWatch.changed` once
+        they do (in a cluster, when the read limit passes them: the thread that moves it)."""
+        with self._listeners_lock:
+            self._watches = [*self._watches, watch]
+
+    def _tell_changing(self, names: set[str]) -> list[tuple[VisibilityWatch, frozenset[str]]]:
+        told = []
+        for watch in self._watches:
+            prefixes = watch.prefixes
+            streams = [name for name in names if name.startswith(prefixes)]
+            if streams:
+                concerned = frozenset(streams)
+                watch.changing(concerned)
+                told.append((watch, concerned))
+        return told
+
+    def _settle_watched(self, end: int, told: list[tuple[VisibilityWatch, frozenset[str]]]) -> None:
+        """Records announced by :meth:`_tell_changing`, ending at ``end``, are committed and indexed:
+        tell their watches now, or when the read limit passes ``end``."""
+        if not told:
+            return
+        with self._watch_lock:
+            if self._read_limit is not None and self.readable_position < end and not self._closed:
+                self._unseen.append((end, told))
+                return
+        _tell_changed(told)
+
     def add_commit_listener(self, callback: Callable[[int], None]) -> None:
         """Call ``callback(committed_position)`` from the writer thread after each commit."""
         with self._listeners_lock:
@@ -924,6 +992,8 @@ class Database:
         pending = self._pending
         if not pending.answers and not pending.entries and self._log.end == self._log.committed:
             return
+        # the watches (the users' caches) hear of their streams' records before a reader can see them
+        told = self._tell_changing(pending.names) if self._watches and pending.names else []
         before_sync = self.before_sync if self._log.end != self._log.committed else None
         if before_sync is not None:
             self._log.write_out()  # in the file before the senders read them to ship
@@ -933,9 +1003,13 @@ class Database:
         except BaseException:
             if before_sync is not None:
                 before_sync(-1)
+            _tell_changed(told)  # rolled back: readers never see them
             raise
         committed = self._log.committed
-        self._index.add(pending.entries, committed)
+        try:
+            self._index.add(pending.entries, committed)
+        finally:
+            self._settle_watched(committed, told)
         if self._existence is not None:
             for name in pending.names:
                 self._existence.add(name)

@@ -66,6 +66,7 @@ __all__ = [
     "StreamError",
     "StreamNotFound",
     "UserProjectionsNotSupported",
+    "UsersNotReady",
     "WrongExpectedVersion",
     "status_of",
     "trailers_of",
@@ -226,6 +227,18 @@ class DatabaseReopening(DatabaseClosed):
         super().__init__(self.MESSAGE)
 
 
+class UsersNotReady(EvdbError):
+    """No user was ever written to this node's database (a fresh cluster's follower before the
+    leader's default users reach it, a node before it creates them): no credentials can be judged,
+    right or wrong. Not a fault: the client tries again (HTTP 503 with Retry-After, gRPC UNAVAILABLE)."""
+
+    #: seconds an HTTP client is told to wait (Retry-After)
+    retry_after = 1
+
+    def __init__(self) -> None:
+        super().__init__("The node has no users yet; try again in a moment.")
+
+
 class PersistentSubscriptionError(EvdbError):
     """A persistent subscription group's failure, with KurrentDB's message (and gRPC trailers)."""
 
@@ -342,6 +355,7 @@ STATUSES: tuple[tuple[type[EvdbError], int, str], ...] = (
     (UserProjectionsNotSupported, 501, "UNIMPLEMENTED"),
     (ProjectionOperationFailed, 500, "FAILED_PRECONDITION"),  # KurrentDB: HTTP 500 "Failed"
     (DatabaseClosed, 503, "UNAVAILABLE"),
+    (UsersNotReady, 503, "UNAVAILABLE"),
 )
 
 

@@ -56,6 +56,7 @@ from evdb.errors import (
     EventTooLarge,
     InvalidInput,
     NotLeader,
+    UsersNotReady,
     status_of,
     trailers_of,
 )
@@ -119,7 +120,10 @@ async def call_context(node: Node, stream: Stream) -> CallContext:
             if parsed is None:
                 raise GRPCError(Status.UNAUTHENTICATED, "Malformed authorization header.")
             # one rule with HTTP (UserStore.sign_in): cached sign-ins stay on the loop
-            principal = await users.sign_in_header(header, *parsed)
+            try:
+                principal = await users.sign_in_header(header, *parsed)
+            except UsersNotReady as exc:  # no users yet: the client tries again
+                raise GRPCError(Status.UNAVAILABLE, str(exc)) from None
             if principal is None:
                 raise GRPCError(Status.UNAUTHENTICATED, "Bad credentials.")
         return CallContext(principal, requires_leader)

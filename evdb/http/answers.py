@@ -68,7 +68,8 @@ def error_answer(node: Node, exc: BaseException, method: str, path: str, generat
         known = status_of(exc)
         if known is None:
             node.logger.error("Request %s %s failed: %s", method, path, exc)
-        return _text(known[0] if known else 500, str(exc))
+        retry = getattr(exc, "retry_after", None)
+        return _text(known[0] if known else 500, str(exc), *([("Retry-After", str(retry))] if retry else []))
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         # the database logged it and rolled the write back
         return _text(507, f"The node's disk is full ({exc.strerror}): the write was not written.")

@@ -34,6 +34,7 @@ from evdb.http.common import get_node, get_principal, json_response, read_json, 
 from evdb.http.openapi import EXTRA_PATHS
 from evdb.http.streams import _entry, _feed, check_access
 from evdb.persistent import ALL, EventSource, GroupSettings
+from evdb.persistent.model import group_key, parked_stream
 from evdb.persistent.service import PersistentSubscriptionService
 
 __all__ = ["setup"]
@@ -121,6 +122,10 @@ def _result(kind: str, result: str, reason: str = "", status: int = 200, **heade
 
 
 # -- statistics -----------------------------------------------------------------------------------------
+def _parked_uri(base: str, stats: dict[str, Any]) -> str:
+    return f"{base}/streams/{quote(parked_stream(stats['eventSource'], stats['groupName']), safe=':')}"
+
+
 def _summary(request: web.Request, stats: dict[str, Any]) -> dict[str, Any]:
     base = _base(request)
     stream, group = quote(stats["eventSource"], safe=""), quote(stats["groupName"], safe="")
@@ -128,7 +133,7 @@ def _summary(request: web.Request, stats: dict[str, Any]) -> dict[str, Any]:
         "links": [{"href": f"{base}/subscriptions/{stream}/{group}/info", "rel": "detail"}],
         "eventStreamId": stats["eventSource"],
         "groupName": stats["groupName"],
-        "parkedMessageUri": f"{base}/streams/%24persistentsubscription-{stream}::{group}-parked",
+        "parkedMessageUri": _parked_uri(base, stats),
         "getMessagesUri": f"{base}/subscriptions/{stream}/{group}/1",
         "status": stats["status"],
         "averageItemsPerSecond": float(stats["averagePerSecond"]),
@@ -179,7 +184,7 @@ def _detail(request: web.Request, stats: dict[str, Any]) -> dict[str, Any]:
         "groupName": stats["groupName"],
         "status": stats["status"],
         "averageItemsPerSecond": float(stats["averagePerSecond"]),
-        "parkedMessageUri": f"{base}/streams/%24persistentsubscription-{stream}::{group}-parked",
+        "parkedMessageUri": _parked_uri(base, stats),
         "getMessagesUri": f"{base}/subscriptions/{stream}/{group}/1",
         "totalItemsProcessed": stats["totalItems"],
         "countSinceLastMeasurement": stats["countSinceLastMeasurement"],
@@ -407,7 +412,7 @@ async def truncate_parked(request: web.Request) -> web.Response:
 
 # -- viewing parked messages (the parked stream, read here; KurrentDB does not forward these) --------------
 def _parked_stream_of(request: web.Request) -> str:
-    return f"$persistentsubscription-{request.match_info['stream']}::{request.match_info['group']}-parked"
+    return parked_stream(request.match_info["stream"], request.match_info["group"])
 
 
 def _positive_count(text: str) -> int:
@@ -515,7 +520,7 @@ def _ids(texts: list[str]) -> list[bytes]:
 def _key_for_ack(request: web.Request) -> str:
     stream, group = _names(request)
     check_access(request, stream, "read")
-    return f"{stream}::{group}"
+    return group_key(stream, group)
 
 
 async def ack_one(request: web.Request) -> web.Response:

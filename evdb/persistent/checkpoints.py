@@ -95,6 +95,8 @@ class SubscriptionStore(Protocol):
 
     def delete_stream(self, stream: str) -> None: ...
 
+    def move_group_streams(self, moves: list[tuple[str, str]]) -> None: ...
+
 
 class DatabaseStore:
     """:class:`SubscriptionStore` over the node's open database (asked for at each call: a follower
@@ -226,3 +228,43 @@ class DatabaseStore:
             self.db.delete_stream(stream)
         except StreamNotFound:
             pass
+
+    def move_group_streams(self, moves: list[tuple[str, str]]) -> None:
+        """Carry a group's checkpoint and parked streams from the names ``(old, new)`` of each move to
+        the new ones (the last checkpoint; the parked messages not yet replayed or truncated, with
+        their metadata), then delete the old streams (soft: a group whose new name is an old one
+        writes there afresh). Nothing is carried into a new stream that already has events (moved
+        before)."""
+        db = self.db
+        for old, new in moves:
+            state = db.stream_state(old)
+            if state.last_event_number < 0 or state.tombstoned or state.soft_deleted:
+                continue
+            if db.stream_state(new).last_event_number >= 0:
+                continue
+            if old.endswith("-checkpoint"):
+                checkpoint = self.load_checkpoint(old)
+                if checkpoint is not None:
+                    self.write_checkpoint(new, checkpoint)
+            else:
+                self._copy_parked(old, new)
+            self.delete_stream(old)
+
+    def _copy_parked(self, old: str, new: str) -> None:
+        db = self.db
+        number = 0
+        while True:
+            try:
+                page = db.read_stream_forward(old, number, 500)
+            except StreamNotFound:
+                return
+            events = [
+                NewEvent(r.event_type, r.data, r.metadata, is_json=False)
+                for r in page.events
+                if r.event_type == LINK_TO
+            ]
+            if events:
+                db.append(new, events)
+            if page.is_end_of_stream:
+                return
+            number = page.next_event_number

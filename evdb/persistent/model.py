@@ -24,6 +24,7 @@ __all__ = [
     "EventSource",
     "GroupSettings",
     "ResolvedEvent",
+    "bare_key",
     "check_settings",
     "checkpoint_stream",
     "group_key",
@@ -50,8 +51,12 @@ def needs_resolving(record: EventRecord, resolve_links: bool) -> bool:
 
 
 def group_key(stream: str, group: str) -> str:
-    """KurrentDB's subscription id: ``<stream>::<group>`` (the gRPC confirmation carries it)."""
-    return f"{stream}::{group}"
+    """A group's id: KurrentDB's ``<stream>::<group>`` (the gRPC confirmation carries it), with ``%``
+    and ``:`` of the stream written ``%25`` and ``%3A``, so the first ``::`` always ends the stream and
+    no two groups share a key (nor checkpoint and parked streams): with the bare form, group ``x::y`` of
+    stream ``secret`` and group ``y`` of stream ``secret::x`` were one. A stream without ``%`` or ``:``
+    keeps KurrentDB's key."""
+    return f"{stream.replace('%', '%25').replace(':', '%3A')}::{group}"
 
 
 def checkpoint_stream(stream: str, group: str) -> str:
@@ -60,6 +65,12 @@ def checkpoint_stream(stream: str, group: str) -> str:
 
 def parked_stream(stream: str, group: str) -> str:
     return f"$persistentsubscription-{group_key(stream, group)}-parked"
+
+
+def bare_key(stream: str, group: str) -> str:
+    """The key in the ambiguous form stored before :func:`group_key` escaped the stream (the names of
+    the checkpoint and parked streams of groups made then; differs only for a stream with ``%``/``:``)."""
+    return f"{stream}::{group}"
 
 
 @dataclass(frozen=True, slots=True)

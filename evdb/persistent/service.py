@@ -43,10 +43,13 @@ from evdb.persistent.model import (
     STRATEGIES,
     EventSource,
     GroupSettings,
+    bare_key,
     check_settings,
+    checkpoint_stream,
     default_all_allows,
     group_key,
     needs_resolving,
+    parked_stream,
     settings_from_entry,
 )
 from evdb.persistent.strategies import ConsumerSink
@@ -165,6 +168,7 @@ class PersistentSubscriptionService:
         self._groups = {}
         self._config = config if config is not None else {"version": "2", "entries": []}
         entries = self._config.get("entries") or []
+        loaded: dict[str, tuple[EventSource, str, GroupSettings]] = {}
         for entry in entries if isinstance(entries, list) else []:
             try:
                 source, group, settings = settings_from_entry(entry if isinstance(entry, dict) else {})
@@ -181,17 +185,60 @@ class PersistentSubscriptionService:
                 )
                 continue
             key = group_key(source.stream, group)
-            if key in self._groups:
+            if key in self._groups or key in loaded:
                 self.logger.warning(
                     "A duplicate persistent subscription: %s was found in the configuration. Ignoring it.",
                     key,
                 )
                 continue
+            loaded[key] = (source, group, settings)
+        await self._move_bare_named_streams(loaded)
+        for source, group, settings in loaded.values():
             self._add_group(source, group, settings, follow_from=position)
         self.started = True
         self._pump_task = asyncio.get_running_loop().create_task(self._pump(position), name="persistent-live")
         self._pump_task.add_done_callback(self._pump_ended)
         self.logger.info("Persistent subscriptions have been started (%d groups).", len(self._groups))
+
+    async def _move_bare_named_streams(
+        self, groups: dict[str, tuple[EventSource, str, GroupSettings]]
+    ) -> None:
+        """Groups of a stream with ``%`` or ``:`` made before group keys were escaped keep their
+        checkpoint and parked messages in streams named with the bare key (:func:`bare_key`): carry
+        them to the escaped names. Not when two groups share the bare key (which of them wrote there
+        cannot be told): the streams stay where they are (the name of the group whose stream has no
+        ``:``), and the error names them."""
+        bare: dict[str, list[str]] = {}
+        for key, (source, group, _) in groups.items():
+            bare.setdefault(bare_key(source.stream, group), []).append(key)
+        moves: list[tuple[str, str]] = []
+        for name, keys in bare.items():
+            source, group, _ = groups[keys[0]]
+            if len(keys) == 1 and name == keys[0]:
+                continue  # a stream without % or : : the names did not change
+            old = (f"$persistentsubscription-{name}-checkpoint", f"$persistentsubscription-{name}-parked")
+            if len(keys) > 1:
+                self.logger.error(
+                    "The persistent subscriptions %s shared the streams %s and %s in an earlier version "
+                    "(which of them wrote there cannot be told): they are not moved",
+                    ", ".join(sorted(keys)),
+                    *old,
+                )
+                continue
+            moves += [
+                (old[0], checkpoint_stream(source.stream, group)),
+                (old[1], parked_stream(source.stream, group)),
+            ]
+        if not moves:
+            return
+        try:
+            await asyncio.to_thread(self._store.move_group_streams, moves)
+        except EvdbError as exc:
+            self.logger.error(
+                "The checkpoints and parked messages of %s could not be moved to their new streams: %s",
+                ", ".join(old for old, _ in moves),
+                exc,
+            )
 
     def _stop_subscriptions(self) -> None:
         if self._pump_task is not None:
