@@ -4,7 +4,9 @@ Every error evdb raises on purpose derives from :class:`EvdbError`::
 
     EvdbError
     ├── InvalidInput                  bad names, sizes, numbers from a caller (HTTP 400)
-    │   └── EventTooLarge             an event or a batch exceeds the documented limit
+    │   ├── EventTooLarge             an event or a batch exceeds the documented limit
+    │   ├── BodyTooLarge              a request body inflates past the largest the node reads (413)
+    │   └── UnsupportedContentEncoding  a request body's Content-Encoding is not inflated here (415)
     ├── InvalidOption                 an option has an unknown name, a wrong type or a value out of range
     ├── StreamError                   carries the stream name
     │   ├── WrongExpectedVersion      carries the expected and the current version
@@ -39,6 +41,7 @@ from typing import ClassVar
 __all__ = [
     "STATUSES",
     "AccessDenied",
+    "BodyTooLarge",
     "CorruptedFile",
     "DatabaseClosed",
     "DatabaseLocked",
@@ -65,6 +68,7 @@ __all__ = [
     "StreamDeleted",
     "StreamError",
     "StreamNotFound",
+    "UnsupportedContentEncoding",
     "UserProjectionsNotSupported",
     "WrongExpectedVersion",
     "status_of",
@@ -99,6 +103,15 @@ class EventTooLarge(InvalidInput):
 
     def trailer_fields(self) -> dict[str, str]:
         return {} if self.limit is None else {"maximum-append-size": str(self.limit)}
+
+
+class BodyTooLarge(InvalidInput):
+    """A request body (inflated from its Content-Encoding) is larger than the node reads
+    (evdb/http/bodies.py)."""
+
+
+class UnsupportedContentEncoding(InvalidInput):
+    """A request body's Content-Encoding is one the node does not inflate."""
 
 
 class InvalidOption(EvdbError):
@@ -327,6 +340,8 @@ STATUSES: tuple[tuple[type[EvdbError], int, str], ...] = (
     (WrongExpectedVersion, 400, "FAILED_PRECONDITION"),
     (StreamDeleted, 410, "FAILED_PRECONDITION"),
     (StreamNotFound, 404, "NOT_FOUND"),
+    (BodyTooLarge, 413, "RESOURCE_EXHAUSTED"),
+    (UnsupportedContentEncoding, 415, "INVALID_ARGUMENT"),
     (InvalidInput, 400, "INVALID_ARGUMENT"),  # EventTooLarge too
     (ScavengeAlreadyRunning, 400, "FAILED_PRECONDITION"),
     (ScavengeNotFound, 404, "NOT_FOUND"),
