@@ -16,6 +16,7 @@ Every error evdb raises on purpose derives from :class:`EvdbError`::
     ├── NotLeader                     a write reached a node that is not the leader
     ├── StorageError                  the files on disk are not what they should be
     │   ├── CorruptedFile             a checksum or a structure check failed; names the file
+    │   ├── DiskFull                  no room to open the database (ENOSPC at start); names the file
     │   └── DatabaseLocked            another process holds the database folder
     ├── ScavengeError
     │   ├── ScavengeAlreadyRunning
@@ -46,6 +47,7 @@ __all__ = [
     "DatabaseClosed",
     "DatabaseLocked",
     "DatabaseReopening",
+    "DiskFull",
     "EvdbError",
     "EventTooLarge",
     "InvalidInput",
@@ -191,6 +193,19 @@ class NotLeader(EvdbError):
 
 class StorageError(EvdbError):
     pass
+
+
+class DiskFull(StorageError):
+    """The disk holding ``path`` has no room for what opening the database must write or allocate
+    (``reason``: the system's words, e.g. No space left on device)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(
+            f"{path}: the disk is full ({reason}); free space on it (or move the database) and start "
+            "the node again"
+        )
+        self.path = path
+        self.reason = reason
 
 
 class CorruptedFile(StorageError):
@@ -357,6 +372,7 @@ STATUSES: tuple[tuple[type[EvdbError], int, str], ...] = (
     (UserProjectionsNotSupported, 501, "UNIMPLEMENTED"),
     (ProjectionOperationFailed, 500, "FAILED_PRECONDITION"),  # KurrentDB: HTTP 500 "Failed"
     (DatabaseClosed, 503, "UNAVAILABLE"),
+    (DiskFull, 507, "RESOURCE_EXHAUSTED"),
 )
 
 
