@@ -37,6 +37,7 @@ Every error evdb raises on purpose derives from :class:`EvdbError`::
 
 from __future__ import annotations
 
+import errno
 from typing import ClassVar
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "UnsupportedContentEncoding",
     "UserProjectionsNotSupported",
     "WrongExpectedVersion",
+    "resource_status",
     "status_of",
     "trailers_of",
 ]
@@ -374,6 +376,29 @@ STATUSES: tuple[tuple[type[EvdbError], int, str], ...] = (
     (DatabaseClosed, 503, "UNAVAILABLE"),
     (DiskFull, 507, "RESOURCE_EXHAUSTED"),
 )
+
+
+#: the errnos of a node out of a resource, as HTTP status and gRPC status name: a full disk is 507
+#: (the write was not written), no file descriptor left is 503 (a moment's overload: try again)
+RESOURCE_ERRNOS: dict[int, tuple[int, str]] = {
+    errno.ENOSPC: (507, "RESOURCE_EXHAUSTED"),
+    errno.EDQUOT: (507, "RESOURCE_EXHAUSTED"),
+    errno.EMFILE: (503, "UNAVAILABLE"),
+    errno.ENFILE: (503, "UNAVAILABLE"),
+}
+
+
+def resource_status(exc: BaseException) -> tuple[int, str, str] | None:
+    """``(HTTP status, gRPC status name, message)`` of an OSError that says the node ran out of a
+    resource (:data:`RESOURCE_ERRNOS`); None for any other error."""
+    if not isinstance(exc, OSError) or exc.errno not in RESOURCE_ERRNOS:
+        return None
+    http, grpc = RESOURCE_ERRNOS[exc.errno]
+    if http == 507:
+        message = f"The node's disk is full ({exc.strerror}): the write was not written."
+    else:
+        message = f"The node is out of file descriptors ({exc.strerror}); try again in a moment."
+    return http, grpc, message
 
 
 def status_of(exc: BaseException) -> tuple[int, str] | None:

@@ -56,6 +56,7 @@ from evdb.errors import (
     EventTooLarge,
     InvalidInput,
     NotLeader,
+    resource_status,
     status_of,
     trailers_of,
 )
@@ -203,6 +204,9 @@ def grpc_error(node: Node, exc: BaseException) -> GRPCError:
         return kurrent_error(Status[known[1]], str(exc), trailers_of(exc))
     if getattr(node, "db", None) is None:  # a follower cutting a diverged tail: a moment, not a fault
         return GRPCError(Status.UNAVAILABLE, DatabaseReopening.MESSAGE)
+    resource = resource_status(exc)  # a full disk, no descriptor left: the same rule as HTTP's
+    if resource is not None:
+        return GRPCError(Status[resource[1]], resource[2])
     node.logger.exception("gRPC call failed unexpectedly", exc_info=exc)
     return GRPCError(Status.INTERNAL, f"Internal error: {exc}")
 

@@ -426,6 +426,7 @@ class Node:
             shutdown_timeout=2.0,
             handler_cancellation=True,
             auto_decompress=False,
+            keepalive_timeout=float(self.options.http_keep_alive_timeout),  # the lean path's too
         )
         await self._runner.setup()
         for sock in sockets:
