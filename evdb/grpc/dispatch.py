@@ -102,13 +102,10 @@ class ConnectionLimit:
     def admit(self, connection: _Dispatch, peer: object) -> bool:
         """Whether a new connection may stay (it is then counted as undecided)."""
         if self.open_count() >= self.limit:
-            if self.pending:
-                oldest = next(iter(self.pending))
+            closed = self._close_one_idle()
+            if closed is not None:
                 self.evicted += 1
-                self._note(
-                    "Closed a silent connection (from %s) to make room for one from %s", oldest.peer, peer
-                )
-                oldest.close()  # forgets itself
+                self._note("Closed %s to make room for one from %s", closed, peer)
             else:
                 self.refused += 1
                 self._note("Refused a connection from %s: %d are open (HttpMaxConnections)", peer, self.limit)
@@ -118,6 +115,39 @@ class ConnectionLimit:
 
     def forget(self, connection: _Dispatch) -> None:
         self.pending.pop(connection, None)
+
+    def _close_one_idle(self) -> str | None:
+        """Close the connection that has waited longest doing nothing: one that has sent nothing yet,
+        else an HTTP/1.1 one between requests (lean path or aiohttp's); what it was, or None when every
+        connection is busy (gRPC connections are never taken: their calls may be long-lived)."""
+        if self.pending:
+            oldest = next(iter(self.pending))
+            oldest.close()  # forgets itself
+            return f"a silent connection (from {oldest.peer})"
+        candidates: list[tuple[float, str, Callable[[], None]]] = []
+        for lean in self.lean:
+            idle = lean.idle_connection()
+            if idle is not None:
+                candidates.append(
+                    (idle.idle_since, f"an idle connection (from {idle.client})", idle.close_idle)
+                )
+        if self.http is not None:
+            for handler, transport in self.http._connections.items():
+                if not transport.is_closing() and _aiohttp_idle(handler):
+                    # its keep-alive deadline less the timeout: when it last finished a request
+                    since = getattr(handler, "_next_keepalive_close_time", 0.0) - handler.keepalive_timeout
+                    candidates.append(
+                        (
+                            since,
+                            f"an idle connection (from {transport.get_extra_info('peername')})",
+                            handler.force_close,
+                        )
+                    )
+        if not candidates:
+            return None
+        _, what, close = min(candidates, key=lambda c: c[0])
+        close()
+        return what
 
     def _note(self, message: str, *args: object) -> None:
         now = asyncio.get_running_loop().time()
@@ -184,6 +214,18 @@ class GrpcServer:
         if waits:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), timeout=5)
+
+
+def _aiohttp_idle(handler: object) -> bool:
+    """Whether an aiohttp request handler waits for a request (none in progress or queued); False
+    when that cannot be told (its private state read defensively)."""
+    waiter = getattr(handler, "_waiter", None)
+    return (
+        getattr(handler, "_request_in_progress", True) is False
+        and not getattr(handler, "_messages", True)
+        and waiter is not None
+        and not waiter.done()
+    )
 
 
 class _Dispatch(asyncio.Protocol):

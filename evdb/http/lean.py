@@ -183,6 +183,12 @@ class LeanServer:
     def loop(self) -> asyncio.AbstractEventLoop:
         return self.app[LOOP].running()
 
+    def idle_connection(self) -> LeanAppends | None:
+        """The connection idle longest (no request in progress, nothing unanswered), if any: the one
+        evdb/grpc/dispatch.py's ConnectionLimit closes to make room at HttpMaxConnections."""
+        idle = [c for c in self.connections if c.idle]
+        return min(idle, key=lambda c: c.idle_since) if idle else None
+
     async def close(self, timeout: float = 2.0) -> None:
         """End every connection still on this path: idle ones now, the others once answered (within
         ``timeout``, as the runner's shutdown_timeout gives aiohttp's handlers)."""
@@ -362,6 +368,25 @@ class LeanAppends(asyncio.Protocol):
         self._serve()
 
     # -- the connection -----------------------------------------------------------------------------
+    @property
+    def idle(self) -> bool:
+        transport = self._transport
+        return (
+            transport is not None and not transport.is_closing() and self._busy is None and not self._buffer
+        )
+
+    @property
+    def idle_since(self) -> float:
+        return self._last_active
+
+    @property
+    def client(self) -> str:
+        return self._client
+
+    def close_idle(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
     def _hand_off(self) -> asyncio.Protocol:
         """aiohttp's request handler takes the connection and every byte not answered here."""
         transport = self._transport

@@ -150,6 +150,42 @@ async def test_at_the_limit_a_busy_set_refuses_with_503_and_silent_ones_make_roo
             w.close()
 
 
+async def test_at_the_limit_the_connection_idle_longest_makes_room(tmp_path):
+    """Keep-alive connections between requests (aiohttp's after a GET, the lean path's after an
+    append) are closed, the one idle longest first, when a new client comes at the limit."""
+    options = _options(tmp_path, "--http-max-connections", "3")
+    async with Node(options, clock=SystemClock(), name="idle") as node:
+        connections = []
+        for request in (
+            b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"POST /streams/idle-1 HTTP/1.1\r\nHost: x\r\nContent-Type: "
+            + EVENTS.encode()
+            + b"\r\nAuthorization: "
+            + AUTH.encode()
+            + b"\r\nContent-Length: %d\r\n\r\n",
+            b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n",
+        ):
+            reader, writer = await asyncio.open_connection("127.0.0.1", node.port)
+            if b"%d" in request:
+                body = _append_body().encode()
+                request = request % len(body) + body
+            writer.write(request)
+            answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+            assert answer.startswith((b"HTTP/1.1 200", b"HTTP/1.1 201")), answer
+            connections.append((reader, writer))
+        await until(lambda: node.grpc.connections.open_count() == 3, "three idle connections", 30)
+        async with httpx.AsyncClient(base_url=node.http_url, auth=ADMIN, timeout=30) as client:
+            r = await client.post("/streams/idle-2", content=_append_body(), headers={"Content-Type": EVENTS})
+            assert r.status_code == 201, r.text
+        assert node.grpc.connections.evicted == 1 and node.grpc.connections.refused == 0
+        # the first (the GET's) was idle longest: it is the one closed
+        first = connections[0][0]
+        await asyncio.wait_for(first.read(), 30)  # the rest of its answer, then the end
+        assert first.at_eof()
+        for _, writer in connections:
+            writer.close()
+
+
 async def test_silent_and_slow_head_connections_are_closed_after_the_head_timeout(tmp_path):
     options = _options(tmp_path, "--http-request-head-timeout", "1")
     async with Node(options, clock=SystemClock(), name="head") as node:
