@@ -792,7 +792,7 @@ def _allocate(fd: int, size: int, path: str) -> None:
     try:
         disk.current.fallocate(fd, 0, size)
     except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, path) from None
+        raise OSError(exc.errno, f"{exc.strerror}; an active chunk takes {size} bytes", path) from None
 
 
 def _unlink_quietly(path: str) -> None:

@@ -100,7 +100,7 @@ def _assert_refused_clearly(out: subprocess.CompletedProcess[str], chunk: str) -
     assert out.returncode == 1, (out.returncode, out.stderr[-3000:])
     said = [line for line in out.stderr.splitlines() if line.startswith("evdb node: cannot start:")]
     assert len(said) == 1, out.stderr[-3000:]
-    assert chunk in said[0] and "the disk is full (No space left on device)" in said[0], said
+    assert chunk in said[0] and "the disk is full (No space left on device" in said[0], said
     assert "Traceback" not in out.stderr and "Traceback" not in out.stdout
 
 
