@@ -69,11 +69,12 @@ class ConnectionLimit:
     """Every connection accepted on the node's HTTP port (all its listening sites), counted where each
     one lives: undecided (:class:`_Dispatch`, nothing read yet), on the lean path, aiohttp's, gRPC's.
 
-    At ``limit`` (HttpMaxConnections) a new connection first closes the oldest connection that has sent
-    nothing yet (a silent one holds a descriptor and does no work); when there is none it is refused
-    (:data:`REFUSED`, then closed). A connection that sends nothing for ``head_timeout`` seconds
-    (HttpRequestHeadTimeout) is closed. So silent connections cannot take every descriptor, and the
-    clients that talk get in."""
+    At ``limit`` (HttpMaxConnections) a new connection first closes the connection that has waited
+    longest doing nothing (:meth:`_close_one_idle`: one that has sent nothing yet, else an HTTP/1.1 one
+    between requests); when every one is busy it is refused (:data:`REFUSED`, then closed: a client
+    that had already sent its request may see the connection reset instead). A connection that sends
+    nothing for ``head_timeout`` seconds (HttpRequestHeadTimeout) is closed. So silent or idle
+    connections cannot take every descriptor, and the clients that talk get in."""
 
     def __init__(self, limit: int, head_timeout: float, logger: logging.Logger) -> None:
         self.limit = limit

@@ -204,6 +204,11 @@ async def test_silent_and_slow_head_connections_are_closed_after_the_head_timeou
             assert (await client.get("/ping")).status_code == 200
 
 
+def test_the_refusal_is_a_whole_http_answer():
+    head, body = REFUSED.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 503 ") and f"Content-Length: {len(body)}".encode() in head
+
+
 def test_the_default_limit_is_half_the_open_file_limit():
     assert connection_limit(0, 256) == 128
     assert connection_limit(0, 20) == 16
