@@ -243,3 +243,49 @@ def test_a_full_disk_is_507_and_resource_exhausted():
     exc = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     assert error_answer(_Node(), exc, "POST", "/streams/x", 0).status == 507  # type: ignore[arg-type]
     assert grpc_error(_Node(), exc).status is Status.RESOURCE_EXHAUSTED  # type: ignore[arg-type]
+
+
+async def _raw_grpc_call(port: int, prefix: bytes, payload: bytes) -> tuple[Status, str]:
+    """A Streams.Read call whose request message is sent as the raw bytes ``prefix + payload``."""
+    from grpclib.client import Channel
+    from grpclib.const import Cardinality
+    from grpclib.exceptions import GRPCError
+    from kurrentdbclient.protos.v1 import streams_pb2
+
+    channel = Channel("127.0.0.1", port)
+    try:
+        async with channel.request(
+            "/event_store.client.streams.Streams/Read",
+            Cardinality.UNARY_STREAM,
+            streams_pb2.ReadReq,
+            streams_pb2.ReadResp,
+            metadata={"authorization": AUTH},
+        ) as stream:
+            await stream.send_request()
+            await stream._stream.send_data(prefix + payload, end_stream=True)
+            stream._send_message_done = True  # what grpclib's send_message would have noted
+            try:
+                await stream.recv_message()
+                await stream.recv_trailing_metadata()
+            except GRPCError as exc:
+                return exc.status, exc.message or ""
+            raise AssertionError("the call was answered")
+    finally:
+        channel.close()
+
+
+async def test_a_grpc_message_longer_than_the_limit_or_compressed_is_refused_unread(tmp_path):
+    """grpclib gathered a request message whole, whatever the length its prefix claimed (up to
+    4 GiB); a compressed one was an INTERNAL error with a traceback in the log."""
+    import struct
+
+    options = _options(tmp_path, "--http-max-request-body-size", str(64 * 1024))
+    async with Node(options, clock=SystemClock(), name="grpc-limit") as node:
+        status, message = await asyncio.wait_for(
+            _raw_grpc_call(node.port, struct.pack(">?I", False, 2**32 - 1), b"\0" * 65536), 30
+        )
+        assert status is Status.RESOURCE_EXHAUSTED and "HttpMaxRequestBodySize" in message, message
+        status, message = await asyncio.wait_for(
+            _raw_grpc_call(node.port, struct.pack(">?I", True, 10), b"\0" * 10), 30
+        )
+        assert status is Status.UNIMPLEMENTED and "Compressed" in message, message
