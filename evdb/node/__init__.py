@@ -432,9 +432,16 @@ class Node:
 
         app = build_app(self)
         self.grpc = GrpcServer(self)  # KurrentDB's gRPC API, on the same sockets (evdb/grpc/dispatch.py)
-        # handler_cancellation: a client that goes away (an abandoned subscription) ends its handler
+        # handler_cancellation: a client that goes away (an abandoned subscription) ends its handler;
+        # auto_decompress off: a compressed body is inflated, with a bound, by evdb/http/bodies.py
         self._runner = web.AppRunner(
-            app, access_log=None, handle_signals=False, shutdown_timeout=2.0, handler_cancellation=True
+            app,
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=2.0,
+            handler_cancellation=True,
+            auto_decompress=False,
+            keepalive_timeout=float(self.options.http_keep_alive_timeout),  # the lean path's too
         )
         await self._runner.setup()
         for sock in sockets:
