@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import errno
 import fcntl
 import itertools
 import json
@@ -33,6 +34,7 @@ from evdb.clock import TICKS_PER_SECOND, Clock, SystemClock
 from evdb.errors import (
     DatabaseClosed,
     DatabaseLocked,
+    DiskFull,
     EvdbError,
     EventTooLarge,
     InvalidInput,
@@ -396,6 +398,12 @@ class Database:
         db = cls(config, clock or SystemClock(), logger or _log)
         try:
             db._open()
+        except OSError as exc:
+            db._release()
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # one message naming the file, no traceback
+                where = exc.filename if isinstance(exc.filename, str) else config.db_dir or "memory"
+                raise DiskFull(where, exc.strerror or "no space left") from None
+            raise
         except BaseException:
             db._release()
             raise

@@ -4,7 +4,9 @@ Every error evdb raises on purpose derives from :class:`EvdbError`::
 
     EvdbError
     ├── InvalidInput                  bad names, sizes, numbers from a caller (HTTP 400)
-    │   └── EventTooLarge             an event or a batch exceeds the documented limit
+    │   ├── EventTooLarge             an event or a batch exceeds the documented limit
+    │   ├── BodyTooLarge              a request body inflates past the largest the node reads (413)
+    │   └── UnsupportedContentEncoding  a request body's Content-Encoding is not inflated here (415)
     ├── InvalidOption                 an option has an unknown name, a wrong type or a value out of range
     ├── StreamError                   carries the stream name
     │   ├── WrongExpectedVersion      carries the expected and the current version
@@ -14,6 +16,7 @@ Every error evdb raises on purpose derives from :class:`EvdbError`::
     ├── NotLeader                     a write reached a node that is not the leader
     ├── StorageError                  the files on disk are not what they should be
     │   ├── CorruptedFile             a checksum or a structure check failed; names the file
+    │   ├── DiskFull                  no room to open the database (ENOSPC at start); names the file
     │   └── DatabaseLocked            another process holds the database folder
     ├── ScavengeError
     │   ├── ScavengeAlreadyRunning
@@ -34,15 +37,18 @@ Every error evdb raises on purpose derives from :class:`EvdbError`::
 
 from __future__ import annotations
 
+import errno
 from typing import ClassVar
 
 __all__ = [
     "STATUSES",
     "AccessDenied",
+    "BodyTooLarge",
     "CorruptedFile",
     "DatabaseClosed",
     "DatabaseLocked",
     "DatabaseReopening",
+    "DiskFull",
     "EvdbError",
     "EventTooLarge",
     "InvalidInput",
@@ -65,9 +71,11 @@ __all__ = [
     "StreamDeleted",
     "StreamError",
     "StreamNotFound",
+    "UnsupportedContentEncoding",
     "UserProjectionsNotSupported",
     "UsersNotReady",
     "WrongExpectedVersion",
+    "resource_status",
     "status_of",
     "trailers_of",
 ]
@@ -100,6 +108,15 @@ class EventTooLarge(InvalidInput):
 
     def trailer_fields(self) -> dict[str, str]:
         return {} if self.limit is None else {"maximum-append-size": str(self.limit)}
+
+
+class BodyTooLarge(InvalidInput):
+    """A request body (inflated from its Content-Encoding) is larger than the node reads
+    (evdb/http/bodies.py)."""
+
+
+class UnsupportedContentEncoding(InvalidInput):
+    """A request body's Content-Encoding is one the node does not inflate."""
 
 
 class InvalidOption(EvdbError):
@@ -179,6 +196,19 @@ class NotLeader(EvdbError):
 
 class StorageError(EvdbError):
     pass
+
+
+class DiskFull(StorageError):
+    """The disk holding ``path`` has no room for what opening the database must write or allocate
+    (``reason``: the system's words, e.g. No space left on device)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(
+            f"{path}: the disk is full ({reason}); free space on it (or move the database) and start "
+            "the node again"
+        )
+        self.path = path
+        self.reason = reason
 
 
 class CorruptedFile(StorageError):
@@ -340,6 +370,8 @@ STATUSES: tuple[tuple[type[EvdbError], int, str], ...] = (
     (WrongExpectedVersion, 400, "FAILED_PRECONDITION"),
     (StreamDeleted, 410, "FAILED_PRECONDITION"),
     (StreamNotFound, 404, "NOT_FOUND"),
+    (BodyTooLarge, 413, "RESOURCE_EXHAUSTED"),
+    (UnsupportedContentEncoding, 415, "INVALID_ARGUMENT"),
     (InvalidInput, 400, "INVALID_ARGUMENT"),  # EventTooLarge too
     (ScavengeAlreadyRunning, 400, "FAILED_PRECONDITION"),
     (ScavengeNotFound, 404, "NOT_FOUND"),
@@ -356,7 +388,31 @@ STATUSES: tuple[tuple[type[EvdbError], int, str], ...] = (
     (ProjectionOperationFailed, 500, "FAILED_PRECONDITION"),  # KurrentDB: HTTP 500 "Failed"
     (DatabaseClosed, 503, "UNAVAILABLE"),
     (UsersNotReady, 503, "UNAVAILABLE"),
+    (DiskFull, 507, "RESOURCE_EXHAUSTED"),
 )
+
+
+#: the errnos of a node out of a resource, as HTTP status and gRPC status name: a full disk is 507
+#: (the write was not written), no file descriptor left is 503 (a moment's overload: try again)
+RESOURCE_ERRNOS: dict[int, tuple[int, str]] = {
+    errno.ENOSPC: (507, "RESOURCE_EXHAUSTED"),
+    errno.EDQUOT: (507, "RESOURCE_EXHAUSTED"),
+    errno.EMFILE: (503, "UNAVAILABLE"),
+    errno.ENFILE: (503, "UNAVAILABLE"),
+}
+
+
+def resource_status(exc: BaseException) -> tuple[int, str, str] | None:
+    """``(HTTP status, gRPC status name, message)`` of an OSError that says the node ran out of a
+    resource (:data:`RESOURCE_ERRNOS`); None for any other error."""
+    if not isinstance(exc, OSError) or exc.errno not in RESOURCE_ERRNOS:
+        return None
+    http, grpc = RESOURCE_ERRNOS[exc.errno]
+    if http == 507:
+        message = f"The node's disk is full ({exc.strerror}): the write was not written."
+    else:
+        message = f"The node is out of file descriptors ({exc.strerror}); try again in a moment."
+    return http, grpc, message
 
 
 def status_of(exc: BaseException) -> tuple[int, str] | None:

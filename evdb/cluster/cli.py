@@ -113,7 +113,7 @@ def _up(args: argparse.Namespace) -> int:
             options=options,
             timeout=args.timeout,
         )
-        _print_status(cluster)
+        _print_status(cluster, pending=False)  # up logged what each node waits for
         print(f"\nCredentials: {info['user']} / {info['password']}")
         if info.get("ca"):
             print(f"CA certificate: {info['ca']}")
@@ -124,13 +124,16 @@ def _up(args: argparse.Namespace) -> int:
     return _run("up", up)
 
 
-def _print_status(cluster) -> None:
+def _print_status(cluster, *, pending: bool = True) -> None:
     for row in cluster.status():
         extra = f"  writer {row['writer']}  epoch {row['epoch']}" if "writer" in row else ""
         print(f"{row['name']:<10} {row['state']:<16} {row['url']}  pid {row['pid']}{extra}")
     options = cluster.node_options()
     if options:
         print("Node options (--option): " + ", ".join(f"{k}={v}" for k, v in options.items()))
+    if pending:
+        for note in cluster.pending_notes():  # what each running node's configuration still waits for
+            print(note)
 
 
 def _status(args: argparse.Namespace) -> int:

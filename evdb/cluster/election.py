@@ -33,23 +33,32 @@ class VoteRequest:
     candidate_id: str
     standing: LogStanding
     priority: int
+    #: a pre-vote: "would you vote for me in ``term``?" The answer changes nothing on either side
+    pre_vote: bool = False
 
     def to_json(self) -> dict:
-        return {
+        body = {
             "term": self.term,
             "candidateId": self.candidate_id,
             "epochNumber": self.standing.epoch_number,
             "writerCheckpoint": self.standing.writer_position,
             "nodePriority": self.priority,
         }
+        if self.pre_vote:
+            body["preVote"] = True
+        return body
 
     @classmethod
     def from_json(cls, body: dict) -> VoteRequest:
+        pre_vote = body.get("preVote", False)
+        if not isinstance(pre_vote, bool):
+            raise ValueError("preVote must be true or false")
         return cls(
             int(body["term"]),
             str(body["candidateId"]),
             LogStanding(int(body["epochNumber"]), int(body["writerCheckpoint"])),
             int(body.get("nodePriority", 0)),
+            pre_vote,
         )
 
 
@@ -63,7 +72,10 @@ def grant_vote(
     follows_live_leader: bool,
     eligible: bool,
 ) -> tuple[bool, str]:
-    """Whether to vote for ``request``, and why (logged by both sides)."""
+    """Whether to vote for ``request`` (or, for a pre-vote, whether this node would), and why (logged by
+    both sides). A pre-vote is granted only for a term newer than any this node voted in."""
+    if request.pre_vote:
+        voted_for = None
     if request.term < voted_term or (request.term == voted_term and voted_for != request.candidate_id):
         return False, f"term {request.term} is not newer than term {voted_term} already voted in"
     if follows_live_leader:

@@ -384,15 +384,16 @@ class LocalCluster:
         ``options`` are node options by their KurrentDB names (``{"EnableUnixSocket": "true"}``),
         checked (:func:`check_node_options`) before any file is written and kept in the cluster's
         configuration. On an existing cluster they change its stored options (an empty value removes
-        one); nodes already running keep theirs until restarted (``log`` says which)."""
-        if not self.exists():
+        one); nodes already running keep theirs until restarted: ``log`` says, node by node, what each
+        one still waits for (:meth:`pending_notes`)."""
+        existed = self.exists()
+        if not existed:
             self._create(nodes, replicas, insecure, chunk_size, extra or {}, options or {})
             log(
                 f"Created a {nodes}-node cluster{f' with {replicas} read-only replica(s)' if replicas else ''} in {self.data_dir}"
             )
         elif options:
-            for note in self.set_node_options(options):
-                log(note)
+            self.set_node_options(options, notes=False)
         with self._changing():
             info = self.info()
             for node in info["nodes"]:
@@ -402,6 +403,9 @@ class LocalCluster:
                 log(f"Started {node['name']} (pid {node['pid']}) at {node['url']}")
             self._write_info(info)
         self.wait_for_leader(timeout)
+        if existed:
+            for note in self.pending_notes():
+                log(note)
         return info
 
     def create(
@@ -526,17 +530,17 @@ class LocalCluster:
         return dict(self.info().get("options") or {})
 
     @_one_change
-    def set_node_options(self, options: Mapping[str, str]) -> list[str]:
+    def set_node_options(self, options: Mapping[str, str], *, notes: bool = True) -> list[str]:
         """Change the stored node options of an existing cluster and every node's node.yaml (an empty
         value removes an option: the node's default, or the local cluster's own value, again). Checked
-        first (InvalidNodeOptions, nothing written). Returns a note for each running node: it keeps
-        its earlier options until it is restarted."""
+        first (InvalidNodeOptions, nothing written). Returns (``notes``) what each running node then
+        waits for (:meth:`pending_notes`): a node runs with its earlier options until it is restarted."""
         given = check_node_options(options)
         info = self.info()
         stored = dict(info.get("options") or {})
         changed = {name: value for name, value in given.items() if stored.get(name, "") != value}
         if not changed:
-            return []
+            return self.pending_notes() if notes else []
         import yaml
 
         for node in info["nodes"]:
@@ -557,13 +561,52 @@ class LocalCluster:
                 stored[name] = value
         info["options"] = stored
         self._write_info(info)
-        what = ", ".join(f"{k}={v}" if v else f"{k} (default)" for k, v in changed.items())
-        return [
-            f"{n['name']} runs with its earlier options: restart it for {what} to take effect "
-            f"(evdb cluster stop-node {n['name']}, then start-node)"
-            for n in info["nodes"]
-            if _node_alive(n)
-        ]
+        return self.pending_notes() if notes else []
+
+    def option_states(self, name: str) -> list[dict[str, Any]]:
+        """A running node's ``GET /info/options``: each option's value in effect, what its node.yaml
+        now gives, and whether that waits for a restart or a reload. ClusterLaunchError when the node
+        does not answer it."""
+        node = self._node(self.info(), name)
+        try:
+            with self.client(node["url"], timeout=5) as c:
+                answer = c.get("/info/options")
+            answer.raise_for_status()
+            rows = answer.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise ClusterLaunchError(f"{name} did not say which options it runs with: {exc}") from None
+        if not isinstance(rows, list):
+            raise ClusterLaunchError(
+                f"{name} answered GET /info/options with {type(rows).__name__}, not a list"
+            )
+        return rows
+
+    def pending_notes(self) -> list[str]:
+        """For each running node, exactly what its configuration still waits for: the restart-only
+        options it runs with other values of (a restart), the reloadable ones (a reload), or nothing."""
+        notes = []
+        for node in self.running_nodes():
+            name = node["name"]
+            try:
+                rows = self.option_states(name)
+            except ClusterLaunchError as exc:
+                notes.append(f"{exc}; restart it to be sure it runs with its node.yaml")
+                continue
+            restart = [r for r in rows if r.get("restartPending")]
+            reload = [r for r in rows if r.get("reloadPending")]
+            if restart:
+                notes.append(
+                    f"{name} runs with {_values(restart, 'value')}; its node.yaml says "
+                    f"{_values(restart, 'configured')}: restart it for that to take effect (evdb cluster "
+                    f"stop-node {name} --data {self.data_dir}, then start-node {name}); until then it "
+                    "refuses every configuration reload"
+                )
+            if reload:
+                notes.append(
+                    f"{name}: {_values(reload, 'configured')} takes effect at its next reload "
+                    "(POST /admin/reloadconfig) or restart"
+                )
+        return notes
 
     def _write_info(self, info: dict) -> None:
         tmp = self.info_path.with_suffix(".json.tmp")
@@ -751,6 +794,17 @@ class LocalCluster:
         deadline = time.monotonic() + 10  # SIGKILL is not refused: only the kernel's own time
         while time.monotonic() < deadline and any(_pid_alive(n["pid"]) for n in killed):
             time.sleep(0.05)
+
+
+def _values(rows: list[dict[str, Any]], field: str) -> str:
+    """``EnableUnixSocket=true, LogLevel=Debug``: options of ``GET /info/options`` rows, one field."""
+
+    def text(value: Any) -> str:
+        if isinstance(value, bool):
+            return str(value).lower()
+        return "<not set>" if value is None else str(value)
+
+    return ", ".join(f"{row['name']}={text(row.get(field))}" for row in rows)
 
 
 def _signal(pid: int, signum: int) -> None:

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from evdb.cluster.advertising import CLIENT_HOST, CLIENT_PORT, cluster_member
-from evdb.cluster.election import LogStanding, VoteRequest, grant_vote, majority
+from evdb.cluster.election import LogStanding, VoteRequest, majority
+from evdb.cluster.elector import Elector, Follow, LeaderLost, Member, Own, Stand, StepDown
 from evdb.cluster.forwarding import RemoteWriter, decode_write, encode_error, encode_result
 from evdb.cluster.replica import ChunkLogReplication, ReplicationLog
 from evdb.cluster.transport import Channel, HttpTransport, Message, PeerError, Transport
@@ -448,10 +449,16 @@ class ClusterService:
         self.voted_for: str | None = None
         self.election_count = 0
         self.last_election_seconds: float | None = None
-        self._leader_seen = self._now()
-        # the randomised wait before standing, drawn once per round (each time _leader_seen moves)
-        self._election_wait = (self._leader_seen - 1.0, 0.0)
-        self._no_candidacy_until = 0.0
+        #: the election decisions (pure: messages and time in, what to do out)
+        self.elector = Elector(
+            cluster_size=self.cluster_size,
+            read_only=self.read_only,
+            priority=self.priority,
+            gossip_timeout=self.gossip_timeout,
+            election_timeout=self.election_timeout,
+            rng=self.rng,
+            now=self._now(),
+        )
         self._followers: dict[str, _FollowerLink] = {}
         #: answers held until a majority has their position, in position order (the writer appends)
         self._gate: collections.deque[tuple[int, list]] = collections.deque()
@@ -527,6 +534,11 @@ class ClusterService:
     def standing(self) -> LogStanding:
         epochs = self.db.epochs(1)
         return LogStanding(epochs[0]["epochNumber"] if epochs else -1, self.db.committed_position)
+
+    @property
+    def campaigning(self) -> bool:
+        """Whether this node is standing for election now (the simulator kills nodes mid-election)."""
+        return self._election_lock.locked()
 
     @property
     def term(self) -> int:
@@ -874,90 +886,85 @@ class ClusterService:
         now = self._now()
         return [p for p in self.peers.values() if p.alive(now, self.gossip_timeout)]
 
-    async def _evaluate(self) -> None:
+    def _members(self) -> list[Member]:
         now = self._now()
-        alive = self._alive_peers()
-        leaders = [p for p in alive if p.info.get("state") == "Leader"]
-        if self.is_leader:
-            newer = [p for p in leaders if p.info.get("epochNumber", -1) > self.standing().epoch_number]
-            if newer:
-                self.logger.warning(
-                    "Another leader with a newer epoch exists (%s); stepping down", newer[0].seed
-                )
-                await self._step_down()
-            elif newer_term := [
-                p
-                for p in alive
-                if not p.info.get("isReadOnlyReplica")
-                and p.info.get("proposalNumber", -1) > self.standing().epoch_number
-            ]:
-                # a member voted or stood in a later term: it no longer takes this leader's log, and
-                # acknowledgements from the others alone must not decide (Raft's "higher term" rule)
-                self.logger.warning(
-                    "Member %s:%d is in term %d, newer than this leader's epoch %d; stepping down",
-                    *newer_term[0].seed,
-                    newer_term[0].info["proposalNumber"],
-                    self.standing().epoch_number,
-                )
-                await self._step_down()
-            elif self.cluster_size > 1 and 1 + sum(
-                1 for p in alive if not p.info.get("isReadOnlyReplica")
-            ) < majority(self.cluster_size):
-                self.logger.warning("The leader cannot see a majority of the cluster; stepping down")
-                await self._step_down()
-            return
-        if self.state in ("ResigningLeader", "PreLeader"):
-            return
-        # a leader elected before the term this node voted in is stale: following it could confirm
-        # writes the newer leader does not have (it steps down once it sees this node's term)
-        leaders = [p for p in leaders if p.info.get("epochNumber", -1) >= self.term or self.read_only]
-        if leaders:
-            leader = max(leaders, key=lambda p: p.info.get("epochNumber", -1))
-            self._leader_seen = now
-            if (
-                self.leader_id != leader.info.get("instanceId")
-                or self._follow_task is None
-                or self._follow_task.done()
-            ):
-                await self._follow(leader)
-            return
-        if self.leader_id is not None:
-            self.logger.warning("Lost the leader %s; no leader is known", self.leader_id)
+        return [
+            Member.from_gossip(
+                f"{p.seed[0]}:{p.seed[1]}",
+                p.alive(now, self.gossip_timeout),
+                p.info,
+                can_vote=p.replication_endpoint is not None,
+            )
+            for p in self.peers.values()
+            if p.info
+        ]
+
+    def _own(self) -> Own:
+        return Own(
+            str(self.node.instance_id),
+            self.state,
+            self.term,
+            self.voted_for,
+            self.standing(),
+            self.leader_id,
+            self._follow_task is not None and not self._follow_task.done(),
+        )
+
+    async def _evaluate(self) -> None:
+        """Do what the election machine (evdb/cluster/elector.py) decides after a gossip round."""
+        decision = self.elector.evaluate(self._now(), self._own(), self._members())
+        if isinstance(decision, StepDown):
+            self.logger.warning("%s", decision.reason)
+            await self._step_down()
+        elif isinstance(decision, Follow):
+            peer = next(
+                p for p in self.peers.values() if p.info.get("instanceId") == decision.leader.instance_id
+            )
+            await self._follow(peer)
+        elif isinstance(decision, LeaderLost):
+            self.logger.warning("Lost the leader %s; no leader is known", decision.leader_id)
             await self._stop_following()
-            self._leader_seen = now
-        if self.read_only or now < self._no_candidacy_until:
-            return
-        if now - self._leader_seen >= self._wait_before_standing() or self.cluster_size == 1:
+        elif isinstance(decision, Stand):
             await self._run_election()
 
-    def _wait_before_standing(self) -> float:
-        """Seconds without a leader before this node stands: the gossip timeout (or the election timeout,
-        if longer) plus a random part of up to one election timeout, drawn once per round. Candidates
-        that stand in the same instant split the votes and lose; drawn afresh on every gossip tick the
-        wait collapsed to its minimum, the same on every node, and two nodes could split the votes
-        round after round for good."""
-        since, wait = self._election_wait
-        if since != self._leader_seen:
-            base = max(self.gossip_timeout, self.election_timeout)
-            wait = base + self.rng.random() * self.election_timeout
-            self._election_wait = (self._leader_seen, wait)
-        return wait
+    # -- elections (the decisions: evdb/cluster/elector.py) ---------------------------------------------
+    def _voters(self) -> list[Peer]:
+        return [
+            p for p in self._alive_peers() if not p.info.get("isReadOnlyReplica") and p.replication_endpoint
+        ]
 
-    # -- elections -------------------------------------------------------------------------------------
+    async def _pre_vote(self) -> bool:
+        """Raft's pre-vote: whether a majority would grant this node its vote in the next term. Nothing
+        is recorded on either side, so a node that cannot win (cut off, or refused by members that hear
+        a live leader) never raises its term, and no leader ever sees a term it would step down for."""
+        request = self.elector.request(self._own(), self._members(), pre_vote=True)
+        answers = await asyncio.gather(*(self._ask_vote(p, request) for p in self._voters()))
+        grants = 1 + sum(answers)
+        if self.elector.elected(grants):
+            return True
+        self.logger.info(
+            "Pre-vote for term %d: %d of %d would grant it; not standing",
+            request.term,
+            grants,
+            self.cluster_size,
+        )
+        return False
+
     async def _run_election(self) -> None:
         async with self._election_lock:
             started = self._now()
+            voted_in = self.term
+            if self.cluster_size > 1 and not await self._pre_vote():
+                self.elector.round_over(self._now())
+                return
+            if self.term != voted_in or self.leader_id is not None or self.state != "Unknown":
+                return  # during the pre-vote this node voted for another, or found a leader
             await self._stop_following()
-            known_terms = [
-                max(p.info.get("epochNumber", -1), p.info.get("proposalNumber", -1))
-                for p in self.peers.values()
-                if p.info
-            ]
-            term = max([self.term, *known_terms]) + 1
+            term = self.elector.next_term(self._own(), self._members())
             self.db.log.checkpoints.proposal.write(term)
             self.voted_for = str(self.node.instance_id)
             self.election_count += 1
-            request = VoteRequest(term, str(self.node.instance_id), self.standing(), self.priority)
+            request = self.elector.request(self._own(), self._members(), pre_vote=False)
             self.logger.info(
                 "Starting an election for term %d (epoch %d, position %d, priority %d)",
                 term,
@@ -965,12 +972,7 @@ class ClusterService:
                 request.standing.writer_position,
                 self.priority,
             )
-            voters = [
-                p
-                for p in self._alive_peers()
-                if not p.info.get("isReadOnlyReplica") and p.replication_endpoint
-            ]
-            answers = await asyncio.gather(*(self._ask_vote(p, request) for p in voters))
+            answers = await asyncio.gather(*(self._ask_vote(p, request) for p in self._voters()))
             votes = 1 + sum(answers)
             if self.term != term or self.voted_for != str(self.node.instance_id):
                 # while the votes came in, this node granted its own vote in a newer term: that
@@ -981,7 +983,7 @@ class ClusterService:
                     self.term,
                 )
                 return
-            if votes >= majority(self.cluster_size) and self.state not in ("Leader", "ResigningLeader"):
+            if self.elector.elected(votes) and self.state not in ("Leader", "ResigningLeader"):
                 self.logger.info(
                     "Won the election for term %d with %d of %d votes", term, votes, self.cluster_size
                 )
@@ -991,7 +993,7 @@ class ClusterService:
                 self.logger.info(
                     "Lost the election for term %d (%d of %d votes)", term, votes, self.cluster_size
                 )
-                self._leader_seen = self._now()  # wait a new random delay before trying again
+                self.elector.round_over(self._now())
 
     async def _ask_vote(self, peer: Peer, request: VoteRequest) -> bool:
         assert peer.replication_endpoint is not None
@@ -1005,7 +1007,12 @@ class ClusterService:
         if not isinstance(body, dict):
             return False
         if not body.get("granted"):
-            self.logger.info("%s:%d refused its vote: %s", *peer.seed, body.get("reason"))
+            self.logger.info(
+                "%s:%d refused its %s: %s",
+                *peer.seed,
+                "pre-vote" if request.pre_vote else "vote",
+                body.get("reason"),
+            )
         return bool(body.get("granted"))
 
     async def handle_vote(self, body: dict) -> dict:
@@ -1014,37 +1021,36 @@ class ClusterService:
             vote = VoteRequest.from_json(body)
         except (ValueError, KeyError, TypeError) as exc:
             return {"granted": False, "reason": f"bad request: {exc}"}
-        now = self._now()
         leader = self.leader_peer()
-        follows_live_leader = self.is_leader or (
-            leader is not None
-            and leader.alive(now, self.gossip_timeout)
-            and leader.info.get("state") == "Leader"
-            and leader.info.get("instanceId") != vote.candidate_id
-        )
-        granted, reason = grant_vote(
+        answer = self.elector.answer(
+            self._now(),
             vote,
-            voted_term=self.term,
-            voted_for=self.voted_for,
-            own=self.standing(),
-            own_priority=self.priority,
-            follows_live_leader=follows_live_leader,
-            eligible=not self.read_only and now >= self._no_candidacy_until,
+            self._own(),
+            None
+            if leader is None
+            else Member.from_gossip(
+                f"{leader.seed[0]}:{leader.seed[1]}",
+                leader.alive(self._now(), self.gossip_timeout),
+                leader.info,
+                can_vote=True,
+            ),
         )
-        if self.read_only:
-            granted, reason = False, "read-only replicas do not vote"
-        elif self.state == "PreLeader":
-            # this node won an election and is writing its epoch: a vote now could let a second leader
-            # take office over a log this node is about to extend
-            granted, reason = False, "this node is taking office as leader"
-        if granted:
+        granted, reason = answer.granted, answer.reason
+        if vote.pre_vote:  # a pre-vote changes nothing here
+            self.logger.info(
+                "Pre-vote for %s in term %d: %s",
+                vote.candidate_id,
+                vote.term,
+                "granted" if granted else f"refused ({reason})",
+            )
+            return {"granted": granted, "reason": reason, "term": self.term}
+        if answer.record:
             # a voter in a new term takes nothing more from an older leader (its acks could confirm writes
             # the new leader does not have): the term is recorded first, so the gossip loop cannot
             # start following the old leader again while the replication session is being stopped
             self.db.log.checkpoints.proposal.write(vote.term)
             self.voted_for = vote.candidate_id
             await self._stop_following()
-            self._leader_seen = now  # give the candidate time to take office
         self.logger.info(
             "Vote for %s in term %d: %s",
             vote.candidate_id,
@@ -1072,7 +1078,7 @@ class ClusterService:
             # must not stay PreLeader either: it would never vote, follow or stand again
             self.logger.error("Could not take office in term %d: %s; this node stays a follower", term, exc)
             self.state = "Unknown"
-            self._leader_seen = self._now()
+            self.elector.round_over(self._now())
             return
         if self.state != "PreLeader":  # stepped down while the epoch was being written
             return
@@ -1110,9 +1116,10 @@ class ClusterService:
             self.db.replication_gate = None
         self._fail_gate(NotLeader())
         self.leader_id = None
-        self._leader_seen = self._now()
         if resigning:
-            self._no_candidacy_until = self._now() + max(3 * self.gossip_timeout, 5.0)
+            self.elector.resigned(self._now())
+        else:
+            self.elector.round_over(self._now())
         self.logger.info("This node is no longer the leader")
 
     def _gate_answers(self, position: int, answers: list) -> None:

@@ -33,8 +33,9 @@ import selectors
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
+from itertools import combinations
 from types import SimpleNamespace
 from typing import Any
 
@@ -47,6 +48,15 @@ from evdb.streams import AppendResult, NewEvent
 __all__ = ["SimulationResult", "run_seed", "run_seeds"]
 
 ANY = -2
+Schedule = Callable[["Simulation", float], Coroutine[Any, Any, None]]
+#: simulated seconds a majority must be connected both ways, undisturbed, before the liveness check
+#: requires it to have exactly one leader that stays and acknowledges writes (about six times the
+#: longest wait before a node stands: GossipTimeoutMs 500 + LeaderElectionTimeoutMs 300)
+LIVENESS_GRACE = 5.0
+#: how often (simulated seconds) the liveness check has that leader acknowledge a write, and how long
+#: the write may take
+PROBE_EVERY = 1.0
+PROBE_TIMEOUT = 2.0
 
 
 # -- time ------------------------------------------------------------------------------------------------
@@ -523,9 +533,13 @@ class _ProposalCheckpoint:
 class SimChannel:
     """One end of a replication stream; messages arrive after the network's delay, in order."""
 
-    def __init__(self, sim: Simulation, owner: SimNode) -> None:
+    def __init__(self, sim: Simulation, owner: SimNode, opener: SimNode) -> None:
         self.sim = sim
         self.owner = owner
+        #: the node that opened the connection, and when (a certificate split lets connections opened
+        #: before it linger until the connection reset: Simulation.reaches)
+        self.opener = opener
+        self.opened_at = sim.loop.time()
         self.peer: SimChannel | None = None
         self._inbox: asyncio.Queue = asyncio.Queue()
         self._closed = False
@@ -545,7 +559,9 @@ class SimChannel:
         if target is None or target._closed:
             self.lost = True
             return
-        if message is not None and not self.sim.connected(self.owner, target.owner):
+        if message is not None and not self.sim.reaches(
+            self.owner, target.owner, opener=self.opener, opened_at=self.opened_at
+        ):
             # a link that is cut loses what is on it, and the connection breaks at both ends (the
             # WebSocket heartbeat notices on either side)
             self.lost = True
@@ -630,7 +646,7 @@ class SimTransport:
         loop = self.sim.loop
         if (
             target is None
-            or not self.sim.connected(self.node, target)
+            or not self.sim.reaches(self.node, target, opener=self.node)
             or self.sim.rng.random() < self.sim.loss
         ):
             await asyncio.sleep(min(timeout, self.sim.rng.uniform(0.001, timeout)))
@@ -651,7 +667,7 @@ class SimTransport:
                 raise
             raise PeerError(f"port {target_port} went down during the call") from None
         await asyncio.sleep(self.sim.delay(target, self.node))
-        if not self.sim.connected(self.node, target):
+        if not self.sim.reaches(target, self.node, opener=self.node):
             raise PeerError(f"the answer from port {target_port} was lost")
         return answer
 
@@ -680,9 +696,14 @@ class SimTransport:
     async def replicate(self, endpoint: tuple[str, int], heartbeat: float) -> AsyncIterator[SimChannel]:
         target = self.sim.by_port.get(endpoint[1] - 1000)
         await asyncio.sleep(self.sim.delay(self.node, target) if target else 0.01)
-        if target is None or not target.alive or not self.sim.connected(self.node, target):
+        if (
+            target is None
+            or not target.alive
+            or not self.sim.reaches(self.node, target, opener=self.node, opened_at=self.sim.loop.time())
+            or not self.sim.reaches(target, self.node, opener=self.node, opened_at=self.sim.loop.time())
+        ):
             raise PeerError(f"cannot connect to port {endpoint[1]}")
-        mine, theirs = SimChannel(self.sim, self.node), SimChannel(self.sim, target)
+        mine, theirs = SimChannel(self.sim, self.node, self.node), SimChannel(self.sim, target, self.node)
         mine.peer, theirs.peer = theirs, mine
         self.channels.append(mine)
         target.transport.channels.append(theirs)
@@ -797,7 +818,20 @@ class Simulation:
         self.nodes: list[SimNode] = []
         self.by_port: dict[int, SimNode] = {}
         self.partition: dict[int, int] = {}  # node index -> side; nodes on different sides cannot talk
+        self.cuts: set[tuple[int, int]] = set()  # (a, b): messages from node a to node b are lost
+        #: a certificate split: node index -> (when it reloaded new certificates, when the connections
+        #: opened before then are reset); the others trust only the old ones
+        self.reloaded: dict[int, tuple[float, float]] = {}
         self.paused: set[int] = set()
+        #: the liveness check (check_liveness): majority -> since when it has been connected both ways;
+        #: node index -> when a fault last disturbed it; majority -> the (leader, epoch) it must keep
+        self._connected_since: dict[frozenset[int], float] = {}
+        self._disturbed: dict[int, float] = {}
+        self._kept_leader: dict[frozenset[int], tuple[str, int]] = {}
+        self._linked: set[frozenset[int]] = set()
+        self._probing = False
+        self._checking_liveness = False
+        self.liveness_checks = 0  # how many times a majority was required to have its one leader
         self.loss = 0.0
         self.slow = 0.0
         self.violations: list[str] = []
@@ -813,12 +847,67 @@ class Simulation:
             node = SimNode(self, i, f"node{i + 1}", uuid.UUID(int=self.rng.getrandbits(128)))
             self.nodes.append(node)
             self.by_port[node.port] = node
+        self._pairs = list(combinations(self.nodes, 2))
+        self._majorities = [
+            frozenset(members)
+            for k in range(majority(nodes), nodes + 1)
+            for members in combinations(range(nodes), k)
+        ]
+        self._probe_due = 0.0
 
     # -- faults and the network
-    def connected(self, a: SimNode, b: SimNode) -> bool:
+    def link_up(self, a: SimNode, b: SimNode) -> bool:
+        """Whether the wire carries ``a``'s messages to ``b`` (partitions, one-way cuts, pauses)."""
         if a.index in self.paused or b.index in self.paused:
             return False
-        return self.partition.get(a.index, 0) == self.partition.get(b.index, 0)
+        if self.partition.get(a.index, 0) != self.partition.get(b.index, 0):
+            return False
+        return (a.index, b.index) not in self.cuts
+
+    def trusted(self, a: SimNode, b: SimNode) -> bool:
+        """Whether ``a`` and ``b`` accept each other's certificates now (a certificate split: the nodes
+        that reloaded trust only the new CA, the others only the old one)."""
+        return (a.index in self.reloaded) == (b.index in self.reloaded)
+
+    def reaches(self, a: SimNode, b: SimNode, *, opener: SimNode, opened_at: float | None = None) -> bool:
+        """Whether a message from ``a`` reaches ``b`` on a connection ``opener`` opened at ``opened_at``
+        (None: a pooled connection of ``opener``'s peer client, as gossip and votes use). Across a
+        certificate split no new connection is made; one opened before the reload lingers until its
+        ConnectionResetInterval-like reset, and a node that did not reload keeps using its pooled
+        connections until then (a node that reloaded makes new ones, which the others refuse)."""
+        if not self.link_up(a, b):
+            return False
+        if self.trusted(a, b):
+            return True
+        reloaded = a if a.index in self.reloaded else b
+        started, linger_until = self.reloaded[reloaded.index]
+        if self.loop.time() >= linger_until:
+            return False
+        if opened_at is not None:
+            return opened_at < started
+        return opener.index not in self.reloaded
+
+    def both_ways(self, a: SimNode, b: SimNode) -> bool:
+        """Connected both ways with nothing lingering: what the liveness check counts as connected."""
+        return (
+            a.alive
+            and b.alive
+            and not self.loss
+            and not self.slow
+            and self.link_up(a, b)
+            and self.link_up(b, a)
+            and self.trusted(a, b)
+        )
+
+    def disturb(self, node: SimNode) -> None:
+        """A fault that may rightly cost an election: ``node`` crashed, paused, its clock jumped, it
+        resigned or its sync failed. The liveness check gives every majority with ``node`` in it (all
+        of them, when ``node`` leads) a fresh grace period."""
+        now = self.loop.time()
+        if node.service is not None and node.service.state in ("Leader", "ResigningLeader", "PreLeader"):
+            for other in self.nodes:
+                self._disturbed[other.index] = now
+        self._disturbed[node.index] = now
 
     def delay(self, a: SimNode | None, b: SimNode | None) -> float:
         base = self.rng.uniform(0.0002, 0.003)
@@ -835,6 +924,11 @@ class Simulation:
         self.faults.append(f"t={self.loop.time():.3f}s {text}")
         if self.verbose:
             print(self.faults[-1], file=sys.stderr)
+
+    def _stamp(self, record: logging.LogRecord) -> bool:
+        """(--verbose) Each node's log line starts with the simulated time."""
+        record.msg = f"t={self.loop.time():.3f}s {record.msg}"
+        return True
 
     async def blocking(self, fn, *args):  # type: ignore[no-untyped-def]
         """A blocking call (a thread in a real node) takes a little time, and other work of the node
@@ -868,6 +962,8 @@ class Simulation:
         node.transport = SimTransport(self, node)
         logger = logging.getLogger(f"evdb.sim.{node.name}")
         logger.disabled = not self.verbose
+        if self.verbose and not logger.filters:
+            logger.addFilter(self._stamp)
         host = _Host(node, self._options(node), logger)
         node.service = ClusterService(
             host,  # type: ignore[arg-type]
@@ -883,6 +979,7 @@ class Simulation:
         not yet synced, a random prefix survives."""
         if not node.alive:
             return
+        self.disturb(node)
         node.alive = False
         service = node.service
         tasks = [*service._tasks, *([service._follow_task] if service._follow_task else [])]
@@ -1008,14 +1105,16 @@ class Simulation:
                     break
                 await asyncio.sleep(self.rng.uniform(0.01, 0.1))
 
-    async def _append(self, node: SimNode, stream: str, event_id: str) -> AppendResult | None:
+    async def _append(
+        self, node: SimNode, stream: str, event_id: str, *, timeout: float = 2.0
+    ) -> AppendResult | None:
         if not node.alive or node.index in self.paused:
             await asyncio.sleep(0.05)
             return None
         try:
             event = NewEvent("E", b"{}", b"", uuid.UUID(event_id), True)
             future = node.db.append_async(stream, [event], ANY)
-            async with asyncio.timeout(2.0):
+            async with asyncio.timeout(timeout):
                 return await asyncio.wrap_future(future)
         except (EvdbError, TimeoutError, PeerError, asyncio.CancelledError):
             return None
@@ -1085,6 +1184,163 @@ class Simulation:
                 if record.kind == "event":
                     self.reads.append((node.name, record.position, record.event_id))
 
+    # -- liveness
+    def check_liveness(self) -> None:
+        """Once a majority has been connected both ways, with no fault touching its members, for
+        LIVENESS_GRACE, it has exactly one leader; that leader stays (same node, same epoch) while the
+        majority stays connected, and acknowledges writes (:meth:`_probe`). A fault may rightly cost
+        an election only when it touches the majority or its leader (:meth:`disturb`, and a link to the
+        leader that goes down): a minority that is cut off, one-way links, a certificate split with
+        lingering connections, flapping links to others and restarts outside it must not."""
+        now = self.loop.time()
+        linked = {frozenset((a.index, b.index)) for a, b in self._pairs if self.both_ways(a, b)}
+        for pair in self._linked - linked:
+            # a link to the leader went down: the member at its other end may rightly elect another
+            a, b = (self.nodes[i] for i in sorted(pair))
+            for one, other in ((a, b), (b, a)):
+                if one.alive and one.service.state == "Leader":
+                    self._disturbed[other.index] = now
+        self._linked = linked
+        since: dict[frozenset[int], float] = {}
+        for members in self._majorities:
+            if all(frozenset(pair) in linked for pair in combinations(sorted(members), 2)):
+                since[members] = self._connected_since.get(members, now)
+        self._connected_since = since
+        required = [
+            members
+            for members, at in since.items()
+            if now - max(at, *(self._disturbed.get(i, 0.0) for i in members)) >= LIVENESS_GRACE
+        ]
+        for members in list(self._kept_leader):
+            if members not in required:
+                del self._kept_leader[members]
+        if not required:
+            return
+        self.liveness_checks += 1
+        # the majority's leader may be outside it (a member a fault touched) while connected both ways
+        # to every node of it
+        covered = sorted(
+            set().union(*required)
+            | {
+                n.index
+                for n in self.nodes
+                if any(all(n.index == i or frozenset((n.index, i)) in linked for i in m) for m in required)
+            }
+        )
+        leaders = [self.nodes[i] for i in covered if self.nodes[i].service.state == "Leader"]
+        if len(leaders) != 1:
+            names = [self.nodes[i].name for i in covered]
+            self.violation(
+                f"liveness: {names}, a majority connected both ways for {LIVENESS_GRACE:.0f}s, has "
+                f"{len(leaders)} leaders ({[n.name for n in leaders]}; states "
+                f"{[self.nodes[i].service.state for i in covered]})"
+            )
+            for members in required:  # reported once per grace period
+                self._connected_since[members] = now
+            return
+        leader = leaders[0]
+        key = (leader.name, leader.service.standing().epoch_number)
+        for members in required:
+            kept = self._kept_leader.setdefault(members, key)
+            if kept != key:
+                self.violation(
+                    f"liveness: the leader of {[self.nodes[i].name for i in sorted(members)]} changed from "
+                    f"{kept[0]} (epoch {kept[1]}) to {key[0]} (epoch {key[1]}) while that majority stayed "
+                    f"connected both ways"
+                )
+                self._kept_leader[members] = key
+        if not self._probing and now >= self._probe_due:
+            self._probing = True
+            self.loop.create_task(self._probe(leader, key, required))
+
+    async def _probe(self, leader: SimNode, key: tuple[str, int], required: list[frozenset[int]]) -> None:
+        """The majority's one leader acknowledges a write within PROBE_TIMEOUT (unless the majority
+        stopped being required meanwhile)."""
+        try:
+            event_id = str(uuid.UUID(int=self.rng.getrandbits(128)))
+            result = await self._append(leader, "liveness", event_id, timeout=PROBE_TIMEOUT)
+            if result is not None:
+                self._acknowledge(leader, event_id, result)
+            elif self._checking_liveness and all(self._kept_leader.get(m) == key for m in required):
+                self.violation(
+                    f"liveness: {leader.name}, the leader of a majority connected both ways, did not "
+                    f"acknowledge a write within {PROBE_TIMEOUT:.0f}s"
+                )
+        finally:
+            self._probing = False
+            self._probe_due = self.loop.time() + PROBE_EVERY
+
+    async def liveness_loop(self) -> None:
+        self._checking_liveness = True
+        try:
+            while True:
+                await asyncio.sleep(0.05)
+                self.check_liveness()
+        finally:
+            self._checking_liveness = False
+
+    # -- network faults
+    def _reload(self, nodes: list[SimNode], linger: float) -> None:
+        now = self.loop.time()
+        for node in nodes:
+            self.reloaded[node.index] = (now, now + linger)
+        self.loop.call_at(now + linger + 1e-6, self._reset_lingering)
+
+    def _reset_lingering(self) -> None:
+        """The ConnectionResetInterval-like reset: streams across the certificate split break."""
+        for node in self.nodes:
+            if node.transport is None:
+                continue
+            for channel in list(node.transport.channels):
+                peer = channel.peer
+                if peer is not None and not self.reaches(
+                    channel.owner, peer.owner, opener=channel.opener, opened_at=channel.opened_at
+                ):
+                    channel.break_now()
+                    self.loop.call_soon(peer.break_now)
+
+    async def certificate_split(self) -> None:
+        """Some nodes reload new certificates (from another CA): they and the others refuse each
+        other's new connections; connections opened before linger until a reset. Either the rest
+        reload later all at once, or one by one (a rolling update)."""
+        rng = self.rng
+        linger = rng.uniform(0.3, 3.0)
+        order = rng.sample(self.nodes, len(self.nodes))
+        first = rng.randrange(1, len(self.nodes))
+        self._reload(order[:first], linger)
+        self.log(
+            f"certificate split: {[n.name for n in order[:first]]} reload new certificates "
+            f"(old connections linger {linger:.2f}s)"
+        )
+        if rng.random() < 0.5:
+            for node in order[first:-1]:
+                await asyncio.sleep(rng.uniform(0.5, 3.0))
+                self._reload([node], linger)
+                self.log(f"certificate split: {node.name} reloads too")
+            await asyncio.sleep(rng.uniform(0.5, 3.0))
+        else:
+            await asyncio.sleep(rng.uniform(1.0, 5.0))
+        self.reloaded = {}
+        self.log("certificate split ends: every node trusts the same certificates")
+
+    async def wait_for_leader(self, within: float) -> SimNode | None:
+        deadline = self.loop.time() + within
+        while self.loop.time() < deadline:
+            for node in self.nodes:
+                if node.alive and node.service.state == "Leader":
+                    return node
+            await asyncio.sleep(0.01)
+        return None
+
+    async def wait_for_candidate(self, within: float) -> SimNode | None:
+        deadline = self.loop.time() + within
+        while self.loop.time() < deadline:
+            for node in self.nodes:
+                if node.alive and node.service.campaigning:
+                    return node
+            await asyncio.sleep(0.002)
+        return None
+
     # -- the fault schedule
     async def wait_for_shipped_unsynced(self, node: SimNode, within: float, *, held: bool) -> bool:
         """Wait (at most ``within`` simulated seconds) for ``node`` to have shipped records it has not
@@ -1120,6 +1376,11 @@ class Simulation:
                     "loss",
                     "resign",
                     "double",
+                    "one-way",
+                    "asymmetric",
+                    "certificate-split",
+                    "flap",
+                    "restart-in-election",
                 ]
             )
             alive = [n for n in self.nodes if n.alive]
@@ -1133,6 +1394,7 @@ class Simulation:
                 if shipped and leader.alive and rng.random() < 0.3:
                     # or its sync of them fails (an I/O error): they are rolled back on the leader
                     self.log(f"the sync of {leader.name}'s records shipped up to {leader.db.shipped} fails")
+                    self.disturb(leader)
                     leader.db.fail_next_sync = True
                 elif shipped and leader.alive:
                     sent = leader.db.shipped
@@ -1170,6 +1432,7 @@ class Simulation:
                 self.log("heal partition")
             elif kind == "pause":
                 victim = leader or rng.choice(self.nodes)
+                self.disturb(victim)
                 self.paused.add(victim.index)
                 self.log(f"pause {victim.name}")
                 pause = rng.uniform(0.2, 2.0)
@@ -1181,6 +1444,7 @@ class Simulation:
                 victim = rng.choice(self.nodes)
                 jump = rng.uniform(0.1, 2.0)
                 victim.clock_offset += jump
+                self.disturb(victim)
                 self.log(f"clock of {victim.name} jumps {jump:.2f}s")
             elif kind == "loss":
                 self.loss, self.slow = rng.uniform(0.0, 0.3), rng.uniform(0.0, 0.3)
@@ -1189,19 +1453,77 @@ class Simulation:
                 self.loss = self.slow = 0.0
             elif kind == "resign" and leader is not None:
                 self.log(f"resign {leader.name}")
+                self.disturb(leader)
                 self.loop.create_task(leader.service.resign())
+            elif kind == "one-way":
+                a, b = rng.sample(self.nodes, 2)
+                self.cuts.add((a.index, b.index))
+                self.log(f"cut {a.name} -> {b.name} (one way)")
+                await asyncio.sleep(rng.uniform(0.5, 4.0))
+                self.cuts.discard((a.index, b.index))
+                self.log(f"heal {a.name} -> {b.name}")
+            elif kind == "asymmetric":
+                x = rng.choice(self.nodes)
+                others = [n for n in self.nodes if n is not x]
+                shape = rng.choice(["hears nobody", "reaches nobody", "cut from one"])
+                if shape == "hears nobody":
+                    cuts = {(o.index, x.index) for o in others}
+                elif shape == "reaches nobody":
+                    cuts = {(x.index, o.index) for o in others}
+                else:  # the others still reach both ends
+                    y = rng.choice(others)
+                    cuts = {(x.index, y.index), (y.index, x.index)}
+                    shape = f"cut from {y.name}"
+                self.cuts |= cuts
+                self.log(f"asymmetric partition: {x.name} {shape}")
+                await asyncio.sleep(rng.uniform(0.5, 4.0))
+                self.cuts -= cuts
+                self.log(f"heal {x.name}")
+            elif kind == "certificate-split":
+                await self.certificate_split()
+            elif kind == "flap":
+                a, b = rng.sample(self.nodes, 2)
+                pair = {(a.index, b.index), (b.index, a.index)}
+                self.log(f"the link {a.name} <-> {b.name} flaps")
+                end = self.loop.time() + rng.uniform(1.0, 4.0)
+                while self.loop.time() < end:
+                    self.cuts ^= pair
+                    await asyncio.sleep(rng.uniform(0.05, 0.5))
+                self.cuts -= pair
+                self.log(f"the link {a.name} <-> {b.name} is steady")
+            elif kind == "restart-in-election":
+                # kill the leader, then the first node that stands for election, mid-election
+                if leader is not None:
+                    self.log(f"crash {leader.name} ({leader.service.state})")
+                    await self.crash(leader)
+                candidate = await self.wait_for_candidate(rng.uniform(0.5, 3.0))
+                if candidate is not None:
+                    self.log(f"crash {candidate.name} in its election")
+                    await self.crash(candidate)
+                    await asyncio.sleep(rng.uniform(0.0, 0.3))
+                    self.log(f"restart {candidate.name}")
+                    await self.start_node(candidate)
+                await asyncio.sleep(rng.uniform(0.05, 1.0))
+                if leader is not None and not leader.alive:
+                    self.log(f"restart {leader.name}")
+                    await self.start_node(leader)
 
     # -- the run
-    async def run(self, seconds: float, clients: int) -> None:
+    async def run(self, seconds: float, clients: int, schedule: Schedule | None = None) -> None:
         for node in self.nodes:
             await self.start_node(node)
         until = self.loop.time() + seconds
         tasks = [self.loop.create_task(self.client(k, until)) for k in range(clients)]
         tasks.append(self.loop.create_task(self.reader(until)))
-        tasks.append(self.loop.create_task(self.faults_loop(until)))
+        faults = self.faults_loop(until) if schedule is None else schedule(self, until)
+        tasks.append(self.loop.create_task(faults))
+        liveness = self.loop.create_task(self.liveness_loop())
         await asyncio.gather(*tasks)
         # heal: everyone up and connected, then wait (bounded) for the logs to agree
         self.partition, self.paused, self.loss, self.slow = {}, set(), 0.0, 0.0
+        self.cuts, self.reloaded = set(), {}
+        self._reset_lingering()
+        healed = self.loop.time()
         for node in self.nodes:
             if not node.alive:
                 await self.start_node(node)
@@ -1228,7 +1550,11 @@ class Simulation:
                 n.name: (n.db.committed_position, n.db.readable_position, n.service.state) for n in self.nodes
             }
             self.violation(f"the logs did not converge within 30 s of healing: {ends}")
+        # the healed cluster is a majority connected both ways: the liveness check must see its one
+        # leader stay and acknowledge writes for a while
+        await asyncio.sleep(max(0.0, healed + LIVENESS_GRACE + 2 * PROBE_EVERY - self.loop.time()))
         self.elections = sum(n.service.election_count for n in self.nodes)
+        liveness.cancel()
         self.final_check()
         for node in self.nodes:
             await self.crash(node)
@@ -1255,9 +1581,16 @@ class Simulation:
 
 
 def run_seed(
-    seed: int, *, nodes: int = 3, seconds: float = 8.0, clients: int = 3, verbose: bool = False
+    seed: int,
+    *,
+    nodes: int = 3,
+    seconds: float = 8.0,
+    clients: int = 3,
+    verbose: bool = False,
+    schedule: Schedule | None = None,
 ) -> SimulationResult:
-    """Run one simulated cluster under ``seed``; the same seed always runs the same way."""
+    """Run one simulated cluster under ``seed``; the same seed always runs the same way. ``schedule``:
+    the faults to inject instead of the seed's random ones (``await schedule(sim, until)``)."""
     # what an earlier run in this process left for the garbage collector (its coroutines and async
     # generators) goes now: finalized during this run, it would take turns on this run's loop
     gc.collect()
@@ -1276,7 +1609,7 @@ def run_seed(
     async def bounded() -> None:
         try:
             async with asyncio.timeout(seconds + 400):  # virtual seconds: a stuck run is a finding
-                await sim.run(seconds, clients)
+                await sim.run(seconds, clients, schedule)
         except TimeoutError:
             sim.violation(f"the run did not finish within {seconds + 400:.0f} simulated seconds")
 
@@ -1322,27 +1655,38 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=100, help="how many seeds, from --first (default 100)")
     parser.add_argument("--first", type=int, default=0)
     parser.add_argument("--nodes", type=int, default=3, choices=(3, 5))
-    parser.add_argument("--seconds", type=float, default=8.0, help="simulated seconds of faults per seed")
-    parser.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
+    parser.add_argument("--seconds", type=float, default=4.0, help="simulated seconds of faults per seed")
+    parser.add_argument(
+        "--jobs", "--processes", type=int, default=1, dest="jobs", help="worker processes (default 1)"
+    )
+    parser.add_argument("--report", type=int, default=1000, help="print progress every N seeds")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     if args.verbose:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s %(message)s")
-    seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
-    failed = 0
     started = time.perf_counter()
-    if args.seed is not None:
-        results = [run_seed(args.seed, nodes=args.nodes, seconds=args.seconds, verbose=args.verbose)]
-    else:
-        results = run_seeds(seeds, nodes=args.nodes, seconds=args.seconds, processes=args.processes)
-    for seed, result in zip(seeds, results, strict=True):
-        if not result.ok:
-            failed += 1
-            print(f"seed {seed}: {len(result.violations)} violation(s)")
-            for line in result.violations[:5]:
-                print(f"  {line}")
-            print(f"  replay: python -m evdb.cluster.sim --seed {seed} --nodes {args.nodes} --verbose")
-    print(f"{len(seeds)} seeds, {args.nodes} nodes, {failed} failed, {time.perf_counter() - started:.1f} s")
+    done = failed = 0
+    seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
+    for at in range(0, len(seeds), max(1, args.report)):
+        batch = seeds[at : at + max(1, args.report)]
+        if args.seed is not None:
+            results = [run_seed(args.seed, nodes=args.nodes, seconds=args.seconds, verbose=args.verbose)]
+        else:
+            results = run_seeds(batch, nodes=args.nodes, seconds=args.seconds, processes=args.jobs)
+        for seed, result in zip(batch, results, strict=True):
+            done += 1
+            if not result.ok:
+                failed += 1
+                print(f"seed {seed}: {len(result.violations)} violation(s)")
+                for line in result.violations[:5]:
+                    print(f"  {line}")
+                print(
+                    f"  replay: python -m evdb.cluster.sim --seed {seed} --nodes {args.nodes} "
+                    f"--seconds {args.seconds:g} --verbose"
+                )
+        if len(seeds) > len(batch):
+            print(f"... {done} seeds, {failed} failed, {time.perf_counter() - started:.0f} s", flush=True)
+    print(f"{done} seeds, {args.nodes} nodes, {failed} failed, {time.perf_counter() - started:.1f} s")
     return 1 if failed else 0
 
 

@@ -168,10 +168,14 @@ class HttpTransport:
         host: str,
         port: int,
         tls: Callable[[], Any],
-        reserved_common_name: str,
+        reserved_common_name: Callable[[], str] | str,
         logger: logging.Logger,
         client: PeerClient,
     ) -> None:
+        """``tls`` and ``reserved_common_name`` are read at each use: a node passes readers of its
+        settings (evdb/tls/reload.py NodeSettings), so a reload's new certificates, trusted roots and
+        CertificateReservedNodeCommonName reach the listener's next connection. A plain string is a
+        name that never changes (a host without reloads)."""
         self.host = host
         self.port = port
         self._tls = tls
@@ -185,6 +189,12 @@ class HttpTransport:
     @property
     def secure(self) -> bool:
         return self._tls() is not None
+
+    @property
+    def reserved_common_name(self) -> str:
+        """The common name peers' certificates must carry now (CertificateReservedNodeCommonName)."""
+        name = self._reserved_common_name
+        return name() if callable(name) else name
 
     # -- serving -----------------------------------------------------------------------------------
     async def start(self, handlers: PeerHandlers) -> int:
@@ -230,7 +240,7 @@ class HttpTransport:
             try:
                 if not der:
                     raise CertificateError("The peer presented no client certificate.")
-                check_peer_node_certificate(der, self._reserved_common_name)
+                check_peer_node_certificate(der, self.reserved_common_name)
             except CertificateError as exc:
                 self.logger.error("Refused a node-to-node connection from %s: %s", request.remote, exc)
                 return web.Response(status=403, text=str(exc))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import struct
 import time
 import urllib.parse
 import uuid
@@ -42,7 +43,6 @@ from grpclib.exceptions import ProtocolError, StreamTerminatedError
 from grpclib.metadata import Deadline, decode_metadata, decode_timeout
 from grpclib.protocol import H2Protocol
 from grpclib.server import Handler, Server, Stream, _abort
-from grpclib.stream import recv_message as _recv_message
 from grpclib.stream import send_message as _send_message
 from grpclib.utils import DeadlineWrapper, Wrapper
 from h2.errors import ErrorCodes
@@ -57,6 +57,7 @@ from evdb.errors import (
     InvalidInput,
     NotLeader,
     UsersNotReady,
+    resource_status,
     status_of,
     trailers_of,
 )
@@ -207,6 +208,9 @@ def grpc_error(node: Node, exc: BaseException) -> GRPCError:
         return kurrent_error(Status[known[1]], str(exc), trailers_of(exc))
     if getattr(node, "db", None) is None:  # a follower cutting a diverged tail: a moment, not a fault
         return GRPCError(Status.UNAVAILABLE, DatabaseReopening.MESSAGE)
+    resource = resource_status(exc)  # a full disk, no descriptor left: the same rule as HTTP's
+    if resource is not None:
+        return GRPCError(Status[resource[1]], resource[2])
     node.logger.exception("gRPC call failed unexpectedly", exc_info=exc)
     return GRPCError(Status.INTERNAL, f"Internal error: {exc}")
 
@@ -402,6 +406,10 @@ def _metadata_value(value: str) -> str:
 DEADLINE_FLOOR = 0.001
 
 
+#: the largest gRPC request message a server reads unless told (HttpMaxRequestBodySize's default)
+DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
+
+
 class KurrentServer(Server):
     """grpclib's server with KurrentDB's error shapes and its ``ServerFeatures`` service.
 
@@ -417,16 +425,20 @@ class KurrentServer(Server):
     there); the answers are the same.
     """
 
-    def __init__(self, handlers: Collection[Any]) -> None:
+    def __init__(self, handlers: Collection[Any], *, max_message: int = DEFAULT_MAX_MESSAGE) -> None:
         from evdb.grpc.features import ServerFeaturesService
 
         services = list(handlers)
         super().__init__([*services, ServerFeaturesService(services)])
+        #: the largest request message read (HttpMaxRequestBodySize): a larger one is refused before
+        #: any of it is read (grpclib would gather all of it, up to 4 GiB, whatever its size)
+        self.max_message = max_message
 
     def _protocol_factory(self) -> H2Protocol:
         # as grpclib's own, with evdb's call handler (see the class docstring)
         self.__gc_step__()
         handler = _CallHandler(self._mapping, self._codec, self._status_details_codec, self.__dispatch__)
+        handler.max_message = self.max_message
         self._handlers.add(handler)
         return _QuietH2Protocol(handler, self._config, self._h2_config)
 
@@ -480,6 +492,8 @@ class _QuietH2Protocol(H2Protocol):
 class _CallHandler(Handler):
     """grpclib's handler, running :func:`_handle_call` for each call."""
 
+    max_message = 0  # set by KurrentServer._protocol_factory
+
     def accept(self, stream: Any, headers: Any, release_stream: Callable[[], Any]) -> None:
         self.__gc_step__()
         self._tasks[stream] = self.loop.create_task(_handle_call(self, stream, headers, release_stream))
@@ -524,16 +538,37 @@ class _CallStream(Stream):
     them) are sent from lists built once, and a message goes in or out without grpclib's event (an
     await of a no-op) when nothing listens to it; the rest as grpclib does it."""
 
+    max_message = DEFAULT_MAX_MESSAGE
+
     async def recv_message(self) -> Any:
         if self._dispatch._listeners.get(RecvMessage):
             return await super().recv_message()
-        message = await _recv_message(self._stream, self._codec, self._recv_type)
+        message = await self._bounded_message()
         if message is not None:
             self._messages_received += 1
             connection = self._stream.connection
             connection.messages_received += 1
             connection.last_message_received = time.monotonic()
         return message
+
+    async def _bounded_message(self) -> Any:
+        """grpclib's ``recv_message`` (a length-prefixed message), refusing a compressed message
+        (evdb offers no grpc-encoding) and one longer than :attr:`max_message` before reading it."""
+        stream = self._stream
+        prefix = await stream.recv_data(5)
+        if not prefix:
+            return None
+        compressed, length = struct.unpack(">?I", prefix)
+        if compressed:
+            raise GRPCError(
+                Status.UNIMPLEMENTED, "Compressed messages are not supported: send them uncompressed."
+            )
+        if length > self.max_message:
+            raise GRPCError(
+                Status.RESOURCE_EXHAUSTED,
+                f"Received message larger than max ({length} vs. {self.max_message}; HttpMaxRequestBodySize)",
+            )
+        return self._codec.decode(await stream.recv_data(length), self._recv_type)
 
     async def send_message(self, message: Any) -> None:
         if self._dispatch._listeners.get(SendMessage):
@@ -586,7 +621,7 @@ class _CallStream(Stream):
 
 
 async def _handle_call(
-    handler: Handler, h2_stream: Any, headers: list[tuple[str, str]], release_stream: Callable[[], Any]
+    handler: _CallHandler, h2_stream: Any, headers: list[tuple[str, str]], release_stream: Callable[[], Any]
 ) -> None:
     """grpclib's ``request_handler`` (the same checks, answers and log lines, in the same order), with:
 
@@ -637,7 +672,7 @@ async def _handle_call(
         metadata = decode_metadata(headers)
         user_agent = headers_map.get("user-agent")
         dispatch = handler.dispatch
-        async with _CallStream(
+        call = _CallStream(
             h2_stream,
             method_name,
             method.cardinality,
@@ -648,7 +683,9 @@ async def _handle_call(
             dispatch=dispatch,
             deadline=deadline,
             user_agent=user_agent,
-        ) as stream:
+        )
+        call.max_message = handler.max_message
+        async with call as stream:
             wrapper: _LoopWrapper
             deadline_wrapper: contextlib.AbstractContextManager[Any]
             if deadline is None:

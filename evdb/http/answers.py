@@ -8,7 +8,6 @@ bytes, the same status, headers and body.
 
 from __future__ import annotations
 
-import errno
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -16,7 +15,7 @@ from aiohttp import web
 
 from evdb.auth import ANONYMOUS, Principal
 from evdb.autoscavenge.nodeauth import NODE_SCHEME
-from evdb.errors import DatabaseReopening, EvdbError, WrongExpectedVersion, status_of
+from evdb.errors import DatabaseReopening, EvdbError, WrongExpectedVersion, resource_status, status_of
 
 if TYPE_CHECKING:
     from evdb.node import Node
@@ -70,9 +69,12 @@ def error_answer(node: Node, exc: BaseException, method: str, path: str, generat
             node.logger.error("Request %s %s failed: %s", method, path, exc)
         retry = getattr(exc, "retry_after", None)
         return _text(known[0] if known else 500, str(exc), *([("Retry-After", str(retry))] if retry else []))
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        # the database logged it and rolled the write back
-        return _text(507, f"The node's disk is full ({exc.strerror}): the write was not written.")
+    resource = resource_status(exc)
+    if resource is not None:
+        # a full disk (the database logged it and rolled the write back), no descriptor left: not
+        # logged per request (a flood of them would flood the log)
+        status, _, message = resource
+        return _text(status, message, *((("Retry-After", "1"),) if status == 503 else ()))
     node.logger.error("Unhandled error in %s %s", method, path, exc_info=exc)
     return _text(500, "Internal server error; see the node's log.")
 

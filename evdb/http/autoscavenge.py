@@ -31,6 +31,7 @@ from evdb.autoscavenge.machine import CycleNowRefused
 from evdb.autoscavenge.schedule import InvalidSchedule, parse_schedule
 from evdb.cluster.peers import PeerError
 from evdb.errors import InvalidInput, NotLeader
+from evdb.http.bodies import read_body
 from evdb.http.common import (
     get_node,
     get_principal,
@@ -111,7 +112,7 @@ async def _on_leader(request: web.Request, local) -> web.Response:
     for name in ("Authorization", "Content-Type"):
         if name in request.headers:
             headers[name] = request.headers[name]
-    body = await request.read()
+    body = await read_body(request)  # sent on inflated (Content-Encoding is not forwarded)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + LEADER_WAIT_SECONDS
     while True:
@@ -226,7 +227,7 @@ def _is_json(content_type: str) -> bool:
 
 async def _schedule_from(request: web.Request) -> Any:
     """The ``schedule`` of a configure payload; raises a 400 answer for an invalid payload."""
-    raw = await request.read()
+    raw = await read_body(request)
     if not _is_json(request.content_type) or not raw.strip():
         raise web.HTTPBadRequest(text=json.dumps("Invalid payload"), content_type="application/json")
     try:

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from evdb.auth import ADMINS, ANONYMOUS, OPS, Principal
 from evdb.errors import InvalidInput
+from evdb.http.bodies import read_body
 
 if TYPE_CHECKING:
     from evdb.node import Node
@@ -263,8 +264,9 @@ def parse_json(body: bytes | str, what: str = "The body") -> Any:
 
 
 async def read_json(request: web.Request, what: str = "The body", *, empty: Any = None) -> Any:
-    """The request's body through :func:`parse_json`; ``empty`` when there is none (if not None)."""
-    body = await request.read()
+    """The request's body (evdb/http/bodies.py: inflated, bounded) through :func:`parse_json`;
+    ``empty`` when there is none (if not None)."""
+    body = await read_body(request)
     if not body.strip() and empty is not None:
         return empty
     return parse_json(body, what)

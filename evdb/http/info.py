@@ -1,4 +1,5 @@
-"""Anonymous and read-only node facts: /info, /gossip, /stats, /metrics, /ping.
+"""Anonymous and read-only node facts: /info, /gossip, /stats, /metrics, /ping; and the node's options,
+/info/options (admins and ops: it shows file paths and settings).
 
 Answers are negotiated as KurrentDB's controllers negotiate them (evdb/http/common.py
 ``response_format``): indented JSON by default; ``Accept: application/xml`` or ``text/xml`` (or
@@ -22,6 +23,7 @@ from evdb.http.common import (
     get_node,
     json_response,
     negotiated,
+    require_ops,
     response_format,
 )
 
@@ -53,6 +55,17 @@ async def info(request: web.Request) -> web.Response:
         },
         content_type=fmt,
     )
+
+
+async def options(request: web.Request) -> web.Response:
+    """``GET /info/options``: one object per option, with the value in effect and what the configuration
+    gives now (read again for this request), so a restart-only option that changed since the start shows
+    ``restartPending`` (evdb/options/pending.py)."""
+    from evdb.options.pending import option_states
+
+    require_ops(request)
+    node = get_node(request)
+    return json_response(await asyncio.to_thread(option_states, node.options))
 
 
 async def gossip(request: web.Request) -> web.Response:
@@ -90,6 +103,7 @@ async def ping(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     app.router.add_get("/info", info)
+    app.router.add_get("/info/options", options)
     app.router.add_get("/gossip", gossip)
     app.router.add_get("/stats", stats)
     app.router.add_get("/metrics", metrics)

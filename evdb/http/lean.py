@@ -49,7 +49,8 @@ if TYPE_CHECKING:
 
 __all__ = ["KEEPALIVE_TIMEOUT", "LeanAppends", "LeanServer"]
 
-#: aiohttp's RequestHandler closes a connection idle this long (its default; the node sets none)
+#: aiohttp's RequestHandler's own idle timeout (its default); the node sets HttpKeepAliveTimeout for
+#: both paths
 KEEPALIVE_TIMEOUT = 3630.0
 #: a request head (request line and headers) longer than this goes to aiohttp (its line limit)
 HEAD_LIMIT = 8190
@@ -164,7 +165,11 @@ class LeanServer:
         self.limit = app[CLIENT_LIMIT]
         self.body_limit = self.node.options.http_max_request_body_size
         self.fallback = fallback
-        self.keepalive_timeout = KEEPALIVE_TIMEOUT
+        options = self.node.options
+        # as the node's runner gives aiohttp's handlers (evdb/node/__init__.py)
+        self.keepalive_timeout = float(options.http_keep_alive_timeout)
+        #: a request head begun and not complete this long closes the connection (HttpRequestHeadTimeout)
+        self.head_timeout = float(options.http_request_head_timeout)
         self.connections: set[LeanAppends] = set()
         self.closing = False
         #: connections given to aiohttp so far (an operator's and the tests' view of the path's reach)
@@ -177,6 +182,12 @@ class LeanServer:
 
     def loop(self) -> asyncio.AbstractEventLoop:
         return self.app[LOOP].running()
+
+    def idle_connection(self) -> LeanAppends | None:
+        """The connection idle longest (no request in progress, nothing unanswered), if any: the one
+        evdb/grpc/dispatch.py's ConnectionLimit closes to make room at HttpMaxConnections."""
+        idle = [c for c in self.connections if c.idle]
+        return min(idle, key=lambda c: c.idle_since) if idle else None
 
     async def close(self, timeout: float = 2.0) -> None:
         """End every connection still on this path: idle ones now, the others once answered (within
@@ -209,7 +220,9 @@ class LeanAppends(asyncio.Protocol):
         self._reading_paused = False
         self._closing = False
         self._last_active = 0.0
+        self._head_since = 0.0  # when the unanswered bytes in the buffer began to come
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_due = 0.0
         self.closed_waiters: list[asyncio.Future[None]] = []
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------
@@ -221,9 +234,21 @@ class LeanAppends(asyncio.Protocol):
         self._server.connections.add(self)
         loop = self._server.loop()
         self._last_active = loop.time()
-        self._idle_timer = loop.call_at(self._last_active + self._server.keepalive_timeout, self._idle_check)
+        self._arm(self._last_active + self._server.keepalive_timeout)
+
+    def _arm(self, due: float) -> None:
+        """The idle check at ``due`` or sooner."""
+        if self._idle_timer is not None:
+            if self._idle_due <= due:
+                return
+            self._idle_timer.cancel()
+        self._idle_due = due
+        self._idle_timer = self._server.loop().call_at(due, self._idle_check)
 
     def data_received(self, data: bytes) -> None:
+        if not self._buffer:
+            self._head_since = self._server.loop().time()
+            self._arm(self._head_since + self._server.head_timeout)
         self._buffer += data
         if self._busy is None:
             self._serve()
@@ -300,6 +325,7 @@ class LeanAppends(asyncio.Protocol):
         except Exception:
             return False  # refused before anything was written: aiohttp answers it the same way
         del self._buffer[: request.end]
+        self._head_since = server.loop().time()  # what is left (pipelined) began by now
         server.limit.enter(self._client)
         self._busy = pending
         pending.future.add_done_callback(partial(self._answered, request, started, generation))
@@ -342,6 +368,25 @@ class LeanAppends(asyncio.Protocol):
         self._serve()
 
     # -- the connection -----------------------------------------------------------------------------
+    @property
+    def idle(self) -> bool:
+        transport = self._transport
+        return (
+            transport is not None and not transport.is_closing() and self._busy is None and not self._buffer
+        )
+
+    @property
+    def idle_since(self) -> float:
+        return self._last_active
+
+    @property
+    def client(self) -> str:
+        return self._client
+
+    def close_idle(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
     def _hand_off(self) -> asyncio.Protocol:
         """aiohttp's request handler takes the connection and every byte not answered here."""
         transport = self._transport
@@ -362,17 +407,33 @@ class LeanAppends(asyncio.Protocol):
         return target
 
     def _idle_check(self) -> None:
-        """Close a connection idle for the keep-alive timeout, as aiohttp does."""
+        """Close a connection idle for the keep-alive timeout (as aiohttp does), or one whose request
+        head, begun, is not complete within the head timeout."""
         self._idle_timer = None
         transport = self._transport
         if transport is None:
             return
-        loop = self._server.loop()
-        due = self._last_active + self._server.keepalive_timeout
-        if self._busy is None and not self._buffer and loop.time() >= due:
+        server = self._server
+        loop = server.loop()
+        now = loop.time()
+        due = self._last_active + server.keepalive_timeout
+        if self._busy is None and not self._buffer and now >= due:
             transport.close()
             return
-        self._idle_timer = loop.call_at(max(due, loop.time() + 1.0), self._idle_check)
+        if self._busy is None and self._buffer and self._buffer.find(b"\r\n\r\n", 0, HEAD_LIMIT) < 0:
+            head_due = self._head_since + server.head_timeout
+            if now >= head_due:
+                node = server.node
+                node.logger.info(
+                    "Closed a connection from %s: its request head did not come within %g s "
+                    "(HttpRequestHeadTimeout)",
+                    self._client,
+                    server.head_timeout,
+                )
+                transport.close()
+                return
+            due = min(due, head_due)
+        self._arm(max(due, now + 1.0))
 
     def close_when_idle(self) -> None:
         self._closing = True

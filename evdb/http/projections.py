@@ -31,6 +31,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from evdb.errors import InvalidInput, UserProjectionsNotSupported
+from evdb.http.bodies import read_body
 from evdb.http.common import get_node, json_response, parse_json, require_authenticated, require_ops
 from evdb.projections.config import parse_config_update
 from evdb.projections.standard import by_name
@@ -130,8 +131,9 @@ async def put_config(request: web.Request) -> web.Response:
     require_ops(request)
     projections = _projections(request)
     name = request.match_info["name"]
+    raw = await read_body(request)
     try:
-        body = parse_json(await request.read(), "The projection config")
+        body = parse_json(raw, "The projection config")
     except InvalidInput as exc:
         raise InvalidInput(f"Failed to parse the projection config: {exc}") from None
     await projections.update_config(name, parse_config_update(body))

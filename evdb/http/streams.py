@@ -24,6 +24,7 @@ from evdb.auth import Principal, stream_access
 from evdb.clock import TICKS_PER_SECOND
 from evdb.errors import EventTooLarge, InvalidInput, StreamDeleted
 from evdb.http.answers import Answer
+from evdb.http.bodies import read_body
 from evdb.http.common import (
     bad_request,
     get_node,
@@ -550,7 +551,7 @@ async def append(request: web.Request) -> web.Response:
     stream = request.match_info["stream"]
     node = get_node(request)
     db = begin_append(node, get_principal(request), stream)
-    body = await request.read()
+    body = await read_body(request)
     pending = submit_append(
         node,
         db,
@@ -588,7 +589,7 @@ async def get_metadata(request: web.Request) -> web.Response:
 async def set_metadata(request: web.Request) -> web.Response:
     stream = request.match_info["stream"]
     check_access(request, stream, "metawrite")
-    parsed = parse_json(await request.read(), "The metadata body")
+    parsed = parse_json(await read_body(request), "The metadata body")
     if isinstance(parsed, list):
         if len(parsed) != 1 or not isinstance(parsed[0], dict):
             raise InvalidInput("Post exactly one metadata event.")

@@ -53,6 +53,12 @@ def write_durably(path: str, parts: Iterable[bytes | bytearray | memoryview]) ->
         finally:
             os.close(fd)
         replace_durably(tmp_path, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            disk.current.unlink(tmp_path)
+        if exc.filename is None:  # a write or sync on the descriptor: say which file it was
+            raise OSError(exc.errno, exc.strerror, tmp_path) from exc
+        raise
     except BaseException:
         with contextlib.suppress(OSError):
             disk.current.unlink(tmp_path)

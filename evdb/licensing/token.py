@@ -191,14 +191,16 @@ def issue_license(
     if unknown:
         known = ", ".join(Entitlement.__members__)
         raise LicenseMalformed(f"Unknown entitlement(s) {', '.join(unknown)}; known: {known}.")
+    issued_at = _checked_time("issuedAt", int(issued_at))
+    expires_at = _checked_time("expiresAt", int(expires_at))
     if expires_at <= issued_at:
         raise LicenseMalformed("A licence must expire after it is issued.")
     payload = {
         "v": PAYLOAD_VERSION,
         "id": license_id or str(uuid.uuid4()),
         "licensee": licensee,
-        "issuedAt": int(issued_at),
-        "expiresAt": int(expires_at),
+        "issuedAt": issued_at,
+        "expiresAt": expires_at,
         "entitlements": sorted(set(entitlements)),
         "issuer": key_id(private_key.public_key()),
     }
@@ -229,18 +231,39 @@ def _split(token: str) -> tuple[str, dict, bytes]:
     return f"{parts[0]}.{parts[1]}", payload, signature
 
 
+#: The range of a licence's times (Unix seconds): 1970-01-01 up to 9999-12-31T23:59:59Z, the last
+#: moment a date can show; a time past it could not be printed, compared as a date or logged.
+TIME_RANGE = (0, 253_402_300_799)
+
+
+def _checked_time(name: str, value: object) -> int:
+    """A licence time: an integer (not a bool, float or string) within TIME_RANGE; else LicenseMalformed."""
+    if type(value) is not int:
+        raise LicenseMalformed(f"The licence key's {name} is not a whole number of seconds: {value!r:.40}.")
+    low, high = TIME_RANGE
+    if not low <= value <= high:
+        raise LicenseMalformed(
+            f"The licence key's {name} ({str(value)[:40]}) is out of range: a time from {_iso(low)} "
+            f"to {_iso(high)} is expected."
+        )
+    return value
+
+
 def _license_from_payload(payload: dict, token: str) -> License:
+    version = payload.get("v")
+    if type(version) is not int or version != PAYLOAD_VERSION:
+        raise LicenseMalformed(f"Unsupported licence payload version {version!r:.40}.")
     try:
-        if payload.get("v") != PAYLOAD_VERSION:
-            raise LicenseMalformed(f"Unsupported licence payload version {payload.get('v')!r}.")
         ents = payload["entitlements"]
         if not isinstance(ents, list) or not all(isinstance(e, str) for e in ents):
             raise TypeError
+        issued_at = _checked_time("issuedAt", payload["issuedAt"])
+        expires_at = _checked_time("expiresAt", payload["expiresAt"])
         return License(
             license_id=str(payload["id"]),
             licensee=str(payload["licensee"]),
-            issued_at=int(payload["issuedAt"]),
-            expires_at=int(payload["expiresAt"]),
+            issued_at=issued_at,
+            expires_at=expires_at,
             entitlements=frozenset(ents),
             issuer=str(payload.get("issuer", "")),
             token=token,

@@ -54,6 +54,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from evdb.client_retry import REQUIRE_LEADER, LeaderRetry, leader_from_gossip, member_urls, not_leader
 from evdb.mirror.state import Checkpoint, CheckpointError, MirrorLock, MirrorPaths, utc_now, write_status
 from evdb.streams import MAX_EVENT_NUMBER, is_metastream, original_stream_of
 
@@ -122,7 +123,10 @@ class Side:
 
     def __init__(self, endpoint: Endpoint, read_timeout: float | None, connections: int = 4) -> None:
         self.endpoint = endpoint
+        #: where requests go now: the endpoint's URL, or the leader it sent the mirror on to
         self.base = endpoint.url.rstrip("/")
+        #: the cluster members this side named in its gossip (asked who leads when the base is gone)
+        self.members: list[str] = [self.base]
         tls: ssl.SSLContext | bool = endpoint.verify_tls  # True: aiohttp's default verification
         if endpoint.ca:
             tls = ssl.create_default_context(cafile=endpoint.ca)
@@ -143,7 +147,9 @@ class Side:
         await self.session.close()
 
     async def request(self, method: str, path: str, **kwargs: Any) -> Reply:
-        async with self.session.request(method, self.base + path, **kwargs) as response:
+        async with self.session.request(
+            method, self.base + path, allow_redirects=False, **kwargs
+        ) as response:
             return Reply(response.status, response.headers, await response.read())
 
     def stream(self, path: str, **kwargs: Any):
@@ -168,6 +174,9 @@ class MirrorSettings:
     batch_bytes: int = 1 << 20
     batch_events: int = 2000
     max_backoff: float = 5.0
+    # a not-leader answer of the secondary (or its node gone) is tried again, at the leader it or
+    # another member names, for this long before the mirror reconnects (evdb/client_retry.py)
+    leader_retry_seconds: float = 30.0
     # 1: one append at a time, in $all order. N > 1: the user streams of a batch are appended N at a
     # time, each stream's events in one append (its order kept, $all's order across streams not).
     parallel: int = 1
@@ -305,6 +314,7 @@ class Mirror:
         self.primary_head: int | None = None
         self.primary_head_time: float | None = None
         self.metrics_url: str | None = None
+        self.writing_to: str | None = None  # the secondary's node the appends go to (its leader)
         self._rate_samples: collections.deque[tuple[float, int]] = collections.deque(maxlen=64)
         # --parallel: the segments whose appends are under way, oldest first, and each stream's last task
         self._segments: collections.deque[_Segment] = collections.deque()
@@ -361,6 +371,7 @@ class Mirror:
             "pid": os.getpid(),
             "from": self.settings.source.url,
             "to": self.settings.target.url,
+            "writingTo": self.writing_to,
             "position": self.position,
             "checkpointPosition": self._saved_position,
             "primaryHead": self.primary_head,
@@ -548,6 +559,7 @@ class Mirror:
         # One signed-in request first: the secondary then knows the credentials, and the parallel
         # appends' new connections do not each hash the password (a scrypt per connection).
         await self._request(target, "GET", "/info")
+        await self._learn_members(target)
         queue: asyncio.Queue = asyncio.Queue(maxsize=4 * self.settings.batch_events)
         reader = asyncio.create_task(self._read(source, queue))
         stopping = asyncio.create_task(stop.wait())
@@ -789,10 +801,31 @@ class Mirror:
         self._rate_samples.append((time.monotonic(), self.events_copied))
 
     async def _request(self, target: Side, method: str, url: str, **kwargs) -> Reply:
-        try:
-            response = await target.request(method, url, **kwargs)
-        except _CONNECTION_ERRORS as exc:
-            raise _Transient(f"Writing to the secondary failed: {type(exc).__name__}: {exc}") from None
+        """One request to the secondary, at its leader: a write asks for the leader
+        (``Kurrent-RequireLeader``) and follows a redirect to it; a not-leader answer, or a node that is
+        gone, makes the mirror ask the members who leads now and try again there, bounded in time
+        (evdb/client_retry.py); past that it is a transient problem (the mirror reconnects)."""
+        if method != "GET":
+            kwargs["headers"] = {**kwargs.get("headers", {}), **REQUIRE_LEADER}
+        retry = LeaderRetry(self.settings.leader_retry_seconds)
+        while True:
+            try:
+                response = await target.request(method, url, **kwargs)
+            except _CONNECTION_ERRORS as exc:
+                problem = f"Writing to the secondary {target.base} failed: {type(exc).__name__}: {exc}"
+                if await self._wait_for_leader(target, retry, problem):
+                    continue
+                raise _Transient(problem) from None
+            answer = not_leader(response.status, response.headers, response.body, target.base)
+            if answer is None:
+                break
+            problem = f"The secondary {target.base} answered {response.status}: {response.text[:200]}"
+            if answer.leader and answer.leader != target.base and retry.follow():
+                self._follow(target, answer.leader)
+                continue
+            if not await self._wait_for_leader(target, retry, problem):
+                raise _Transient(problem)
+        self.writing_to = target.base
         if response.status >= 500 or response.status in (408, 429):
             raise _Transient(f"The secondary answered {response.status}: {response.text[:200]}")
         if response.status in (401, 403):
@@ -801,6 +834,57 @@ class Mirror:
                 "the mirror needs a user that may write every stream and its metadata (an admin)"
             )
         return response
+
+    def _follow(self, target: Side, leader: str) -> None:
+        if leader != target.base:
+            self.logger.info(
+                "The secondary's leader is %s: the mirror writes there (was %s)", leader, target.base
+            )
+            target.base = leader
+            if leader not in target.members:
+                target.members.append(leader)
+
+    async def _learn_members(self, target: Side) -> None:
+        """The secondary's members, from its gossip (a single node names itself), and its leader."""
+        try:
+            reply = await target.request("GET", "/gossip", headers={"Accept": "application/json"})
+            gossip = reply.json() if reply.status == 200 else None
+        except (*_CONNECTION_ERRORS, ValueError):
+            return
+        scheme = target.base.split("://", 1)[0]
+        for url in member_urls(gossip, scheme):
+            if url not in target.members:
+                target.members.append(url)
+        leader = leader_from_gossip(gossip, scheme)
+        if leader is not None:
+            self._follow(target, leader)
+
+    async def _wait_for_leader(self, target: Side, retry: LeaderRetry, problem: str) -> bool:
+        """After a not-leader answer or a node gone: wait the retry's next pause, then point ``target`` at
+        the leader the first answering member names. False once the retry's time is spent."""
+        wait = retry.next_wait()
+        if wait is None:
+            return False
+        self.last_error = problem
+        self.logger.debug("%s; asking the members who leads in %.1f s", problem, wait)
+        await asyncio.sleep(wait)
+        scheme = target.base.split("://", 1)[0]
+        for member in list(target.members):
+            try:
+                async with target.session.get(
+                    member + "/gossip", headers={"Accept": "application/json"}, allow_redirects=False
+                ) as response:
+                    gossip = json.loads(await response.read()) if response.status == 200 else None
+            except (*_CONNECTION_ERRORS, ValueError):
+                continue
+            for url in member_urls(gossip, scheme):
+                if url not in target.members:
+                    target.members.append(url)
+            leader = leader_from_gossip(gossip, scheme)
+            if leader is not None:
+                self._follow(target, leader)
+                return True
+        return True
 
     async def _append(self, target: Side, stream: str, events: list[dict]) -> None:
         body = json.dumps(

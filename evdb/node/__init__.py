@@ -26,6 +26,7 @@ from evdb.clock import Clock, SystemClock
 from evdb.cluster import ClusterService
 from evdb.cluster.peers import PeerClient, peer_name
 from evdb.cluster.replica import ChunkLogReplication
+from evdb.cluster.transport import HttpTransport
 from evdb.database import Database, DatabaseConfig
 from evdb.errors import DatabaseReopening
 from evdb.licensing import License, load_license
@@ -129,6 +130,20 @@ class Node:
         if self.cluster is not None:
             listeners.append(self.cluster.listener_tls)
         return [listener for listener in listeners if listener is not None]
+
+    def _peer_transport(self) -> HttpTransport:
+        """The node-to-node listener and calls; the certificates, trusted roots and the common name peers
+        must carry are read from the node's settings at each use, so a reload reaches them."""
+        assert self.peer_client is not None
+        o = self.options
+        return HttpTransport(
+            host=o.replication_ip or self.host,
+            port=o.replication_port,
+            tls=lambda: self.settings.tls,
+            reserved_common_name=lambda: self.settings.options.certificate_reserved_node_common_name,
+            logger=self.logger,
+            client=self.peer_client,
+        )
 
     def _settings_changed(self, options: Options, tls: Any) -> None:
         """A reload's new settings reach the parts that keep a copy: ConnectionResetInterval."""
@@ -361,7 +376,7 @@ class Node:
         await self._open_database()
         sockets = self._bind_sockets()
         self.persistent.logger = self.logger
-        self.cluster = ClusterService(self)
+        self.cluster = ClusterService(self, transport=self._peer_transport())
         await self.cluster.start()
         self.persistent.run()
         await self._start_projections()
@@ -417,9 +432,16 @@ class Node:
 
         app = build_app(self)
         self.grpc = GrpcServer(self)  # KurrentDB's gRPC API, on the same sockets (evdb/grpc/dispatch.py)
-        # handler_cancellation: a client that goes away (an abandoned subscription) ends its handler
+        # handler_cancellation: a client that goes away (an abandoned subscription) ends its handler;
+        # auto_decompress off: a compressed body is inflated, with a bound, by evdb/http/bodies.py
         self._runner = web.AppRunner(
-            app, access_log=None, handle_signals=False, shutdown_timeout=2.0, handler_cancellation=True
+            app,
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=2.0,
+            handler_cancellation=True,
+            auto_decompress=False,
+            keepalive_timeout=float(self.options.http_keep_alive_timeout),  # the lean path's too
         )
         await self._runner.setup()
         for sock in sockets:

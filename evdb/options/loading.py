@@ -19,7 +19,7 @@ from evdb.options.model import BY_NAME, Options
 from evdb.options.sources import foreign_environment, read_environment, read_yaml_file, suggest
 from evdb.options.table import OPTIONS
 
-__all__ = ["load_options", "options_from_namespace", "reload_options"]
+__all__ = ["configured_options", "load_options", "options_from_namespace", "reload_options"]
 
 # name -> (raw value, where it was found, source label)
 _Given = dict[str, tuple[Any, str, str]]
@@ -117,13 +117,10 @@ def load_options(argv: Sequence[str] | None = None, environ: Mapping[str, str] |
     return _build(_given_on_command_line(ns), os.environ if environ is None else environ, problems)
 
 
-def reload_options(current: Options, environ: Mapping[str, str] | None = None) -> tuple[Options, list[str]]:
-    """Read the YAML file named by ``current.config`` and the environment again.
-
-    Values from the command line (and set in code) are kept. Returns the new options and the names
-    of the options whose values changed. Raises InvalidOption, and nothing changes, when the file or
-    the environment is invalid, or when an option that is not reloadable changed (it names them).
-    """
+def configured_options(current: Options, environ: Mapping[str, str] | None = None) -> Options:
+    """The options the node's configuration gives now: the YAML file named by ``current.config`` and
+    the environment read again, the values from the command line (and set in code) kept. Raises
+    InvalidOption when the file or the environment is invalid."""
     kept: _Given = {
         o.name: (getattr(current, o.attr), f"{source} {o.flag}", source)
         for o in OPTIONS
@@ -131,13 +128,40 @@ def reload_options(current: Options, environ: Mapping[str, str] | None = None) -
     }
     if current.config is not None:  # the same file, whichever source named it first
         kept["Config"] = (current.config, "Config", current.config_sources["Config"])
-    fresh = _build(kept, os.environ if environ is None else environ, [])
+    return _build(kept, os.environ if environ is None else environ, [])
+
+
+def reload_options(current: Options, environ: Mapping[str, str] | None = None) -> tuple[Options, list[str]]:
+    """Read the YAML file named by ``current.config`` and the environment again
+    (:func:`configured_options`).
+
+    Returns the new options and the names of the options whose values changed. Raises InvalidOption,
+    and nothing changes, when the file or the environment is invalid, or when an option that is not
+    reloadable changed (it names them).
+    """
+    fresh = configured_options(current, environ)
     changed = [o.name for o in OPTIONS if getattr(fresh, o.attr) != getattr(current, o.attr)]
     needs_restart = [name for name in changed if not BY_NAME[name].reloadable]
     if needs_restart:
         reloadable = ", ".join(o.name for o in OPTIONS if o.reloadable)
+        values = "; ".join(
+            f"{name} runs with {_text(name, current)}, configured {_text(name, fresh)}"
+            for name in needs_restart
+        )
         raise InvalidOption(
             f"The configuration was not reloaded: {', '.join(needs_restart)} changed, which needs a "
-            f"restart of the node. Only these options take effect on reload: {reloadable}."
+            f"restart of the node ({values}). Restart it first, or set the running values back in its "
+            f"configuration; only these options take effect on reload: {reloadable}."
         )
     return fresh, changed
+
+
+def _text(name: str, options: Options) -> str:
+    """An option's value as a message shows it (a sensitive one masked)."""
+    spec = BY_NAME[name]
+    value = getattr(options, spec.attr)
+    if spec.sensitive and value:
+        return "****"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "<not set>" if value is None else str(value)

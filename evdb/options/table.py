@@ -190,6 +190,50 @@ OPTIONS: tuple[OptionSpec, ...] = (
         ),
     ),
     OptionSpec(
+        "HttpMaxConnections",
+        "int",
+        0,
+        "Connections the HTTP port keeps open at once (HTTP/1.1 and gRPC); 0: half the open-file limit.",
+        "Interface",
+        minimum=0,
+        maximum=1_000_000,
+        unit="connections",
+        details=(
+            "0 (the default) takes half of the process's open-file limit (`RLIMIT_NOFILE`, its soft "
+            "limit at the node's start), at least 16, so connections can never take the descriptors "
+            "the database needs. A connection past the limit is closed at once; on HTTP/1.1 it is "
+            "first answered `503 Service Unavailable` with `Retry-After: 1`. Every accepted connection "
+            "counts (plain or TLS, HTTP/1.1 or gRPC, silent or busy) until it is closed."
+        ),
+    ),
+    OptionSpec(
+        "HttpRequestHeadTimeout",
+        "int",
+        30,
+        "Seconds a connection has to send its first bytes, and a request head once begun; a silent "
+        "connection is then closed.",
+        "Interface",
+        minimum=1,
+        maximum=86_400,
+        unit="seconds",
+        details=(
+            "Bounds what connections that say nothing hold (Kestrel's RequestHeadersTimeout, 30 s). "
+            "A connection that has sent no byte is closed after it, as is an HTTP/1.1 connection "
+            "whose request head is not complete by then."
+        ),
+    ),
+    OptionSpec(
+        "HttpKeepAliveTimeout",
+        "int",
+        130,
+        "Seconds an HTTP/1.1 connection with no request in progress stays open.",
+        "Interface",
+        minimum=1,
+        maximum=86_400,
+        unit="seconds",
+        details="Kestrel's KeepAliveTimeout (130 s); a client's next request on it resets the wait.",
+    ),
+    OptionSpec(
         "NodeHostAdvertiseAs",
         "host",
         None,

@@ -141,6 +141,9 @@ class _Persisted:
     epoch: int
     version: int
     config: ProjectionConfig = DEFAULT_CONFIG
+    #: KurrentDB's ``checkpointsDisabled``: set by a reset made while the checkpoint stream is deleted
+    #: (tombstoned); the projection then keeps its checkpoints in memory only
+    checkpoints_disabled: bool = False
 
 
 @dataclass(slots=True)
@@ -184,6 +187,7 @@ class _Runtime:
     processed: int = 0  # events handled since this node took office
     processing_seconds: float = 0.0
     checkpoint_metadata_written: bool = False
+    checkpoint_deleted: bool = False  # the checkpoint stream is tombstoned: no checkpoint is written
     targets: OrderedDict[str, _Target] = field(default_factory=OrderedDict)
     task: asyncio.Task[None] | None = None
     stopping: bool = False
@@ -316,16 +320,36 @@ class SystemProjections:
         ids = self._register(db)
         runtimes: dict[str, _Runtime] = {}
         for definition in STANDARD_PROJECTIONS:
-            persisted = self._read_state(db, definition)
+            try:
+                persisted = self._read_state(db, definition)
+            except StreamDeleted:
+                persisted = _Persisted(False, -1, -1)
+                rt = _Runtime(definition, ids[definition.name], persisted)
+                self._fault_at_load(rt, f"Its state stream {state_stream(rt.name)} is deleted (tombstoned).")
+                runtimes[definition.name] = rt
+                continue
             rt = _Runtime(definition, ids[definition.name], persisted, checkpoint_at=self._clock.monotonic())
-            rt.start_at(self._read_checkpoint(db, rt))
-            rt.checkpoint_metadata_written = db.stream_state(checkpoint_stream(rt.name)).metadata_version >= 0
+            checkpoints = db.stream_state(checkpoint_stream(rt.name))
+            rt.checkpoint_metadata_written = checkpoints.metadata_version >= 0
+            if checkpoints.tombstoned:
+                # only this projection stops (the others load and run); a reset runs it again
+                rt.checkpoint_deleted = True
+                rt.start_at(-1)
+                if not persisted.checkpoints_disabled:
+                    self._fault_at_load(rt, _checkpoint_deleted_reason(rt.name))
+            else:
+                rt.start_at(self._read_checkpoint(db, rt))
             runtimes[definition.name] = rt
         if self.start_standard:  # KurrentDB's StartStandardProjections: enable the stopped ones
             for rt in runtimes.values():
-                if not rt.persisted.enabled:
+                if not rt.persisted.enabled and rt.status != "Faulted":
                     self._write_state(db, rt, enabled=True, reset=False)
         return runtimes
+
+    def _fault_at_load(self, rt: _Runtime, reason: str) -> None:
+        rt.status = "Faulted"
+        rt.reason = reason
+        self._log.error("Projection %s faulted as it loaded: %s", rt.name, reason)
 
     def _register(self, db: Database) -> dict[str, int]:
         """``$projections-$all``: create it and the missing registrations; answer each projection's id."""
@@ -366,6 +390,7 @@ class SystemProjections:
                     epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else -1,
                     record.event_number,
                     ProjectionConfig.from_persisted(body),
+                    body.get("checkpointsDisabled") is True,
                 )
         # KurrentDB creates the system projections disabled
         persisted = _Persisted(False, -1, -1)
@@ -393,9 +418,12 @@ class SystemProjections:
         enabled: bool,
         reset: bool,
         config: ProjectionConfig | None = None,
+        checkpoints_disabled: bool | None = None,
     ) -> None:
         """Write a ``$ProjectionUpdated`` (KurrentDB's persisted state); its number is the new version,
         and a reset makes it the epoch too."""
+        if checkpoints_disabled is None:
+            checkpoints_disabled = persisted.checkpoints_disabled
         version = persisted.version + 1
         epoch = version if reset else persisted.epoch
         config = persisted.config if config is None else config
@@ -404,7 +432,7 @@ class SystemProjections:
             "query": definition.query,
             "mode": "Continuous",
             "enabled": enabled,
-            "checkpointsDisabled": False,
+            "checkpointsDisabled": checkpoints_disabled,
             "epoch": epoch,
             "version": version,
             "runAs": {"name": "$system", "roles": ["$admins"]},
@@ -417,6 +445,7 @@ class SystemProjections:
         db.append(state_stream(definition.name), [event], expected)
         persisted.enabled, persisted.epoch, persisted.version = enabled, epoch, version
         persisted.config = config
+        persisted.checkpoints_disabled = checkpoints_disabled
 
     def _write_state(
         self,
@@ -426,8 +455,17 @@ class SystemProjections:
         enabled: bool,
         reset: bool,
         config: ProjectionConfig | None = None,
+        checkpoints_disabled: bool | None = None,
     ) -> None:
-        self._append_state(db, rt.definition, rt.persisted, enabled=enabled, reset=reset, config=config)
+        self._append_state(
+            db,
+            rt.definition,
+            rt.persisted,
+            enabled=enabled,
+            reset=reset,
+            config=config,
+            checkpoints_disabled=checkpoints_disabled,
+        )
 
     # -- running ------------------------------------------------------------------------------------------
     def _start_runner(self, rt: _Runtime) -> None:
@@ -704,7 +742,7 @@ class SystemProjections:
             for stream, events in writes:
                 for part in _parts(stream, events, budget, most):
                     ctx.append(stream, part)
-            if checkpoint_event is not None:
+            if checkpoint_event is not None and not rt.checkpoint_deleted:
                 name = checkpoint_stream(rt.name)
                 if not rt.checkpoint_metadata_written:
                     meta = NewEvent("$metadata", _json(_CHECKPOINT_METADATA), b"", uuid.uuid4(), True)
@@ -713,6 +751,13 @@ class SystemProjections:
 
         try:
             db.call_in_writer(write)
+        except StreamDeleted as exc:
+            rt.targets.clear()
+            name = checkpoint_stream(rt.name)
+            if exc.stream not in (name, metastream_of(name)):
+                raise
+            rt.checkpoint_deleted = True  # deleted while running: this projection faults, a reset runs it
+            raise ProjectionFaulted(_checkpoint_deleted_reason(rt.name)) from None
         except BaseException:
             rt.targets.clear()  # what was written is read back from the streams at the next step
             raise
@@ -819,7 +864,13 @@ class SystemProjections:
             rt = self._runtime(name)
             await self._stop_runner(rt, write_checkpoint=False)
             await asyncio.to_thread(
-                self._write_state, self._database(), rt, enabled=rt.persisted.enabled, reset=True
+                self._write_state,
+                self._database(),
+                rt,
+                enabled=rt.persisted.enabled,
+                reset=True,
+                # its checkpoint stream deleted: from now on its checkpoints are kept in memory only
+                checkpoints_disabled=rt.checkpoint_deleted,
             )
             rt.start_at(-1)
             rt.processed = 0
@@ -874,6 +925,13 @@ class SystemProjections:
         """A system projection's state and result: none (KurrentDB answers an empty one)."""
         self._runtime(name)
         return ""
+
+
+def _checkpoint_deleted_reason(name: str) -> str:
+    return (
+        f"Its checkpoint stream {checkpoint_stream(name)} is deleted (tombstoned). Reset the projection to "
+        "run it again: it starts from the beginning of $all and keeps its checkpoints in memory only."
+    )
 
 
 def _source_correlation_id(metadata: bytes) -> str | None:

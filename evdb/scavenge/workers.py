@@ -212,6 +212,7 @@ class _WritebackDisk:
     _FALLBACK_STEP = 8 << 20
 
     ftruncate = staticmethod(os.ftruncate)
+    fallocate = staticmethod(OsDisk.fallocate)
     fdatasync = staticmethod(os.fdatasync)
     rename = staticmethod(os.rename)
     replace = staticmethod(os.replace)

@@ -251,8 +251,15 @@ class Chunk:
             try:
                 disk.write_all(fd, header.encode(), 0)
                 disk.current.ftruncate(fd, size)
+                _allocate(fd, size, final)
                 disk.current.fsync(fd)
                 disk.current.rename(tmp, final)
+            except OSError as exc:
+                os.close(fd)
+                _unlink_quietly(tmp)
+                if exc.filename is None:  # a write or sync on the descriptor: name the chunk
+                    raise OSError(exc.errno, exc.strerror, final) from exc
+                raise
             except BaseException:
                 os.close(fd)
                 _unlink_quietly(tmp)
@@ -275,6 +282,10 @@ class Chunk:
             size = os.fstat(fd).st_size
             if size < HEADER_SIZE + FOOTER_SIZE:
                 raise CorruptedFile(path, f"file is {size} bytes, too short for a chunk")
+            if writable:
+                # the active chunk may be sparse (made by ftruncate alone): its blocks now, before the
+                # map's first read of a hole would need one (SIGBUS on a full tmpfs)
+                _allocate(fd, size, path)
             buf = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
             header = ChunkHeader.decode(buf, path)
             footer = _try_footer(buf, size, header, path)
@@ -773,6 +784,15 @@ class ChunkBuilder:
         finally:
             if self.path:
                 _unlink_quietly(self.path)
+
+
+def _allocate(fd: int, size: int, path: str) -> None:
+    """Every block of an active chunk's ``size`` bytes, so reading any part of its map never needs
+    one: an OSError ENOSPC naming ``path`` when the disk cannot hold them."""
+    try:
+        disk.current.fallocate(fd, 0, size)
+    except OSError as exc:
+        raise OSError(exc.errno, f"{exc.strerror}; an active chunk takes {size} bytes", path) from None
 
 
 def _unlink_quietly(path: str) -> None:

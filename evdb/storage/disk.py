@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import logging
 import mmap
 import os
@@ -50,6 +51,10 @@ class Disk(Protocol):
 
     def ftruncate(self, fd: int, length: int) -> None: ...
 
+    def fallocate(self, fd: int, offset: int, length: int) -> None:
+        """Give ``[offset, offset + length)`` of the file its blocks now (``posix_fallocate``): OSError
+        ENOSPC here rather than SIGBUS when a map of a hole is first touched on a full disk."""
+
     def fsync(self, fd: int) -> None: ...
 
     def fdatasync(self, fd: int) -> None: ...
@@ -62,6 +67,15 @@ class Disk(Protocol):
 
     def fsync_dir(self, directory: str) -> None:
         """Make the folder's entries (names created, renamed, removed) durable."""
+
+
+def _fallocate(fd: int, offset: int, length: int) -> None:
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        # a file system without allocation (its blocks come with the writes): nothing to do
 
 
 def _fsync_dir(directory: str) -> None:
@@ -78,6 +92,7 @@ class OsDisk:
     open = staticmethod(os.open)
     pwrite = staticmethod(os.pwrite)
     ftruncate = staticmethod(os.ftruncate)
+    fallocate = staticmethod(_fallocate)
     fsync = staticmethod(os.fsync)
     fdatasync = staticmethod(os.fdatasync)
     rename = staticmethod(os.rename)

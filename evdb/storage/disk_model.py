@@ -44,6 +44,8 @@ import stat
 import threading
 from dataclasses import dataclass, field
 
+from evdb.storage.disk import OsDisk
+
 __all__ = ["SECTOR_SIZE", "DiskModel", "PowerCut", "PowerLossReport"]
 
 SECTOR_SIZE = 512
@@ -206,6 +208,11 @@ class DiskModel:
             removed = _pread(fd, st.st_size - length, length) if length < st.st_size else b""
             os.ftruncate(fd, length)
             self._file(_key(st), fd).unsynced.append(_Truncate(length, removed, st.st_size))
+
+    def fallocate(self, fd: int, offset: int, length: int) -> None:
+        """Blocks for a range, the contents unchanged (zeros past the end): nothing a power cut undoes
+        but a size, and the model's callers fallocate only within the size they truncated to."""
+        OsDisk().fallocate(fd, offset, length)
 
     def fsync(self, fd: int) -> None:
         with self._lock:

@@ -150,9 +150,10 @@ def register_cli(subparsers: Any) -> None:
     rotate = sub.add_parser(
         "rotate",
         help="rolling certificate update of a local cluster (evdb cluster up): new CA, relink, reload",
-        description="Make a new CA and node certificates like the current ones (certs/gen-N), then node by "
-        "node (followers first) repoint the ca, node.crt and node.key links and POST /admin/reloadconfig, "
-        "and wait until every node talks to every other again. See docs/operations/certificates.md.",
+        description="Check that every node can take a reload, make a new CA and node certificates like the "
+        "current ones (certs/gen-N), then node by node (followers first) repoint the ca, node.crt and node.key "
+        "links and POST /admin/reloadconfig; done once every node talks to every other again and the leader "
+        "acknowledged a write held by a majority. See docs/operations/certificates.md.",
     )
     rotate.add_argument("--cluster", required=True, metavar="DIR", help="the cluster's data folder")
     rotate.add_argument(
@@ -171,8 +172,9 @@ def register_cli(subparsers: Any) -> None:
     rotate.add_argument(
         "--prepare",
         action="store_true",
-        help="only write the new certificates and repoint every node's links (and certs/ca); reload "
-        "no node: reload each yourself, followers first (dashboard l key, POST /admin/reloadconfig, SIGHUP)",
+        help="only check every node, write the new certificates and repoint every node's links; reload "
+        "no node: reload each yourself, followers first (dashboard l key, POST /admin/reloadconfig, SIGHUP), "
+        "then run rotate again without --prepare to finish (clients trust both CAs until then)",
     )
     rotate.set_defaults(func=_rotate)
 
@@ -316,12 +318,14 @@ def _rotate(args: argparse.Namespace) -> int:
     if args.prepare:
         print(
             f"Prepared: every node's links point to {report.generation} (CA {report.ca_subject}); "
-            f"reload {', '.join(report.order)} in that order."
+            f"reload {', '.join(report.order)} in that order, then run `evdb certs rotate --cluster "
+            f"{args.cluster}` to finish."
         )
         return 0
     print(
         f"Done: every node uses {report.generation} "
-        f"(CA {report.ca_subject}, SHA-256 {report.ca_fingerprint_sha256})."
+        f"(CA {report.ca_subject}, SHA-256 {report.ca_fingerprint_sha256}) and the cluster acknowledged "
+        "a write over the new certificates."
     )
     return 0
 

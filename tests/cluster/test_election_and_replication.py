@@ -257,30 +257,129 @@ def test_two_leaders_elected_at_the_start_the_older_epochs_node_starts_again_fro
         stranger.close()
 
 
+def pre(req):
+    import dataclasses
+
+    return dataclasses.replace(req, pre_vote=True)
+
+
+def elector(now=100.0, **kw):
+    import random
+
+    from evdb.cluster.elector import Elector
+
+    options = dict(cluster_size=3, read_only=False, priority=0, gossip_timeout=2.0, election_timeout=1.0)
+    options.update(kw)
+    return Elector(rng=random.Random(7), now=now, **options)
+
+
+def own(state="Unknown", term=4, voted_for=None, epoch=2, position=100, leader_id=None, following=False):
+    from evdb.cluster.elector import Own
+
+    return Own("me", state, term, voted_for, LogStanding(epoch, position), leader_id, following)
+
+
+def member(name="b", alive=True, state="Follower", epoch=2, term=2, read_only=False):
+    from evdb.cluster.elector import Member
+
+    return Member(name, alive, f"id-{name}", state, epoch, term, read_only, not read_only)
+
+
 def test_the_wait_before_standing_is_drawn_once_per_round_and_spread():
     """Two nodes that lost an election together must not stand again in the same instant: each draws
     its wait once per round (not on every gossip tick, which collapsed it to the same minimum on every
     node and split the votes round after round)."""
-    import random
-    from types import SimpleNamespace
-
-    from evdb.cluster.service import ClusterService
-
-    node = SimpleNamespace(
-        _leader_seen=100.0,
-        _election_wait=(99.0, 0.0),
-        gossip_timeout=2.0,
-        election_timeout=1.0,
-        rng=random.Random(7),
-    )
-    first = ClusterService._wait_before_standing(node)
-    assert all(ClusterService._wait_before_standing(node) == first for _ in range(20))  # same round
+    machine = elector()
+    first = machine.wait_before_standing()
+    assert all(machine.wait_before_standing() == first for _ in range(20))  # same round
     waits = []
     for round_start in range(200):
-        node._leader_seen = 200.0 + round_start
-        waits.append(ClusterService._wait_before_standing(node))
+        machine.round_over(200.0 + round_start)
+        waits.append(machine.wait_before_standing())
     assert all(2.0 <= w < 3.0 for w in waits)
     assert len({round(w, 3) for w in waits}) > 150 and max(waits) - min(waits) > 0.8
+
+
+def test_a_pre_vote_is_granted_for_a_newer_term_only_and_records_nothing():
+    from evdb.cluster.elector import Stand
+
+    machine = elector()
+    answer = machine.answer(101.0, pre(request(term=5)), own(term=4), None)
+    assert answer.granted and not answer.record  # would vote, and records nothing
+    assert machine.answer(101.0, request(term=5), own(term=4), None).record  # a real vote is recorded
+    # a pre-vote for the term this node already voted in is refused, even for the same candidate
+    assert not machine.answer(101.0, pre(request(term=4)), own(term=4, voted_for="b"), None).granted
+    # a candidate stands in a term newer than any it heard of, and asks in a pre-vote first
+    decision = machine.evaluate(104.0, own(term=4), [member("b", epoch=6, term=7)])
+    assert isinstance(decision, Stand)
+    assert machine.request(own(term=4), [member("b", epoch=6, term=7)], pre_vote=True).term == 8
+
+
+def test_a_node_that_hears_a_live_leader_refuses_pre_votes_and_votes():
+    machine = elector()
+    leader = member("a", state="Leader")
+    for pre_vote in (True, False):
+        req = request(term=9, epoch=5, position=10_000)
+        req = pre(req) if pre_vote else req
+        refused = machine.answer(101.0, req, own("Follower", leader_id="id-a"), leader)
+        assert not refused.granted and "live leader" in refused.reason
+        assert not machine.answer(101.0, req, own("Leader", leader_id="me"), None).granted
+        # a leader that stopped answering, or says it is no longer the leader, holds nobody back
+        assert machine.answer(
+            101.0, req, own("Follower", leader_id="id-a"), member("a", alive=False, state="Leader")
+        ).granted
+        assert machine.answer(
+            101.0, req, own("Follower", leader_id="id-a"), member("a", state="ResigningLeader")
+        ).granted
+
+
+def test_a_leader_steps_down_for_a_lost_majority_or_a_real_newer_term_only():
+    from evdb.cluster.elector import StepDown
+
+    machine = elector(cluster_size=5)
+    leader = own("Leader", term=2, leader_id="me")
+    followers = [member(n) for n in "bc"]
+    assert (
+        machine.evaluate(
+            101.0, leader, [*followers, member("d", alive=False, term=40), member("e", alive=False)]
+        )
+        is None
+    )
+    # check-quorum: it hears from fewer than a majority
+    decision = machine.evaluate(101.0, leader, [followers[0], member("c", alive=False)])
+    assert isinstance(decision, StepDown) and "majority" in decision.reason
+    # a read-only replica's term or a dead member's never counts
+    assert machine.evaluate(101.0, leader, [*followers, member("r", term=9, read_only=True)]) is None
+    # a member it hears that voted in a newer term (with pre-votes, only after a majority granted one)
+    decision = machine.evaluate(101.0, leader, [*followers, member("d", term=3)])
+    assert isinstance(decision, StepDown) and "term 3" in decision.reason
+    decision = machine.evaluate(101.0, leader, [*followers, member("d", state="Leader", epoch=3, term=3)])
+    assert isinstance(decision, StepDown) and "newer epoch" in decision.reason
+
+
+def test_a_node_follows_the_newest_live_leader_and_stands_only_after_its_wait():
+    from evdb.cluster.elector import Follow, LeaderLost, Stand
+
+    machine = elector()
+    stale = member("a", state="Leader", epoch=3, term=3)
+    newer = member("b", state="Leader", epoch=5, term=5)
+    decision = machine.evaluate(101.0, own(term=5), [stale, newer])
+    assert isinstance(decision, Follow) and decision.leader.name == "b"
+    assert (
+        machine.evaluate(101.0, own("Follower", term=5, leader_id="id-b", following=True), [stale, newer])
+        is None
+    )
+    # a leader elected before the term this node voted in is not followed
+    assert machine.evaluate(101.0, own(term=5), [stale]) is None
+    lost = machine.evaluate(102.0, own("Follower", term=5, leader_id="id-b", following=True), [stale])
+    assert isinstance(lost, LeaderLost)
+    wait = machine.wait_before_standing()
+    assert machine.evaluate(102.0 + wait - 0.01, own(term=5), []) is None
+    assert isinstance(machine.evaluate(102.0 + wait + 1e-9, own(term=5), []), Stand)
+    machine.resigned(200.0)  # a resigned leader stays out of the next election
+    assert machine.evaluate(204.0, own(term=5), []) is None
+    assert isinstance(elector(read_only=False, cluster_size=1).evaluate(100.0, own(), []), Stand)
+    assert elector(read_only=True).evaluate(1000.0, own(), []) is None
 
 
 def test_records_written_before_a_new_leaders_epoch_record_are_found_and_cut(tmp_path):

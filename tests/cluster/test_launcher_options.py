@@ -1,7 +1,7 @@
 """Node options of the local cluster (``evdb cluster up --option Key=Value``, ``LocalCluster(...).up(options=)``):
 checked against the node's option table before any file is written, kept in cluster.json and every
-node's node.yaml (so a restart keeps them), shown by ``evdb cluster status``. No node process is
-started here: ``create`` writes the folders only."""
+node's node.yaml (so a restart keeps them), shown by ``evdb cluster status``. Only the last test starts node
+processes (what each running node still waits for); the others use ``create``, which writes the folders only."""
 
 from __future__ import annotations
 
@@ -127,3 +127,42 @@ def test_the_dashboards_launcher_checks_its_options_the_same_way(tmp_path, capsy
     assert evdb_main(["dashboard", "--data", str(folder), "--option", "EnableUnixSocket=maybe"]) == 2
     assert "EnableUnixSocket (--option EnableUnixSocket): 'maybe' is not a boolean" in capsys.readouterr().err
     assert not folder.exists()
+
+
+@pytest.mark.slow
+def test_each_running_node_is_told_exactly_what_it_waits_for(tmp_path, capsys):
+    """Real node processes: after an option changes, a node already restarted with it is not told to
+    restart again, and a reloadable option is a reload, not a restart (GET /info/options of each node)."""
+    cluster = LocalCluster(tmp_path / "c")
+    quiet = lambda *_: None  # noqa: E731
+    cluster.up(nodes=1, replicas=1, insecure=True, timeout=60, log=quiet)
+    try:
+        notes = cluster.set_node_options({"EnableUnixSocket": "true"})
+        assert len(notes) == 2, notes
+        for name, note in zip(("node1", "replica1"), notes, strict=True):
+            assert note.startswith(f"{name} runs with EnableUnixSocket=false; its node.yaml says "
+                                   "EnableUnixSocket=true: restart it"), note  # fmt: skip
+
+        cluster.stop_node("replica1", log=quiet)
+        cluster.start_node("replica1")
+        cluster.wait_for_node("replica1", 60)
+        assert [r["name"] for r in cluster.option_states("replica1") if r["restartPending"]] == []
+        assert [r["name"] for r in cluster.option_states("node1") if r["restartPending"]] == [
+            "EnableUnixSocket"
+        ]
+
+        notes = cluster.set_node_options({"LogLevel": "Debug"})
+        assert not any(n.startswith("replica1 runs with") for n in notes), notes  # no restart for it
+        assert "replica1: LogLevel=Debug takes effect at its next reload" in "\n".join(notes)
+        assert any(n.startswith("node1 runs with EnableUnixSocket=false") for n in notes), notes
+
+        # the same up again: the node still waiting is told once more, and only it
+        logged: list[str] = []
+        cluster.up(options={"EnableUnixSocket": "true"}, timeout=60, log=logged.append)
+        restarts = [line for line in logged if "restart it" in line]
+        assert len(restarts) == 1 and restarts[0].startswith("node1 runs with"), logged
+        assert evdb_main(["cluster", "status", "--data", str(tmp_path / "c")]) == 0
+        out = capsys.readouterr().out
+        assert "node1 runs with EnableUnixSocket=false" in out and "replica1 runs with" not in out
+    finally:
+        cluster.down(timeout=10, log=quiet)

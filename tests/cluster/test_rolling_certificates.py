@@ -289,3 +289,257 @@ def test_sighup_reload_and_a_failed_one_on_a_node_process(tmp_path):
         assert presented_fingerprint(node["url"], trusted_cas(local.data_dir)) == fingerprint(rotated)
     finally:
         local.down(timeout=10, log=lambda *_: None)
+
+
+def node_states(local: LocalCluster) -> dict[str, str]:
+    return {row["name"]: row["state"] for row in local.status()}
+
+
+def settled(local: LocalCluster) -> bool:
+    states = sorted(node_states(local).values())
+    return states == ["Follower", "Follower", "Leader"]
+
+
+def own_states(local: LocalCluster) -> dict[str, str]:
+    """Each node's own gossip state, asked trusting every CA generation (the cluster's CA file is not
+    repointed by a rotation done by hand)."""
+    states = {}
+    for node in local.info()["nodes"]:
+        try:
+            with httpx.Client(verify=trusted_cas(local.data_dir), timeout=5) as c:
+                states[node["name"]] = c.get(f"{node['url']}/gossip").json()["members"][0]["state"]
+        except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+            states[node["name"]] = type(exc).__name__
+    return states
+
+
+def test_clients_trust_both_cas_while_a_prepared_rotation_is_under_way_and_rotate_finishes_it(local):
+    """`certs rotate --prepare` leaves every client tool working: `cluster status`, the launcher's
+    leader wait and the dashboard's certificate check trust the old CA and the new one until the rotation
+    is finished; `certs rotate` again reloads the rest and finishes (clients then trust the new CA alone)."""
+    import asyncio
+
+    from evdb.cli import main
+    from tui.certificates import read_certificate
+
+    ca_file = local.info()["ca"]
+    old_ca = os.path.realpath(ca_file)
+    assert main(["certs", "rotate", "--cluster", str(local.data_dir), "--prepare"]) == 0
+    rotation = json.loads((local.data_dir / "certs" / "rotation.json").read_text())
+    generation = local.data_dir / "certs" / rotation["generation"]
+
+    def every_client_check_passes() -> bool:
+        assert settled(local), node_states(local)  # cluster status: no node Unreachable
+        local.wait_for_leader(10)
+        for node in local.info()["nodes"]:  # the dashboard's chain column
+            state = asyncio.run(read_certificate(node["url"], ca_file, time.time()))
+            assert state is not None and state.verified, (node["name"], state)
+        return True
+
+    every_client_check_passes()
+    # one follower reloaded by hand: it presents the new certificate, the others the old one
+    follower = next(r["name"] for r in local.status() if r["state"] == "Follower")
+    url = next(n["url"] for n in local.info()["nodes"] if n["name"] == follower)
+    with local.client(url) as c:
+        assert c.post("/admin/reloadconfig").status_code == 200
+    new_ca = ssl.create_default_context(cafile=str(generation / "ca" / "ca.crt"))
+    expected = x509.load_pem_x509_certificate((generation / follower / "node.crt").read_bytes())
+    assert presented_fingerprint(url, new_ca) == expected.fingerprint(hashes.SHA256()).hex()
+    wait_until(
+        lambda: any(when.timestamp() > 0 for when, _, _ in certificate_errors(local)), 30, "chain errors"
+    )
+    for row in local.status():
+        assert not row["state"].startswith("Unreachable"), row
+
+    # finishing: the nodes not yet reloaded are reloaded, a write is acknowledged, clients trust the new CA
+    assert main(["certs", "rotate", "--cluster", str(local.data_dir), "--timeout", "60"]) == 0
+    assert not (local.data_dir / "certs" / "rotation.json").exists()
+    assert os.path.realpath(local.info()["ca"]) == str(generation / "ca" / "ca.crt") != old_ca
+    wait_until(lambda: settled(local), 30, "a leader and two followers", detail=lambda: node_states(local))
+    with httpx.Client(verify=new_ca, auth=("admin", "changeit"), timeout=10) as c:
+        leader = local.wait_for_leader(10)
+        rotation_events = c.get(
+            f"{leader}/streams/%24evdb-certificate-rotation/0/forward/10",
+            headers={"Accept": "application/json"},
+        )
+        assert rotation_events.status_code == 200 and len(rotation_events.json()["entries"]) == 1
+
+
+def test_a_node_that_would_refuse_its_reload_stops_the_rotation_before_anything_changes(tmp_path):
+    """A restart-only option changed in a node's configuration makes its reload refuse: `certs rotate`
+    (and `--prepare`) find it first, say what to do, and change nothing; after the restart it works."""
+    from evdb.tls.rotate import RotationError
+
+    quiet = lambda *_: None  # noqa: E731
+    local = LocalCluster(tmp_path / "single")
+    local.up(nodes=1, timeout=60, log=quiet)
+    try:
+        certs = local.data_dir / "certs"
+        links = certs / "node1"
+
+        def files() -> dict[str, str]:
+            return {
+                **{str(p): os.readlink(p) for p in [certs / "ca", *links.iterdir()]},
+                "yaml": Path(local.info()["nodes"][0]["config"]).read_text(),
+                "folders": " ".join(sorted(p.name for p in certs.iterdir())),
+            }
+
+        local.set_node_options({"EnableUnixSocket": "true"})
+        before = files()
+        for prepare in (False, True):
+            with pytest.raises(RotationError) as refused:
+                rotate_cluster(local.data_dir, prepare_only=prepare, common_name="renamed-node", log=quiet)
+            message = str(refused.value)
+            assert message.startswith("Nothing was changed: node1 would refuse the reload"), message
+            assert "EnableUnixSocket runs with false, configured true" in message
+            assert f"evdb cluster stop-node node1 --data {local.data_dir}" in message
+            assert files() == before
+
+        local.stop_node("node1", log=quiet)
+        local.up(timeout=60, log=quiet)
+        report = rotate_cluster(local.data_dir, common_name="renamed-node", timeout=60, log=quiet)
+        with local.client(local.info()["nodes"][0]["url"]) as c:
+            state = c.get("/admin/certificates").json()
+        assert state["certificate"]["commonName"] == "renamed-node"
+        assert state["reservedNodeCommonName"] == "renamed-node"
+        assert report.generation.name == "gen-2"
+    finally:
+        local.down(timeout=10, log=quiet)
+
+
+def test_a_rotation_to_a_new_common_name_leaves_the_cluster_writable_without_restarts(local):
+    """`certs rotate --common-name`: every node-to-node listener takes the new reserved name at its
+    reload; the rotation ends with a write a majority acknowledged, and the writer goes on."""
+    pids = {n["name"]: n["pid"] for n in local.info()["nodes"]}
+    writer = Writer(local)
+    writer.start()
+    try:
+        wait_until(lambda: writer.count() >= 5, 30, "acknowledged writes before the update")
+        report = rotate_cluster(local.data_dir, common_name="rotated-node", timeout=60, log=lambda *_: None)
+        count = writer.count()
+        wait_until(lambda: writer.count() >= count + 10, 30, "acknowledged writes after the update")
+    finally:
+        writer.stop.set()
+        writer.join(10)
+    assert {n["name"]: n["pid"] for n in local.info()["nodes"]} == pids  # no restart
+    wait_until(lambda: settled(local), 30, "a leader and two followers", detail=lambda: node_states(local))
+    new_ca = ssl.create_default_context(cafile=str(report.generation / "ca" / "ca.crt"))
+    for node in local.info()["nodes"]:
+        with httpx.Client(verify=new_ca, auth=("admin", "changeit"), timeout=10) as c:
+            state = c.get(f"{node['url']}/admin/certificates").json()
+        assert state["certificate"]["commonName"] == "rotated-node", state["certificate"]
+        assert state["reservedNodeCommonName"] == "rotated-node"
+
+
+#: seconds between two nodes' reloads in the spec-style update (the spec's procedure: 15 s)
+SPACING = float(os.environ.get("EVDB_ROLLING_SPACING", "15"))
+
+
+class Watcher(threading.Thread):
+    """Every node's own gossip view, four times a second: the highest epoch any node shows and each
+    node that calls itself leader, in order of first claim."""
+
+    def __init__(self, local: LocalCluster) -> None:
+        super().__init__(daemon=True)
+        self.urls = {n["name"]: n["url"] for n in local.info()["nodes"]}
+        self.data_dir = local.data_dir
+        self.epochs: list[int] = []
+        self.leaders: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.25):
+            context = trusted_cas(self.data_dir)
+            for name, url in self.urls.items():
+                try:
+                    with httpx.Client(verify=context, timeout=2) as c:
+                        own = c.get(f"{url}/gossip").json()["members"][0]
+                except (httpx.HTTPError, ValueError, KeyError, IndexError):
+                    continue
+                self.epochs.append(int(own["epochNumber"]))
+                if own["state"] == "Leader" and (not self.leaders or self.leaders[-1] != name):
+                    self.leaders.append(name)
+
+
+@pytest.mark.parametrize("common_name", [None, "renamed-node"], ids=["same-name", "new-common-name"])
+def test_a_rolling_update_as_the_spec_says_keeps_the_majority_writing(tmp_path, common_name):
+    """The spec's procedure by hand under a steady writer: new CA and node certificates, then node by
+    node (followers first, SPACING seconds apart, the default ConnectionResetInterval) repoint the links
+    and POST /admin/reloadconfig. At most one election; no gap between acknowledged writes over 10 s;
+    with a new common name (CertificateReservedNodeCommonName changed in the same reload) too; healthy
+    and writable after the last reload, with no restart."""
+    import yaml
+
+    from evdb.tls.rotate import renew_ca, renew_node
+
+    quiet = lambda *_: None  # noqa: E731
+    local = LocalCluster(tmp_path / "cluster")
+    local.up(nodes=3, timeout=60, log=quiet)  # ConnectionResetInterval: the default (600 s)
+    writer, watcher = Writer(local), Watcher(local)
+    try:
+        pids = {n["name"]: n["pid"] for n in local.info()["nodes"]}
+        certs = local.data_dir / "certs"
+        ca_cert, ca_key = renew_ca(certs / "ca" / "ca.crt", certs / "gen-2" / "ca")
+        for node in local.info()["nodes"]:
+            renew_node(
+                os.path.realpath(certs / node["name"] / "node.crt"),
+                ca_cert,
+                ca_key,
+                certs / "gen-2" / node["name"],
+                common_name=common_name,
+            )
+        writer.start()
+        wait_until(lambda: writer.count() >= 5, 30, "acknowledged writes before the update")
+        watcher.start()
+        wait_until(lambda: watcher.epochs, 10, "the first look at the nodes")
+        epoch_before = max(watcher.epochs)
+        states = own_states(local)
+        order = sorted(states, key=lambda name: states[name] == "Leader")  # followers first
+        first_reload = time.time()
+        for i, name in enumerate(order):
+            if i:
+                time.sleep(SPACING)
+            links = certs / name
+            for link, target in (
+                ("ca", certs / "gen-2" / "ca"),
+                ("node.crt", certs / "gen-2" / name / "node.crt"),
+                ("node.key", certs / "gen-2" / name / "node.key"),
+            ):
+                repoint_link(links / link, os.path.relpath(target, links))
+            if common_name is not None:
+                config = Path(next(n["config"] for n in local.info()["nodes"] if n["name"] == name))
+                values = yaml.safe_load(config.read_text())
+                values["CertificateReservedNodeCommonName"] = common_name
+                config.write_text(yaml.safe_dump(values, sort_keys=False))
+            url = next(n["url"] for n in local.info()["nodes"] if n["name"] == name)
+            with httpx.Client(
+                verify=trusted_cas(local.data_dir), auth=("admin", "changeit"), timeout=30
+            ) as c:
+                assert c.post(f"{url}/admin/reloadconfig").status_code == 200
+                last = c.get(f"{url}/admin/certificates").json()["lastReload"]
+            assert last["result"] == "Success", (name, last)
+        # healthy and writable after the last reload, without restarts
+        count = writer.count()
+        wait_until(lambda: writer.count() >= count + 10, 30, "acknowledged writes after the last reload")
+        wait_until(
+            lambda: sorted(own_states(local).values()) == ["Follower", "Follower", "Leader"],
+            30,
+            "a leader and two followers",
+            detail=lambda: own_states(local),
+        )
+        assert {n["name"]: n["pid"] for n in local.info()["nodes"]} == pids  # no restart
+    finally:
+        writer.stop.set()
+        watcher.stop.set()
+        writer.join(10)
+        watcher.join(10)
+        local.down(timeout=10, log=quiet)
+    times = [when for when, _ in writer.acknowledged if when >= first_reload]
+    gaps = [b - a for a, b in zip([first_reload, *times], times, strict=False)]
+    elections = max(watcher.epochs) - epoch_before
+    print(
+        f"order {order}, spacing {SPACING} s: {len(times)} writes acknowledged from the first reload on, "
+        f"longest gap {max(gaps):.1f} s, {elections} election(s), leaders in turn {watcher.leaders}"
+    )
+    assert max(gaps) <= 10.0, f"a gap of {max(gaps):.1f} s between acknowledged writes"
+    assert elections <= 1, f"{elections} elections (leaders in turn: {watcher.leaders})"

@@ -384,11 +384,19 @@ def test_heads_outside_the_strict_subset_go_to_aiohttp() -> None:
         assert _read_request(bytearray(bad), BODY_LIMIT) is True, bad[:80]
 
 
-def test_the_idle_timeout_is_aiohttps() -> None:
+async def test_the_idle_timeout_is_aiohttps(pair: Pair) -> None:
+    """Both paths close an idle connection after the node's HttpKeepAliveTimeout (not aiohttp's own
+    default, an hour)."""
     import inspect
 
     default = inspect.signature(RequestHandler.__init__).parameters["keepalive_timeout"].default
     assert default == KEEPALIVE_TIMEOUT
+    options = pair.lean.node.options
+    runner = pair.lean.node._runner
+    assert runner is not None and runner.server is not None
+    handler = runner.server()
+    assert handler.keepalive_timeout == pair.lean.keepalive_timeout == options.http_keep_alive_timeout
+    assert pair.lean.keepalive_timeout < KEEPALIVE_TIMEOUT
 
 
 async def test_stopping_the_site_closes_its_idle_lean_connections(pair: Pair) -> None:

@@ -348,3 +348,75 @@ async def test_emit_disabled_faults_at_the_first_write(harness: Harness) -> None
     assert stats["status"] == "Faulted (Enabled)"
     assert stats["stateReason"] == "'emit' is not allowed by the projection/configuration/mode"
     assert _events(harness.db, "$streams") == []
+
+
+async def test_a_tombstoned_checkpoint_stream_faults_only_its_projection_and_reset_runs_it(
+    tmp_path: Path,
+) -> None:
+    """Issue 33 point 5: a deleted checkpoint stream stopped the whole subsystem at the next start."""
+    h = Harness(tmp_path / "db")
+    try:
+        h.db.append("tomb-1", [NewEvent.json("Made", {})])
+        service = await h.start()
+        await h.caught_up()
+        await service.disable("$by_event_type")  # writes its checkpoint
+        await service.enable("$by_event_type")
+        await h.stop()
+        h.db.delete_stream(checkpoint_stream("$by_event_type"), hard=True)
+        h.db.append("tomb-2", [NewEvent.json("Made", {})])
+
+        service = await h.start()
+        stats = service.statistics("$by_event_type")[0]
+        assert stats["status"] == "Faulted (Enabled)"
+        assert checkpoint_stream("$by_event_type") in stats["stateReason"]
+        await h.caught_up("$by_category", "$streams")  # the others run
+        assert _links(h.db, "$ce-tomb") == ["0@tomb-1", "0@tomb-2"]
+        assert _links(h.db, "$et-Made") == ["0@tomb-1"]
+
+        await service.reset("$by_event_type")  # runs it again, from the start, in a new epoch
+        await h.caught_up("$by_event_type")
+        assert service.statistics("$by_event_type")[0]["status"] == "Running"
+        assert _links(h.db, "$et-Made") == ["0@tomb-1", "0@tomb-2"]
+        await service.disable("$by_event_type")  # a checkpoint it cannot write is not an error
+        assert service.statistics("$by_event_type")[0]["status"] == "Stopped"
+        await service.enable("$by_event_type")
+
+        await service.restart()  # and after a restart it loads and runs without a reset
+        await _until(lambda: service.active, "the subsystem to restart")
+        h.db.append("tomb-3", [NewEvent.json("Made", {})])
+        await h.caught_up()
+        assert {s["status"] for s in service.statistics()} == {"Running"}
+        assert _links(h.db, "$et-Made") == ["0@tomb-1", "0@tomb-2", "0@tomb-3"]
+        assert _links(h.db, "$ce-tomb") == ["0@tomb-1", "0@tomb-2", "0@tomb-3"]
+    finally:
+        await h.stop()
+        h.close()
+
+
+async def test_a_checkpoint_stream_tombstoned_while_running_faults_only_its_projection(
+    harness: Harness, caplog
+) -> None:
+    db = harness.db
+    db.append("live-1", [NewEvent.json("Made", {})])
+    service = await harness.start()
+    await harness.caught_up()
+    db.delete_stream(checkpoint_stream("$by_category"), hard=True)
+    await service.disable("$by_category")
+    await service.enable("$by_category")
+    db.append("live-2", [NewEvent.json("Made", {})])
+    await harness.caught_up("$by_event_type")
+    await service.disable("$by_category")  # the checkpoint write meets the tombstone
+    assert service.statistics("$by_category")[0]["status"] == "Stopped"
+    assert "is deleted (tombstoned)" in caplog.text
+    caplog.clear()
+    await service.reset("$by_category")
+    await service.enable("$by_category")
+    await harness.caught_up("$by_category")
+    await service.disable("$by_category")  # its checkpoints are now kept in memory only: no fault
+    await service.enable("$by_category")
+    db.append("live-3", [NewEvent.json("Made", {})])
+    await harness.caught_up("$by_category")
+    assert service.statistics("$by_category")[0]["status"] == "Running"
+    assert "faulted" not in caplog.text
+    assert _links(db, "$ce-live") == ["0@live-1", "0@live-2", "0@live-3"]
+    assert service.statistics("$by_event_type")[0]["status"] == "Running"

@@ -34,6 +34,10 @@ UNDOCUMENTED: dict[tuple[str, str], tuple[dict[str, str], str]] = {
         {ANON: "401", WRONG: "401", USER: "401", OPS: ALLOWED, ADMIN: ALLOWED},
         "/admin/node/priority/3",
     ),
+    ("GET", "/info/options"): (
+        {ANON: "401", WRONG: "401", USER: "401", OPS: ALLOWED, ADMIN: ALLOWED},
+        "/info/options",
+    ),
     ("POST", "/admin/node/resign"): (
         {ANON: "401", WRONG: "401", USER: "401", OPS: ALLOWED, ADMIN: ALLOWED},
         "/admin/node/resign",

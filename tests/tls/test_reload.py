@@ -297,6 +297,20 @@ async def test_a_changed_common_name_is_accepted_with_a_matching_reserved_common
     assert node.options.certificate_reserved_node_common_name == "*.example.com"
     assert node.tls.common_name == "node.example.com"
 
+    # the node-to-node listener checks peers against the reloaded name at once: a peer with the new
+    # name gets past the check (404: no such route), one with the old name is refused (403)
+    def as_peer(cert: Path, key: Path) -> ssl.SSLContext:
+        context = setup.trust_both()
+        context.check_hostname = False
+        context.load_cert_chain(str(cert), str(key))
+        return context
+
+    port = node.cluster.replication_port
+    answer = await asyncio.to_thread(_talk_as_peer, port, as_peer(*renamed))
+    assert answer.startswith(b"HTTP/1.1 404"), answer
+    old_name = as_peer(setup.gen["gen2"]["crt"], setup.gen["gen2"]["key"])
+    assert (await asyncio.to_thread(_talk_as_peer, port, old_name)).startswith(b"HTTP/1.1 403")
+
 
 async def test_a_reserved_common_name_the_own_certificate_does_not_match_is_refused(node, admin, setup):
     setup.write_config(CertificateReservedNodeCommonName="other-name")

@@ -1,0 +1,252 @@
+"""The election decisions of one node, as a pure state machine: it takes what gossip says about the
+other members, vote requests and the time, and returns what to do; it sends, persists and awaits
+nothing. ``ClusterService`` (evdb/cluster/service.py) is the I/O shell around it, in a real node and in
+the simulator (evdb/cluster/sim.py) alike, so both run these very decisions.
+
+The rules (docs/cluster.md, "Elections"), Raft's pre-vote and check-quorum as etcd runs them:
+
+- A node that has seen no live leader for its wait (the gossip timeout, or the election timeout if
+  longer, plus a random part of one election timeout drawn once per round) **stands**: first a
+  pre-vote round asks the live voting members whether they would vote for it in the next term; only
+  when a majority (itself included) would does it raise its term (``proposal.chk``) and ask for votes.
+  A pre-vote changes nothing on either side, so a node that cannot win never raises its term.
+- A member refuses a pre-vote or a vote while it hears a live leader (it leads, or it follows a leader
+  that answered gossip within the gossip timeout and still says Leader), while it takes office, when
+  the term is not new to it, when the candidate's log is behind its own, and, between equal logs, when
+  its own priority is higher and it may stand.
+- A leader steps down when it has not heard from a majority (itself included) within the gossip
+  timeout (check-quorum), when another leader with a newer epoch answers its gossip, or when a voting
+  member it hears is in a newer term than its epoch: with pre-votes a term rises only after a majority
+  was ready to elect that node, so such a term is a real election, never the noise of a node that
+  cannot win.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from evdb.cluster.election import LogStanding, VoteRequest, grant_vote, majority
+
+__all__ = [
+    "Elector",
+    "Follow",
+    "LeaderLost",
+    "Member",
+    "Own",
+    "Stand",
+    "StepDown",
+    "VoteAnswer",
+]
+
+LEADING = ("Leader", "ResigningLeader", "PreLeader")
+
+
+@dataclass(frozen=True)
+class Member:
+    """What gossip last said about another member (its own entry), as the decisions need it."""
+
+    name: str  # how log lines name it (host:port)
+    alive: bool  # answered gossip within the gossip timeout
+    instance_id: str | None = None
+    state: str = "Unknown"
+    epoch: int = -1  # epochNumber
+    term: int = -1  # proposalNumber: the highest term it proposed or voted in
+    read_only: bool = False
+    can_vote: bool = True  # a voting member with a node-to-node endpoint
+
+    @classmethod
+    def from_gossip(cls, name: str, alive: bool, info: dict, *, can_vote: bool) -> Member:
+        return cls(
+            name,
+            alive,
+            info.get("instanceId"),
+            str(info.get("state", "Unknown")),
+            int(info.get("epochNumber", -1)),
+            int(info.get("proposalNumber", -1)),
+            bool(info.get("isReadOnlyReplica", False)),
+            can_vote and not info.get("isReadOnlyReplica", False),
+        )
+
+
+@dataclass(frozen=True)
+class Own:
+    """This node's own facts at the moment of a decision."""
+
+    instance_id: str
+    state: str
+    term: int  # proposal.chk
+    voted_for: str | None
+    standing: LogStanding
+    leader_id: str | None  # the leader it follows (or itself)
+    following: bool = False  # a replication session with that leader is running
+
+
+@dataclass(frozen=True)
+class StepDown:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Follow:
+    leader: Member
+
+
+@dataclass(frozen=True)
+class LeaderLost:
+    leader_id: str
+
+
+@dataclass(frozen=True)
+class Stand:
+    """Stand for election: run a pre-vote round for :meth:`Elector.next_term`."""
+
+
+@dataclass(frozen=True)
+class VoteAnswer:
+    granted: bool
+    reason: str
+    #: a granted vote (never a pre-vote): record ``term`` and the candidate in proposal.chk before
+    #: answering, stop following any older leader
+    record: bool = False
+
+
+Decision = StepDown | Follow | LeaderLost | Stand
+
+
+class Elector:
+    def __init__(
+        self,
+        *,
+        cluster_size: int,
+        read_only: bool,
+        priority: int,
+        gossip_timeout: float,
+        election_timeout: float,
+        rng: random.Random,
+        now: float,
+    ) -> None:
+        self.cluster_size = cluster_size
+        self.read_only = read_only
+        self.priority = priority
+        self.gossip_timeout = gossip_timeout
+        self.election_timeout = election_timeout
+        self.rng = rng
+        #: when this node last saw a live leader (or last gave up a round): its wait runs from here
+        self.leader_seen = now
+        self._wait: tuple[float, float] = (now - 1.0, 0.0)  # (leader_seen it was drawn for, seconds)
+        self.no_candidacy_until = 0.0  # after a resign: this node does not stand until then
+
+    # -- time
+    def wait_before_standing(self) -> float:
+        """Seconds without a leader before this node stands: drawn once per round (each time
+        ``leader_seen`` moves). Drawn afresh on every tick the wait collapsed to its minimum, the same
+        on every node, and two nodes could split the votes round after round for good."""
+        since, wait = self._wait
+        if since != self.leader_seen:
+            base = max(self.gossip_timeout, self.election_timeout)
+            wait = base + self.rng.random() * self.election_timeout
+            self._wait = (self.leader_seen, wait)
+        return wait
+
+    def round_over(self, now: float) -> None:
+        """A round ended without a leader here (a pre-vote or an election lost, a failed office):
+        wait a new random delay before standing again."""
+        self.leader_seen = now
+
+    def resigned(self, now: float) -> None:
+        self.leader_seen = now
+        self.no_candidacy_until = now + max(3 * self.gossip_timeout, 5.0)
+
+    # -- gossip
+    def evaluate(self, now: float, own: Own, members: list[Member]) -> Decision | None:
+        """After a gossip round: what this node does now."""
+        alive = [m for m in members if m.alive]
+        if own.state == "Leader":
+            return self._check_office(own, alive)
+        if own.state in ("ResigningLeader", "PreLeader"):
+            return None
+        # a leader elected before the term this node voted in is stale: following it could confirm
+        # writes the newer leader does not have (it steps down once it sees this node's term)
+        leaders = [m for m in alive if m.state == "Leader" and (m.epoch >= own.term or self.read_only)]
+        if leaders:
+            leader = max(leaders, key=lambda m: m.epoch)
+            self.leader_seen = now
+            if own.leader_id != leader.instance_id or not own.following:
+                return Follow(leader)
+            return None
+        if own.leader_id is not None:
+            self.leader_seen = now
+            return LeaderLost(own.leader_id)
+        if self.read_only or now < self.no_candidacy_until:
+            return None
+        if self.cluster_size == 1 or now - self.leader_seen >= self.wait_before_standing():
+            return Stand()
+        return None
+
+    def _check_office(self, own: Own, alive: list[Member]) -> StepDown | None:
+        epoch = own.standing.epoch_number
+        newer = [m for m in alive if m.state == "Leader" and m.epoch > epoch]
+        if newer:
+            return StepDown(f"Another leader with a newer epoch exists ({newer[0].name}); stepping down")
+        newer_term = [m for m in alive if m.can_vote and m.term > epoch]
+        if newer_term:
+            # a member voted or stood in a later term after a majority granted its pre-vote: it no
+            # longer takes this leader's log, and acknowledgements from the others alone must not
+            # decide (Raft's "higher term" rule)
+            return StepDown(
+                f"Member {newer_term[0].name} is in term {newer_term[0].term}, newer than this "
+                f"leader's epoch {epoch}; stepping down"
+            )
+        if self.cluster_size > 1 and 1 + sum(1 for m in alive if m.can_vote) < majority(self.cluster_size):
+            return StepDown("The leader cannot see a majority of the cluster; stepping down")
+        return None
+
+    # -- elections
+    @staticmethod
+    def next_term(own: Own, members: list[Member]) -> int:
+        """The term to stand in: newer than any this node or any member it heard of proposed, voted
+        in or led."""
+        return max([own.term, *(max(m.epoch, m.term) for m in members)]) + 1
+
+    def request(self, own: Own, members: list[Member], *, pre_vote: bool) -> VoteRequest:
+        return VoteRequest(
+            self.next_term(own, members) if pre_vote else own.term,
+            own.instance_id,
+            own.standing,
+            self.priority,
+            pre_vote=pre_vote,
+        )
+
+    def elected(self, grants: int) -> bool:
+        """Whether ``grants`` (this node's own included) is a majority of ClusterSize."""
+        return grants >= majority(self.cluster_size)
+
+    def answer(self, now: float, request: VoteRequest, own: Own, leader: Member | None) -> VoteAnswer:
+        """A candidate asks for this node's vote (or pre-vote). ``leader``: what gossip says of the
+        leader this node follows, if any."""
+        hears_leader = own.state == "Leader" or (
+            leader is not None
+            and leader.alive
+            and leader.state == "Leader"
+            and leader.instance_id != request.candidate_id
+        )
+        granted, reason = grant_vote(
+            request,
+            voted_term=own.term,
+            voted_for=own.voted_for,
+            own=own.standing,
+            own_priority=self.priority,
+            follows_live_leader=hears_leader,
+            eligible=not self.read_only and now >= self.no_candidacy_until,
+        )
+        if self.read_only:
+            return VoteAnswer(False, "read-only replicas do not vote")
+        if own.state == "PreLeader":
+            # this node won an election and is writing its epoch: a vote now could let a second leader
+            # take office over a log this node is about to extend
+            return VoteAnswer(False, "this node is taking office as leader")
+        if granted and not request.pre_vote:
+            self.leader_seen = now  # give the candidate time to take office
+            return VoteAnswer(True, reason, record=True)
+        return VoteAnswer(granted, reason)
