@@ -291,7 +291,8 @@ class Scavenger:
                 elif stage == "ExecutingIndex":
                     execute_index(ctx, decider)
                 elif stage == "Cleaning":
-                    self.state.clear_weights()
+                    # (a chunk's other weight stays until it is executed: see ScavengeState.add_weights)
+                    self.state.clear_age_weights()
             ctx.leave_phase(phase, started)
             following = stage_names.index(stage) + 1
             if following < len(stage_names):

@@ -1,9 +1,10 @@
 """The scavenge database: ``<index>/scavenging/scavenging.db`` (SQLite, WAL).
 
 It remembers what accumulation found (stream metadata, tombstones, which stream each hash belongs
-to, chunk timestamp ranges), what calculation decided (discard points, chunk weights), and a
-checkpoint saying which stage a run reached, so a stopped or interrupted run resumes there. Each
-stage's unit of work (one chunk, a batch of streams) commits together with the checkpoint.
+to, chunk timestamp ranges), what calculation decided (discard points, chunk weights, kept until
+the chunk is executed), and a checkpoint saying which stage a run reached, so a stopped or
+interrupted run resumes there. Each stage's unit of work (one chunk, a batch of streams) commits
+together with the checkpoint.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ CREATE TABLE IF NOT EXISTS streams (
 );
 CREATE TABLE IF NOT EXISTS chunk_timestamps (chunk INTEGER PRIMARY KEY, min_ts INTEGER NOT NULL, max_ts INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS chunk_weights (chunk INTEGER PRIMARY KEY, weight REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS chunk_age_weights (chunk INTEGER PRIMARY KEY, weight REAL NOT NULL);
 """
 
 
@@ -216,19 +218,40 @@ class ScavengeState:
             c: (lo, hi) for c, lo, hi in self.execute("SELECT chunk, min_ts, max_ts FROM chunk_timestamps")
         }
 
-    def add_weights(self, weights: dict[int, float]) -> None:
-        for chunk, w in weights.items():
-            self.execute(
-                "INSERT INTO chunk_weights (chunk, weight) VALUES (?, ?) ON CONFLICT (chunk) DO UPDATE SET "
-                "weight = weight + excluded.weight",
-                (chunk, w),
-            )
+    # A chunk's weight is the sum of two kinds, both kept until the chunk is executed (a chunk skipped
+    # below a threshold keeps its weight, and a later run executes it once that weight passes the
+    # later run's threshold, even when it adds nothing):
+    # - ``chunk_weights``: removals below a discard point (and tombstones under UnsafeIgnoreHardDelete),
+    #   counted once, by the calculation that moved the discard point past them (index execution then
+    #   removes their entries, so no later calculation sees them again);
+    # - ``chunk_age_weights``: removals ``$maxAge`` may make, counted afresh by every calculation (the
+    #   index keeps those entries, and every run calculates the streams with ``$maxAge`` again), so
+    #   emptied as each calculation starts rather than added to.
+    def add_weights(self, weights: dict[int, float], age_weights: dict[int, float] | None = None) -> None:
+        for table, more in (("chunk_weights", weights), ("chunk_age_weights", age_weights or {})):
+            for chunk, w in more.items():
+                self.execute(
+                    f"INSERT INTO {table} (chunk, weight) VALUES (?, ?) ON CONFLICT (chunk) DO UPDATE SET "
+                    "weight = weight + excluded.weight",
+                    (chunk, w),
+                )
 
     def weights(self) -> dict[int, float]:
-        return dict(self.execute("SELECT chunk, weight FROM chunk_weights").fetchall())
+        """Each chunk's weight (both kinds), for the chunks that have any."""
+        return dict(
+            self.execute(
+                "SELECT chunk, SUM(weight) FROM (SELECT chunk, weight FROM chunk_weights "
+                "UNION ALL SELECT chunk, weight FROM chunk_age_weights) GROUP BY chunk HAVING SUM(weight) != 0"
+            ).fetchall()
+        )
 
-    def clear_weights(self) -> None:
-        self.execute("DELETE FROM chunk_weights")
+    def reset_weights(self, first: int, last: int) -> None:
+        """Chunks ``first`` to ``last`` (logical numbers) were executed: their weights start from 0."""
+        for table in ("chunk_weights", "chunk_age_weights"):
+            self.execute(f"DELETE FROM {table} WHERE chunk BETWEEN ? AND ?", (first, last))
+
+    def clear_age_weights(self) -> None:
+        self.execute("DELETE FROM chunk_age_weights")
 
     # -- hashes ---------------------------------------------------------------------------------------
     def collided_streams(self) -> dict[str, int]:
