@@ -199,7 +199,8 @@ class Scavenger:
         ctx.workers = ChunkWorkers(self.options.threads, self.stop_event, self.logger, self.workers)
         ctx.handoff_dir = self._clear_handoffs()  # (a killed run's are never read)
         try:
-            self._run_stages(ctx)
+            with self.state.running(self._single_file_failed):  # (WAL while it runs: see state.py)
+                self._run_stages(ctx)
             result = ScavengeResult.SUCCESS
         except ScavengeStopped:
             result = ScavengeResult.STOPPED
@@ -210,7 +211,7 @@ class Scavenger:
         finally:
             ctx.workers.close()
             ctx.handoffs.clear()
-            self._clear_handoffs()
+            self._clear_handoffs(keep=False)
         took = time.perf_counter() - started
         saved = self.progress.bytes_reclaimed
         max_chunk = max((c.end_number for c in self.progress.chunks if c.executed), default=-1)
@@ -240,13 +241,23 @@ class Scavenger:
         self.set_status("Idle")
         return result
 
-    def _clear_handoffs(self) -> str | None:
-        """Empty the hand-off folder; its path, or None when there is none (or it cannot be used:
-        a warning names it, and no hand-off is written, so execution reads every chunk again)."""
+    def _single_file_failed(self, reason: str) -> None:
+        self.logger.warning(
+            "SCAVENGING: The scavenge database %s could not be made a single file again as the run "
+            "ended (%s); its -wal file holds part of its content until the next scavenge ends or the "
+            "node opens it again.",
+            self.state.path,
+            reason,
+        )
+
+    def _clear_handoffs(self, *, keep: bool = True) -> str | None:
+        """Empty the hand-off folder (``keep`` false: and remove it, as the run ends); its path, or
+        None when there is none (or it cannot be used: a warning names it, and no hand-off is
+        written, so execution reads every chunk again)."""
         if self.handoff_dir is None:
             return None
         try:
-            clear_folder(self.handoff_dir)
+            clear_folder(self.handoff_dir, keep=keep)
         except OSError as exc:
             self.logger.warning(
                 "SCAVENGING: Could not empty the hand-off folder %s (%s); none of its files is used.",

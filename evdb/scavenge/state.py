@@ -1,19 +1,33 @@
-"""The scavenge database: ``<index>/scavenging/scavenging.db`` (SQLite, WAL).
+"""The scavenge database: ``<index>/scavenging/scavenging.db`` (SQLite, rollback journal).
 
 It remembers what accumulation found (stream metadata, tombstones, which stream each hash belongs
 to, chunk timestamp ranges), what calculation decided (discard points, chunk weights, kept until
 the chunk is executed), and a checkpoint saying which stage a run reached, so a stopped or
 interrupted run resumes there. Each stage's unit of work (one chunk, a batch of streams) commits
 together with the checkpoint.
+
+The spec has ``scavenging.db`` be the only file in its directory, and a file-copy backup copies
+that one file; such a backup must not overlap a scavenge (evdb backup stops a running one first).
+So between runs the database is a single file holding all its content: a rollback journal deleted
+as each transaction commits (``journal_mode = DELETE``, ``synchronous = FULL``: the journal is on
+disk before the main file changes, and the main file before the journal goes, so a kill or a power
+cut at any moment leaves a database whose next open rolls the journal back). A run, which commits
+once per chunk and per batch of streams, switches to a write-ahead log for its duration (``WAL``,
+``synchronous = NORMAL``: a commit waits for no disk flush; a power cut may lose the last commits,
+never the order, and the run resumes from the last one kept) and folds it back into the file as it
+ends, however it ends (``ScavengeState.running``). A database an earlier version left in WAL mode,
+or a killed run's, is folded into its file as it is opened.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,13 +98,18 @@ class ScavengeState:
             os.makedirs(os.path.dirname(path), exist_ok=True)
         self._conn = sqlite3.connect(path or ":memory:", check_same_thread=False, isolation_level=None)
         self._lock = threading.RLock()
+        self.journal_mode = "memory"
         c = self._conn
         try:
             c.execute(f"PRAGMA page_size = {int(page_size_kib) * 1024}")
             c.execute(f"PRAGMA cache_size = -{max(1, int(cache_size_bytes) // 1024)}")
             if path is not None:
-                c.execute("PRAGMA journal_mode = WAL")
-                c.execute("PRAGMA synchronous = NORMAL")
+                self._journal(run=False)
+                # (reading rolled back a journal a killed writer left, and deleted it; one still there
+                # is of a transaction killed before it changed the file: a write replaces and deletes it)
+                version = int(c.execute("PRAGMA user_version").fetchone()[0])
+                if os.path.exists(path + "-journal"):
+                    c.execute(f"PRAGMA user_version = {version}")
             c.executescript(_SCHEMA)
             columns = [r[1] for r in c.execute("PRAGMA table_info(streams)")]
             if "dirty" not in columns:  # written by an earlier version: every stream is calculated once
@@ -98,9 +117,46 @@ class ScavengeState:
             c.execute(
                 f"CREATE INDEX IF NOT EXISTS streams_to_calculate ON streams (stream) WHERE {_TO_CALCULATE}"
             )
+        except CorruptedFile:
+            c.close()
+            raise
         except sqlite3.DatabaseError as exc:
             c.close()
             raise self._unreadable(exc) from exc
+
+    def _journal(self, *, run: bool) -> str:
+        """The journal mode of a run (WAL) or of the time between runs (a single file); the mode in
+        use, which stays "wal" when another process has the database open in WAL mode as the run
+        ends (it works the same: the next open or run end makes it a single file)."""
+        if run:
+            self.journal_mode = str(self.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+            self.execute("PRAGMA synchronous = NORMAL")
+        else:
+            self.execute("PRAGMA synchronous = FULL")
+            # (from WAL: checkpointed into the file, which is synced, then -wal and -shm deleted)
+            self.journal_mode = str(self.execute("PRAGMA journal_mode = DELETE").fetchone()[0]).lower()
+        return self.journal_mode
+
+    @contextlib.contextmanager
+    def running(self, on_single_file_failed: Callable[[str], None]) -> Iterator[None]:
+        """A run's writes, in WAL mode, folded back into the single file as it ends (see the module's
+        docstring); ``on_single_file_failed(reason)`` when it stays beside a -wal file."""
+        if self.path is None:
+            yield
+            return
+        with self._lock:
+            self._journal(run=True)
+        try:
+            yield
+        finally:
+            with self._lock:
+                try:
+                    mode = self._journal(run=False)
+                except (sqlite3.Error, CorruptedFile) as exc:  # (the run's own error, if any, goes on)
+                    on_single_file_failed(str(exc))
+                else:
+                    if mode != "delete":
+                        on_single_file_failed(f"another process has it open in {mode} mode")
 
     def _unreadable(self, exc: sqlite3.DatabaseError) -> CorruptedFile:
         return CorruptedFile(
