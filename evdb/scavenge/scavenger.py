@@ -155,6 +155,13 @@ class Scavenger:
 
     # -- the run ---------------------------------------------------------------------------------------
     def run(self) -> ScavengeResult:
+        # every write of the run, its beginning and end too, goes through the WAL, folded into the
+        # one file as it ends (see state.py): a kill at any moment leaves a database readers opening
+        # it read-only can read (a hot rollback journal needs a writer to roll it back first)
+        with self.state.running(self.logger):
+            return self._run()
+
+    def _run(self) -> ScavengeResult:
         started = time.perf_counter()
         events = ScavengeEvents(
             self.db, self.scavenge_id, self.node_endpoint, self.options.history_max_age_days, self.logger
@@ -199,8 +206,7 @@ class Scavenger:
         ctx.workers = ChunkWorkers(self.options.threads, self.stop_event, self.logger, self.workers)
         ctx.handoff_dir = self._clear_handoffs()  # (a killed run's are never read)
         try:
-            with self.state.running(self._single_file_failed):  # (WAL while it runs: see state.py)
-                self._run_stages(ctx)
+            self._run_stages(ctx)
             result = ScavengeResult.SUCCESS
         except ScavengeStopped:
             result = ScavengeResult.STOPPED
@@ -240,15 +246,6 @@ class Scavenger:
         self.result = result
         self.set_status("Idle")
         return result
-
-    def _single_file_failed(self, reason: str) -> None:
-        self.logger.warning(
-            "SCAVENGING: The scavenge database %s could not be made a single file again as the run "
-            "ended (%s); its -wal file holds part of its content until the next scavenge ends or the "
-            "node opens it again.",
-            self.state.path,
-            reason,
-        )
 
     def _clear_handoffs(self, *, keep: bool = True) -> str | None:
         """Empty the hand-off folder (``keep`` false: and remove it, as the run ends); its path, or

@@ -118,7 +118,8 @@ class ScavengeService:
         events.completed(
             str(ScavengeResult.INTERRUPTED), "The node stopped while the scavenge ran.", 0.0, 0, -1
         )
-        self.state.update_checkpoint(running=None)
+        with self.state.running(self.logger):  # (as a run writes: see state.py)
+            self.state.update_checkpoint(running=None)
         self._last = (running, str(ScavengeResult.INTERRUPTED))
         return running
 

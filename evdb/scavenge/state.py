@@ -8,26 +8,28 @@ together with the checkpoint.
 
 The spec has ``scavenging.db`` be the only file in its directory, and a file-copy backup copies
 that one file; such a backup must not overlap a scavenge (evdb backup stops a running one first).
-So between runs the database is a single file holding all its content: a rollback journal deleted
-as each transaction commits (``journal_mode = DELETE``, ``synchronous = FULL``: the journal is on
-disk before the main file changes, and the main file before the journal goes, so a kill or a power
-cut at any moment leaves a database whose next open rolls the journal back). A run, which commits
-once per chunk and per batch of streams, switches to a write-ahead log for its duration (``WAL``,
-``synchronous = NORMAL``: a commit waits for no disk flush; a power cut may lose the last commits,
-never the order, and the run resumes from the last one kept) and folds it back into the file as it
-ends, however it ends (``ScavengeState.running``). A database an earlier version left in WAL mode,
-or a killed run's, is folded into its file as it is opened.
+So between runs the database is a single file holding all its content, in rollback-journal mode
+(``journal_mode = DELETE``, ``synchronous = FULL``: a journal exists only during a transaction, is
+on disk before the main file changes, and the main file is before the journal goes). The node's
+writes (a run from its beginning to its end, the mark of an interrupted one) go through a
+write-ahead log (``ScavengeState.running``: ``WAL``, ``synchronous = NORMAL``, a commit waits for no
+disk flush; a power cut may lose the last commits, never their order, and a run resumes from the
+last one kept), folded back into the file as they end, however they end. A kill leaves a WAL,
+which readers opening the file read-only can read (evdb backup, verification; a hot rollback
+journal would need a writer to roll it back first) and which the next open folds into the file, as
+it does a database an earlier version left in WAL mode.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,9 +140,9 @@ class ScavengeState:
         return self.journal_mode
 
     @contextlib.contextmanager
-    def running(self, on_single_file_failed: Callable[[str], None]) -> Iterator[None]:
+    def running(self, logger: logging.Logger) -> Iterator[None]:
         """A run's writes, in WAL mode, folded back into the single file as it ends (see the module's
-        docstring); ``on_single_file_failed(reason)`` when it stays beside a -wal file."""
+        docstring); a warning in ``logger`` when it stays beside a -wal file."""
         if self.path is None:
             yield
             return
@@ -153,10 +155,19 @@ class ScavengeState:
                 try:
                     mode = self._journal(run=False)
                 except (sqlite3.Error, CorruptedFile) as exc:  # (the run's own error, if any, goes on)
-                    on_single_file_failed(str(exc))
+                    self._not_single_file(logger, str(exc))
                 else:
                     if mode != "delete":
-                        on_single_file_failed(f"another process has it open in {mode} mode")
+                        self._not_single_file(logger, f"another process has it open in {mode} mode")
+
+    def _not_single_file(self, logger: logging.Logger, reason: str) -> None:
+        logger.warning(
+            "SCAVENGING: The scavenge database %s could not be made a single file again (%s); its "
+            "-wal file holds part of its content until the next scavenge ends or the node opens it "
+            "again.",
+            self.path,
+            reason,
+        )
 
     def _unreadable(self, exc: sqlite3.DatabaseError) -> CorruptedFile:
         return CorruptedFile(
