@@ -172,10 +172,11 @@ def _calculate_batch(ctx, batch, timestamps, tombstoned_cache) -> tuple[dict[int
         hi = np.array([timestamps.get(c, (0, 0))[1] for c in chunk.tolist()], dtype=np.int64)
         age_weight[maybe & (hi < cutoffs_)] = 2
         age_weight[maybe & (hi >= cutoffs_) & (lo < cutoffs_)] = 1
-    chunks, where = np.unique(chunk, return_inverse=True)
-    return _per_chunk(chunks, where, weight), _per_chunk(chunks, where, age_weight)
+    return _per_chunk(chunk, weight), _per_chunk(chunk, age_weight)
 
 
-def _per_chunk(chunks: np.ndarray, where: np.ndarray, weight: np.ndarray) -> dict[int, float]:
-    sums = np.bincount(where, weights=weight, minlength=len(chunks))
-    return {int(c): float(w) for c, w in zip(chunks.tolist(), sums.tolist(), strict=True) if w}
+def _per_chunk(chunk: np.ndarray, weight: np.ndarray) -> dict[int, float]:
+    """Each chunk's sum of ``weight`` (chunk numbers are small: summed by number, without sorting)."""
+    sums = np.bincount(chunk, weights=weight)
+    chunks = np.flatnonzero(sums)
+    return {int(c): float(w) for c, w in zip(chunks.tolist(), sums[chunks].tolist(), strict=True)}

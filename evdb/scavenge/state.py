@@ -185,9 +185,15 @@ class ScavengeState:
         return _Transaction(self)
 
     def execute(self, sql: str, params: tuple | list = ()) -> sqlite3.Cursor:
+        return self._guarded(self._conn.execute, sql, params)
+
+    def executemany(self, sql: str, rows: list) -> None:
+        self._guarded(self._conn.executemany, sql, rows)
+
+    def _guarded(self, call, sql: str, params):
         with self._lock:
             try:
-                return self._conn.execute(sql, params)
+                return call(sql, params)
             except sqlite3.DatabaseError as exc:
                 # damage found in a page only a later statement reads: say which file, as at the open
                 if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _DAMAGED:
@@ -215,6 +221,17 @@ class ScavengeState:
     def row(self, stream: str) -> StreamRow | None:
         r = self.execute(f"SELECT {_COLUMNS} FROM streams WHERE stream = ?", (stream,)).fetchone()
         return _row(r) if r else None
+
+    def rows_of(self, streams: list[str]) -> dict[str, StreamRow]:
+        """The rows of those of ``streams`` the database has."""
+        found: dict[str, StreamRow] = {}
+        for i in range(0, len(streams), 500):
+            batch = streams[i : i + 500]
+            cursor = self.execute(
+                f"SELECT {_COLUMNS} FROM streams WHERE stream IN ({', '.join('?' * len(batch))})", batch
+            )
+            found.update((r[0], _row(r)) for r in cursor.fetchall())
+        return found
 
     def rows_after(self, after: str | None, limit: int) -> list[StreamRow]:
         cursor = self.execute(
@@ -324,9 +341,17 @@ class ScavengeState:
     def collided_streams(self) -> dict[str, int]:
         return {s: to_unsigned(h) for s, h in self.execute("SELECT stream, hash FROM collisions")}
 
-    def hash_user(self, h: int) -> str | None:
-        r = self.execute("SELECT stream FROM hash_users WHERE hash = ?", (to_signed(h),)).fetchone()
-        return r[0] if r else None
+    def hash_users_of(self, hashes) -> dict[int, str]:
+        """The stream stored for each of ``hashes`` that has one."""
+        signed = [to_signed(h) for h in hashes]
+        found: dict[int, str] = {}
+        for i in range(0, len(signed), 500):
+            batch = signed[i : i + 500]
+            cursor = self.execute(
+                f"SELECT hash, stream FROM hash_users WHERE hash IN ({', '.join('?' * len(batch))})", batch
+            )
+            found.update((to_unsigned(h), stream) for h, stream in cursor)
+        return found
 
 
 def _row(r: tuple) -> StreamRow:
@@ -365,26 +390,37 @@ class HashUsers:
         self.collisions = 0
 
     def observe(self, h: int, stream: str) -> None:
+        self.observe_all([(h, stream)])
+
+    def observe_all(self, seen: list[tuple[int, str]]) -> None:
+        """Each (hash, stream) in turn, as ``observe`` would one at a time; the hashes the cache
+        lacks are looked up in one query, and the new ones stored in one statement."""
         cache = self._cache
-        known = cache.get(h)
-        if known is not None:
-            self.hits += 1
-            cache.move_to_end(h)
-        else:
-            self.misses += 1
-            known = self._state.hash_user(h)
-            if known is None:
-                self._state.execute(
-                    "INSERT INTO hash_users (hash, stream) VALUES (?, ?)", (to_signed(h), stream)
-                )
-                known = stream
-            cache[h] = known
-            if len(cache) > self._capacity:
-                cache.popitem(last=False)
-        if known != stream:
-            self.collisions += 1
-            for name in (known, stream):
-                self._state.execute(
-                    "INSERT OR IGNORE INTO collisions (stream, hash) VALUES (?, ?)", (name, to_signed(h))
-                )
-            self._state.mark_changed((known, stream))  # their entries are told apart by name from now on
+        # every hash of the batch when the cache lacks any (a miss may evict one that comes again);
+        # none when it holds them all (then nothing is evicted)
+        hashes = {h for h, _ in seen}
+        stored = self._state.hash_users_of(hashes) if any(h not in cache for h in hashes) else {}
+        new: list[tuple[int, str]] = []
+        for h, stream in seen:
+            known = cache.get(h)
+            if known is not None:
+                self.hits += 1
+                cache.move_to_end(h)
+            else:
+                self.misses += 1
+                known = stored.get(h)
+                if known is None:
+                    new.append((to_signed(h), stream))
+                    known = stored[h] = stream
+                cache[h] = known
+                if len(cache) > self._capacity:
+                    cache.popitem(last=False)
+            if known != stream:
+                self.collisions += 1
+                for name in (known, stream):
+                    self._state.execute(
+                        "INSERT OR IGNORE INTO collisions (stream, hash) VALUES (?, ?)", (name, to_signed(h))
+                    )
+                self._state.mark_changed((known, stream))  # their entries are told apart by name from now on
+        if new:
+            self._state.executemany("INSERT INTO hash_users (hash, stream) VALUES (?, ?)", new)
