@@ -10,7 +10,7 @@ The spec has ``scavenging.db`` be the only file in its directory, and a file-cop
 that one file; such a backup must not overlap a scavenge (evdb backup stops a running one first).
 So between runs the database is a single file holding all its content, in rollback-journal mode
 (``journal_mode = DELETE``, ``synchronous = FULL``: a journal exists only during a transaction, is
-on disk before the main file changes, and the main file is before the journal goes). The node's
+on disk before the main file changes, and the main file before the journal goes). The node's
 writes (a run from its beginning to its end, the mark of an interrupted one) go through a
 write-ahead log (``ScavengeState.running``: ``WAL``, ``synchronous = NORMAL``, a commit waits for no
 disk flush; a power cut may lose the last commits, never their order, and a run resumes from the
