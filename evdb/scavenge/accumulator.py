@@ -154,16 +154,19 @@ def _chunk_done(ctx: RunContext, users: HashUsers, started: float) -> None:
 
 def _accumulate_summary(state, rows, users, chunk, summary: Summary):
     """One logical chunk from its summary: each stream once; tombstones; metadata records."""
-    for name in summary.names:
-        users.observe(stream_hash(name), name)
+    users.observe_all([(stream_hash(name), name) for name in summary.names])
     state.mark_changed(summary.names)  # new events: their last number moves (calculation works on them)
+    _prefetch(state, rows, [name for tombstone, name, _ in summary.special if tombstone])
+    tombstoned = []
     for tombstone, name, offset in summary.special:
         if tombstone:
-            _tombstone(state, rows, name)
+            _row(state, rows, name).tombstoned = True
+            tombstoned.append(metastream_of(name))
             continue
         record, _ = chunk.read_at(offset - HEADER_SIZE)
         if record.event_type == "$metadata":
             _accumulate_metadata(state, rows, record)
+    state.mark_changed(tombstoned)  # a tombstoned stream loses its metadata too
     return summary.lo, summary.hi
 
 
@@ -200,6 +203,15 @@ def _accumulate_records(ctx, state, rows, users, position: int, chunk_end: int):
 def _tombstone(state, rows: dict[str, StreamRow], stream: str) -> None:
     _row(state, rows, stream).tombstoned = True
     state.mark_changed([metastream_of(stream)])  # a tombstoned stream loses its metadata too
+
+
+def _prefetch(state, rows: dict[str, StreamRow], streams: list[str]) -> None:
+    """The rows of ``streams`` that ``rows`` lacks, read in one query (``_row`` then finds them)."""
+    lacking = [s for s in streams if s not in rows]
+    if lacking:
+        found = state.rows_of(lacking)
+        for stream in lacking:
+            rows[stream] = found.get(stream) or StreamRow(stream)
 
 
 def _row(state, rows: dict[str, StreamRow], stream: str) -> StreamRow:

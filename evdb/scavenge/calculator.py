@@ -5,6 +5,12 @@ A definite removal adds 2 to its chunk's weight; an event that ``$maxAge`` may h
 when its chunk's timestamps straddle the cut-off (the executor then checks the event's own
 timestamp). Discard points never move backwards. The last event of a stream before the scavenge
 point is always kept, and so is a tombstone (unless UnsafeIgnoreHardDelete).
+
+Weights are kept in the scavenge database until their chunk is executed (a chunk skipped below one
+run's threshold is executed by a later run whose threshold its weight passes): a removal below a
+discard point is counted once, by the calculation that moves the discard point past it (its index
+entry then goes); a ``$maxAge`` removal is counted afresh by each calculation (its entry stays), see
+``ScavengeState.add_weights``.
 """
 
 from __future__ import annotations
@@ -69,7 +75,7 @@ def calculate(ctx: RunContext) -> None:
     checkpoint = state.checkpoint()
     after = checkpoint.get("calculatedAfter")
     if after is None:
-        state.clear_weights()
+        state.clear_age_weights()  # counted again below; the others stay until their chunk is executed
     collided = set(state.collided_streams())
     timestamps = state.chunk_timestamps()
     ctx.progress.streams_total = state.count_to_calculate()
@@ -82,6 +88,7 @@ def calculate(ctx: RunContext) -> None:
             break
         started = time.perf_counter()
         weights: dict[int, float] = {}
+        age_weights: dict[int, float] = {}
         batch: list[tuple[StreamRow, np.ndarray, np.ndarray]] = []
         entries = 0
         for k, row in enumerate(rows, 1):  # judged in bulk, a bounded number of index entries at a time
@@ -89,18 +96,18 @@ def calculate(ctx: RunContext) -> None:
             batch.append((row, numbers, positions))
             entries += len(numbers)
             if entries >= ENTRIES_AT_ONCE:
-                _add(weights, _calculate_batch(ctx, batch, timestamps, tombstoned_cache))
+                _add(weights, age_weights, _calculate_batch(ctx, batch, timestamps, tombstoned_cache))
                 batch, entries = [], 0
             if k % RELEASE_EVERY == 0:
                 # the entries were copied out: RSS need not keep the index pages they were read from
                 # (a read maps the page-cache folio around it, up to 2 MiB a column of each table)
                 ctx.db.index.release_pages()
-        _add(weights, _calculate_batch(ctx, batch, timestamps, tombstoned_cache))
+        _add(weights, age_weights, _calculate_batch(ctx, batch, timestamps, tombstoned_cache))
         ctx.db.index.release_pages()
         with state.transaction():
             for row in rows:
                 state.save_row(row, dirty=False)
-            state.add_weights(weights)
+            state.add_weights(weights, age_weights)
             after = rows[-1].stream
             state.update_checkpoint(calculatedAfter=after)
         ctx.progress.streams_done += len(rows)
@@ -108,16 +115,20 @@ def calculate(ctx: RunContext) -> None:
     ctx.progress.weights = state.weights()
 
 
-def _add(weights: dict[int, float], more: dict[int, float]) -> None:
-    for chunk, weight in more.items():
-        weights[chunk] = weights.get(chunk, 0.0) + weight
+def _add(
+    weights: dict[int, float], age_weights: dict[int, float], more: tuple[dict[int, float], dict[int, float]]
+) -> None:
+    for into, found in zip((weights, age_weights), more, strict=True):
+        for chunk, weight in found.items():
+            into[chunk] = into.get(chunk, 0.0) + weight
 
 
-def _calculate_batch(ctx, batch, timestamps, tombstoned_cache) -> dict[int, float]:
+def _calculate_batch(ctx, batch, timestamps, tombstoned_cache) -> tuple[dict[int, float], dict[int, float]]:
     """Each row's last number and discard point (set on the row); the weights its removable entries
-    (``batch``: rows with their entries' numbers and positions) add per chunk."""
+    (``batch``: rows with their entries' numbers and positions) add per chunk: those below discard
+    points (and tombstones under UnsafeIgnoreHardDelete), and those ``$maxAge`` may remove."""
     if not batch:
-        return {}
+        return {}, {}
     numbers, positions, points, lasts, cutoffs = [], [], [], [], []
     no_cutoff = np.iinfo(np.int64).min  # nothing is older than it
     for row, n, p in batch:
@@ -143,7 +154,7 @@ def _calculate_batch(ctx, batch, timestamps, tombstoned_cache) -> dict[int, floa
         cutoffs.append(np.full(len(n), cutoff, dtype=np.int64))
     number, position = np.concatenate(numbers), np.concatenate(positions)
     if not len(number):
-        return {}
+        return {}, {}
     point, lasts_, cutoffs_ = np.concatenate(points), np.concatenate(lasts), np.concatenate(cutoffs)
     chunk = position // ctx.db.log.chunk_size
     tombstone = number == MAX_EVENT_NUMBER
@@ -152,14 +163,20 @@ def _calculate_batch(ctx, batch, timestamps, tombstoned_cache) -> dict[int, floa
         weight[tombstone] = 2
     definite = ~tombstone & (number < point)
     weight[definite] = 2
+    age_weight = np.zeros(len(number), dtype=np.float64)
     maybe = ~tombstone & ~definite & (cutoffs_ != no_cutoff) & (number != lasts_)
     if maybe.any():
         # a chunk whose timestamps are all older than the cut-off: a definite removal; straddling it: a
         # maybe (the executor checks each record's own time); no timestamps known: (0, 0)
         lo = np.array([timestamps.get(c, (0, 0))[0] for c in chunk.tolist()], dtype=np.int64)
         hi = np.array([timestamps.get(c, (0, 0))[1] for c in chunk.tolist()], dtype=np.int64)
-        weight[maybe & (hi < cutoffs_)] = 2
-        weight[maybe & (hi >= cutoffs_) & (lo < cutoffs_)] = 1
-    chunks, where = np.unique(chunk, return_inverse=True)
-    sums = np.bincount(where, weights=weight)
-    return {int(c): float(w) for c, w in zip(chunks.tolist(), sums.tolist(), strict=True) if w}
+        age_weight[maybe & (hi < cutoffs_)] = 2
+        age_weight[maybe & (hi >= cutoffs_) & (lo < cutoffs_)] = 1
+    return _per_chunk(chunk, weight), _per_chunk(chunk, age_weight)
+
+
+def _per_chunk(chunk: np.ndarray, weight: np.ndarray) -> dict[int, float]:
+    """Each chunk's sum of ``weight`` (chunk numbers are small: summed by number, without sorting)."""
+    sums = np.bincount(chunk, weights=weight)
+    chunks = np.flatnonzero(sums)
+    return {int(c): float(w) for c, w in zip(chunks.tolist(), sums[chunks].tolist(), strict=True)}

@@ -1,5 +1,6 @@
 """Chunk execution: rewrite each chunk whose weight is above the threshold without its removable
-records, and switch the new version in. Up to ``threads`` copies are made at once (in worker
+records, and switch the new version in (its weight then starts again from 0; a skipped chunk keeps
+its weight in the scavenge database for a later run). Up to ``threads`` copies are made at once (in worker
 processes for big chunks: evdb/scavenge/workers.py); each is fsynced and switched in by the scavenge
 thread, in log order, while the next ones are made, and checkpointed when done."""
 
@@ -103,9 +104,13 @@ def execute_chunks(ctx: RunContext, decider: Decider) -> None:
             if held is None:
                 return
             group, held = held, None
-            _switch_group(ctx, group)
+            switched = _switch_group(ctx, group)
             freeing.submit(_let_go, [part.chunk for part in group.parts])
-            ctx.state.update_checkpoint(executedThrough=group.parts[-1].chunk.end_number)
+            with ctx.state.transaction() as state:
+                if switched:  # executed: their weights start again from 0 (a skipped chunk keeps its own)
+                    for part in group.parts:
+                        state.reset_weights(part.chunk.start_number, part.chunk.end_number)
+                state.update_checkpoint(executedThrough=group.parts[-1].chunk.end_number)
             del group
 
         try:
@@ -295,9 +300,10 @@ def _copy(ctx: RunContext, decisions: DecisionTable, chunk: Chunk, weight: float
     return new, removed, started
 
 
-def _switch_group(ctx: RunContext, held: _Held) -> None:
+def _switch_group(ctx: RunContext, held: _Held) -> bool:
     """Make the held copy durable, then the live version of the chunks it covers (in the scavenge
-    thread); report each chunk, and the merge when it covers several copies."""
+    thread); report each chunk, and the merge when it covers several copies. False when a chunk was
+    switched meanwhile and the copy was discarded."""
     log = ctx.db.log
     new = held.new
     originals = [part.chunk for part in held.parts]
@@ -313,7 +319,7 @@ def _switch_group(ctx: RunContext, held: _Held) -> None:
                         "SCAVENGING: Chunk %s changed while it was scavenged; it is left for the next scavenge.",
                         chunk.file_name,
                     )
-                return
+                return False
             # the folder fsync that makes the old versions' deletions durable is made once, when the
             # phase ends (execute_chunks): a lost deletion leaves an older version the next open deletes
             log.switch_chunk(new, sync_removals=False)
@@ -337,6 +343,7 @@ def _switch_group(ctx: RunContext, held: _Held) -> None:
                 held.merge_time,
             )
         )
+    return True
 
 
 def _report_chunk(ctx: RunContext, part: _Part) -> None:

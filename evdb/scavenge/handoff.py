@@ -71,14 +71,20 @@ def path_for(folder: str, chunk: Chunk) -> str:
     return os.path.join(folder, chunk.file_name + SUFFIX)
 
 
-def clear_folder(folder: str) -> None:
+def clear_folder(folder: str, *, keep: bool = True) -> None:
     """Remove every hand-off file of ``folder`` (made if missing): those of a run that ended, or was
-    killed. An OSError names the file."""
+    killed. ``keep`` false: the folder too, when nothing else is in it (as a run ends, so that the
+    scavenge database is the only entry of its directory between runs). An OSError names the file."""
+    if not keep and not os.path.isdir(folder):
+        return
     os.makedirs(folder, exist_ok=True)
     for name in os.listdir(folder):
         if name.endswith(SUFFIX) or name.endswith(SUFFIX + ".part"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(folder, name))
+    if not keep:
+        with contextlib.suppress(OSError):  # (not empty: a file of someone else's)
+            os.rmdir(folder)
 
 
 def _segments(values: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray] | None:

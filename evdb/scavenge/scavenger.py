@@ -155,6 +155,13 @@ class Scavenger:
 
     # -- the run ---------------------------------------------------------------------------------------
     def run(self) -> ScavengeResult:
+        # every write of the run, its beginning and end too, goes through the WAL, folded into the
+        # one file as it ends (see state.py): a kill at any moment leaves a database readers opening
+        # it read-only can read (a hot rollback journal needs a writer to roll it back first)
+        with self.state.running(self.logger):
+            return self._run()
+
+    def _run(self) -> ScavengeResult:
         started = time.perf_counter()
         events = ScavengeEvents(
             self.db, self.scavenge_id, self.node_endpoint, self.options.history_max_age_days, self.logger
@@ -210,7 +217,7 @@ class Scavenger:
         finally:
             ctx.workers.close()
             ctx.handoffs.clear()
-            self._clear_handoffs()
+            self._clear_handoffs(keep=False)
         took = time.perf_counter() - started
         saved = self.progress.bytes_reclaimed
         max_chunk = max((c.end_number for c in self.progress.chunks if c.executed), default=-1)
@@ -240,13 +247,14 @@ class Scavenger:
         self.set_status("Idle")
         return result
 
-    def _clear_handoffs(self) -> str | None:
-        """Empty the hand-off folder; its path, or None when there is none (or it cannot be used:
-        a warning names it, and no hand-off is written, so execution reads every chunk again)."""
+    def _clear_handoffs(self, *, keep: bool = True) -> str | None:
+        """Empty the hand-off folder (``keep`` false: and remove it, as the run ends); its path, or
+        None when there is none (or it cannot be used: a warning names it, and no hand-off is
+        written, so execution reads every chunk again)."""
         if self.handoff_dir is None:
             return None
         try:
-            clear_folder(self.handoff_dir)
+            clear_folder(self.handoff_dir, keep=keep)
         except OSError as exc:
             self.logger.warning(
                 "SCAVENGING: Could not empty the hand-off folder %s (%s); none of its files is used.",
@@ -291,7 +299,8 @@ class Scavenger:
                 elif stage == "ExecutingIndex":
                     execute_index(ctx, decider)
                 elif stage == "Cleaning":
-                    self.state.clear_weights()
+                    # (a chunk's other weight stays until it is executed: see ScavengeState.add_weights)
+                    self.state.clear_age_weights()
             ctx.leave_phase(phase, started)
             following = stage_names.index(stage) + 1
             if following < len(stage_names):

@@ -63,6 +63,13 @@ class ScavengeService:
             history_max_age_days=history_max_age_days,
         )
         self.state = ScavengeState(state_path, page_size_kib=page_size_kib, cache_size_bytes=cache_size_bytes)
+        if state_path is not None and self.state.journal_mode != "delete":
+            logger.warning(
+                "SCAVENGING: The scavenge database %s stays in %s mode (another process has it open): "
+                "its -wal file holds part of its content until a scavenge ends.",
+                state_path,
+                self.state.journal_mode,
+            )
         self.set_status = set_status
         self.wall_clock = wall_clock
         self._lock = threading.Lock()
@@ -111,7 +118,8 @@ class ScavengeService:
         events.completed(
             str(ScavengeResult.INTERRUPTED), "The node stopped while the scavenge ran.", 0.0, 0, -1
         )
-        self.state.update_checkpoint(running=None)
+        with self.state.running(self.logger):  # (as a run writes: see state.py)
+            self.state.update_checkpoint(running=None)
         self._last = (running, str(ScavengeResult.INTERRUPTED))
         return running
 

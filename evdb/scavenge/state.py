@@ -1,18 +1,35 @@
-"""The scavenge database: ``<index>/scavenging/scavenging.db`` (SQLite, WAL).
+"""The scavenge database: ``<index>/scavenging/scavenging.db`` (SQLite, rollback journal).
 
 It remembers what accumulation found (stream metadata, tombstones, which stream each hash belongs
-to, chunk timestamp ranges), what calculation decided (discard points, chunk weights), and a
-checkpoint saying which stage a run reached, so a stopped or interrupted run resumes there. Each
-stage's unit of work (one chunk, a batch of streams) commits together with the checkpoint.
+to, chunk timestamp ranges), what calculation decided (discard points, chunk weights, kept until
+the chunk is executed), and a checkpoint saying which stage a run reached, so a stopped or
+interrupted run resumes there. Each stage's unit of work (one chunk, a batch of streams) commits
+together with the checkpoint.
+
+The spec has ``scavenging.db`` be the only file in its directory, and a file-copy backup copies
+that one file; such a backup must not overlap a scavenge (evdb backup stops a running one first).
+So between runs the database is a single file holding all its content, in rollback-journal mode
+(``journal_mode = DELETE``, ``synchronous = FULL``: a journal exists only during a transaction, is
+on disk before the main file changes, and the main file before the journal goes). The node's
+writes (a run from its beginning to its end, the mark of an interrupted one) go through a
+write-ahead log (``ScavengeState.running``: ``WAL``, ``synchronous = NORMAL``, a commit waits for no
+disk flush; a power cut may lose the last commits, never their order, and a run resumes from the
+last one kept), folded back into the file as they end, however they end. A kill leaves a WAL,
+which readers opening the file read-only can read (evdb backup, verification; a hot rollback
+journal would need a writer to roll it back first) and which the next open folds into the file, as
+it does a database an earlier version left in WAL mode.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import sqlite3
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +54,7 @@ CREATE TABLE IF NOT EXISTS streams (
 );
 CREATE TABLE IF NOT EXISTS chunk_timestamps (chunk INTEGER PRIMARY KEY, min_ts INTEGER NOT NULL, max_ts INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS chunk_weights (chunk INTEGER PRIMARY KEY, weight REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS chunk_age_weights (chunk INTEGER PRIMARY KEY, weight REAL NOT NULL);
 """
 
 
@@ -82,13 +100,18 @@ class ScavengeState:
             os.makedirs(os.path.dirname(path), exist_ok=True)
         self._conn = sqlite3.connect(path or ":memory:", check_same_thread=False, isolation_level=None)
         self._lock = threading.RLock()
+        self.journal_mode = "memory"
         c = self._conn
         try:
             c.execute(f"PRAGMA page_size = {int(page_size_kib) * 1024}")
             c.execute(f"PRAGMA cache_size = -{max(1, int(cache_size_bytes) // 1024)}")
             if path is not None:
-                c.execute("PRAGMA journal_mode = WAL")
-                c.execute("PRAGMA synchronous = NORMAL")
+                self._journal(run=False)
+                # (reading rolled back a journal a killed writer left, and deleted it; one still there
+                # is of a transaction killed before it changed the file: a write replaces and deletes it)
+                version = int(c.execute("PRAGMA user_version").fetchone()[0])
+                if os.path.exists(path + "-journal"):
+                    c.execute(f"PRAGMA user_version = {version}")
             c.executescript(_SCHEMA)
             columns = [r[1] for r in c.execute("PRAGMA table_info(streams)")]
             if "dirty" not in columns:  # written by an earlier version: every stream is calculated once
@@ -96,9 +119,55 @@ class ScavengeState:
             c.execute(
                 f"CREATE INDEX IF NOT EXISTS streams_to_calculate ON streams (stream) WHERE {_TO_CALCULATE}"
             )
+        except CorruptedFile:
+            c.close()
+            raise
         except sqlite3.DatabaseError as exc:
             c.close()
             raise self._unreadable(exc) from exc
+
+    def _journal(self, *, run: bool) -> str:
+        """The journal mode of a run (WAL) or of the time between runs (a single file); the mode in
+        use, which stays "wal" when another process has the database open in WAL mode as the run
+        ends (it works the same: the next open or run end makes it a single file)."""
+        if run:
+            self.journal_mode = str(self.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+            self.execute("PRAGMA synchronous = NORMAL")
+        else:
+            self.execute("PRAGMA synchronous = FULL")
+            # (from WAL: checkpointed into the file, which is synced, then -wal and -shm deleted)
+            self.journal_mode = str(self.execute("PRAGMA journal_mode = DELETE").fetchone()[0]).lower()
+        return self.journal_mode
+
+    @contextlib.contextmanager
+    def running(self, logger: logging.Logger) -> Iterator[None]:
+        """A run's writes, in WAL mode, folded back into the single file as it ends (see the module's
+        docstring); a warning in ``logger`` when it stays beside a -wal file."""
+        if self.path is None:
+            yield
+            return
+        with self._lock:
+            self._journal(run=True)
+        try:
+            yield
+        finally:
+            with self._lock:
+                try:
+                    mode = self._journal(run=False)
+                except (sqlite3.Error, CorruptedFile) as exc:  # (the run's own error, if any, goes on)
+                    self._not_single_file(logger, str(exc))
+                else:
+                    if mode != "delete":
+                        self._not_single_file(logger, f"another process has it open in {mode} mode")
+
+    def _not_single_file(self, logger: logging.Logger, reason: str) -> None:
+        logger.warning(
+            "SCAVENGING: The scavenge database %s could not be made a single file again (%s); its "
+            "-wal file holds part of its content until the next scavenge ends or the node opens it "
+            "again.",
+            self.path,
+            reason,
+        )
 
     def _unreadable(self, exc: sqlite3.DatabaseError) -> CorruptedFile:
         return CorruptedFile(
@@ -116,9 +185,15 @@ class ScavengeState:
         return _Transaction(self)
 
     def execute(self, sql: str, params: tuple | list = ()) -> sqlite3.Cursor:
+        return self._guarded(self._conn.execute, sql, params)
+
+    def executemany(self, sql: str, rows: list) -> None:
+        self._guarded(self._conn.executemany, sql, rows)
+
+    def _guarded(self, call, sql: str, params):
         with self._lock:
             try:
-                return self._conn.execute(sql, params)
+                return call(sql, params)
             except sqlite3.DatabaseError as exc:
                 # damage found in a page only a later statement reads: say which file, as at the open
                 if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _DAMAGED:
@@ -146,6 +221,17 @@ class ScavengeState:
     def row(self, stream: str) -> StreamRow | None:
         r = self.execute(f"SELECT {_COLUMNS} FROM streams WHERE stream = ?", (stream,)).fetchone()
         return _row(r) if r else None
+
+    def rows_of(self, streams: list[str]) -> dict[str, StreamRow]:
+        """The rows of those of ``streams`` the database has."""
+        found: dict[str, StreamRow] = {}
+        for i in range(0, len(streams), 500):
+            batch = streams[i : i + 500]
+            cursor = self.execute(
+                f"SELECT {_COLUMNS} FROM streams WHERE stream IN ({', '.join('?' * len(batch))})", batch
+            )
+            found.update((r[0], _row(r)) for r in cursor.fetchall())
+        return found
 
     def rows_after(self, after: str | None, limit: int) -> list[StreamRow]:
         cursor = self.execute(
@@ -216,27 +302,56 @@ class ScavengeState:
             c: (lo, hi) for c, lo, hi in self.execute("SELECT chunk, min_ts, max_ts FROM chunk_timestamps")
         }
 
-    def add_weights(self, weights: dict[int, float]) -> None:
-        for chunk, w in weights.items():
-            self.execute(
-                "INSERT INTO chunk_weights (chunk, weight) VALUES (?, ?) ON CONFLICT (chunk) DO UPDATE SET "
-                "weight = weight + excluded.weight",
-                (chunk, w),
-            )
+    # A chunk's weight is the sum of two kinds, both kept until the chunk is executed (a chunk skipped
+    # below a threshold keeps its weight, and a later run executes it once that weight passes the
+    # later run's threshold, even when it adds nothing):
+    # - ``chunk_weights``: removals below a discard point (and tombstones under UnsafeIgnoreHardDelete),
+    #   counted once, by the calculation that moved the discard point past them (index execution then
+    #   removes their entries, so no later calculation sees them again);
+    # - ``chunk_age_weights``: removals ``$maxAge`` may make, counted afresh by every calculation (the
+    #   index keeps those entries, and every run calculates the streams with ``$maxAge`` again), so
+    #   emptied as each calculation starts rather than added to.
+    def add_weights(self, weights: dict[int, float], age_weights: dict[int, float] | None = None) -> None:
+        for table, more in (("chunk_weights", weights), ("chunk_age_weights", age_weights or {})):
+            for chunk, w in more.items():
+                self.execute(
+                    f"INSERT INTO {table} (chunk, weight) VALUES (?, ?) ON CONFLICT (chunk) DO UPDATE SET "
+                    "weight = weight + excluded.weight",
+                    (chunk, w),
+                )
 
     def weights(self) -> dict[int, float]:
-        return dict(self.execute("SELECT chunk, weight FROM chunk_weights").fetchall())
+        """Each chunk's weight (both kinds), for the chunks that have any."""
+        return dict(
+            self.execute(
+                "SELECT chunk, SUM(weight) FROM (SELECT chunk, weight FROM chunk_weights "
+                "UNION ALL SELECT chunk, weight FROM chunk_age_weights) GROUP BY chunk HAVING SUM(weight) != 0"
+            ).fetchall()
+        )
 
-    def clear_weights(self) -> None:
-        self.execute("DELETE FROM chunk_weights")
+    def reset_weights(self, first: int, last: int) -> None:
+        """Chunks ``first`` to ``last`` (logical numbers) were executed: their weights start from 0."""
+        for table in ("chunk_weights", "chunk_age_weights"):
+            self.execute(f"DELETE FROM {table} WHERE chunk BETWEEN ? AND ?", (first, last))
+
+    def clear_age_weights(self) -> None:
+        self.execute("DELETE FROM chunk_age_weights")
 
     # -- hashes ---------------------------------------------------------------------------------------
     def collided_streams(self) -> dict[str, int]:
         return {s: to_unsigned(h) for s, h in self.execute("SELECT stream, hash FROM collisions")}
 
-    def hash_user(self, h: int) -> str | None:
-        r = self.execute("SELECT stream FROM hash_users WHERE hash = ?", (to_signed(h),)).fetchone()
-        return r[0] if r else None
+    def hash_users_of(self, hashes) -> dict[int, str]:
+        """The stream stored for each of ``hashes`` that has one."""
+        signed = [to_signed(h) for h in hashes]
+        found: dict[int, str] = {}
+        for i in range(0, len(signed), 500):
+            batch = signed[i : i + 500]
+            cursor = self.execute(
+                f"SELECT hash, stream FROM hash_users WHERE hash IN ({', '.join('?' * len(batch))})", batch
+            )
+            found.update((to_unsigned(h), stream) for h, stream in cursor)
+        return found
 
 
 def _row(r: tuple) -> StreamRow:
@@ -275,26 +390,37 @@ class HashUsers:
         self.collisions = 0
 
     def observe(self, h: int, stream: str) -> None:
+        self.observe_all([(h, stream)])
+
+    def observe_all(self, seen: list[tuple[int, str]]) -> None:
+        """Each (hash, stream) in turn, as ``observe`` would one at a time; the hashes the cache
+        lacks are looked up in one query, and the new ones stored in one statement."""
         cache = self._cache
-        known = cache.get(h)
-        if known is not None:
-            self.hits += 1
-            cache.move_to_end(h)
-        else:
-            self.misses += 1
-            known = self._state.hash_user(h)
-            if known is None:
-                self._state.execute(
-                    "INSERT INTO hash_users (hash, stream) VALUES (?, ?)", (to_signed(h), stream)
-                )
-                known = stream
-            cache[h] = known
-            if len(cache) > self._capacity:
-                cache.popitem(last=False)
-        if known != stream:
-            self.collisions += 1
-            for name in (known, stream):
-                self._state.execute(
-                    "INSERT OR IGNORE INTO collisions (stream, hash) VALUES (?, ?)", (name, to_signed(h))
-                )
-            self._state.mark_changed((known, stream))  # their entries are told apart by name from now on
+        # every hash of the batch when the cache lacks any (a miss may evict one that comes again);
+        # none when it holds them all (then nothing is evicted)
+        hashes = {h for h, _ in seen}
+        stored = self._state.hash_users_of(hashes) if any(h not in cache for h in hashes) else {}
+        new: list[tuple[int, str]] = []
+        for h, stream in seen:
+            known = cache.get(h)
+            if known is not None:
+                self.hits += 1
+                cache.move_to_end(h)
+            else:
+                self.misses += 1
+                known = stored.get(h)
+                if known is None:
+                    new.append((to_signed(h), stream))
+                    known = stored[h] = stream
+                cache[h] = known
+                if len(cache) > self._capacity:
+                    cache.popitem(last=False)
+            if known != stream:
+                self.collisions += 1
+                for name in (known, stream):
+                    self._state.execute(
+                        "INSERT OR IGNORE INTO collisions (stream, hash) VALUES (?, ?)", (name, to_signed(h))
+                    )
+                self._state.mark_changed((known, stream))  # their entries are told apart by name from now on
+        if new:
+            self._state.executemany("INSERT INTO hash_users (hash, stream) VALUES (?, ?)", new)
