@@ -120,6 +120,8 @@ class NodeMetrics:
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1),
         )
         self.node_up = Gauge("evdb_node_up", "1 while the node serves requests", registry=r)
+        #: started and not stopping: what GET /health/live answers
+        self.live = False
         # each (method, status)'s children, looked up once per scrape's flush (``labels()`` builds and
         # checks its key at every call)
         self._http_children: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
@@ -132,6 +134,11 @@ class NodeMetrics:
         self._tallies: list[_Tally] = []
         self._tallies_lock = threading.Lock()
         r.register(_NodeCollector(sources))
+
+    def set_live(self, live: bool) -> None:
+        """The node has started (True) or begins to stop (False)."""
+        self.live = live
+        self.node_up.set(1 if live else 0)
 
     def _tally(self) -> _Tally:
         try:

@@ -390,7 +390,7 @@ class Node:
             license_check=lambda: check_license(self.options, self.clock.time()),
         )
         await self._start_http(ssl_context, sockets)
-        self.metrics.node_up.set(1)
+        self.metrics.set_live(True)
         if o.stats_period_sec > 0:
             self._tasks.append(asyncio.create_task(self._write_statistics(), name=f"{self.name}-stats"))
         self.logger.info("Node is ready: %s", self.http_url)
@@ -443,7 +443,7 @@ class Node:
             self._sites.append(site)
 
     async def stop(self) -> None:
-        self.metrics.node_up.set(0)
+        self.metrics.set_live(False)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
