@@ -23,6 +23,7 @@ import logging
 import os
 import queue
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -316,6 +317,11 @@ class Database:
         self._pending = _Pending()
         # writer-private caches (only the writer thread reads or writes them)
         self._states: OrderedDict[str, StreamState] = OrderedDict()
+        #: lookups of ``_states`` that found / did not find the stream (kurrentdb_cache_hits_misses_total)
+        self.state_cache_hits = 0
+        self.state_cache_misses = 0
+        #: evdb.metrics.DatabaseObserver: told of each group commit and each client read (None: nobody)
+        self.observer: Any = None
         # first event id of a recent append -> (stream, first event number, all its ids, last position)
         self._recent_appends: dict[bytes, tuple[str, int, tuple[bytes, ...], int]] = {}
         #: the append being replicated: [stream, first number, event ids, last position] (followers)
@@ -527,6 +533,11 @@ class Database:
     @property
     def index(self) -> TableIndex:
         return self._index
+
+    @property
+    def stream_cache_entries(self) -> int:
+        """Streams whose state the writer keeps (at most ``config.stream_cache_capacity``)."""
+        return len(self._states)
 
     @property
     def committed_position(self) -> int:
@@ -856,6 +867,8 @@ class Database:
         """Run a group of requests and commit them; True when the group holds the stop request.
         The group's answers awaited on an event loop reach it together, with one wake-up."""
         stop = False
+        observer = self.observer
+        started = time.perf_counter() if observer is not None else 0.0
         with _answers_batched():
             for request in group:
                 if request is _STOP:
@@ -869,6 +882,8 @@ class Database:
                 self._commit_segment()
             except BaseException as exc:  # an I/O error: nothing of this segment is acknowledged
                 self._fail_segment(exc)
+        if observer is not None:
+            observer.group_processed(time.perf_counter() - started)
         return stop
 
     def _run_here_or_queue(self, request: _Request) -> concurrent.futures.Future:
@@ -928,6 +943,9 @@ class Database:
         if before_sync is not None:
             self._log.write_out()  # in the file before the senders read them to ship
             before_sync(self._log.end)
+        observer = self.observer
+        flush_started = time.perf_counter() if observer is not None else 0.0
+        committed_before = self._log.committed
         try:
             self._log.flush()
         except BaseException:
@@ -935,6 +953,8 @@ class Database:
                 before_sync(-1)
             raise
         committed = self._log.committed
+        if observer is not None:
+            observer.flushed(committed - committed_before, time.perf_counter() - flush_started)
         self._index.add(pending.entries, committed)
         if self._existence is not None:
             for name in pending.names:
@@ -981,8 +1001,10 @@ class Database:
     def _state_for_write(self, stream: str) -> StreamState:
         state = self._states.get(stream)
         if state is not None:
+            self.state_cache_hits += 1
             self._states.move_to_end(stream)
             return state
+        self.state_cache_misses += 1
         state = self.stream_state(stream, all_written=True)
         self._cache_state(state)
         return state
@@ -1228,10 +1250,11 @@ class Database:
         """This stream's committed records, newest first (tombstone included), collisions filtered;
         none at or past log position ``limit`` when given."""
         seen: set[int] = set()
+        read_record = self._record_reader()
         for number, position in self._index.iter_backward(stream_hash(stream), before):
             if number in seen or (limit is not None and position >= limit):
                 continue
-            record = self._log.read_record(position)
+            record = read_record(position)
             if isinstance(record, rec.EventRecord) and record.stream == stream:
                 seen.add(number)
                 yield record
@@ -1239,13 +1262,35 @@ class Database:
     def _stream_records_forward(self, stream: str, start: int) -> Iterator[rec.EventRecord]:
         seen: set[int] = set()
         limit = self._visible_limit()
+        read_record = self._record_reader()
         for number, position in self._index.iter_forward(stream_hash(stream), start):
             if number in seen or (limit is not None and position >= limit):
                 continue
-            record = self._log.read_record(position)
+            record = read_record(position)
             if isinstance(record, rec.EventRecord) and record.stream == stream:
                 seen.add(number)
                 yield record
+
+    def _record_reader(self) -> Callable[[int], rec.EventRecord | rec.SystemRecord | None]:
+        """``self._log.read_record``, timed for the observer when there is one
+        (kurrentdb_io_record_read_duration_seconds)."""
+        observer = self.observer
+        if observer is None:
+            return self._log.read_record
+        read, seen, clock = self._log.read_record, observer.record_read, time.perf_counter
+
+        def timed(position: int) -> rec.EventRecord | rec.SystemRecord | None:
+            started = clock()
+            record = read(position)
+            seen(clock() - started)
+            return record
+
+        return timed
+
+    def _observe_read(self, events: list[rec.EventRecord]) -> None:
+        observer = self.observer
+        if observer is not None and events:
+            observer.read(events, self._log.end, self.config.chunk_size)
 
     def _visible_limit(self) -> int | None:
         """The log position reads stop at, or None when they see all that is committed here."""
@@ -1341,6 +1386,7 @@ class Database:
             if len(events) >= max_count:
                 next_number = record.event_number + 1
                 break
+        self._observe_read(events)
         return StreamSlice(stream, events, from_event_number, next_number, last, next_number > last)
 
     def read_stream_backward(
@@ -1367,6 +1413,7 @@ class Database:
         if next_number < first:
             next_number = -1
         is_end = next_number < 0 or len(events) < max_count
+        self._observe_read(events)
         return StreamSlice(stream, events, start, next_number if not is_end else -1, last, is_end)
 
     def read_event(self, stream: str, event_number: int) -> rec.EventRecord:
@@ -1378,6 +1425,7 @@ class Database:
         record = self._read_stream_event_raw(stream, number, self._visible_limit())
         if record is None or (oldest is not None and record.timestamp < oldest):
             raise StreamNotFound(stream)
+        self._observe_read([record])
         return record
 
     def _check_all_position(self, position: int) -> None:
@@ -1447,6 +1495,7 @@ class Database:
                     break
             else:
                 next_position = after
+        self._observe_read(events)
         return AllSlice(events, position, next_position, next_position >= end)
 
     def read_all_backward(
@@ -1469,6 +1518,7 @@ class Database:
                     break
         else:
             next_position = 0
+        self._observe_read(events)
         return AllSlice(events, start, next_position, next_position <= 0)
 
     def iter_all(self, position: int = 0) -> Iterator[rec.EventRecord]:

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import ctypes
+import gc
+import os
 import threading
+import time
 from bisect import bisect_left
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psutil
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from evdb.metrics_config import MetricsConfig
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -17,86 +25,628 @@ if TYPE_CHECKING:
     from evdb.database import Database
     from evdb.scavenge.service import ScavengeService
 
-__all__ = ["NodeMetrics", "NodeSources"]
+__all__ = ["NO_MEANING", "DatabaseObserver", "NodeMetrics", "NodeSources", "RecentMax"]
+
+#: KurrentDB's default series that have no meaning in evdb (docs/metrics.md gives the reasons)
+NO_MEANING = frozenset(
+    {
+        "kurrentdb_proc_contention_count_total",
+        "kurrentdb_proc_exception_count_total",
+        "kurrentdb_gc_allocated_bytes_total",
+        "kurrentdb_gc_generation_size_bytes",
+        "kurrentdb_incoming_grpc_calls_total",
+        "kurrentdb_current_incoming_grpc_calls",
+    }
+)
+
+#: seconds between two samples of the event loop's lag
+LAG_PERIOD = 0.25
+#: KurrentDB's buckets for its "-seconds" histograms (1 µs .. 10 s, by tens)
+SECONDS_BUCKETS = (0.000001, 0.00001, 0.0001, 0.001, 0.01, 0.1, 1.0, 10.0)
+#: kurrentdb_logical_chunk_read_distribution: 0, then 1, 2, 4, ... 2**18 chunks behind the active one
+CHUNK_DISTANCE_BUCKETS = (0.0, *(float(1 << x) for x in range(19)))
+
+
+class RecentMax:
+    """The largest value recorded over the last MinPeriod..MaxPeriod seconds (KurrentDB's RecentMax):
+    a scrape every ``expected_scrape_interval`` seconds sees each spike at least once. Values go into
+    per-sub-period buckets; those older than the window are cleared as time moves on."""
+
+    def __init__(self, expected_scrape_interval: int, clock: Callable[[], float]) -> None:
+        buckets, seconds = _recent_max_buckets(expected_scrape_interval)
+        self._seconds_per_bucket = seconds
+        self._values = [0.0] * buckets
+        self._last = int(clock() // seconds)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.max_period = buckets * seconds
+        self.min_period = self.max_period - seconds
+
+    @property
+    def range_label(self) -> str:
+        return f"{self.min_period}-{self.max_period} seconds"
+
+    def _advance(self) -> int:
+        now = int(self._clock() // self._seconds_per_bucket)
+        n = len(self._values)
+        for step in range(1, min(now - self._last, n) + 1):
+            self._values[(self._last + step) % n] = 0.0
+        self._last = max(self._last, now)
+        return now % n
+
+    def record(self, value: float) -> None:
+        with self._lock:
+            i = self._advance()
+            if value > self._values[i]:
+                self._values[i] = value
+
+    def observe(self) -> float:
+        with self._lock:
+            self._advance()
+            return max(self._values)
+
+
+def _recent_max_buckets(interval: int) -> tuple[int, int]:
+    """(number of buckets, seconds per bucket) for an expected scrape interval (as KurrentDB's)."""
+    if interval == 0:
+        return 1, 1
+    if interval == 1:
+        return 3, 1
+    if interval == 5:
+        return 4, 2
+    if interval == 10:
+        return 5, 3
+    if interval % 15 == 0:
+        return 5, interval // 15 * 4
+    raise ValueError(f"ExpectedScrapeIntervalSeconds must be 0, 1, 5, 10 or a multiple of 15, not {interval}")
+
+
+class DatabaseObserver:
+    """What the database tells the metrics (set as ``Database.observer``): each group commit (in the
+    writer thread: its flush and its whole processing) and each client read (in the reading thread).
+    Each call costs a few additions: figures are kept as plain numbers and exposed at scrape time."""
+
+    def __init__(self, config: MetricsConfig, clock: Callable[[], float]) -> None:
+        interval = config.expected_scrape_interval_seconds
+        self.flush_size = RecentMax(interval, clock)
+        self.flush_duration = RecentMax(interval, clock)
+        self.group_seconds = _Slot(len(SECONDS_BUCKETS) + 1)
+        self.record_seconds = _Slot(len(SECONDS_BUCKETS) + 1)
+        self.chunk_distance = _Slot(len(CHUNK_DISTANCE_BUCKETS) + 1)
+        self.events_read = 0
+        self.bytes_read = 0
+        self._lock = threading.Lock()  # readers run in several threads
+
+    def flushed(self, size: int, seconds: float) -> None:
+        self.flush_size.record(float(size))
+        self.flush_duration.record(seconds)
+
+    def group_processed(self, seconds: float) -> None:
+        _add(self.group_seconds, SECONDS_BUCKETS, seconds)
+
+    def record_read(self, seconds: float) -> None:
+        with self._lock:
+            _add(self.record_seconds, SECONDS_BUCKETS, seconds)
+
+    def read(self, events: list, end: int, chunk_size: int) -> None:
+        active = end // chunk_size
+        size = 0
+        distances: dict[int, int] = {}
+        for e in events:
+            size += len(e.data) + len(e.metadata)
+            d = active - e.log_position // chunk_size
+            distances[d] = distances.get(d, 0) + 1
+        with self._lock:
+            self.events_read += len(events)
+            self.bytes_read += size
+            slot = self.chunk_distance
+            for d, n in distances.items():
+                slot.count += n
+                slot.total += d * n
+                slot.buckets[bisect_left(CHUNK_DISTANCE_BUCKETS, d)] += n
+
+
+def _add(slot: _Slot, bounds: tuple[float, ...], value: float) -> None:
+    slot.count += 1
+    slot.total += value
+    slot.buckets[bisect_left(bounds, value)] += 1
+
+
+def _histogram(name: str, doc: str, labels: list[str], values: list[str], slot: _Slot, bounds) -> Any:
+    h = HistogramMetricFamily(name, doc, labels=labels)
+    running = 0
+    buckets = []
+    for bound, n in zip((*bounds, float("inf")), slot.buckets, strict=True):
+        running += n
+        buckets.append(("+Inf" if bound == float("inf") else _le(bound), running))
+    h.add_metric(values, buckets, slot.total)
+    return h
+
+
+def _le(bound: float) -> str:
+    return repr(bound) if bound < 1e-4 else str(bound)
+
+
+class _GcWatch:
+    """Python's garbage collections, timed with ``gc.callbacks``: the longest recent pause, and the
+    share of time the last collection took since the one before (KurrentDB's time-in-GC)."""
+
+    def __init__(self, pauses: RecentMax) -> None:
+        self.pauses = pauses
+        self.time_in_gc = 0.0
+        self._started = 0.0
+        self._previous_end = time.perf_counter()
+
+    def __call__(self, phase: str, info: dict) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            self._started = now
+            return
+        pause = now - self._started
+        self.pauses.record(pause)
+        since = now - self._previous_end
+        self.time_in_gc = 100.0 * pause / since if since > 0 else 0.0
+        self._previous_end = now
 
 
 class NodeSources:
     """What the metrics read from their node at each scrape: the database and the scavenge service
-    open now (None while a follower reopens), and the statuses of its components."""
+    open now (None while a follower reopens), the statuses of its components, and (when given) its
+    cluster service and persistent subscriptions."""
 
     def __init__(
         self,
         db: Callable[[], Database | None],
         scavenge: Callable[[], ScavengeService | None],
         statuses: Callable[[], dict[str, tuple[str, float]]],
+        cluster: Callable[[], Any] = lambda: None,
+        persistent: Callable[[], Any] = lambda: None,
     ) -> None:
         self.db, self.scavenge, self.statuses = db, scavenge, statuses
+        self.cluster, self.persistent = cluster, persistent
+
+
+class _StatusSince:
+    """When a status read at scrape time was first seen (the status a component is in now)."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._seen: dict[str, tuple[str, float]] = {}
+
+    def __call__(self, name: str, status: str) -> tuple[str, float]:
+        last = self._seen.get(name)
+        if last is None or last[0] != status:
+            last = self._seen[name] = (status, self._clock())
+        return last
 
 
 class _NodeCollector:
-    """Figures read at scrape time from the node's sources."""
+    """Figures read at scrape time from the node's sources (docs/metrics.md: what each one is)."""
 
-    def __init__(self, sources: NodeSources) -> None:
+    def __init__(self, sources: NodeSources, metrics: NodeMetrics) -> None:
         self._sources = sources
+        self._metrics = metrics
         self._process = psutil.Process()
+        self._since = _StatusSince(time.time)
+        self._libc = _libc()
 
     def collect(self):
+        config = self._metrics.config
         sources = self._sources
         db = sources.db()
         if db is not None:
-            chk = db.log.checkpoints
-            g = GaugeMetricFamily("kurrentdb_checkpoints", "Checkpoint positions", labels=["name", "read"])
-            g.add_metric(["writer", "non-flushed"], db.committed_position)
-            g.add_metric(["chaser", "non-flushed"], chk.chaser.value)
-            g.add_metric(["epoch", "non-flushed"], chk.epoch.value)
-            yield g
-            chunks = GaugeMetricFamily("evdb_chunks", "Chunk files in the log", labels=["state"])
-            distinct = db.log.distinct_chunks()
-            chunks.add_metric(["completed"], sum(1 for c in distinct if c.is_completed))
-            chunks.add_metric(["scavenged"], sum(1 for c in distinct if c.is_scavenged))
-            chunks.add_metric(["active"], sum(1 for c in distinct if not c.is_completed))
-            yield chunks
-            yield GaugeMetricFamily(
-                "evdb_index_entries", "Entries in the index", value=db.index.entry_count()
+            yield from self._database(db, config)
+        yield from self._statuses(db, config)
+        cluster = sources.cluster()
+        if cluster is not None and config.on("ElectionsCount"):
+            yield CounterMetricFamily(
+                "kurrentdb_elections_count",
+                "Elections this node has taken part in",
+                value=cluster.election_count,
             )
+        if config.on("PersistentSubscriptionStats"):
+            yield from self._persistent(sources.persistent())
+        yield from self._scavenge(sources.scavenge())
+        yield from self._observed(config)
+        yield from self._system(config)
+        yield from self._proc(config)
+
+    def _database(self, db: Database, config: MetricsConfig):
+        chk = db.log.checkpoints
+        g = GaugeMetricFamily("kurrentdb_checkpoints", "Checkpoint positions", labels=["name", "read"])
+        values = {
+            "writer": db.committed_position,
+            "index": db.index.indexed_position,
+            "replication": db.readable_position,
+            "chaser": chk.chaser.value,
+            "epoch": chk.epoch.value,
+        }
+        for name in config.checkpoints:
+            if name in values:
+                g.add_metric([name, "non-flushed"], values[name])
+        yield g
+        chunks = GaugeMetricFamily("evdb_chunks", "Chunk files in the log", labels=["state"])
+        distinct = db.log.distinct_chunks()
+        chunks.add_metric(["completed"], sum(1 for c in distinct if c.is_completed))
+        chunks.add_metric(["scavenged"], sum(1 for c in distinct if c.is_scavenged))
+        chunks.add_metric(["active"], sum(1 for c in distinct if not c.is_completed))
+        yield chunks
+        yield GaugeMetricFamily("evdb_index_entries", "Entries in the index", value=db.index.entry_count())
+        if config.on("CacheHitsMisses", "StreamInfo"):
+            c = CounterMetricFamily(
+                "kurrentdb_cache_hits_misses",
+                "Lookups of the writer's stream-info cache",
+                labels=["cache", "kind"],
+            )
+            c.add_metric(["stream-info", "hits"], db.state_cache_hits)
+            c.add_metric(["stream-info", "misses"], db.state_cache_misses)
+            yield c
+        if config.on("CacheResources"):
+            e = GaugeMetricFamily(
+                "kurrentdb_cache_resources_entries", "Entries in the node's caches", labels=["cache", "kind"]
+            )
+            e.add_metric(["stream-info", "count"], db.stream_cache_entries)
+            e.add_metric(["stream-info", "capacity"], db.config.stream_cache_capacity)
+            yield e
+
+    def _statuses(self, db: Database | None, config: MetricsConfig):
         statuses = GaugeMetricFamily(
             "kurrentdb_statuses",
             "Status of node components; the value is the Unix time the status was entered",
             labels=["name", "status"],
         )
-        for name, (status, since) in sources.statuses().items():
+        chosen = config.statuses
+        now: dict[str, tuple[str, float]] = {}
+        cluster = self._sources.cluster()
+        if "node" in chosen and cluster is not None:
+            now["Node"] = self._since("Node", cluster.state)
+        if "index" in chosen:
+            state = "Opening" if db is None else "Merging" if db.index.dumping else "Idle"
+            now["Index"] = self._since("Index", state)
+        for name, value in self._sources.statuses().items():
+            if name.lower() in chosen:
+                now[name] = value
+        for name, (status, since) in now.items():
             statuses.add_metric([name, status], since)
         yield statuses
-        service = sources.scavenge()
-        if service is not None:
-            for key, value in service.totals.items():
-                yield CounterMetricFamily(
-                    f"evdb_scavenge_{key}", f"Scavenge: {key.replace('_', ' ')} (all runs)", value=value
-                )
-            running = service.progress()
-            yield GaugeMetricFamily(
-                "evdb_scavenge_running", "1 while a scavenge runs", value=1 if running else 0
+
+    def _persistent(self, service: Any):
+        groups = service.groups() if service is not None else []
+        labels = ["event_stream_id", "group_name"]
+
+        def family(kind, name: str, doc: str, extra: list[str] | None = None):
+            return kind(name, doc, labels=labels + (extra or []))
+
+        connections = family(GaugeMetricFamily, "kurrentdb_persistent_sub_connections", "Connected consumers")
+        parked = family(GaugeMetricFamily, "kurrentdb_persistent_sub_parked_messages", "Parked messages")
+        in_flight = family(
+            GaugeMetricFamily, "kurrentdb_persistent_sub_in_flight_messages", "Messages in flight"
+        )
+        oldest = family(
+            GaugeMetricFamily,
+            "kurrentdb_persistent_sub_oldest_parked_message_seconds",
+            "Oldest parked message age",
+        )
+        items = family(CounterMetricFamily, "kurrentdb_persistent_sub_items_processed", "Items processed")
+        known = family(
+            GaugeMetricFamily, "kurrentdb_persistent_sub_last_known_event_number", "Last known event"
+        )
+        known_all = family(
+            GaugeMetricFamily,
+            "kurrentdb_persistent_sub_last_known_event_commit_position",
+            "Last known event's commit position ($all)",
+        )
+        checkpointed = family(
+            GaugeMetricFamily, "kurrentdb_persistent_sub_checkpointed_event_number", "Last checkpointed event"
+        )
+        checkpointed_all = family(
+            GaugeMetricFamily,
+            "kurrentdb_persistent_sub_checkpointed_event_commit_position",
+            "Last checkpointed event's commit position ($all)",
+        )
+        requests = family(
+            GaugeMetricFamily, "kurrentdb_persistent_sub_park_message_requests", "Messages parked", ["reason"]
+        )
+        replays = family(
+            GaugeMetricFamily, "kurrentdb_persistent_sub_parked_message_replays", "Replays requested"
+        )
+        truncations = family(
+            GaugeMetricFamily, "kurrentdb_persistent_sub_parked_message_truncations", "Truncations requested"
+        )
+        now_ticks = None
+        for g in groups:
+            key = [g.source.stream, g.group]
+            connections.add_metric(key, len(g.clients))
+            parked.add_metric(key, g.parked_message_count)
+            in_flight.add_metric(key, sum(c.in_flight for c in list(g.clients.values())))
+            if g._oldest_parked_ticks is None:
+                age = 0.0
+            else:
+                now_ticks = now_ticks if now_ticks is not None else g._clock.ticks()
+                age = max(0, now_ticks - g._oldest_parked_ticks) / 10_000_000
+            oldest.add_metric(key, age)
+            items.add_metric(key, g._total_items)
+            is_all = g.source.is_all
+            last_known = _position_of(g.last_known)
+            last_checkpointed = _position_of(g.last_checkpointed)
+            (known_all if is_all else known).add_metric(key, last_known)
+            (checkpointed_all if is_all else checkpointed).add_metric(key, last_checkpointed)
+            requests.add_metric([*key, "client-nak"], g.parked_due_to_client_nak)
+            requests.add_metric([*key, "max-retries"], g.parked_due_to_max_retries)
+            replays.add_metric(key, g.parked_message_replays)
+            truncations.add_metric(key, g.parked_message_truncations)
+        yield from (connections, parked, in_flight, oldest, items, known, known_all)
+        yield from (checkpointed, checkpointed_all, requests, replays, truncations)
+
+    def _scavenge(self, service: ScavengeService | None):
+        if service is None:
+            return
+        for key, value in service.totals.items():
+            yield CounterMetricFamily(
+                f"evdb_scavenge_{key}", f"Scavenge: {key.replace('_', ' ')} (all runs)", value=value
             )
-            if running:
+        running = service.progress()
+        yield GaugeMetricFamily("evdb_scavenge_running", "1 while a scavenge runs", value=1 if running else 0)
+        if running:
+            yield GaugeMetricFamily(
+                "evdb_scavenge_bytes_reclaimed_current",
+                "Bytes reclaimed so far by the running scavenge",
+                value=running["bytesReclaimed"],
+            )
+
+    def _observed(self, config: MetricsConfig):
+        m = self._metrics
+        o = m.observer
+        if config.on("Events", "Read") or config.on("Events", "Written"):
+            events = CounterMetricFamily(
+                "kurrentdb_io_events", "Events read and written", labels=["activity"]
+            )
+            size = CounterMetricFamily(
+                "kurrentdb_io_bytes", "Event bytes read and written", labels=["activity"]
+            )
+            if config.on("Events", "Read"):
+                events.add_metric(["read"], o.events_read)
+                size.add_metric(["read"], o.bytes_read)
+            if config.on("Events", "Written"):
+                events.add_metric(["written"], m.events_written._value.get())
+                size.add_metric(["written"], m.bytes_written._value.get())
+            yield events
+            yield size
+        if config.on("Events", "Read"):
+            with o._lock:
+                yield _histogram(
+                    "kurrentdb_io_record_read_duration_seconds",
+                    "Records read by position from the log files, by their read time",
+                    ["source"],
+                    ["FileSystem"],
+                    o.record_seconds,
+                    SECONDS_BUCKETS,
+                )
+                yield _histogram(
+                    "kurrentdb_logical_chunk_read_distribution",
+                    "Events read by clients, by how many chunks older than the active chunk they are",
+                    [],
+                    [],
+                    o.chunk_distance,
+                    CHUNK_DISTANCE_BUCKETS,
+                )
+        if config.on("Writer", "FlushSize"):
+            g = GaugeMetricFamily(
+                "kurrentdb_writer_flush_size_max", "Recent largest flush (bytes)", labels=["range"]
+            )
+            g.add_metric([o.flush_size.range_label], o.flush_size.observe())
+            yield g
+        if config.on("Writer", "FlushDuration"):
+            g = GaugeMetricFamily(
+                "kurrentdb_writer_flush_duration_max_seconds", "Recent longest flush", labels=["range"]
+            )
+            g.add_metric([o.flush_duration.range_label], o.flush_duration.observe())
+            yield g
+        if config.on("Queues", "Length"):
+            g = GaugeMetricFamily(
+                "kurrentdb_queue_queueing_duration_max_seconds",
+                "Recent longest wait of a callback on the node's event loop",
+                labels=["name", "range"],
+            )
+            g.add_metric(["Main", m.loop_lag.range_label], m.loop_lag.observe())
+            yield g
+        if config.on("Queues", "Processing"):
+            yield _histogram(
+                "kurrentdb_queue_processing_duration_seconds",
+                "Group commits of the writer, by their processing time",
+                ["message_type", "queue"],
+                ["Storage", "Writer"],
+                o.group_seconds,
+                SECONDS_BUCKETS,
+            )
+
+    def _system(self, config: MetricsConfig):
+        if config.on("System", "Cpu"):
+            yield GaugeMetricFamily("kurrentdb_sys_cpu", "Machine CPU use (%)", value=psutil.cpu_percent())
+        periods = [p for p in ("1m", "5m", "15m") if config.on("System", f"LoadAverage{p}")]
+        if periods:
+            load = dict(zip(("1m", "5m", "15m"), os.getloadavg(), strict=True))
+            g = GaugeMetricFamily("kurrentdb_sys_load_avg", "Machine load average", labels=["period"])
+            for p in periods:
+                g.add_metric([p], load[p])
+            yield g
+        vm = psutil.virtual_memory()
+        mem = GaugeMetricFamily("kurrentdb_sys_mem_bytes", "Machine memory", labels=["kind"])
+        if config.on("System", "FreeMem"):
+            mem.add_metric(["free"], vm.available)
+        if config.on("System", "TotalMem"):
+            mem.add_metric(["total"], vm.total)
+        yield mem
+        db = self._sources.db()
+        if db is not None and db.config.db_dir is not None:
+            usage = psutil.disk_usage(db.config.db_dir)
+            disk = GaugeMetricFamily(
+                "kurrentdb_sys_disk_bytes", "Disk holding the database", labels=["disk", "kind"]
+            )
+            mount = _mount_point(db.config.db_dir)
+            if config.on("System", "DriveUsedBytes"):
+                disk.add_metric([mount, "used"], usage.used)
+            if config.on("System", "DriveTotalBytes"):
+                disk.add_metric([mount, "total"], usage.total)
+            yield disk
+
+    def _proc(self, config: MetricsConfig):
+        p = self._process
+        with p.oneshot():
+            if config.on("Process", "UpTime"):
+                c = CounterMetricFamily(
+                    "kurrentdb_proc_up_time_seconds", "Time the node process has run", labels=["pid"]
+                )
+                c.add_metric([str(p.pid)], max(0.0, time.time() - p.create_time()))
+                yield c
+            if config.on("Process", "Cpu"):
                 yield GaugeMetricFamily(
-                    "evdb_scavenge_bytes_reclaimed_current",
-                    "Bytes reclaimed so far by the running scavenge",
-                    value=running["bytesReclaimed"],
+                    "kurrentdb_proc_cpu", "Node process CPU use (%)", value=p.cpu_percent()
                 )
-        with self._process.oneshot():
-            mem = self._process.memory_info()
+            mem = p.memory_info()
+            g = GaugeMetricFamily("kurrentdb_proc_mem_bytes", "Memory of the node process", labels=["kind"])
+            if config.on("Process", "MemWorkingSet"):
+                g.add_metric(["working-set"], mem.rss)
+            if config.on("Process", "MemVirtualBytes"):
+                g.add_metric(["virtual-bytes"], mem.vms)
+            yield g
+            if config.on("Process", "ThreadCount"):
+                yield GaugeMetricFamily(
+                    "kurrentdb_proc_thread_count", "Threads of the node process", value=p.num_threads()
+                )
+            if config.on("Process", "DiskReadBytes") or config.on("Process", "DiskWrittenBytes"):
+                io = p.io_counters()
+                b = CounterMetricFamily(
+                    "kurrentdb_disk_io_bytes", "Bytes read from and written to disk", labels=["activity"]
+                )
+                ops = CounterMetricFamily(
+                    "kurrentdb_disk_io_operations", "Read and write calls to disk", labels=["activity"]
+                )
+                if config.on("Process", "DiskReadBytes"):
+                    b.add_metric(["read"], io.read_bytes)
+                if config.on("Process", "DiskWrittenBytes"):
+                    b.add_metric(["written"], io.write_bytes)
+                if config.on("Process", "DiskReadOps"):
+                    ops.add_metric(["read"], io.read_count)
+                if config.on("Process", "DiskWrittenOps"):
+                    ops.add_metric(["written"], io.write_count)
+                yield b
+                yield ops
+        if config.on("Process", "ThreadPoolPendingWorkItemCount"):
             yield GaugeMetricFamily(
-                "kurrentdb_proc_mem_bytes", "Resident memory of the node process", value=mem.rss
+                "kurrentdb_proc_thread_pool_pending_work_item_count",
+                "Work waiting for a thread of the event loop's default executor",
+                value=self._metrics.pending_work(),
             )
+        generations = [n for n in (0, 1, 2) if config.on("Process", f"Gen{n}CollectionCount")]
+        if generations:
+            c = CounterMetricFamily(
+                "kurrentdb_gc_collection_count", "Python garbage collections", labels=["generation"]
+            )
+            stats = gc.get_stats()
+            for n in generations:
+                c.add_metric([f"gen{n}"], stats[n]["collections"])
+            yield c
+        if config.on("Process", "TimeInGc"):
             yield GaugeMetricFamily(
-                "kurrentdb_proc_thread_count",
-                "Threads of the node process",
-                value=self._process.num_threads(),
+                "kurrentdb_gc_time_in_gc",
+                "Time of the last collection, % of time since the one before",
+                value=self._metrics.gc_watch.time_in_gc,
             )
+        if config.on("Process", "GcPauseDuration"):
+            pauses = self._metrics.gc_watch.pauses
+            g = GaugeMetricFamily(
+                "kurrentdb_gc_pause_duration_max_seconds", "Recent longest collection", labels=["range"]
+            )
+            g.add_metric([pauses.range_label], pauses.observe())
+            yield g
+        heap = _malloc_heap(self._libc)
+        if heap is not None:
+            size, free = heap
+            if config.on("Process", "HeapSize"):
+                yield GaugeMetricFamily(
+                    "kurrentdb_gc_heap_size_bytes", "Bytes the C allocator holds", value=size
+                )
+            if config.on("Process", "HeapFragmentation"):
+                yield GaugeMetricFamily(
+                    "kurrentdb_gc_heap_fragmentation",
+                    "Free bytes in the C allocator's heap, % of it",
+                    value=100.0 * free / size if size else 0.0,
+                )
+
+
+def _position_of(value: Any) -> float:
+    """An event number, or a commit position (a ($all) position pair or object): -1 when none."""
+    if value is None:
+        return -1
+    if isinstance(value, int):
+        return value
+    if isinstance(value, tuple):
+        return value[0]
+    commit = getattr(value, "commit", None)
+    return commit if isinstance(commit, int) else -1
+
+
+def _mount_point(path: str) -> str:
+    path = os.path.abspath(path)
+    while not os.path.ismount(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+def _libc() -> Any:
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _MallInfo2
+        return libc
+    return None
+
+
+def _malloc_heap(libc: Any) -> tuple[int, int] | None:
+    """(bytes glibc's allocator holds from the system, of which free), or None without glibc."""
+    if libc is None:
+        return None
+    info = libc.mallinfo2()
+    return info.arena + info.hblkhd, info.fordblks
 
 
 class NodeMetrics:
-    def __init__(self, sources: NodeSources) -> None:
+    def __init__(
+        self,
+        sources: NodeSources,
+        config: MetricsConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config if config is not None else MetricsConfig()
+        interval = self.config.expected_scrape_interval_seconds
+        #: given to each database the node opens (Database.observer)
+        self.observer = DatabaseObserver(self.config, clock)
+        #: how late the event loop ran a callback it was asked to run (sampled, see _watch_loop)
+        self.loop_lag = RecentMax(interval, clock)
+        self.gc_watch = _GcWatch(RecentMax(interval, clock))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lag_task: asyncio.Task | None = None
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.events_written = Counter("evdb_events_written", "Events appended through this node", registry=r)
@@ -133,12 +683,37 @@ class NodeMetrics:
         self._local = threading.local()
         self._tallies: list[_Tally] = []
         self._tallies_lock = threading.Lock()
-        r.register(_NodeCollector(sources))
+        r.register(_NodeCollector(sources, self))
 
     def set_live(self, live: bool) -> None:
-        """The node has started (True) or begins to stop (False)."""
+        """The node has started (True) or begins to stop (False); called on the node's event loop.
+        While live, the loop's lag is sampled and Python's collections are timed."""
         self.live = live
         self.node_up.set(1 if live else 0)
+        if live and self._lag_task is None:
+            self._loop = asyncio.get_running_loop()
+            self._lag_task = self._loop.create_task(self._watch_loop(), name="metrics-loop-lag")
+            gc.callbacks.append(self.gc_watch)
+        elif not live and self._lag_task is not None:
+            self._lag_task.cancel()
+            self._lag_task = None
+            with contextlib.suppress(ValueError):
+                gc.callbacks.remove(self.gc_watch)
+
+    async def _watch_loop(self, period: float = LAG_PERIOD) -> None:
+        """Every ``period`` seconds, how much later than asked the loop woke this task: the time a
+        ready callback waited behind the others (kurrentdb_queue_queueing_duration_max_seconds)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + period
+            await asyncio.sleep(period)
+            self.loop_lag.record(max(0.0, loop.time() - due))
+
+    def pending_work(self) -> int:
+        """Calls waiting for a thread of the event loop's default executor (asyncio.to_thread)."""
+        executor = getattr(self._loop, "_default_executor", None)
+        work = getattr(executor, "_work_queue", None)
+        return work.qsize() if work is not None else 0
 
     def _tally(self) -> _Tally:
         try:

@@ -33,6 +33,7 @@ from evdb.licensing import License, load_license
 from evdb.licensing.loading import check_license
 from evdb.logs import close_node_logging, configure_node_logging
 from evdb.metrics import NodeMetrics, NodeSources
+from evdb.metrics_config import load_metrics_config
 from evdb.options import Options, deprecation_warnings, effective_configuration
 from evdb.persistent import DatabaseStore, PersistentSubscriptionService
 from evdb.projections import SystemProjections
@@ -99,7 +100,16 @@ class Node:
             logger=self.logger,
         )
         self.statuses: dict[str, tuple[str, float]] = {}
-        self.metrics = NodeMetrics(NodeSources(lambda: self.db, lambda: self.scavenge, lambda: self.statuses))
+        self.metrics = NodeMetrics(
+            NodeSources(
+                lambda: self.db,
+                lambda: self.scavenge,
+                lambda: self.statuses,
+                cluster=lambda: self.cluster,
+                persistent=lambda: self.persistent,
+            ),
+            load_metrics_config(options.config),
+        )
         self.server_tls: Any = None  # the HTTP port's swappable ssl context (evdb/tls/reload.py)
         # POST /admin/reloadconfig and SIGHUP
         self.reloader = ConfigReloader(
@@ -254,6 +264,7 @@ class Node:
         db = await asyncio.to_thread(Database.open, self._db_config, clock=self.clock, logger=self.logger)
         if self.cluster is not None:  # reopened: hooked into the cluster before any request sees it
             self.cluster.attach_database(db)
+        db.observer = self.metrics.observer
         self.db = db
         self.notifier = CommitNotifier(self.db)
         self.users = UserStore(self.db)
