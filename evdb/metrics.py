@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from evdb.database import Database
     from evdb.scavenge.service import ScavengeService
 
-__all__ = ["NO_MEANING", "DatabaseObserver", "NodeMetrics", "NodeSources", "RecentMax"]
+__all__ = ["NO_MEANING", "DatabaseObserver", "GrpcCalls", "NodeMetrics", "NodeSources", "RecentMax"]
 
 #: KurrentDB's default series that have no meaning in evdb (docs/metrics.md gives the reasons)
 NO_MEANING = frozenset(
@@ -34,8 +34,6 @@ NO_MEANING = frozenset(
         "kurrentdb_proc_exception_count_total",
         "kurrentdb_gc_allocated_bytes_total",
         "kurrentdb_gc_generation_size_bytes",
-        "kurrentdb_incoming_grpc_calls_total",
-        "kurrentdb_current_incoming_grpc_calls",
     }
 )
 
@@ -99,6 +97,26 @@ def _recent_max_buckets(interval: int) -> tuple[int, int]:
     if interval % 15 == 0:
         return 5, interval // 15 * 4
     raise ValueError(f"ExpectedScrapeIntervalSeconds must be 0, 1, 5, 10 or a multiple of 15, not {interval}")
+
+
+class GrpcCalls:
+    """The node's gRPC calls (counted on its event loop by evdb.grpc.common._handle_call): started,
+    running now, and ended with a status other than OK (of which UNIMPLEMENTED: no such method, and
+    DEADLINE_EXCEEDED)."""
+
+    __slots__ = ("current", "deadline_exceeded", "failed", "total", "unimplemented")
+
+    def __init__(self) -> None:
+        self.current = self.total = self.failed = self.unimplemented = self.deadline_exceeded = 0
+
+    def ended(self, status: Any) -> None:
+        """A call ends with ``status`` (a grpclib Status other than OK)."""
+        self.failed += 1
+        name = getattr(status, "name", "")
+        if name == "UNIMPLEMENTED":
+            self.unimplemented += 1
+        elif name == "DEADLINE_EXCEEDED":
+            self.deadline_exceeded += 1
 
 
 class DatabaseObserver:
@@ -231,6 +249,10 @@ class _NodeCollector:
         self._libc = _libc()
 
     def collect(self):
+        # a family without samples (nothing enabled in it, no subscription groups) is left out
+        return (family for family in self._families() if family.samples)
+
+    def _families(self):
         config = self._metrics.config
         sources = self._sources
         db = sources.db()
@@ -397,6 +419,25 @@ class _NodeCollector:
     def _observed(self, config: MetricsConfig):
         m = self._metrics
         o = m.observer
+        calls = m.grpc_calls
+        if config.on("IncomingGrpcCalls", "Current"):
+            yield GaugeMetricFamily(
+                "kurrentdb_current_incoming_grpc_calls",
+                "gRPC calls started and not ended",
+                value=calls.current,
+            )
+        kinds = (
+            ("Total", "total", calls.total),
+            ("Failed", "failed", calls.failed),
+            ("Unimplemented", "unimplemented", calls.unimplemented),
+            ("DeadlineExceeded", "deadline-exceeded", calls.deadline_exceeded),
+        )
+        chosen = [(label, value) for key, label, value in kinds if config.on("IncomingGrpcCalls", key)]
+        if chosen:
+            c = CounterMetricFamily("kurrentdb_incoming_grpc_calls", "gRPC calls received", labels=["kind"])
+            for label, value in chosen:
+                c.add_metric([label], value)
+            yield c
         if config.on("Events", "Read") or config.on("Events", "Written"):
             events = CounterMetricFamily(
                 "kurrentdb_io_events", "Events read and written", labels=["activity"]
@@ -642,6 +683,8 @@ class NodeMetrics:
         interval = self.config.expected_scrape_interval_seconds
         #: given to each database the node opens (Database.observer)
         self.observer = DatabaseObserver(self.config, clock)
+        #: given to the node's gRPC server (evdb.grpc.common.KurrentServer)
+        self.grpc_calls = GrpcCalls()
         #: how late the event loop ran a callback it was asked to run (sampled, see _watch_loop)
         self.loop_lag = RecentMax(interval, clock)
         self.gc_watch = _GcWatch(RecentMax(interval, clock))

@@ -64,7 +64,7 @@ class GrpcServer:
 
             services.append(ProjectionsService(node))
         # KurrentServer: grpclib's, with KurrentDB's error trailers, deadlines and ServerFeatures
-        self._server = KurrentServer(services)
+        self._server = KurrentServer(services, calls=node.metrics.grpc_calls)
         self._transports: set[asyncio.BaseTransport] = set()
         self._closed = False
 
