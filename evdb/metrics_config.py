@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from evdb.errors import InvalidOption
+
 __all__ = ["FILE_NAME", "MetricsConfig", "MetricsConfigError", "load_metrics_config"]
 
 FILE_NAME = "metricsconfig.json"
@@ -81,7 +83,7 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
-class MetricsConfigError(ValueError):
+class MetricsConfigError(InvalidOption):
     """The metrics configuration file cannot be used (the message names the file)."""
 
 

@@ -141,3 +141,31 @@ def test_metrics_config_default_instance_is_independent():
     a, b = MetricsConfig(), MetricsConfig()
     a.sections["writer"]["flushsize"] = False
     assert b.on("Writer", "FlushSize")
+
+
+def test_evdb_node_refuses_a_bad_metricsconfig_with_a_message(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "evdb.conf").write_text("Insecure: true\n")
+    (tmp_path / "metricsconfig.json").write_text('{"ExpectedScrapeIntervalSeconds": 20}')
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from evdb.cli import main; raise SystemExit(main())",
+            "node",
+            "--config",
+            str(tmp_path / "evdb.conf"),
+            "--db",
+            str(tmp_path / "db"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done
+    assert done.stderr.strip() == (
+        f"evdb node: {tmp_path / 'metricsconfig.json'}: ExpectedScrapeIntervalSeconds must be 0, 1, 5, 10 or a "
+        "multiple of 15, but was 20"
+    )
