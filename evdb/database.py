@@ -320,8 +320,10 @@ class Database:
         #: lookups of ``_states`` that found / did not find the stream (kurrentdb_cache_hits_misses_total)
         self.state_cache_hits = 0
         self.state_cache_misses = 0
-        #: evdb.metrics.DatabaseObserver: told of each group commit and each client read (None: nobody)
+        #: evdb.metrics.DatabaseObserver: told of each group commit and each client read (None: nobody),
+        #: with readings of ``timer`` taken around the work
         self.observer: Any = None
+        self.timer: Callable[[], float] = time.perf_counter
         # first event id of a recent append -> (stream, first event number, all its ids, last position)
         self._recent_appends: dict[bytes, tuple[str, int, tuple[bytes, ...], int]] = {}
         #: the append being replicated: [stream, first number, event ids, last position] (followers)
@@ -868,7 +870,7 @@ class Database:
         The group's answers awaited on an event loop reach it together, with one wake-up."""
         stop = False
         observer = self.observer
-        started = time.perf_counter() if observer is not None else 0.0
+        started = self.timer() if observer is not None else 0.0
         with _answers_batched():
             for request in group:
                 if request is _STOP:
@@ -883,7 +885,7 @@ class Database:
             except BaseException as exc:  # an I/O error: nothing of this segment is acknowledged
                 self._fail_segment(exc)
         if observer is not None:
-            observer.group_processed(time.perf_counter() - started)
+            observer.group_processed(self.timer() - started)
         return stop
 
     def _run_here_or_queue(self, request: _Request) -> concurrent.futures.Future:
@@ -944,7 +946,7 @@ class Database:
             self._log.write_out()  # in the file before the senders read them to ship
             before_sync(self._log.end)
         observer = self.observer
-        flush_started = time.perf_counter() if observer is not None else 0.0
+        flush_started = self.timer() if observer is not None else 0.0
         committed_before = self._log.committed
         try:
             self._log.flush()
@@ -954,7 +956,7 @@ class Database:
             raise
         committed = self._log.committed
         if observer is not None:
-            observer.flushed(committed - committed_before, time.perf_counter() - flush_started)
+            observer.flushed(committed - committed_before, flush_started, self.timer())
         self._index.add(pending.entries, committed)
         if self._existence is not None:
             for name in pending.names:
@@ -1250,11 +1252,10 @@ class Database:
         """This stream's committed records, newest first (tombstone included), collisions filtered;
         none at or past log position ``limit`` when given."""
         seen: set[int] = set()
-        read_record = self._record_reader()
         for number, position in self._index.iter_backward(stream_hash(stream), before):
             if number in seen or (limit is not None and position >= limit):
                 continue
-            record = read_record(position)
+            record = self._log.read_record(position)
             if isinstance(record, rec.EventRecord) and record.stream == stream:
                 seen.add(number)
                 yield record
@@ -1262,35 +1263,18 @@ class Database:
     def _stream_records_forward(self, stream: str, start: int) -> Iterator[rec.EventRecord]:
         seen: set[int] = set()
         limit = self._visible_limit()
-        read_record = self._record_reader()
         for number, position in self._index.iter_forward(stream_hash(stream), start):
             if number in seen or (limit is not None and position >= limit):
                 continue
-            record = read_record(position)
+            record = self._log.read_record(position)
             if isinstance(record, rec.EventRecord) and record.stream == stream:
                 seen.add(number)
                 yield record
 
-    def _record_reader(self) -> Callable[[int], rec.EventRecord | rec.SystemRecord | None]:
-        """``self._log.read_record``, timed for the observer when there is one
-        (kurrentdb_io_record_read_duration_seconds)."""
-        observer = self.observer
-        if observer is None:
-            return self._log.read_record
-        read, seen, clock = self._log.read_record, observer.record_read, time.perf_counter
-
-        def timed(position: int) -> rec.EventRecord | rec.SystemRecord | None:
-            started = clock()
-            record = read(position)
-            seen(clock() - started)
-            return record
-
-        return timed
-
-    def _observe_read(self, events: list[rec.EventRecord]) -> None:
-        observer = self.observer
-        if observer is not None and events:
-            observer.read(events, self._log.end, self.config.chunk_size)
+    def _observe_read(self, events: list[rec.EventRecord], started: float) -> None:
+        """Tell the observer (if any) of a read call's events and its time since ``started``."""
+        if events and self.observer is not None:
+            self.observer.read(events, self.timer() - started, self._log.end, self.config.chunk_size)
 
     def _visible_limit(self) -> int | None:
         """The log position reads stop at, or None when they see all that is committed here."""
@@ -1369,6 +1353,7 @@ class Database:
     ) -> StreamSlice:
         """Events of ``stream`` from ``from_event_number`` on, oldest first, as clients see them:
         deleted, truncated and expired events are left out."""
+        started = self.timer()
         _check_count(max_count)
         if from_event_number < 0:
             raise InvalidInput("The event number to read from must be >= 0.")
@@ -1386,13 +1371,14 @@ class Database:
             if len(events) >= max_count:
                 next_number = record.event_number + 1
                 break
-        self._observe_read(events)
+        self._observe_read(events, started)
         return StreamSlice(stream, events, from_event_number, next_number, last, next_number > last)
 
     def read_stream_backward(
         self, stream: str, from_event_number: int | None = None, max_count: int = 4096
     ) -> StreamSlice:
         """Events of ``stream`` from ``from_event_number`` (None: the end) backwards, newest first."""
+        started = self.timer()
         _check_count(max_count)
         state, first, oldest = self._visible_range(stream)
         last = state.last_event_number
@@ -1413,11 +1399,12 @@ class Database:
         if next_number < first:
             next_number = -1
         is_end = next_number < 0 or len(events) < max_count
-        self._observe_read(events)
+        self._observe_read(events, started)
         return StreamSlice(stream, events, start, next_number if not is_end else -1, last, is_end)
 
     def read_event(self, stream: str, event_number: int) -> rec.EventRecord:
         """One event as clients see it; -1 means the last. Raises StreamNotFound when not visible."""
+        started = self.timer()
         state, first, oldest = self._visible_range(stream)
         number = state.last_event_number if event_number == -1 else event_number
         if number < first or number > state.last_event_number:
@@ -1425,7 +1412,7 @@ class Database:
         record = self._read_stream_event_raw(stream, number, self._visible_limit())
         if record is None or (oldest is not None and record.timestamp < oldest):
             raise StreamNotFound(stream)
-        self._observe_read([record])
+        self._observe_read([record], started)
         return record
 
     def _check_all_position(self, position: int) -> None:
@@ -1454,6 +1441,7 @@ class Database:
         Deleted and expired events are still here until a scavenge removes them. ``max_scan`` bounds
         how many events are looked at (for filtered reads that report checkpoints).
         """
+        started = self.timer()
         _check_count(max_count)
         self._check_all_position(position)
         events: list[rec.EventRecord] = []
@@ -1495,13 +1483,14 @@ class Database:
                     break
             else:
                 next_position = after
-        self._observe_read(events)
+        self._observe_read(events, started)
         return AllSlice(events, position, next_position, next_position >= end)
 
     def read_all_backward(
         self, position: int | None = None, max_count: int = 4096, event_filter: EventFilter | None = None
     ) -> AllSlice:
         """Events before ``position`` (None: the end), newest first."""
+        started = self.timer()
         _check_count(max_count)
         end = self.readable_position
         start = end if position is None or position < 0 else min(position, end)
@@ -1518,7 +1507,7 @@ class Database:
                     break
         else:
             next_position = 0
-        self._observe_read(events)
+        self._observe_read(events, started)
         return AllSlice(events, start, next_position, next_position <= 0)
 
     def iter_all(self, position: int = 0) -> Iterator[rec.EventRecord]:

@@ -11,6 +11,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections.abc import Callable
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import psutil
@@ -47,16 +48,19 @@ CHUNK_DISTANCE_BUCKETS = (0.0, *(float(1 << x) for x in range(19)))
 
 class RecentMax:
     """The largest value recorded over the last MinPeriod..MaxPeriod seconds (KurrentDB's RecentMax):
-    a scrape every ``expected_scrape_interval`` seconds sees each spike at least once. Values go into
-    per-sub-period buckets; those older than the window are cleared as time moves on."""
+    a scrape every ``expected_scrape_interval`` seconds sees each spike at least once.
+
+    Values go into per-sub-period buckets, each remembering which sub-period it holds, so a bucket
+    left from an older period is simply not counted (and is reused when its slot comes round).
+    Recording takes no lock: one thread records (the writer, or the event loop); a scrape that reads
+    while it records sees the value before or after, as KurrentDB's own."""
 
     def __init__(self, expected_scrape_interval: int, clock: Callable[[], float]) -> None:
         buckets, seconds = _recent_max_buckets(expected_scrape_interval)
-        self._seconds_per_bucket = seconds
+        self._seconds_per_bucket = float(seconds)
+        self._periods = [-1] * buckets
         self._values = [0.0] * buckets
-        self._last = int(clock() // seconds)
         self._clock = clock
-        self._lock = threading.Lock()
         self.max_period = buckets * seconds
         self.min_period = self.max_period - seconds
 
@@ -64,24 +68,23 @@ class RecentMax:
     def range_label(self) -> str:
         return f"{self.min_period}-{self.max_period} seconds"
 
-    def _advance(self) -> int:
-        now = int(self._clock() // self._seconds_per_bucket)
-        n = len(self._values)
-        for step in range(1, min(now - self._last, n) + 1):
-            self._values[(self._last + step) % n] = 0.0
-        self._last = max(self._last, now)
-        return now % n
-
-    def record(self, value: float) -> None:
-        with self._lock:
-            i = self._advance()
-            if value > self._values[i]:
-                self._values[i] = value
+    def record(self, value: float, now: float | None = None) -> None:
+        """Record ``value`` at ``now`` (the clock's reading when the caller has one at hand)."""
+        period = int((self._clock() if now is None else now) // self._seconds_per_bucket)
+        i = period % len(self._values)
+        if self._periods[i] != period:
+            self._periods[i] = period
+            self._values[i] = value
+        elif value > self._values[i]:
+            self._values[i] = value
 
     def observe(self) -> float:
-        with self._lock:
-            self._advance()
-            return max(self._values)
+        period = int(self._clock() // self._seconds_per_bucket)
+        n = len(self._values)
+        return max(
+            (v for p, v in zip(self._periods, self._values, strict=True) if 0 <= period - p < n),
+            default=0.0,
+        )
 
 
 def _recent_max_buckets(interval: int) -> tuple[int, int]:
@@ -121,53 +124,103 @@ class GrpcCalls:
 
 class DatabaseObserver:
     """What the database tells the metrics (set as ``Database.observer``): each group commit (in the
-    writer thread: its flush and its whole processing) and each client read (in the reading thread).
-    Each call costs a few additions: figures are kept as plain numbers and exposed at scrape time."""
+    writer thread: its flush, its whole processing) and each client read (in the reading thread,
+    counted in that thread's own tally, without a lock). The times are perf_counter readings the
+    database takes anyway around the work (on Linux the same clock as time.monotonic, which the
+    recent-max windows use)."""
 
     def __init__(self, config: MetricsConfig, clock: Callable[[], float]) -> None:
         interval = config.expected_scrape_interval_seconds
         self.flush_size = RecentMax(interval, clock)
         self.flush_duration = RecentMax(interval, clock)
         self.group_seconds = _Slot(len(SECONDS_BUCKETS) + 1)
-        self.record_seconds = _Slot(len(SECONDS_BUCKETS) + 1)
-        self.chunk_distance = _Slot(len(CHUNK_DISTANCE_BUCKETS) + 1)
-        self.events_read = 0
-        self.bytes_read = 0
-        self._lock = threading.Lock()  # readers run in several threads
+        self._local = threading.local()
+        self._tallies: list[_ReadTally] = []
+        self._tallies_lock = threading.Lock()
 
-    def flushed(self, size: int, seconds: float) -> None:
-        self.flush_size.record(float(size))
-        self.flush_duration.record(seconds)
+    def flushed(self, size: int, started: float, ended: float) -> None:
+        # both windows have the same buckets: one sub-period for the two (RecentMax.record, twice)
+        sizes, durations = self.flush_size, self.flush_duration
+        period = int(ended // sizes._seconds_per_bucket)
+        i = period % len(sizes._values)
+        seconds = ended - started
+        if sizes._periods[i] != period:
+            sizes._periods[i] = durations._periods[i] = period
+            sizes._values[i] = float(size)
+            durations._values[i] = seconds
+            return
+        if size > sizes._values[i]:
+            sizes._values[i] = float(size)
+        if seconds > durations._values[i]:
+            durations._values[i] = seconds
 
     def group_processed(self, seconds: float) -> None:
-        _add(self.group_seconds, SECONDS_BUCKETS, seconds)
+        slot = self.group_seconds
+        slot.count += 1
+        slot.total += seconds
+        slot.buckets[bisect_left(SECONDS_BUCKETS, seconds)] += 1
 
-    def record_read(self, seconds: float) -> None:
-        with self._lock:
-            _add(self.record_seconds, SECONDS_BUCKETS, seconds)
-
-    def read(self, events: list, end: int, chunk_size: int) -> None:
+    def read(self, events: list, seconds: float, end: int, chunk_size: int) -> None:
+        """A read call returned ``events`` (non-empty) in ``seconds``; ``end``: the log's end."""
+        try:
+            tally = self._local.tally
+        except AttributeError:
+            tally = self._local.tally = _ReadTally()
+            with self._tallies_lock:
+                self._tallies.append(tally)
+        n = len(events)
+        tally.events += n
+        tally.bytes += sum(map(len, map(_DATA, events))) + sum(map(len, map(_METADATA, events)))
+        record = tally.record
+        record.count += n
+        record.total += seconds
+        record.buckets[bisect_left(SECONDS_BUCKETS, seconds / n)] += n
         active = end // chunk_size
-        size = 0
-        distances: dict[int, int] = {}
+        distance = tally.distance
+        first, last = events[0].log_position // chunk_size, events[-1].log_position // chunk_size
+        if first == last:  # the common case: one chunk
+            d = active - first
+            distance.count += n
+            distance.total += d * n
+            distance.buckets[bisect_left(CHUNK_DISTANCE_BUCKETS, d)] += n
+            return
         for e in events:
-            size += len(e.data) + len(e.metadata)
             d = active - e.log_position // chunk_size
-            distances[d] = distances.get(d, 0) + 1
-        with self._lock:
-            self.events_read += len(events)
-            self.bytes_read += size
-            slot = self.chunk_distance
-            for d, n in distances.items():
-                slot.count += n
-                slot.total += d * n
-                slot.buckets[bisect_left(CHUNK_DISTANCE_BUCKETS, d)] += n
+            distance.count += 1
+            distance.total += d
+            distance.buckets[bisect_left(CHUNK_DISTANCE_BUCKETS, d)] += 1
+
+    def reads(self) -> tuple[int, int, _Slot, _Slot]:
+        """(events read, their bytes, record read times, chunk distances) over every thread."""
+        record = _Slot(len(SECONDS_BUCKETS) + 1)
+        distance = _Slot(len(CHUNK_DISTANCE_BUCKETS) + 1)
+        events = size = 0
+        with self._tallies_lock:
+            tallies = list(self._tallies)
+        for t in tallies:
+            events += t.events
+            size += t.bytes
+            for total, part in ((record, t.record), (distance, t.distance)):
+                total.count += part.count
+                total.total += part.total
+                total.buckets = [a + b for a, b in zip(total.buckets, part.buckets, strict=True)]
+        return events, size, record, distance
 
 
-def _add(slot: _Slot, bounds: tuple[float, ...], value: float) -> None:
-    slot.count += 1
-    slot.total += value
-    slot.buckets[bisect_left(bounds, value)] += 1
+_DATA = attrgetter("data")
+_METADATA = attrgetter("metadata")
+
+
+class _ReadTally:
+    """One reading thread's counts (only that thread changes them)."""
+
+    __slots__ = ("bytes", "distance", "events", "record")
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.bytes = 0
+        self.record = _Slot(len(SECONDS_BUCKETS) + 1)
+        self.distance = _Slot(len(CHUNK_DISTANCE_BUCKETS) + 1)
 
 
 def _histogram(name: str, doc: str, labels: list[str], values: list[str], slot: _Slot, bounds) -> Any:
@@ -201,7 +254,7 @@ class _GcWatch:
             self._started = now
             return
         pause = now - self._started
-        self.pauses.record(pause)
+        self.pauses.record(pause, time.monotonic())
         since = now - self._previous_end
         self.time_in_gc = 100.0 * pause / since if since > 0 else 0.0
         self._previous_end = now
@@ -438,6 +491,7 @@ class _NodeCollector:
             for label, value in chosen:
                 c.add_metric([label], value)
             yield c
+        events_read, bytes_read, record_seconds, chunk_distance = o.reads()
         if config.on("Events", "Read") or config.on("Events", "Written"):
             events = CounterMetricFamily(
                 "kurrentdb_io_events", "Events read and written", labels=["activity"]
@@ -446,31 +500,30 @@ class _NodeCollector:
                 "kurrentdb_io_bytes", "Event bytes read and written", labels=["activity"]
             )
             if config.on("Events", "Read"):
-                events.add_metric(["read"], o.events_read)
-                size.add_metric(["read"], o.bytes_read)
+                events.add_metric(["read"], events_read)
+                size.add_metric(["read"], bytes_read)
             if config.on("Events", "Written"):
                 events.add_metric(["written"], m.events_written._value.get())
                 size.add_metric(["written"], m.bytes_written._value.get())
             yield events
             yield size
         if config.on("Events", "Read"):
-            with o._lock:
-                yield _histogram(
-                    "kurrentdb_io_record_read_duration_seconds",
-                    "Records read by position from the log files, by their read time",
-                    ["source"],
-                    ["FileSystem"],
-                    o.record_seconds,
-                    SECONDS_BUCKETS,
-                )
-                yield _histogram(
-                    "kurrentdb_logical_chunk_read_distribution",
-                    "Events read by clients, by how many chunks older than the active chunk they are",
-                    [],
-                    [],
-                    o.chunk_distance,
-                    CHUNK_DISTANCE_BUCKETS,
-                )
+            yield _histogram(
+                "kurrentdb_io_record_read_duration_seconds",
+                "Events read, by their read time (each read call's time shared among its events)",
+                ["source"],
+                ["FileSystem"],
+                record_seconds,
+                SECONDS_BUCKETS,
+            )
+            yield _histogram(
+                "kurrentdb_logical_chunk_read_distribution",
+                "Events read, by how many chunks older than the active chunk they are",
+                [],
+                [],
+                chunk_distance,
+                CHUNK_DISTANCE_BUCKETS,
+            )
         if config.on("Writer", "FlushSize"):
             g = GaugeMetricFamily(
                 "kurrentdb_writer_flush_size_max", "Recent largest flush (bytes)", labels=["range"]
