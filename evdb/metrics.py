@@ -278,7 +278,8 @@ class NodeSources:
 
 
 class _StatusSince:
-    """When a status read at scrape time was first seen (the status a component is in now)."""
+    """When a component's status was first seen (sampled on the event loop every LAG_PERIOD seconds,
+    and at each scrape)."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
@@ -298,7 +299,6 @@ class _NodeCollector:
         self._sources = sources
         self._metrics = metrics
         self._process = psutil.Process()
-        self._since = _StatusSince(time.time)
         self._libc = _libc()
 
     def collect(self):
@@ -371,13 +371,9 @@ class _NodeCollector:
             labels=["name", "status"],
         )
         chosen = config.statuses
-        now: dict[str, tuple[str, float]] = {}
-        cluster = self._sources.cluster()
-        if "node" in chosen and cluster is not None:
-            now["Node"] = self._since("Node", cluster.state)
-        if "index" in chosen:
-            state = "Opening" if db is None else "Merging" if db.index.dumping else "Idle"
-            now["Index"] = self._since("Index", state)
+        now = {
+            name: value for name, value in self._metrics.sample_statuses(db).items() if name.lower() in chosen
+        }
         for name, value in self._sources.statuses().items():
             if name.lower() in chosen:
                 now[name] = value
@@ -731,6 +727,7 @@ class NodeMetrics:
         sources: NodeSources,
         config: MetricsConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.config = config if config is not None else MetricsConfig()
         interval = self.config.expected_scrape_interval_seconds
@@ -741,6 +738,8 @@ class NodeMetrics:
         #: how late the event loop ran a callback it was asked to run (sampled, see _watch_loop)
         self.loop_lag = RecentMax(interval, clock)
         self.gc_watch = _GcWatch(RecentMax(interval, clock))
+        self._sources = sources
+        self._since = _StatusSince(wall)  # Unix time, as kurrentdb_statuses gives it
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lag_task: asyncio.Task | None = None
         self.registry = CollectorRegistry(auto_describe=True)
@@ -804,6 +803,17 @@ class NodeMetrics:
             due = loop.time() + period
             await asyncio.sleep(period)
             self.loop_lag.record(max(0.0, loop.time() - due))
+            self.sample_statuses(self._sources.db())  # the time a status is entered, within ``period``
+
+    def sample_statuses(self, db: Database | None) -> dict[str, tuple[str, float]]:
+        """The Node and Index statuses now, with the time each was first seen."""
+        out: dict[str, tuple[str, float]] = {}
+        cluster = self._sources.cluster()
+        if cluster is not None:
+            out["Node"] = self._since("Node", cluster.state)
+        index = "Opening" if db is None else "Merging" if db.index.dumping else "Idle"
+        out["Index"] = self._since("Index", index)
+        return out
 
     def pending_work(self) -> int:
         """Calls waiting for a thread of the event loop's default executor (asyncio.to_thread)."""

@@ -169,3 +169,22 @@ def test_evdb_node_refuses_a_bad_metricsconfig_with_a_message(tmp_path):
         f"evdb node: {tmp_path / 'metricsconfig.json'}: ExpectedScrapeIntervalSeconds must be 0, 1, 5, 10 or a "
         "multiple of 15, but was 20"
     )
+
+
+def test_node_and_index_statuses_carry_the_time_they_were_first_seen():
+    from types import SimpleNamespace
+
+    wall = [100.0]
+    cluster = SimpleNamespace(state="Follower", election_count=0)
+    metrics = NodeMetrics(
+        NodeSources(lambda: None, lambda: None, dict, cluster=lambda: cluster), wall=lambda: wall[0]
+    )
+    assert metrics.sample_statuses(None) == {"Node": ("Follower", 100.0), "Index": ("Opening", 100.0)}
+    wall[0] = 200.0
+    cluster.state = "Leader"
+    metrics.sample_statuses(None)  # what the event loop's sampler does every LAG_PERIOD seconds
+    wall[0] = 300.0
+    samples = {
+        s.labels["name"]: (s.labels["status"], s.value) for s in _families(metrics)["kurrentdb_statuses"]
+    }
+    assert samples == {"Node": ("Leader", 200.0), "Index": ("Opening", 100.0)}
