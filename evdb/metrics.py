@@ -18,6 +18,7 @@ import psutil
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from evdb.errors import EvdbError
 from evdb.metrics_config import MetricsConfig
 
 if TYPE_CHECKING:
@@ -272,9 +273,10 @@ class NodeSources:
         statuses: Callable[[], dict[str, tuple[str, float]]],
         cluster: Callable[[], Any] = lambda: None,
         persistent: Callable[[], Any] = lambda: None,
+        projections: Callable[[], Any] = lambda: None,
     ) -> None:
         self.db, self.scavenge, self.statuses = db, scavenge, statuses
-        self.cluster, self.persistent = cluster, persistent
+        self.cluster, self.persistent, self.projections = cluster, persistent, projections
 
 
 class _StatusSince:
@@ -321,6 +323,8 @@ class _NodeCollector:
             )
         if config.on("PersistentSubscriptionStats"):
             yield from self._persistent(sources.persistent())
+        if config.projection_stats:
+            yield from self._projections(sources.projections())
         yield from self._scavenge(sources.scavenge())
         yield from self._observed(config)
         yield from self._system(config)
@@ -448,6 +452,37 @@ class _NodeCollector:
             truncations.add_metric(key, g.parked_message_truncations)
         yield from (connections, parked, in_flight, oldest, items, known, known_all)
         yield from (checkpointed, checkpointed_all, requests, replays, truncations)
+
+    def _projections(self, service: Any):
+        """The system projections this node runs (while it leads; none otherwise)."""
+        stats: list[dict[str, Any]] = []
+        if service is not None:
+            with contextlib.suppress(EvdbError):  # not the leader: nothing runs here
+                stats = service.statistics()
+        processed = CounterMetricFamily(
+            "kurrentdb_projection_events_processed_after_restart",
+            "Events the projection handled since this node took office",
+            labels=["projection"],
+        )
+        progress = GaugeMetricFamily(
+            "kurrentdb_projection_progress", "Progress through $all, 0..1", labels=["projection"]
+        )
+        running = GaugeMetricFamily(
+            "kurrentdb_projection_running", "1 while the projection runs", labels=["projection"]
+        )
+        status = GaugeMetricFamily(
+            "kurrentdb_projection_status", "1 for the projection's status", labels=["projection", "status"]
+        )
+        for one in stats:
+            name = one["name"]
+            now = one["status"].split(" ")[0]  # "Stopped (Enabled)": Stopped
+            now = now if now in ("Running", "Faulted") else "Stopped"
+            processed.add_metric([name], one["eventsProcessedAfterRestart"])
+            progress.add_metric([name], one["progress"] / 100.0)
+            running.add_metric([name], 1 if now == "Running" else 0)
+            for each in ("Running", "Faulted", "Stopped"):
+                status.add_metric([name, each], 1 if each == now else 0)
+        yield from (processed, progress, running, status)
 
     def _scavenge(self, service: ScavengeService | None):
         if service is None:

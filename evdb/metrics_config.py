@@ -20,6 +20,7 @@ __all__ = ["FILE_NAME", "MetricsConfig", "MetricsConfigError", "load_metrics_con
 FILE_NAME = "metricsconfig.json"
 
 _CORE_METERS = ("kurrentdb.core", "eventstore.core")
+_PROJECTION_METERS = ("kurrentdb.projections.core", "eventstore.projections.core")
 
 #: KurrentDB's shipped defaults, per section (the sections evdb has a figure for)
 _DEFAULTS: dict[str, Any] = {
@@ -28,6 +29,7 @@ _DEFAULTS: dict[str, Any] = {
     "Statuses": {"Index": True, "Node": True, "Scavenge": True},
     "ElectionsCount": True,
     "PersistentSubscriptionStats": True,
+    "ProjectionStats": True,
     "Checkpoints": {"Writer": True, "Index": True, "Replication": True, "Chaser": True, "Epoch": True},
     "Events": {"Read": True, "Written": True},
     "IncomingGrpcCalls": {
@@ -91,6 +93,7 @@ class MetricsConfigError(InvalidOption):
 class MetricsConfig:
     expected_scrape_interval_seconds: int = 15
     core: bool = True  # the KurrentDB.Core meter: every kurrentdb_* series but the projections'
+    projections: bool = True  # the KurrentDB.Projections.Core meter: kurrentdb_projection_*
     sections: dict[str, Any] = field(default_factory=lambda: _lowered(_DEFAULTS))
     path: str | None = None  # the file read, None for the defaults
 
@@ -102,6 +105,10 @@ class MetricsConfig:
         if key is not None:
             value = value.get(key.lower()) if isinstance(value, dict) else None
         return value is True
+
+    @property
+    def projection_stats(self) -> bool:
+        return self.projections and self.sections.get("projectionstats") is True
 
     @property
     def checkpoints(self) -> list[str]:
@@ -178,8 +185,14 @@ def parse_metrics_config(text: str, where: str) -> MetricsConfig:
     meters = sections.get("meters")
     if not isinstance(meters, list):
         raise MetricsConfigError(f"{where}: Meters must be a list of meter names")
-    core = any(str(m).lower() in _CORE_METERS for m in meters)
-    return MetricsConfig(expected_scrape_interval_seconds=interval, core=core, sections=sections, path=where)
+    names = {str(m).lower() for m in meters}
+    return MetricsConfig(
+        expected_scrape_interval_seconds=interval,
+        core=bool(names & set(_CORE_METERS)),
+        projections=bool(names & set(_PROJECTION_METERS)),
+        sections=sections,
+        path=where,
+    )
 
 
 def load_metrics_config(config_file: str | None) -> MetricsConfig:

@@ -107,6 +107,7 @@ class Node:
                 lambda: self.statuses,
                 cluster=lambda: self.cluster,
                 persistent=lambda: self.persistent,
+                projections=lambda: self.projections,
             ),
             load_metrics_config(options.config),
         )

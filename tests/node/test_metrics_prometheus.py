@@ -1,5 +1,5 @@
-"""A real Prometheus (Debian's ``prometheus``) scrapes a node under steady HTTP and gRPC traffic with a
-persistent subscription group: every series of KurrentDB's default metrics configuration is stored
+"""A real Prometheus (Debian's ``prometheus``) scrapes a node running the system projections, under
+steady HTTP and gRPC traffic with a persistent subscription group: every series of KurrentDB's default metrics configuration is stored
 under its name with KurrentDB's label names (or is in the documented no-meaning list), and the
 queries of KurrentDB's Grafana dashboards that evdb can answer (kurrentdb_dashboard_queries.txt)
 evaluate to numbers.
@@ -18,6 +18,8 @@ import httpx
 from kurrentdbclient import KurrentDBClient, NewEvent, StreamState
 
 from evdb.metrics import NO_MEANING
+from evdb.node import Node
+from tests.node.conftest import node_options
 from tests.node.test_contract_prometheus import free_port, poll, prometheus_binary
 
 DEADLINE = 90.0  # seconds for Prometheus to start, scrape enough and answer (a loaded machine)
@@ -135,8 +137,14 @@ async def _traffic(node, stop: asyncio.Event, log: list[str]) -> None:
         await asyncio.to_thread(client.close)
 
 
-async def test_prometheus_stores_kurrentdbs_default_series_and_dashboard_queries_answer(node, tmp_path):
+async def test_prometheus_stores_kurrentdbs_default_series_and_dashboard_queries_answer(tmp_path, clock):
     binary = prometheus_binary()
+    args = ("--run-projections", "System", "--start-standard-projections", "true")
+    async with Node(node_options(tmp_path, *args), clock=clock, name="scraped") as node:
+        await _scraped(node, tmp_path, binary)
+
+
+async def _scraped(node: Node, tmp_path, binary: str) -> None:
     target = node.http_url.removeprefix("http://")
     config = tmp_path / "prometheus.yml"
     config.write_text(
