@@ -301,6 +301,10 @@ class _NodeCollector:
         self._sources = sources
         self._metrics = metrics
         self._process = psutil.Process()
+        # the CPU figures are "since the previous call": this first call makes the first scrape's
+        # figures cover the time since the node was built, not nothing
+        psutil.cpu_percent()
+        self._process.cpu_percent()
         self._libc = _libc()
 
     def collect(self):
