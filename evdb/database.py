@@ -24,6 +24,7 @@ import logging
 import os
 import queue
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -341,6 +342,13 @@ class Database:
         self._pending = _Pending()
         # writer-private caches (only the writer thread reads or writes them)
         self._states: OrderedDict[str, StreamState] = OrderedDict()
+        #: lookups of ``_states`` that found / did not find the stream (kurrentdb_cache_hits_misses_total)
+        self.state_cache_hits = 0
+        self.state_cache_misses = 0
+        #: evdb.metrics.DatabaseObserver: told of each group commit and each client read (None: nobody),
+        #: with readings of ``timer`` taken around the work
+        self.observer: Any = None
+        self.timer: Callable[[], float] = time.perf_counter
         # first event id of a recent append -> (stream, first event number, all its ids, last position)
         self._recent_appends: dict[bytes, tuple[str, int, tuple[bytes, ...], int]] = {}
         #: the append being replicated: [stream, first number, event ids, last position] (followers)
@@ -567,6 +575,11 @@ class Database:
     @property
     def index(self) -> TableIndex:
         return self._index
+
+    @property
+    def stream_cache_entries(self) -> int:
+        """Streams whose state the writer keeps (at most ``config.stream_cache_capacity``)."""
+        return len(self._states)
 
     @property
     def committed_position(self) -> int:
@@ -932,6 +945,8 @@ class Database:
         """Run a group of requests and commit them; True when the group holds the stop request.
         The group's answers awaited on an event loop reach it together, with one wake-up."""
         stop = False
+        observer = self.observer
+        started = self.timer() if observer is not None else 0.0
         with _answers_batched():
             for request in group:
                 if request is _STOP:
@@ -945,6 +960,8 @@ class Database:
                 self._commit_segment()
             except BaseException as exc:  # an I/O error: nothing of this segment is acknowledged
                 self._fail_segment(exc)
+        if observer is not None:
+            observer.group_processed(self.timer() - started)
         return stop
 
     def _run_here_or_queue(self, request: _Request) -> concurrent.futures.Future:
@@ -1006,6 +1023,9 @@ class Database:
         if before_sync is not None:
             self._log.write_out()  # in the file before the senders read them to ship
             before_sync(self._log.end)
+        observer = self.observer
+        flush_started = self.timer() if observer is not None else 0.0
+        committed_before = self._log.committed
         try:
             self._log.flush()
         except BaseException:
@@ -1014,6 +1034,8 @@ class Database:
             _tell_changed(told)  # rolled back: readers never see them
             raise
         committed = self._log.committed
+        if observer is not None:
+            observer.flushed(committed - committed_before, flush_started, self.timer())
         try:
             self._index.add(pending.entries, committed)
         finally:
@@ -1063,8 +1085,10 @@ class Database:
     def _state_for_write(self, stream: str) -> StreamState:
         state = self._states.get(stream)
         if state is not None:
+            self.state_cache_hits += 1
             self._states.move_to_end(stream)
             return state
+        self.state_cache_misses += 1
         state = self.stream_state(stream, all_written=True)
         self._cache_state(state)
         return state
@@ -1329,6 +1353,11 @@ class Database:
                 seen.add(number)
                 yield record
 
+    def _observe_read(self, events: list[rec.EventRecord], started: float) -> None:
+        """Tell the observer (if any) of a read call's events and its time since ``started``."""
+        if events and self.observer is not None:
+            self.observer.read(events, self.timer() - started, self._log.end, self.config.chunk_size)
+
     def _visible_limit(self) -> int | None:
         """The log position reads stop at, or None when they see all that is committed here."""
         return None if self._read_limit is None else self.readable_position
@@ -1406,6 +1435,7 @@ class Database:
     ) -> StreamSlice:
         """Events of ``stream`` from ``from_event_number`` on, oldest first, as clients see them:
         deleted, truncated and expired events are left out."""
+        started = self.timer()
         _check_count(max_count)
         if from_event_number < 0:
             raise InvalidInput("The event number to read from must be >= 0.")
@@ -1423,12 +1453,14 @@ class Database:
             if len(events) >= max_count:
                 next_number = record.event_number + 1
                 break
+        self._observe_read(events, started)
         return StreamSlice(stream, events, from_event_number, next_number, last, next_number > last)
 
     def read_stream_backward(
         self, stream: str, from_event_number: int | None = None, max_count: int = 4096
     ) -> StreamSlice:
         """Events of ``stream`` from ``from_event_number`` (None: the end) backwards, newest first."""
+        started = self.timer()
         _check_count(max_count)
         state, first, oldest = self._visible_range(stream)
         last = state.last_event_number
@@ -1449,10 +1481,12 @@ class Database:
         if next_number < first:
             next_number = -1
         is_end = next_number < 0 or len(events) < max_count
+        self._observe_read(events, started)
         return StreamSlice(stream, events, start, next_number if not is_end else -1, last, is_end)
 
     def read_event(self, stream: str, event_number: int) -> rec.EventRecord:
         """One event as clients see it; -1 means the last. Raises StreamNotFound when not visible."""
+        started = self.timer()
         state, first, oldest = self._visible_range(stream)
         number = state.last_event_number if event_number == -1 else event_number
         if number < first or number > state.last_event_number:
@@ -1460,6 +1494,7 @@ class Database:
         record = self._read_stream_event_raw(stream, number, self._visible_limit())
         if record is None or (oldest is not None and record.timestamp < oldest):
             raise StreamNotFound(stream)
+        self._observe_read([record], started)
         return record
 
     def _check_all_position(self, position: int) -> None:
@@ -1488,6 +1523,7 @@ class Database:
         Deleted and expired events are still here until a scavenge removes them. ``max_scan`` bounds
         how many events are looked at (for filtered reads that report checkpoints).
         """
+        started = self.timer()
         _check_count(max_count)
         self._check_all_position(position)
         events: list[rec.EventRecord] = []
@@ -1529,12 +1565,14 @@ class Database:
                     break
             else:
                 next_position = after
+        self._observe_read(events, started)
         return AllSlice(events, position, next_position, next_position >= end)
 
     def read_all_backward(
         self, position: int | None = None, max_count: int = 4096, event_filter: EventFilter | None = None
     ) -> AllSlice:
         """Events before ``position`` (None: the end), newest first."""
+        started = self.timer()
         _check_count(max_count)
         end = self.readable_position
         start = end if position is None or position < 0 else min(position, end)
@@ -1551,6 +1589,7 @@ class Database:
                     break
         else:
             next_position = 0
+        self._observe_read(events, started)
         return AllSlice(events, start, next_position, next_position <= 0)
 
     def iter_all(self, position: int = 0) -> Iterator[rec.EventRecord]:

@@ -36,10 +36,12 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 def _main(args: argparse.Namespace) -> int:
     import os
 
+    from evdb.metrics_config import load_metrics_config
     from evdb.options import options_from_namespace
 
     try:
         options = options_from_namespace(args, os.environ)
+        load_metrics_config(options.config)  # checked here too: a bad file is a usage error, not a crash
     except EvdbError as exc:
         print(f"evdb node: {exc}", file=sys.stderr)
         return 2

@@ -425,7 +425,9 @@ class KurrentServer(Server):
     there); the answers are the same.
     """
 
-    def __init__(self, handlers: Collection[Any], *, max_message: int = DEFAULT_MAX_MESSAGE) -> None:
+    def __init__(
+        self, handlers: Collection[Any], *, max_message: int = DEFAULT_MAX_MESSAGE, calls: Any = None
+    ) -> None:
         from evdb.grpc.features import ServerFeaturesService
 
         services = list(handlers)
@@ -433,12 +435,14 @@ class KurrentServer(Server):
         #: the largest request message read (HttpMaxRequestBodySize): a larger one is refused before
         #: any of it is read (grpclib would gather all of it, up to 4 GiB, whatever its size)
         self.max_message = max_message
+        self._calls = calls  # evdb.metrics.GrpcCalls: counted by _handle_call (None: not counted)
 
     def _protocol_factory(self) -> H2Protocol:
         # as grpclib's own, with evdb's call handler (see the class docstring)
         self.__gc_step__()
         handler = _CallHandler(self._mapping, self._codec, self._status_details_codec, self.__dispatch__)
         handler.max_message = self.max_message
+        handler.calls = self._calls
         self._handlers.add(handler)
         return _QuietH2Protocol(handler, self._config, self._h2_config)
 
@@ -493,6 +497,7 @@ class _CallHandler(Handler):
     """grpclib's handler, running :func:`_handle_call` for each call."""
 
     max_message = 0  # set by KurrentServer._protocol_factory
+    calls: Any = None  # evdb.metrics.GrpcCalls
 
     def accept(self, stream: Any, headers: Any, release_stream: Callable[[], Any]) -> None:
         self.__gc_step__()
@@ -539,6 +544,7 @@ class _CallStream(Stream):
     await of a no-op) when nothing listens to it; the rest as grpclib does it."""
 
     max_message = DEFAULT_MAX_MESSAGE
+    calls: Any = None  # evdb.metrics.GrpcCalls: told of the status the call ends with
 
     async def recv_message(self) -> Any:
         if self._dispatch._listeners.get(RecvMessage):
@@ -602,6 +608,8 @@ class _CallStream(Stream):
         status_details: Any = None,
         metadata: Any = None,
     ) -> None:
+        if status is not Status.OK and self.calls is not None and not self._send_trailing_metadata_done:
+            self.calls.ended(status)
         if (
             status is not Status.OK
             or status_message is not None
@@ -631,6 +639,10 @@ async def _handle_call(
     * the ``RecvRequest`` event made only when something listens to it;
     * :class:`_LoopWrapper` and :class:`_CallStream` (no ``getpid()`` per await, headers built once).
     """
+    calls = getattr(handler, "calls", None)
+    if calls is not None:
+        calls.total += 1
+        calls.current += 1
     try:
         headers_map = dict(headers)
         deadline: Deadline | None = None
@@ -640,6 +652,8 @@ async def _handle_call(
             except ValueError:
                 timeout = None  # malformed: answered below, in grpclib's order
             if timeout is not None and timeout < DEADLINE_FLOOR:
+                if calls is not None:
+                    calls.ended(Status.DEADLINE_EXCEEDED)
                 await _answer_deadline_exceeded(h2_stream)
                 return
         if headers_map[":method"] != "POST":
@@ -661,18 +675,22 @@ async def _handle_call(
         method_name = headers_map[":path"]
         method = handler.mapping.get(method_name)
         if method is None:
+            if calls is not None:
+                calls.ended(Status.UNIMPLEMENTED)
             await _abort(h2_stream, 200, Status.UNIMPLEMENTED, "Method not found")
             return
         if "grpc-timeout" in headers_map:
             try:
                 deadline = Deadline.from_headers(headers)
             except ValueError:
+                if calls is not None:
+                    calls.ended(Status.UNKNOWN)
                 await _abort(h2_stream, 200, Status.UNKNOWN, "Invalid grpc-timeout header")
                 return
         metadata = decode_metadata(headers)
         user_agent = headers_map.get("user-agent")
         dispatch = handler.dispatch
-        call = _CallStream(
+        call_stream = _CallStream(
             h2_stream,
             method_name,
             method.cardinality,
@@ -684,8 +702,9 @@ async def _handle_call(
             deadline=deadline,
             user_agent=user_agent,
         )
-        call.max_message = handler.max_message
-        async with call as stream:
+        call_stream.max_message = handler.max_message
+        call_stream.calls = calls
+        async with call_stream as stream:
             wrapper: _LoopWrapper
             deadline_wrapper: contextlib.AbstractContextManager[Any]
             if deadline is None:
@@ -751,6 +770,8 @@ async def _handle_call(
     except Exception:
         _server_log.exception("Server error")
     finally:
+        if calls is not None:
+            calls.current -= 1
         release_stream()
 
 

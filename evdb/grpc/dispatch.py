@@ -180,7 +180,9 @@ class GrpcServer:
 
             services.append(ProjectionsService(node))
         # KurrentServer: grpclib's, with KurrentDB's error trailers, deadlines and ServerFeatures
-        self._server = KurrentServer(services, max_message=node.options.http_max_request_body_size)
+        self._server = KurrentServer(
+            services, max_message=node.options.http_max_request_body_size, calls=node.metrics.grpc_calls
+        )
         self._transports: set[asyncio.BaseTransport] = set()
         self._closed = False
         options = node.options

@@ -40,7 +40,7 @@ _UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Basic realm="evdb"'}
 #: the app's per-client limit: its middleware and the lean path (evdb/http/lean.py) count in it
 CLIENT_LIMIT: web.AppKey[ClientLimit] = web.AppKey("client_limit", ClientLimit)
 #: paths served while the database is closed for a moment (truncate_and_reopen)
-_WITHOUT_DATABASE = frozenset({"/ping", "/info", "/metrics"})
+_WITHOUT_DATABASE = frozenset({"/ping", "/info", "/metrics", "/health/live"})
 
 
 @web.middleware

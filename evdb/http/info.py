@@ -1,4 +1,5 @@
-"""Anonymous and read-only node facts: /info, /gossip, /stats, /metrics, /ping; and the node's options,
+"""Anonymous and read-only node facts: /info, /gossip, /stats, /metrics, /ping, /health/live; and the
+node's options,
 /info/options (admins and ops: it shows file paths and settings).
 
 Answers are negotiated as KurrentDB's controllers negotiate them (evdb/http/common.py
@@ -101,6 +102,20 @@ async def ping(request: web.Request) -> web.Response:
     return negotiated(request, "TextMessage", {"text": text}, formats=_INFO, text=f"Text: {text}")
 
 
+async def health_live(request: web.Request) -> web.Response:
+    """KurrentDB's liveness probe: GET or HEAD, 204 (or the ``liveCode`` asked for) while the node is
+    started, 503 once it stops; any other method is 404, as there."""
+    if request.method not in ("GET", "HEAD"):
+        raise web.HTTPNotFound()
+    if not get_node(request).metrics.live:
+        return web.Response(status=503)
+    try:
+        status = int(request.query.get("liveCode", "204"))
+    except ValueError:
+        status = 204  # not a number: the default, as KurrentDB's int.TryParse
+    return web.Response(status=status if 100 <= status <= 599 else 204)
+
+
 def setup(app: web.Application) -> None:
     app.router.add_get("/info", info)
     app.router.add_get("/info/options", options)
@@ -108,3 +123,4 @@ def setup(app: web.Application) -> None:
     app.router.add_get("/stats", stats)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/ping", ping)
+    app.router.add_route("*", "/health/live", health_live)

@@ -201,6 +201,18 @@ class TableIndex:
         """
         return self._checkpoint
 
+    @property
+    def indexed_position(self) -> int:
+        """Log position just after the last record whose entries are in the index (memtables too)."""
+        view = self._view
+        frozen = view.frozen.last_position if view.frozen is not None else -1
+        return max(view.live.last_position, frozen, self._checkpoint)
+
+    @property
+    def dumping(self) -> bool:
+        """A full memtable is being written out as a PTable (and merged into its level)."""
+        return self._view.frozen is not None
+
     def entry_count(self) -> int:
         view = self._view
         frozen = len(view.frozen) if view.frozen is not None else 0

@@ -33,6 +33,7 @@ from evdb.licensing import License, load_license
 from evdb.licensing.loading import check_license
 from evdb.logs import close_node_logging, configure_node_logging
 from evdb.metrics import NodeMetrics, NodeSources
+from evdb.metrics_config import load_metrics_config
 from evdb.options import Options, deprecation_warnings, effective_configuration
 from evdb.persistent import DatabaseStore, PersistentSubscriptionService
 from evdb.projections import SystemProjections
@@ -99,7 +100,17 @@ class Node:
             logger=self.logger,
         )
         self.statuses: dict[str, tuple[str, float]] = {}
-        self.metrics = NodeMetrics(NodeSources(lambda: self.db, lambda: self.scavenge, lambda: self.statuses))
+        self.metrics = NodeMetrics(
+            NodeSources(
+                lambda: self.db,
+                lambda: self.scavenge,
+                lambda: self.statuses,
+                cluster=lambda: self.cluster,
+                persistent=lambda: self.persistent,
+                projections=lambda: self.projections,
+            ),
+            load_metrics_config(options.config),
+        )
         self.server_tls: Any = None  # the HTTP port's swappable ssl context (evdb/tls/reload.py)
         # POST /admin/reloadconfig and SIGHUP
         self.reloader = ConfigReloader(
@@ -254,6 +265,7 @@ class Node:
         db = await asyncio.to_thread(Database.open, self._db_config, clock=self.clock, logger=self.logger)
         if self.cluster is not None:  # reopened: hooked into the cluster before any request sees it
             self.cluster.attach_database(db)
+        db.observer = self.metrics.observer
         self.db = db
         self.notifier = CommitNotifier(self.db)
         self.users = UserStore(self.db)
@@ -390,7 +402,7 @@ class Node:
             license_check=lambda: check_license(self.options, self.clock.time()),
         )
         await self._start_http(ssl_context, sockets)
-        self.metrics.node_up.set(1)
+        self.metrics.set_live(True)
         if o.stats_period_sec > 0:
             self._tasks.append(asyncio.create_task(self._write_statistics(), name=f"{self.name}-stats"))
         self.logger.info("Node is ready: %s", self.http_url)
@@ -450,7 +462,7 @@ class Node:
             self._sites.append(site)
 
     async def stop(self) -> None:
-        self.metrics.node_up.set(0)
+        self.metrics.set_live(False)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

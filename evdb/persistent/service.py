@@ -578,5 +578,9 @@ class PersistentSubscriptionService:
                 raise PersistentSubscriptionNotFound(stream, "")
         return [g.statistics() for g in groups]
 
+    def groups(self) -> tuple[Any, ...]:
+        """The groups served now (evdb.persistent.engine instances; read by the node's metrics)."""
+        return tuple(self._groups.values())
+
     def topic_count(self) -> int:
         return len({g.source.stream for g in self._groups.values()})
