@@ -189,6 +189,15 @@ def check_leader(node: Node, ctx: CallContext) -> None:
         raise not_leader_error(node)
 
 
+def require_leader(node: Node) -> None:
+    """A call only the leader serves, whatever the ``requires-leader`` header says (KurrentDB's
+    persistent-subscription Create/Update/Delete/Read/ReplayParked on any other node): the not-leader
+    answer, or "Server Is Not Ready" while no leader is known."""
+    cluster = node.cluster
+    if cluster is not None and not cluster.is_leader:
+        raise not_leader_error(node)
+
+
 def grpc_error(node: Node, exc: BaseException) -> GRPCError:
     """evdb's errors as the gRPC statuses KurrentDB answers with (messages and trailers included)."""
     if isinstance(exc, GRPCError):
