@@ -6,13 +6,23 @@ from __future__ import annotations
 
 import base64
 import json
+import queue
 import uuid
 from collections.abc import Iterator
 
 import grpc
 import pytest
+from google.protobuf import empty_pb2
+from google.protobuf.duration_pb2 import Duration
 from kurrentdbclient import KurrentDBClient, NewEvent, StreamState
-from kurrentdbclient.protos.v1 import persistent_pb2, persistent_pb2_grpc
+from kurrentdbclient.protos.google.rpc import code_pb2
+from kurrentdbclient.protos.v1 import (
+    persistent_pb2,
+    persistent_pb2_grpc,
+    shared_pb2,
+    streams_pb2,
+    streams_pb2_grpc,
+)
 
 from tests.clients.conftest import ADMIN, NodeThread, tls_node_with_user
 
@@ -103,3 +113,61 @@ def test_a_group_created_from_end_through_the_deprecated_revision_starts_at_the_
             subscription.ack(first)
         finally:
             subscription.stop()
+
+
+# -- BatchAppend's deadline ------------------------------------------------------------------------------
+def batch_request(
+    stream: str, correlation: str, *, final: bool, deadline: Duration | None = None, options: bool = True
+) -> streams_pb2.BatchAppendReq:
+    message = streams_pb2.BatchAppendReq.ProposedMessage(
+        id=shared_pb2.UUID(string=str(uuid.uuid4())),
+        metadata={"type": "B", "content-type": "application/json"},
+        data=b"{}",
+    )
+    request = streams_pb2.BatchAppendReq(
+        correlation_id=shared_pb2.UUID(string=correlation), proposed_messages=[message], is_final=final
+    )
+    if options:
+        request.options.stream_identifier.stream_name = stream.encode()
+        request.options.any.CopyFrom(empty_pb2.Empty())
+        if deadline is not None:
+            request.options.deadline.CopyFrom(deadline)
+    return request
+
+
+def test_a_batch_whose_deadline_passes_is_answered_timeout(node):
+    stream = name("batch")
+    stub = streams_pb2_grpc.StreamsStub(node.channel)
+    requests: queue.Queue[streams_pb2.BatchAppendReq | None] = queue.Queue()
+    call = stub.BatchAppend(iter(requests.get, None), metadata=node.metadata(), timeout=30)
+    answers = iter(call)
+    try:
+        # a deadline already passed: Timeout at once (KurrentDB's Status.Timeout: DEADLINE_EXCEEDED)
+        late = str(uuid.uuid4())
+        requests.put(batch_request(stream, late, final=True, deadline=Duration(seconds=0)))
+        answer = next(answers)
+        assert (
+            answer.correlation_id.string == late and answer.stream_identifier.stream_name == stream.encode()
+        )
+        assert answer.WhichOneof("result") == "error"
+        assert (answer.error.code, answer.error.message) == (code_pb2.DEADLINE_EXCEEDED, "Timeout")
+        assert answer.error.details.Is(shared_pb2.Timeout.DESCRIPTOR)
+
+        # a 1 ms deadline passes while the batch is still being sent: Timeout, and its final part is
+        # then ignored (nothing appended)
+        slow = str(uuid.uuid4())
+        requests.put(batch_request(stream, slow, final=False, deadline=Duration(nanos=1_000_000)))
+        answer = next(answers)  # without the final part: the deadline's own answer
+        assert answer.correlation_id.string == slow
+        assert (answer.error.code, answer.error.message) == (code_pb2.DEADLINE_EXCEEDED, "Timeout")
+        requests.put(batch_request(stream, slow, final=True, options=False))
+
+        # a batch within its deadline is appended, on the same call
+        on_time = str(uuid.uuid4())
+        requests.put(batch_request(stream, on_time, final=True, deadline=Duration(seconds=60)))
+        answer = next(answers)
+        assert answer.correlation_id.string == on_time and answer.WhichOneof("result") == "success"
+        assert answer.success.current_revision == 0  # the one event: the timed-out batches wrote none
+    finally:
+        requests.put(None)
+        call.cancel()
