@@ -15,6 +15,7 @@ import pytest
 from google.protobuf import empty_pb2
 from google.protobuf.duration_pb2 import Duration
 from kurrentdbclient import KurrentDBClient, NewEvent, StreamState
+from kurrentdbclient.exceptions import NotFoundError
 from kurrentdbclient.protos.google.rpc import code_pb2
 from kurrentdbclient.protos.v1 import (
     persistent_pb2,
@@ -171,3 +172,18 @@ def test_a_batch_whose_deadline_passes_is_answered_timeout(node):
     finally:
         requests.put(None)
         call.cancel()
+
+
+# -- soft delete of a stream that has metadata but no events --------------------------------------------
+def test_deleting_a_stream_with_only_metadata_as_no_stream_succeeds(node):
+    """KurrentDB's soft delete refuses only a stream that never existed, neither events nor metadata;
+    with metadata set, delete(NO_STREAM) writes ``$tb`` to the metastream and succeeds."""
+    stream = name("meta-only")
+    with node.client() as client:
+        client.set_stream_metadata(stream, metadata={"foo": "bar"})
+        client.delete_stream(stream, current_version=StreamState.NO_STREAM)
+        metadata, _ = client.get_stream_metadata(stream)
+        assert metadata["$tb"] == 2**63 - 1 and metadata["foo"] == "bar"
+        # a stream without even metadata: still refused (kurrentdbclient: NotFoundError)
+        with pytest.raises(NotFoundError):
+            client.delete_stream(name("never"), current_version=StreamState.NO_STREAM)
