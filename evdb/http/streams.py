@@ -438,9 +438,17 @@ def _from_base64(value: Any, name: str) -> bytes:
         raise InvalidInput(f"'{name}' must be base64 text.") from None
 
 
-def events_of(content_type: str, body: bytes, get: HeaderGetter) -> list[NewEvent]:
+class EventIdRequired(Exception):
+    """A single-event append without an event id: KurrentDB answers 307 to
+    ``/streams/{stream}/incoming/{guid}``, a fresh id the client posts to (a retry is idempotent)."""
+
+
+def events_of(
+    content_type: str, body: bytes, get: HeaderGetter, incoming_id: str | None = None
+) -> list[NewEvent]:
     """The events of an append's body: ``content_type`` as aiohttp parses it (``request.content_type``:
-    ``application/octet-stream`` when absent), ``get`` the request's headers."""
+    ``application/octet-stream`` when absent), ``get`` the request's headers; ``incoming_id``: the id
+    of ``/streams/{stream}/incoming/{guid}`` (a header's id comes first, as KurrentDB's)."""
     if content_type in EVENTS_TYPES:
         items = parse_json(body)
         if not isinstance(items, list):
@@ -466,15 +474,16 @@ def events_of(content_type: str, body: bytes, get: HeaderGetter) -> list[NewEven
         event_type = kurrent_header(get, "EventType")
         if not event_type:
             raise InvalidInput("A single-event append needs the Kurrent-EventType header.")
-        event_id = kurrent_header(get, "EventId")
-        if content_type == "application/json":
-            parse_json(body or b"null")
+        event_id = incoming_id or kurrent_header(get, "EventId")
+        if not event_id:
+            raise EventIdRequired()
+        # KurrentDB stores a single event's body as it came, valid JSON or not (isJson from the type)
         return [
             NewEvent(
                 event_type,
                 body,
                 b"",
-                _event_id(event_id) if event_id else uuid.uuid4(),
+                _event_id(event_id),
                 content_type == "application/json",
             )
         ]
@@ -516,11 +525,12 @@ def submit_append(
     get: HeaderGetter,
     loop: asyncio.AbstractEventLoop,
     content_length: int | None,
+    incoming_id: str | None = None,
 ) -> PendingAppend:
     """Parse the body (metadata events are checked with the rest in the database), and hand the
     append to the writer, answered with its commit group's wake-up of ``loop``. Nothing is written
     when this raises."""
-    events = events_of(content_type, body, get)
+    events = events_of(content_type, body, get, incoming_id)
     expected = expected_version(get)
     started = node.clock.monotonic()
     try:
@@ -547,20 +557,45 @@ def appended(node: Node, pending: PendingAppend, result: AppendResult, base: str
 
 
 async def append(request: web.Request) -> web.Response:
+    return await _append(request, None)
+
+
+async def append_incoming(request: web.Request) -> web.Response:
+    """``POST /streams/{stream}/incoming/{guid}``: a single event whose id is the one in the path."""
+    guid = request.match_info["guid"]
+    try:
+        uuid.UUID(guid)
+    except ValueError:
+        raise InvalidInput("Invalid request. Unable to parse guid") from None
+    return await _append(request, guid)
+
+
+async def _append(request: web.Request, incoming_id: str | None) -> web.Response:
     stream = request.match_info["stream"]
     node = get_node(request)
     db = begin_append(node, get_principal(request), stream)
     body = await request.read()
-    pending = submit_append(
-        node,
-        db,
-        stream,
-        request.content_type,
-        body,
-        request.headers.get,
-        request_loop(request),
-        request.content_length,
-    )
+    try:
+        pending = submit_append(
+            node,
+            db,
+            stream,
+            request.content_type,
+            body,
+            request.headers.get,
+            request_loop(request),
+            request.content_length,
+            incoming_id,
+        )
+    except EventIdRequired:
+        location = f"{_base(request)}/streams/{quote(stream, safe='$')}/incoming/{uuid.uuid4()}"
+        return web.Response(
+            status=307,
+            reason="Temporary Redirect",
+            text="Forwarding to idempotent URI",
+            content_type="text/plain",
+            headers={"Location": location},
+        )
     result = await pending.future
     return appended(node, pending, result, _base(request)).response()
 
@@ -666,6 +701,7 @@ async def subscribe_stream(request: web.Request) -> web.StreamResponse:
 def setup(app: web.Application) -> None:
     r = app.router
     r.add_post("/streams/{stream}", append)
+    r.add_post("/streams/{stream}/incoming/{guid}", append_incoming)
     r.add_delete("/streams/{stream}", delete)
     r.add_get("/streams/{stream}", read_stream_head)
     r.add_get("/streams/{stream}/metadata", get_metadata)
