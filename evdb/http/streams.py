@@ -13,18 +13,21 @@ import base64
 import contextlib
 import json
 import uuid
+import zlib
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote
+from xml.sax.saxutils import escape
 
 from aiohttp import web
 
 from evdb.auth import Principal, stream_access
 from evdb.clock import TICKS_PER_SECOND
-from evdb.errors import EventTooLarge, InvalidInput, StreamDeleted
+from evdb.errors import EvdbError, EventTooLarge, InvalidInput, StreamDeleted
 from evdb.http.answers import Answer
 from evdb.http.common import (
+    _accepted,
     bad_request,
     get_node,
     get_principal,
@@ -43,6 +46,9 @@ if TYPE_CHECKING:
     from evdb.node import Node
 
 ATOM = "application/vnd.kurrent.atom+json"
+ATOM_XML = "application/atom+xml"
+#: KurrentDB's description document of a stream (its two names)
+STREAMDESC = ("application/vnd.kurrent.streamdesc+json", "application/vnd.eventstore.streamdesc+json")
 PAGE = 20
 MAX_PAGE = 4096
 EVENTS_TYPES = ("application/vnd.kurrent.events+json", "application/vnd.eventstore.events+json")
@@ -247,11 +253,102 @@ def _page_count(text: str) -> int:
 
 
 # -- reading streams ---------------------------------------------------------------------------------
+def _feed_format(request: web.Request) -> str:
+    """The format a stream feed is asked in: a description document or the Atom XML feed when the
+    Accept header names one before anything else evdb answers feeds in (KurrentDB's codecs); else
+    evdb's JSON feed (``ATOM``)."""
+    for kind, sub in _accepted(request.headers.get("Accept", "")):
+        media = f"{kind}/{sub}"
+        if media in STREAMDESC or media == ATOM_XML:
+            return media
+        if media in (ATOM, "application/vnd.eventstore.atom+json", "application/json") or kind == "*":
+            return ATOM
+    return ATOM
+
+
+def _etag(version: int, content_type: str) -> str:
+    """KurrentDB's ETag of a feed: ``version;hash-of-the-content-type`` (a stable hash here; KurrentDB's
+    is per process, so clients only send back what they were given)."""
+    return f"{version};{zlib.crc32(content_type.encode()) - 2**31}"
+
+
+def _not_modified(request: web.Request, version: int, content_type: str) -> bool:
+    """``If-None-Match`` names this version of the feed in this content type (KurrentDB: 304)."""
+    given = request.headers.get("If-None-Match")
+    return given is not None and given.strip().strip('"') == _etag(version, content_type)
+
+
+async def _description(request: web.Request, stream: str, media: str) -> web.Response:
+    """KurrentDB's description document of a stream: where its feed is and its persistent groups."""
+    node = get_node(request)
+    escaped = quote(stream, safe="")
+    try:
+        groups = [g["groupName"] for g in node.persistent.list(stream)]
+    except EvdbError:  # none, or the subsystem not running: no subscriptions listed
+        groups = []
+    links: dict[str, Any] = {
+        "self": {"href": f"/streams/{escaped}", "supportedContentTypes": [media]},
+        "stream": {
+            "href": f"/streams/{escaped}",
+            "supportedContentTypes": [ATOM_XML, ATOM, "application/vnd.eventstore.atom+json"],
+        },
+    }
+    if groups:
+        links["streamSubscription"] = [
+            {
+                "href": f"/subscriptions/{escaped}/{group}",
+                "supportedContentTypes": [
+                    "application/vnd.eventstore.competingatom+xml",
+                    "application/vnd.kurrent.competingatom+json",
+                    "application/vnd.eventstore.competingatom+json",
+                ],
+            }
+            for group in groups
+        ]
+    body = {
+        "title": f"Description document for '{stream}'",
+        "description": "The description document will be presented when no accept header is present "
+        "or it was requested",
+        "_links": links,
+    }
+    return json_response(body, content_type=media)
+
+
+def _atom_xml(feed: dict[str, Any]) -> str:
+    """The feed as an Atom document (RFC 4287), as KurrentDB's XML codec writes its feeds."""
+
+    def link(item: dict[str, Any]) -> str:
+        return f'<link href="{escape(item["uri"], {chr(34): "&quot;"})}" rel="{item["relation"]}" />'
+
+    def author(item: dict[str, Any]) -> str:
+        return f"<author><name>{escape(item['author']['name'])}</name></author>"
+
+    parts = [
+        '<?xml version="1.0" encoding="utf-8"?><feed xmlns="http://www.w3.org/2005/Atom">',
+        f"<title>{escape(feed['title'])}</title><id>{escape(feed['id'])}</id>",
+        f"<updated>{feed['updated']}</updated>{author(feed)}",
+        *(link(item) for item in feed["links"]),
+    ]
+    for entry in feed["entries"]:
+        parts.append(
+            f"<entry><title>{escape(entry['title'])}</title><id>{escape(entry['id'])}</id>"
+            f"<updated>{entry['updated']}</updated>{author(entry)}"
+            f"<summary>{escape(entry['summary'])}</summary>"
+            + "".join(link(item) for item in entry["links"])
+            + "</entry>"
+        )
+    parts.append("</feed>")
+    return "".join(parts)
+
+
 async def _feed(
     request: web.Request, stream: str, start: int | None, direction: str, count: int
 ) -> web.Response:
     node = get_node(request)
     check_access(request, stream, "read")
+    media = _feed_format(request)
+    if media in STREAMDESC and direction == "backward":  # KurrentDB: the head and backward pages
+        return await _description(request, stream, media)
     embed = request.query.get("embed")
     resolve = resolve_link_tos(request, True)
     long_poll = header(request, "LongPoll")
@@ -285,6 +382,21 @@ async def _feed(
         links.append({"uri": f"{base}/{last + 1}/forward/{count}", "relation": "previous"})
     links.append({"uri": f"{base}/metadata", "relation": "metadata"})
     head = direction == "backward" and (start is None or start >= last)
+    content_type = ATOM_XML if media == ATOM_XML else ATOM
+    if _not_modified(request, last, content_type):
+        return web.Response(status=304, reason="Not Modified")
+    # KurrentDB's caching: a page that can no longer change is cacheable for a year, without an ETag;
+    # the head (or a page still being filled) carries the ETag and must be revalidated
+    if direction == "backward":
+        settled = start is not None and last >= start and not head
+    else:
+        settled = start is not None and last + 1 >= start + count
+    cache = {"Vary": "Accept"}
+    if settled:
+        cache["Cache-Control"] = "max-age=31536000, public"
+    else:
+        cache["Cache-Control"] = "max-age=0, no-cache, must-revalidate"
+        cache["ETag"] = f'"{_etag(last, content_type)}"'
     entries = await _entries(request, db, events, embed, resolve)
     body = {
         "title": f"Event stream '{stream}'",
@@ -294,11 +406,13 @@ async def _feed(
         "author": {"name": "evdb"},
         "headOfStream": head or (direction == "forward" and page.is_end_of_stream),
         "selfUrl": base,
-        "eTag": f"{last};-1",
+        "eTag": _etag(last, content_type),
         "links": links,
         "entries": entries,
     }
-    return json_response(body, content_type=ATOM)
+    if media == ATOM_XML:
+        return web.Response(text=_atom_xml(body), content_type=ATOM_XML, headers=cache)
+    return json_response(body, content_type=ATOM, headers=cache)
 
 
 async def read_stream_head(request: web.Request) -> web.Response:

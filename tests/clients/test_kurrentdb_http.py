@@ -63,3 +63,61 @@ async def test_a_single_event_body_that_is_not_json_is_stored_as_it_came(node): 
         assert posted.status_code == 201, posted.text
     records = node.db.read_stream_forward("malformed", 0, 10)
     assert [(r.data, r.is_json) for r in records.events] == [(b"****", True)]
+
+
+async def append_one(client: httpx.AsyncClient, stream: str) -> None:
+    headers = {"Content-Type": "application/json", "ES-EventType": "E", "ES-EventId": str(uuid.uuid4())}
+    assert (await client.post(f"/streams/{stream}", content=b"{}", headers=headers)).status_code == 201
+
+
+async def test_a_feed_carries_an_etag_and_if_none_match_answers_304(node):  # noqa: F811
+    async with await client_for(node) as client:
+        await append_one(client, "tagged")
+        accept = {"Accept": "application/vnd.eventstore.atom+json"}
+        first = await client.get("/streams/tagged", headers=accept)
+        assert first.status_code == 200
+        etag = first.headers["ETag"]
+        assert etag.startswith('"0;') and etag.endswith('"')
+        assert first.headers["Cache-Control"] == "max-age=0, no-cache, must-revalidate"
+        assert first.json()["eTag"] == etag.strip('"')
+        same = await client.get("/streams/tagged", headers={**accept, "If-None-Match": etag})
+        assert same.status_code == 304 and same.content == b""
+        await append_one(client, "tagged")  # a new event: a new version, the feed again
+        changed = await client.get("/streams/tagged", headers={**accept, "If-None-Match": etag})
+        assert changed.status_code == 200 and changed.headers["ETag"].startswith('"1;')
+        # a page that can no longer change: cacheable, no ETag (KurrentDB's Configure)
+        settled = await client.get("/streams/tagged/0/forward/1", headers=accept)
+        assert (
+            settled.headers["Cache-Control"] == "max-age=31536000, public" and "ETag" not in settled.headers
+        )
+
+
+async def test_atom_xml_and_the_description_document_are_served_when_asked_for(node):  # noqa: F811
+    async with await client_for(node) as client:
+        await append_one(client, "described")
+        xml = await client.get("/streams/described", headers={"Accept": "application/atom+xml"})
+        assert xml.status_code == 200 and xml.headers["Content-Type"].startswith("application/atom+xml")
+        assert xml.text.startswith(
+            '<?xml version="1.0" encoding="utf-8"?><feed xmlns="http://www.w3.org/2005/Atom">'
+        )
+        assert "<title>Event stream 'described'</title>" in xml.text and "<summary>E</summary>" in xml.text
+        assert (
+            xml.headers["ETag"]
+            != (
+                await client.get(
+                    "/streams/described", headers={"Accept": "application/vnd.kurrent.atom+json"}
+                )
+            ).headers["ETag"]
+        )  # the ETag names the content type too
+
+        for media in (
+            "application/vnd.kurrent.streamdesc+json",
+            "application/vnd.eventstore.streamdesc+json",
+        ):
+            desc = await client.get("/streams/described", headers={"Accept": media})
+            assert desc.status_code == 200 and desc.headers["Content-Type"].startswith(media)
+            body = desc.json()
+            assert body["title"] == "Description document for 'described'"
+            assert body["_links"]["self"] == {"href": "/streams/described", "supportedContentTypes": [media]}
+            assert body["_links"]["stream"]["href"] == "/streams/described"
+            assert "application/atom+xml" in body["_links"]["stream"]["supportedContentTypes"]
