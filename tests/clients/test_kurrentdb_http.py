@@ -121,3 +121,27 @@ async def test_atom_xml_and_the_description_document_are_served_when_asked_for(n
             assert body["_links"]["self"] == {"href": "/streams/described", "supportedContentTypes": [media]}
             assert body["_links"]["stream"]["href"] == "/streams/described"
             assert "application/atom+xml" in body["_links"]["stream"]["supportedContentTypes"]
+
+
+async def test_users_bind_json_keys_ignoring_case_and_answer_with_error(node):  # noqa: F811
+    """KurrentDB's own new-user.json (PascalCase keys) creates the user; the answers carry ``error``."""
+    new_user = {
+        "LoginName": "adminuser",
+        "FullName": "KurrentDB Admin",
+        "Groups": ["$admins", "DataScience"],
+        "Password": "aVerySecurePassword",
+    }
+    async with await client_for(node) as client:
+        created = await client.post("/users", json=new_user)
+        assert created.status_code == 201, created.text
+        assert created.json() == {"loginName": "adminuser", "success": True, "error": "Success"}
+        listed = await client.get("/users/")
+        assert listed.status_code == 200 and listed.json()["error"] == "Success"
+        assert "adminuser" in [u["loginName"] for u in listed.json()["data"]]
+        one = (await client.get("/users/adminuser")).json()
+        assert one["data"]["fullName"] == "KurrentDB Admin" and one["data"]["groups"] == [
+            "$admins",
+            "DataScience",
+        ]
+    async with httpx.AsyncClient(base_url=node.http_url, auth=("adminuser", "aVerySecurePassword")) as signed:
+        assert (await signed.get("/users/")).status_code == 200  # an admin (its password bound too)

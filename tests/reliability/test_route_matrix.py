@@ -42,6 +42,10 @@ UNDOCUMENTED: dict[tuple[str, str], tuple[dict[str, str], str]] = {
         {ANON: "401", WRONG: "401", USER: "401", OPS: ALLOWED, ADMIN: ALLOWED},
         "/admin/node/resign",
     ),
+    ("POST", "/streams/{}/incoming/{}"): (  # KurrentDB's 307 target of a single event without an id
+        {ANON: "401", WRONG: "401", USER: ALLOWED, OPS: ALLOWED, ADMIN: ALLOWED},
+        "/streams/matrix-s/incoming/0b6a4f39-8d0c-4c54-9a51-5d2f3e0f6a11",
+    ),
 }
 
 
