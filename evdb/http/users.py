@@ -24,7 +24,7 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     body = await read_json(request, empty={})
     if not isinstance(body, dict):
         raise InvalidInput("The body must be a JSON object.")
-    return {_KEYS.get(str(key).lower(), key): value for key, value in body.items()}
+    return {_KEYS.get(str(key).lower(), str(key)): value for key, value in body.items()}
 
 
 def _done(**fields: Any) -> dict[str, Any]:
