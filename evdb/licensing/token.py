@@ -60,6 +60,7 @@ class Entitlement(StrEnum):
 
     AUTO_SCAVENGE = "AUTO_SCAVENGE"
     REDACTION = "REDACTION"
+    LOGS_ENDPOINT = "LOGS_ENDPOINT"  # KurrentDB's /admin/logs
 
 
 class LicenseError(EvdbError):

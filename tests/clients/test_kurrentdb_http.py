@@ -9,6 +9,8 @@ import uuid
 
 import httpx
 
+from evdb.licensing.issuers import issue_demo_license
+from evdb.node import Node
 from tests.node.conftest import ADMIN, node, node_options  # noqa: F401 (fixtures)
 
 
@@ -145,3 +147,34 @@ async def test_users_bind_json_keys_ignoring_case_and_answer_with_error(node):  
         ]
     async with httpx.AsyncClient(base_url=node.http_url, auth=("adminuser", "aVerySecurePassword")) as signed:
         assert (await signed.get("/users/")).status_code == 200  # an admin (its password bound too)
+
+
+async def test_merge_indexes_and_the_logs_endpoint(tmp_path, clock):
+    """``POST /admin/mergeindexes`` answers KurrentDB's MergeIndexesResultDto; ``GET /admin/logs`` (a
+    licensed feature in KurrentDB: LOGS_ENDPOINT) lists the node's JSON log files and serves them, to
+    operators and admins only; without the entitlement there is no endpoint (404)."""
+    licensed = node_options(
+        tmp_path / "licensed",
+        "--license-key",
+        issue_demo_license(clock.time(), entitlements=("LOGS_ENDPOINT",)),
+        "--license-trusted-issuers",
+        "demo",
+    )
+    async with Node(licensed, clock=clock, name="logs") as n, await client_for(n) as client:
+        merged = await client.post("/admin/mergeindexes", headers={"Accept": "application/json"})
+        assert merged.status_code == 200, merged.text
+        uuid.UUID(merged.json()["mergeIndexesId"])
+        listed = await client.get("/admin/logs")
+        assert listed.status_code == 200, listed.text
+        files = listed.json()
+        assert files and all(f["name"].endswith(".json") and f["size"] > 0 for f in files)
+        assert set(files[0]) == {"name", "createdAt", "lastModified", "size"}
+        one = await client.get(f"/admin/logs/{files[0]['name']}")
+        assert one.status_code == 200 and one.headers["Content-Type"].startswith("application/json")
+        assert one.text.startswith('{"@t"')
+        async with httpx.AsyncClient(base_url=n.http_url) as anonymous:
+            assert (await anonymous.get("/admin/logs")).status_code == 401
+            assert (await anonymous.post("/admin/mergeindexes")).status_code == 401
+    unlicensed = node_options(tmp_path / "plain")
+    async with Node(unlicensed, clock=clock, name="plain") as n, await client_for(n) as client:
+        assert (await client.get("/admin/logs")).status_code == 404
