@@ -266,10 +266,16 @@ def _feed_format(request: web.Request) -> str:
     return ATOM
 
 
+#: the content-type part of the JSON feed's ETag that KurrentDB's documentation shows (its examples send
+#: ``If-None-Match: 26;-2060438500``); KurrentDB's own value is a per-process string hash
+_DOCUMENTED_TYPE_HASH = {ATOM: -2060438500, "application/vnd.eventstore.atom+json": -2060438500}
+
+
 def _etag(version: int, content_type: str) -> str:
-    """KurrentDB's ETag of a feed: ``version;hash-of-the-content-type`` (a stable hash here; KurrentDB's
-    is per process, so clients only send back what they were given)."""
-    return f"{version};{zlib.crc32(content_type.encode()) - 2**31}"
+    """KurrentDB's ETag of a feed: ``version;hash-of-the-content-type`` (the documented value for the
+    JSON feed, a stable hash for any other type), so a feed's ETag names its content type too."""
+    digest = _DOCUMENTED_TYPE_HASH.get(content_type, zlib.crc32(content_type.encode()) - 2**31)
+    return f"{version};{digest}"
 
 
 def _not_modified(request: web.Request, version: int, content_type: str) -> bool:
