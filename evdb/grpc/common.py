@@ -61,6 +61,7 @@ from evdb.errors import (
     trailers_of,
 )
 from evdb.streams import ANY, NO_STREAM, STREAM_EXISTS, check_stream_name
+from evdb.tls.user_certificates import certificate_principal
 
 if TYPE_CHECKING:
     from evdb.database import Database
@@ -127,6 +128,10 @@ async def call_context(node: Node, stream: Stream) -> CallContext:
             if principal is None:
                 raise GRPCError(Status.UNAUTHENTICATED, "Bad credentials.")
         return CallContext(principal, requires_leader)
+    if node.options.user_certificates_enabled and stream.peer is not None:  # X.509 user certificates
+        by_certificate = await certificate_principal(node, stream.peer._transport)
+        if by_certificate is not None:
+            return CallContext(by_certificate, requires_leader)
     return CallContext(SYSTEM if node.options.insecure else _ANONYMOUS, requires_leader)
 
 
