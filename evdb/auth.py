@@ -355,6 +355,17 @@ class UserStore:
                 self._cache.popitem(last=False)
         return principal
 
+    def principal_of_certificate(self, login: str) -> Principal | None:
+        """The principal of a user a verified client certificate names (evdb.tls.user_certificates):
+        the user must exist and be enabled; no password is involved. Blocking (reads the record)."""
+        try:
+            record = self._record(_check_login(login))
+        except InvalidInput:
+            return None
+        if record is None or record.get("disabled"):
+            return None
+        return Principal(login, frozenset([login, *record.get("groups", [])]))
+
     def get(self, login: str) -> UserInfo:
         record = self._record(_check_login(login))
         if record is None:

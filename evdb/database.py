@@ -1279,7 +1279,7 @@ class Database:
             raise StreamDeleted(stream)
         last = state.last_event_number
         if not request.hard:
-            if last < 0:
+            if last < 0 and state.metadata_version < 0:  # never existed (KurrentDB: not even metadata)
                 raise StreamNotFound(stream)
             if state.soft_deleted and expected == STREAM_EXISTS:
                 raise StreamDeleted(stream)

@@ -62,6 +62,7 @@ from evdb.errors import (
     trailers_of,
 )
 from evdb.streams import ANY, NO_STREAM, STREAM_EXISTS, check_stream_name
+from evdb.tls.user_certificates import certificate_principal
 
 if TYPE_CHECKING:
     from evdb.database import Database
@@ -128,6 +129,10 @@ async def call_context(node: Node, stream: Stream) -> CallContext:
             if principal is None:
                 raise GRPCError(Status.UNAUTHENTICATED, "Bad credentials.")
         return CallContext(principal, requires_leader)
+    if node.options.user_certificates_enabled and stream.peer is not None:  # X.509 user certificates
+        by_certificate = await certificate_principal(node, stream.peer._transport)
+        if by_certificate is not None:
+            return CallContext(by_certificate, requires_leader)
     return CallContext(SYSTEM if node.options.insecure else _ANONYMOUS, requires_leader)
 
 
@@ -187,6 +192,15 @@ def check_leader(node: Node, ctx: CallContext) -> None:
     """A call that requires the leader, on a node that is not: the not-leader answer."""
     cluster = node.cluster
     if ctx.requires_leader and cluster is not None and not cluster.is_leader:
+        raise not_leader_error(node)
+
+
+def require_leader(node: Node) -> None:
+    """A call only the leader serves, whatever the ``requires-leader`` header says (KurrentDB's
+    persistent-subscription Create/Update/Delete/Read/ReplayParked on any other node): the not-leader
+    answer, or "Server Is Not Ready" while no leader is known."""
+    cluster = node.cluster
+    if cluster is not None and not cluster.is_leader:
         raise not_leader_error(node)
 
 

@@ -4,8 +4,10 @@ Create, Update, Delete, GetInfo, List, ReplayParked, RestartSubsystem and the bi
 confirmation ``<stream>::<group>``, then events; the client's acks and nacks come back on the same
 call). The work is done by the node's :class:`~evdb.persistent.PersistentSubscriptionService`;
 errors answer with KurrentDB's statuses, messages and ``exception`` trailers (``stream-name``,
-``group-name``, ``reason``). A follower answers a call with ``requires-leader`` with the leader's
-address (``check_leader``), and any other call with "Server Is Not Ready", as KurrentDB's does.
+``group-name``, ``reason``). Any node but the leader answers Create, Update, Delete, Read and
+ReplayParked with the leader's address (``require_leader``, whatever the
+``requires-leader`` header says, as KurrentDB's node controller does), and GetInfo/List with
+"Server Is Not Ready".
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from evdb.grpc.common import (
     check_leader,
     check_stream_access,
     grpc_error,
+    require_leader,
     stream_name,
 )
 from evdb.persistent import ALL, EventFilterSpec, EventSource, GroupSettings
@@ -130,11 +133,18 @@ def _settings(settings: Any, start: int, strategy: str) -> GroupSettings:
     )
 
 
+def _revision(value: int) -> int:
+    """A stream revision as a start: KurrentDB reads the unsigned 64-bit field as a signed one, so
+    18446744073709551615 (what clients still send in the deprecated ``Settings.revision`` for "from
+    end") is -1, the end."""
+    return LIVE if value >= 2**63 else int(value)
+
+
 def _start(options: Any, *, stream: bool) -> int:
     if stream:
         which = options.WhichOneof("revision_option")
         if which == "revision":
-            return int(options.revision)
+            return _revision(options.revision)
         return LIVE if which == "end" else 0
     which = options.WhichOneof("all_option")
     if which == "position":
@@ -251,13 +261,14 @@ class PersistentSubscriptionsService:
         return self.node.persistent
 
     async def _begin(self, stream: Stream, *, leader: bool = True) -> tuple[CallContext, Any]:
-        """The caller and the request; with ``leader``, a follower answers a requires-leader call with
-        the leader's address. GetInfo and List do not (KurrentDB's statistics requests carry no
-        requires-leader): a follower, which runs no groups, answers them "Server Is Not Ready"."""
+        """The caller and the request; with ``leader``, a node that is not the leader answers with the
+        leader's address (KurrentDB's controller denies these messages on any other node, whether
+        or not the client requires the leader). GetInfo and List do not: a follower, which runs no
+        groups, answers them "Server Is Not Ready"."""
         ctx = await call_context(self.node, stream)
         request = await stream.recv_message()
         if leader:
-            check_leader(self.node, ctx)
+            require_leader(self.node)
         return ctx, request
 
     @staticmethod
@@ -293,7 +304,7 @@ class PersistentSubscriptionsService:
                 start = _start(options.stream, stream=True)
             else:  # before 21.10: the stream and the revision in the settings
                 source = EventSource.of(stream_name(options.stream_identifier))
-                start = int(settings.revision)
+                start = _revision(settings.revision)
             user = ctx.principal.name or None
             await self.service.create(source, options.group_name, _settings(settings, start, strategy), user)
             await stream.send_message(P.CreateResp())
@@ -316,7 +327,7 @@ class PersistentSubscriptionsService:
                 start = _start(options.stream, stream=True)
             else:
                 source = EventSource.of(stream_name(options.stream_identifier))
-                start = int(settings.revision)
+                start = _revision(settings.revision)
             user = ctx.principal.name or None
             await self.service.update(source, options.group_name, _settings(settings, start, strategy), user)
             await stream.send_message(P.UpdateResp())
@@ -382,7 +393,8 @@ class PersistentSubscriptionsService:
 
     async def restart(self, stream: Stream) -> None:
         async def work() -> None:
-            ctx, _ = await self._begin(stream)
+            ctx, _ = await self._begin(stream, leader=False)
+            check_leader(self.node, ctx)  # a subsystem message, not one KurrentDB's controller denies
             self._require_ops(ctx.principal)
             await restart_subscriptions(self.node)
             await stream.send_message(shared_pb2.Empty())
@@ -401,7 +413,7 @@ class PersistentSubscriptionsService:
                 Status.INVALID_ARGUMENT, "A persistent subscription read starts with its options."
             )
         options = first.options
-        check_leader(node, ctx)
+        require_leader(node)
         try:
             name = (
                 ALL

@@ -564,22 +564,62 @@ class StreamsService:
     # -- BatchAppend -------------------------------------------------------------------------------------
     async def batch_append(self, stream: Stream) -> None:
         """Batches by correlation id: the first request of a batch carries its options, the one with
-        ``is_final`` ends it; each batch is appended atomically and answered by correlation id."""
+        ``is_final`` ends it; each batch is appended atomically and answered by correlation id.
+
+        A batch has the deadline its options give (a duration, or before 21.10 a point in time), as
+        KurrentDB's: one already passed is answered ``Timeout`` at once; one that passes before the
+        batch's final request has arrived is answered ``Timeout`` then, and what else comes for that
+        batch is ignored."""
         node = self.node
         ctx = await call_context(node, stream)
-        pending: dict[str, tuple[Any, list[NewEvent]]] = {}
-        async for request in stream:
-            correlation = request.correlation_id.SerializeToString()
-            if correlation not in pending:
-                if not request.HasField("options"):
-                    raise GRPCError(Status.INVALID_ARGUMENT, "A batch starts with its options.")
-                pending[correlation] = (request.options, [])
-            options, events = pending[correlation]
-            events.extend(_new_event(m) for m in request.proposed_messages)
-            if request.is_final:
-                del pending[correlation]
-                check_leader(node, ctx)
-                await stream.send_message(await self._batch(ctx, request.correlation_id, options, events))
+        pending: dict[bytes, tuple[Any, list[NewEvent], asyncio.Task[None] | None]] = {}
+        expired: set[bytes] = set()
+        sending = asyncio.Lock()  # the answers of the call and of its timers, one at a time
+
+        async def answer(message: streams_pb2.BatchAppendResp) -> None:
+            async with sending:
+                await stream.send_message(message)
+
+        async def expire(correlation: bytes, correlation_id: Any, options: Any, seconds: float) -> None:
+            await node.clock.sleep(seconds)
+            if pending.pop(correlation, None) is not None:
+                expired.add(correlation)
+                await answer(_timed_out(correlation_id, options))
+
+        try:
+            async for request in stream:
+                correlation = request.correlation_id.SerializeToString()
+                if correlation in expired:
+                    if request.is_final:
+                        expired.discard(correlation)
+                    continue
+                if correlation not in pending:
+                    if not request.HasField("options"):
+                        raise GRPCError(Status.INVALID_ARGUMENT, "A batch starts with its options.")
+                    seconds = _batch_timeout(request.options, node.clock.time())
+                    if seconds is not None and seconds <= 0:
+                        if not request.is_final:
+                            expired.add(correlation)
+                        await answer(_timed_out(request.correlation_id, request.options))
+                        continue
+                    timer = None
+                    if seconds is not None:
+                        timer = asyncio.get_running_loop().create_task(
+                            expire(correlation, request.correlation_id, request.options, seconds)
+                        )
+                    pending[correlation] = (request.options, [], timer)
+                options, events, timer = pending[correlation]
+                events.extend(_new_event(m) for m in request.proposed_messages)
+                if request.is_final:
+                    del pending[correlation]
+                    if timer is not None:
+                        timer.cancel()
+                    check_leader(node, ctx)
+                    await answer(await self._batch(ctx, request.correlation_id, options, events))
+        finally:
+            for _, _, timer in pending.values():
+                if timer is not None:
+                    timer.cancel()
 
     async def _batch(
         self, ctx: CallContext, correlation_id: Any, options: Any, events: list[NewEvent]
@@ -693,6 +733,26 @@ class StreamsService:
         """The last event number of a soft-deleted stream (readers see none: -1 for them)."""
         state = database(self.node).stream_state(name)
         return state.last_event_number if state.soft_deleted and not state.tombstoned else -1
+
+
+def _batch_timeout(options: Any, now: float) -> float | None:
+    """The seconds a batch may take, from its options (KurrentDB's ``deadline`` duration, or the
+    pre-21.10 ``deadline_21_10_0`` point in time against ``now``); None: no deadline."""
+    which = options.WhichOneof("deadline_option")
+    if which == "deadline":
+        return options.deadline.seconds + options.deadline.nanos / 1e9
+    if which == "deadline_21_10_0":
+        return options.deadline_21_10_0.seconds + options.deadline_21_10_0.nanos / 1e9 - now
+    return None
+
+
+def _timed_out(correlation_id: Any, options: Any) -> streams_pb2.BatchAppendResp:
+    """KurrentDB's ``Status.Timeout`` answer to a batch whose deadline has passed."""
+    return streams_pb2.BatchAppendResp(
+        correlation_id=correlation_id,
+        stream_identifier=options.stream_identifier,
+        error=_status(Status.DEADLINE_EXCEEDED, "Timeout", shared_pb2.Timeout()),
+    )
 
 
 def _status(status: Status, message: str, detail: Any) -> status_pb2.Status:

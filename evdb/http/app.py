@@ -13,6 +13,7 @@ from evdb.auth import parse_basic_authorization
 from evdb.autoscavenge.nodeauth import NODE_SCHEME, authenticate_node
 from evdb.http.answers import REOPENING, ClientLimit, authenticate_now, error_answer
 from evdb.http.common import LOOP, NODE, PRINCIPAL, AppLoop, unauthorized
+from evdb.tls.user_certificates import certificate_principal
 
 if TYPE_CHECKING:
     from evdb.node import Node
@@ -48,6 +49,11 @@ async def auth_middleware(request: web.Request, handler):
     """Resolve ``Authorization: Basic``; wrong credentials are a 401 on every endpoint."""
     header = request.headers.get("Authorization")
     node = request.app[NODE]
+    if not header and node.options.user_certificates_enabled:  # KurrentDB's X.509 user certificates
+        by_certificate = await certificate_principal(node, request.transport)
+        if by_certificate is not None:
+            request[PRINCIPAL] = by_certificate
+            return await handler(request)
     principal = authenticate_now(node, header)  # no header, or credentials signed in before
     if principal is None:
         assert header

@@ -13,19 +13,22 @@ import base64
 import contextlib
 import json
 import uuid
+import zlib
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote
+from xml.sax.saxutils import escape
 
 from aiohttp import web
 
 from evdb.auth import Principal, stream_access
 from evdb.clock import TICKS_PER_SECOND
-from evdb.errors import EventTooLarge, InvalidInput, StreamDeleted
+from evdb.errors import EvdbError, EventTooLarge, InvalidInput, StreamDeleted
 from evdb.http.answers import Answer
 from evdb.http.bodies import read_body
 from evdb.http.common import (
+    _accepted,
     bad_request,
     get_node,
     get_principal,
@@ -44,6 +47,9 @@ if TYPE_CHECKING:
     from evdb.node import Node
 
 ATOM = "application/vnd.kurrent.atom+json"
+ATOM_XML = "application/atom+xml"
+#: KurrentDB's description document of a stream (its two names)
+STREAMDESC = ("application/vnd.kurrent.streamdesc+json", "application/vnd.eventstore.streamdesc+json")
 PAGE = 20
 MAX_PAGE = 4096
 EVENTS_TYPES = ("application/vnd.kurrent.events+json", "application/vnd.eventstore.events+json")
@@ -248,11 +254,108 @@ def _page_count(text: str) -> int:
 
 
 # -- reading streams ---------------------------------------------------------------------------------
+def _feed_format(request: web.Request) -> str:
+    """The format a stream feed is asked in: a description document or the Atom XML feed when the
+    Accept header names one before anything else evdb answers feeds in (KurrentDB's codecs); else
+    evdb's JSON feed (``ATOM``)."""
+    for kind, sub in _accepted(request.headers.get("Accept", "")):
+        media = f"{kind}/{sub}"
+        if media in STREAMDESC or media == ATOM_XML:
+            return media
+        if media in (ATOM, "application/vnd.eventstore.atom+json", "application/json") or kind == "*":
+            return ATOM
+    return ATOM
+
+
+#: the content-type part of the JSON feed's ETag that KurrentDB's documentation shows (its examples send
+#: ``If-None-Match: 26;-2060438500``); KurrentDB's own value is a per-process string hash
+_DOCUMENTED_TYPE_HASH = {ATOM: -2060438500, "application/vnd.eventstore.atom+json": -2060438500}
+
+
+def _etag(version: int, content_type: str) -> str:
+    """KurrentDB's ETag of a feed: ``version;hash-of-the-content-type`` (the documented value for the
+    JSON feed, a stable hash for any other type), so a feed's ETag names its content type too."""
+    digest = _DOCUMENTED_TYPE_HASH.get(content_type, zlib.crc32(content_type.encode()) - 2**31)
+    return f"{version};{digest}"
+
+
+def _not_modified(request: web.Request, version: int, content_type: str) -> bool:
+    """``If-None-Match`` names this version of the feed in this content type (KurrentDB: 304)."""
+    given = request.headers.get("If-None-Match")
+    return given is not None and given.strip().strip('"') == _etag(version, content_type)
+
+
+async def _description(request: web.Request, stream: str, media: str) -> web.Response:
+    """KurrentDB's description document of a stream: where its feed is and its persistent groups."""
+    node = get_node(request)
+    escaped = quote(stream, safe="")
+    try:
+        groups = [g["groupName"] for g in node.persistent.list(stream)]
+    except EvdbError:  # none, or the subsystem not running: no subscriptions listed
+        groups = []
+    links: dict[str, Any] = {
+        "self": {"href": f"/streams/{escaped}", "supportedContentTypes": [media]},
+        "stream": {
+            "href": f"/streams/{escaped}",
+            "supportedContentTypes": [ATOM_XML, ATOM, "application/vnd.eventstore.atom+json"],
+        },
+    }
+    if groups:
+        links["streamSubscription"] = [
+            {
+                "href": f"/subscriptions/{escaped}/{group}",
+                "supportedContentTypes": [
+                    "application/vnd.eventstore.competingatom+xml",
+                    "application/vnd.kurrent.competingatom+json",
+                    "application/vnd.eventstore.competingatom+json",
+                ],
+            }
+            for group in groups
+        ]
+    body = {
+        "title": f"Description document for '{stream}'",
+        "description": "The description document will be presented when no accept header is present "
+        "or it was requested",
+        "_links": links,
+    }
+    return json_response(body, content_type=media)
+
+
+def _atom_xml(feed: dict[str, Any]) -> str:
+    """The feed as an Atom document (RFC 4287), as KurrentDB's XML codec writes its feeds."""
+
+    def link(item: dict[str, Any]) -> str:
+        return f'<link href="{escape(item["uri"], {chr(34): "&quot;"})}" rel="{item["relation"]}" />'
+
+    def author(item: dict[str, Any]) -> str:
+        return f"<author><name>{escape(item['author']['name'])}</name></author>"
+
+    parts = [
+        '<?xml version="1.0" encoding="utf-8"?><feed xmlns="http://www.w3.org/2005/Atom">',
+        f"<title>{escape(feed['title'])}</title><id>{escape(feed['id'])}</id>",
+        f"<updated>{feed['updated']}</updated>{author(feed)}",
+        *(link(item) for item in feed["links"]),
+    ]
+    for entry in feed["entries"]:
+        parts.append(
+            f"<entry><title>{escape(entry['title'])}</title><id>{escape(entry['id'])}</id>"
+            f"<updated>{entry['updated']}</updated>{author(entry)}"
+            f"<summary>{escape(entry['summary'])}</summary>"
+            + "".join(link(item) for item in entry["links"])
+            + "</entry>"
+        )
+    parts.append("</feed>")
+    return "".join(parts)
+
+
 async def _feed(
     request: web.Request, stream: str, start: int | None, direction: str, count: int
 ) -> web.Response:
     node = get_node(request)
     check_access(request, stream, "read")
+    media = _feed_format(request)
+    if media in STREAMDESC and direction == "backward":  # KurrentDB: the head and backward pages
+        return await _description(request, stream, media)
     embed = request.query.get("embed")
     resolve = resolve_link_tos(request, True)
     long_poll = header(request, "LongPoll")
@@ -286,6 +389,21 @@ async def _feed(
         links.append({"uri": f"{base}/{last + 1}/forward/{count}", "relation": "previous"})
     links.append({"uri": f"{base}/metadata", "relation": "metadata"})
     head = direction == "backward" and (start is None or start >= last)
+    content_type = ATOM_XML if media == ATOM_XML else ATOM
+    if _not_modified(request, last, content_type):
+        return web.Response(status=304, reason="Not Modified")
+    # KurrentDB's caching: a page that can no longer change is cacheable for a year, without an ETag;
+    # the head (or a page still being filled) carries the ETag and must be revalidated
+    if direction == "backward":
+        settled = start is not None and last >= start and not head
+    else:
+        settled = start is not None and last + 1 >= start + count
+    cache = {"Vary": "Accept"}
+    if settled:
+        cache["Cache-Control"] = "max-age=31536000, public"
+    else:
+        cache["Cache-Control"] = "max-age=0, no-cache, must-revalidate"
+        cache["ETag"] = f'"{_etag(last, content_type)}"'
     entries = await _entries(request, db, events, embed, resolve)
     body = {
         "title": f"Event stream '{stream}'",
@@ -295,11 +413,13 @@ async def _feed(
         "author": {"name": "evdb"},
         "headOfStream": head or (direction == "forward" and page.is_end_of_stream),
         "selfUrl": base,
-        "eTag": f"{last};-1",
+        "eTag": _etag(last, content_type),
         "links": links,
         "entries": entries,
     }
-    return json_response(body, content_type=ATOM)
+    if media == ATOM_XML:
+        return web.Response(text=_atom_xml(body), content_type=ATOM_XML, headers=cache)
+    return json_response(body, content_type=ATOM, headers=cache)
 
 
 async def read_stream_head(request: web.Request) -> web.Response:
@@ -439,9 +559,17 @@ def _from_base64(value: Any, name: str) -> bytes:
         raise InvalidInput(f"'{name}' must be base64 text.") from None
 
 
-def events_of(content_type: str, body: bytes, get: HeaderGetter) -> list[NewEvent]:
+class EventIdRequired(Exception):
+    """A single-event append without an event id: KurrentDB answers 307 to
+    ``/streams/{stream}/incoming/{guid}``, a fresh id the client posts to (a retry is idempotent)."""
+
+
+def events_of(
+    content_type: str, body: bytes, get: HeaderGetter, incoming_id: str | None = None
+) -> list[NewEvent]:
     """The events of an append's body: ``content_type`` as aiohttp parses it (``request.content_type``:
-    ``application/octet-stream`` when absent), ``get`` the request's headers."""
+    ``application/octet-stream`` when absent), ``get`` the request's headers; ``incoming_id``: the id
+    of ``/streams/{stream}/incoming/{guid}`` (a header's id comes first, as KurrentDB's)."""
     if content_type in EVENTS_TYPES:
         items = parse_json(body)
         if not isinstance(items, list):
@@ -467,15 +595,16 @@ def events_of(content_type: str, body: bytes, get: HeaderGetter) -> list[NewEven
         event_type = kurrent_header(get, "EventType")
         if not event_type:
             raise InvalidInput("A single-event append needs the Kurrent-EventType header.")
-        event_id = kurrent_header(get, "EventId")
-        if content_type == "application/json":
-            parse_json(body or b"null")
+        event_id = incoming_id or kurrent_header(get, "EventId")
+        if not event_id:
+            raise EventIdRequired()
+        # KurrentDB stores a single event's body as it came, valid JSON or not (isJson from the type)
         return [
             NewEvent(
                 event_type,
                 body,
                 b"",
-                _event_id(event_id) if event_id else uuid.uuid4(),
+                _event_id(event_id),
                 content_type == "application/json",
             )
         ]
@@ -517,11 +646,12 @@ def submit_append(
     get: HeaderGetter,
     loop: asyncio.AbstractEventLoop,
     content_length: int | None,
+    incoming_id: str | None = None,
 ) -> PendingAppend:
     """Parse the body (metadata events are checked with the rest in the database), and hand the
     append to the writer, answered with its commit group's wake-up of ``loop``. Nothing is written
     when this raises."""
-    events = events_of(content_type, body, get)
+    events = events_of(content_type, body, get, incoming_id)
     expected = expected_version(get)
     started = node.clock.monotonic()
     try:
@@ -548,20 +678,45 @@ def appended(node: Node, pending: PendingAppend, result: AppendResult, base: str
 
 
 async def append(request: web.Request) -> web.Response:
+    return await _append(request, None)
+
+
+async def append_incoming(request: web.Request) -> web.Response:
+    """``POST /streams/{stream}/incoming/{guid}``: a single event whose id is the one in the path."""
+    guid = request.match_info["guid"]
+    try:
+        uuid.UUID(guid)
+    except ValueError:
+        raise InvalidInput("Invalid request. Unable to parse guid") from None
+    return await _append(request, guid)
+
+
+async def _append(request: web.Request, incoming_id: str | None) -> web.Response:
     stream = request.match_info["stream"]
     node = get_node(request)
     db = begin_append(node, get_principal(request), stream)
     body = await read_body(request)
-    pending = submit_append(
-        node,
-        db,
-        stream,
-        request.content_type,
-        body,
-        request.headers.get,
-        request_loop(request),
-        request.content_length,
-    )
+    try:
+        pending = submit_append(
+            node,
+            db,
+            stream,
+            request.content_type,
+            body,
+            request.headers.get,
+            request_loop(request),
+            request.content_length,
+            incoming_id,
+        )
+    except EventIdRequired:
+        location = f"{_base(request)}/streams/{quote(stream, safe='$')}/incoming/{uuid.uuid4()}"
+        return web.Response(
+            status=307,
+            reason="Temporary Redirect",
+            text="Forwarding to idempotent URI",
+            content_type="text/plain",
+            headers={"Location": location},
+        )
     result = await pending.future
     return appended(node, pending, result, _base(request)).response()
 
@@ -667,6 +822,7 @@ async def subscribe_stream(request: web.Request) -> web.StreamResponse:
 def setup(app: web.Application) -> None:
     r = app.router
     r.add_post("/streams/{stream}", append)
+    r.add_post("/streams/{stream}/incoming/{guid}", append_incoming)
     r.add_delete("/streams/{stream}", delete)
     r.add_get("/streams/{stream}", read_stream_head)
     r.add_get("/streams/{stream}/metadata", get_metadata)

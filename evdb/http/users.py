@@ -12,12 +12,24 @@ from evdb.auth import UserAlreadyExists, UserNotFound
 from evdb.errors import InvalidInput
 from evdb.http.common import get_node, json_response, read_json, require_admin, require_authenticated
 
+#: the keys of the users API's bodies, by their lower-case form (KurrentDB binds them as Json.NET
+#: does, ignoring case: its own docs post ``LoginName``, ``FullName``, ``Groups``, ``Password``)
+_KEYS = {
+    key.lower(): key
+    for key in ("loginName", "fullName", "groups", "password", "currentPassword", "newPassword")
+}
+
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
     body = await read_json(request, empty={})
     if not isinstance(body, dict):
         raise InvalidInput("The body must be a JSON object.")
-    return body
+    return {_KEYS.get(str(key).lower(), str(key)): value for key, value in body.items()}
+
+
+def _done(**fields: Any) -> dict[str, Any]:
+    """A successful answer as KurrentDB's user-management responses: ``success`` and ``error``."""
+    return {**fields, "success": True, "error": "Success"}
 
 
 async def _call(fn, *args):
@@ -32,7 +44,7 @@ async def _call(fn, *args):
 async def list_users(request: web.Request) -> web.Response:
     require_admin(request)
     users = await _call(get_node(request).users.list)
-    return json_response({"data": [u.to_json() for u in users], "success": True})
+    return json_response(_done(data=[u.to_json() for u in users]))
 
 
 async def get_user(request: web.Request) -> web.Response:
@@ -41,7 +53,7 @@ async def get_user(request: web.Request) -> web.Response:
     if login != principal.name:
         require_admin(request)
     user = await _call(get_node(request).users.get, login)
-    return json_response({"data": user.to_json(), "success": True})
+    return json_response(_done(data=user.to_json()))
 
 
 async def create_user(request: web.Request) -> web.Response:
@@ -55,7 +67,7 @@ async def create_user(request: web.Request) -> web.Response:
         body.get("password"),
     )
     return json_response(
-        {"loginName": user.login_name, "success": True},
+        _done(loginName=user.login_name),
         status=201,
         headers={"Location": f"/users/{quote(user.login_name, safe='')}"},
     )
@@ -70,13 +82,13 @@ async def update_user(request: web.Request) -> web.Response:
         body.get("fullName", ""),
         body.get("groups", []),
     )
-    return json_response({"success": True})
+    return json_response(_done())
 
 
 async def delete_user(request: web.Request) -> web.Response:
     require_admin(request)
     await _call(get_node(request).users.delete, request.match_info["login"])
-    return json_response({"success": True})
+    return json_response(_done())
 
 
 async def command(request: web.Request) -> web.Response:
@@ -94,7 +106,7 @@ async def command(request: web.Request) -> web.Response:
             users.change_password, login, str(body.get("currentPassword", "")), body.get("newPassword")
         ):
             raise web.HTTPUnauthorized(text="The current password is wrong.", content_type="text/plain")
-        return json_response({"success": True})
+        return json_response(_done())
     require_admin(request)
     if verb == "reset-password":
         body = await _json_body(request)
@@ -103,7 +115,7 @@ async def command(request: web.Request) -> web.Response:
         await _call(users.set_disabled, login, verb == "disable")
     else:
         raise web.HTTPNotFound(text=f"Unknown user command '{verb}'.", content_type="text/plain")
-    return json_response({"success": True})
+    return json_response(_done())
 
 
 def setup(app: web.Application) -> None:

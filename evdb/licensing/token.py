@@ -60,6 +60,8 @@ class Entitlement(StrEnum):
 
     AUTO_SCAVENGE = "AUTO_SCAVENGE"
     REDACTION = "REDACTION"
+    LOGS_ENDPOINT = "LOGS_ENDPOINT"  # KurrentDB's /admin/logs
+    USER_CERTIFICATES = "USER_CERTIFICATES"  # X.509 user certificates (UserCertificatesEnabled)
 
 
 class LicenseError(EvdbError):

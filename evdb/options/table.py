@@ -620,6 +620,22 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "Logging",
         choices=("Plain", "Json"),
     ),
+    OptionSpec(
+        "UserCertificatesEnabled",
+        "bool",
+        False,
+        "Authenticate clients by their X.509 certificate: its subject's common name is the user (licensed).",
+        "Certificates",
+        details=(
+            "KurrentDB's user-certificates plugin (`UserCertificates: Enabled: true` in YAML is accepted "
+            "too), which needs a licence with the USER_CERTIFICATES entitlement. A client certificate "
+            "authenticates a TLS connection's HTTP and gRPC requests that carry no Authorization header "
+            "when it chains to a trusted root, is valid now, has the Digital Signature and Key "
+            "Encipherment or Key Agreement key usages and the Client Authentication extended key usage, "
+            "is not a node certificate (no Server Authentication), and its common name is an enabled "
+            "user. See docs/certificates.md."
+        ),
+    ),
     # -- Licensing -----------------------------------------------------------------------------------
     OptionSpec(
         "LicenseKey",

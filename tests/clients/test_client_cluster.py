@@ -13,7 +13,13 @@ import grpc
 import pytest
 from kurrentdbclient import KurrentDBClient, NewEvent, StreamState
 from kurrentdbclient.exceptions import NodeIsNotLeaderError
-from kurrentdbclient.protos.v1 import shared_pb2, streams_pb2, streams_pb2_grpc
+from kurrentdbclient.protos.v1 import (
+    persistent_pb2,
+    persistent_pb2_grpc,
+    shared_pb2,
+    streams_pb2,
+    streams_pb2_grpc,
+)
 
 from evdb.cluster.launcher import LocalCluster
 
@@ -108,3 +114,43 @@ def test_discovery_not_leader_and_forwarding(cluster):
         channel.close()
     with KurrentDBClient(uri(cluster, followers[0], "&nodePreference=follower")) as client:
         assert [e.type for e in client.get_stream(stream)] == ["A", "C"]  # served by the follower
+
+
+def test_persistent_subscription_calls_on_a_follower_name_the_leader(cluster):
+    """KurrentDB's node controller denies persistent-subscription Create and Read (Connect) on any
+    node but the leader with the leader's endpoint, whether or not the client requires the leader
+    (the Node.js client reconnects there); GetInfo is not one of them: "Server Is Not Ready"."""
+    leader, followers = addresses(cluster)
+    info_ = cluster.info()
+    token = base64.b64encode(f"{info_['user']}:{info_['password']}".encode()).decode()
+    with open(info_["ca"], "rb") as f:
+        channel = grpc.secure_channel(followers[0], grpc.ssl_channel_credentials(f.read()))
+    stub = persistent_pb2_grpc.PersistentSubscriptionsStub(channel)
+    options = persistent_pb2.CreateReq.Options(group_name="g")
+    options.stream.stream_identifier.stream_name = b"ps-on-follower"
+    options.stream.start.CopyFrom(shared_pb2.Empty())
+    options.settings.consumer_strategy = "RoundRobin"
+    read = persistent_pb2.ReadReq.Options(group_name="g", buffer_size=10)
+    read.stream_identifier.stream_name = b"ps-on-follower"
+    read.uuid_option.string.CopyFrom(shared_pb2.Empty())
+    try:
+        for requires in ("false", "true"):
+            metadata = [("authorization", f"Basic {token}"), ("requires-leader", requires)]
+            calls = {
+                "Create": lambda md=metadata: stub.Create(
+                    persistent_pb2.CreateReq(options=options), metadata=md, timeout=20
+                ),
+                "Read": lambda md=metadata: list(
+                    stub.Read(iter([persistent_pb2.ReadReq(options=read)]), metadata=md, timeout=20)
+                ),
+            }
+            for call, run in calls.items():
+                with pytest.raises(grpc.RpcError) as refused:
+                    run()
+                assert refused.value.code() == grpc.StatusCode.NOT_FOUND, (call, requires)
+                assert refused.value.details() == "Leader info available", (call, requires)
+                trailers = dict(refused.value.trailing_metadata() or ())
+                assert trailers["exception"] == "not-leader"
+                assert f"{trailers['leader-endpoint-host']}:{trailers['leader-endpoint-port']}" == leader
+    finally:
+        channel.close()

@@ -97,7 +97,8 @@ CASES = [
     Case("first sign-in", [request(event_id=event_id(1))], lean=False),
     Case("ops signs in", [request("ops-stream", auth=OPS, event_id=event_id(2))], lean=False),
     Case("json event", [request(event_id=event_id(3))], lean=True),
-    Case("json event, no id", [request("no-id", body=b"[1, 2]", event_id="omit")], lean=True),
+    # no id: KurrentDB's 307 to /streams/{stream}/incoming/{guid}, answered by aiohttp
+    Case("json event, no id", [request("no-id", body=b"[1, 2]", event_id="omit")], lean=False),
     Case("idempotent repeat", [request(event_id=event_id(3))], lean=True),
     Case("octet-stream", [request("bytes", b"\x00\x01", content_type="application/octet-stream")], lean=True),
     Case(
@@ -163,8 +164,8 @@ CASES = [
         until_eof=True,
     ),
     Case("Connection: keep-alive", [request("kept", extra=("Connection: keep-alive",))], lean=True),
-    Case("bad JSON", [request("bad", b"{nope")], lean=False),
-    Case("NaN", [request("bad", b"NaN")], lean=False),
+    Case("bad JSON", [request("bad", b"{nope")], lean=True),  # a single event's body: stored as it came
+    Case("NaN", [request("bad", b"NaN")], lean=True),
     Case("missing event type", [request("bad", event_type=None)], lean=False),
     Case("bad event id", [request("bad", event_id="not-a-uuid")], lean=False),
     Case("bad expected version", [request("bad", extra=("ES-ExpectedVersion: x",))], lean=False),
@@ -206,7 +207,10 @@ CASES = [
 
 
 def _without_date(answers: bytes) -> bytes:
-    return re.sub(rb"\r\nDate: [^\r]*\r\n", b"\r\nDate: -\r\n", answers)
+    """The answers without what differs by design: the date, and the fresh id of a 307 to
+    ``/incoming/{guid}`` (a single event without an id: both paths leave it to aiohttp)."""
+    answers = re.sub(rb"\r\nDate: [^\r]*\r\n", b"\r\nDate: -\r\n", answers)
+    return re.sub(rb"/incoming/[0-9a-f-]{36}", b"/incoming/-", answers)
 
 
 async def _read_answers(reader: asyncio.StreamReader, count: int, until_eof: bool) -> bytes:
@@ -331,7 +335,7 @@ async def test_a_lean_connection_goes_on_after_a_hand_off_with_aiohttp(pair: Pai
         "mixed",
         [
             request("mixed", event_id=event_id(50)),
-            request("mixed", b"{bad"),
+            request("mixed", event_type=None),  # 400: no event type
             request("mixed", method="GET"),
             request("mixed", event_id=event_id(51)),
         ],

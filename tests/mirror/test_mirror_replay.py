@@ -77,7 +77,11 @@ async def history(c: httpx.AsyncClient) -> None:
     r = await c.post(
         "/streams/bin",
         content=b"\x00\xff\xfe raw",
-        headers={"Content-Type": "application/octet-stream", "Kurrent-EventType": "Raw"},
+        headers={
+            "Content-Type": "application/octet-stream",
+            "Kurrent-EventType": "Raw",
+            "Kurrent-EventId": str(uuid.uuid4()),
+        },
     )
     assert r.status_code == 201
     await append(c, "soft", events(2))

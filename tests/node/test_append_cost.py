@@ -102,7 +102,11 @@ async def test_the_append_answer_keeps_its_shape(client) -> None:
     again = await client.post(
         "/streams/shape-1",
         content=b"[1, 2]",
-        headers={"Content-Type": "application/json", "Kurrent-EventType": "T"},
+        headers={
+            "Content-Type": "application/json",
+            "Kurrent-EventType": "T",
+            "Kurrent-EventId": str(uuid.uuid4()),
+        },
     )
     assert again.status_code == 201
     assert json.loads(again.content)["nextExpectedVersion"] == 1
@@ -118,8 +122,8 @@ async def test_a_refused_append_writes_nothing(client, anon) -> None:
     assert denied.status_code == 401
     bad = await client.post(
         "/streams/shape-2",
-        content=b"{not json",
-        headers={"Content-Type": "application/json", "ES-EventType": "T"},
+        content=b"{not json",  # an events array that is not JSON (a single event's body is stored as is)
+        headers={"Content-Type": "application/vnd.eventstore.events+json"},
     )
     assert bad.status_code == 400
     read = await client.get("/streams/shape-2", headers={"Accept": "application/json"})

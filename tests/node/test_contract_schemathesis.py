@@ -160,7 +160,11 @@ async def _run_against_a_live_node(tmp_path) -> Run:
             seeded = await admin.post(  # something to read, so reads of an existing stream run too
                 "/streams/contract",
                 json={"n": 1},
-                headers={"Kurrent-EventType": "Seed", "Content-Type": "application/json"},
+                headers={
+                    "Kurrent-EventType": "Seed",
+                    "Kurrent-EventId": "3f0b7f1e-59a4-4bd6-9d52-1c3a27a4c1f5",
+                    "Content-Type": "application/json",
+                },
             )
             assert seeded.status_code == 201, seeded.text
         schema = await asyncio.to_thread(load_schema, node.http_url)

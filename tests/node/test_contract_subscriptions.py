@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 
 
 async def _settled_task_count(expected: int, within: float = 3.0) -> int:
@@ -15,7 +16,11 @@ async def _settled_task_count(expected: int, within: float = 3.0) -> int:
 
 
 async def test_an_abandoned_subscription_ends_its_handler_without_a_new_event(client):
-    await client.post("/streams/subscribed", json={"n": 1}, headers={"Kurrent-EventType": "E"})
+    await client.post(
+        "/streams/subscribed",
+        json={"n": 1},
+        headers={"Kurrent-EventType": "E", "Kurrent-EventId": str(uuid.uuid4())},
+    )
     baseline = await _settled_task_count(0, within=0.5)
     for _ in range(3):
         async with client.stream("GET", "/subscriptions/streams/subscribed") as response:
@@ -28,11 +33,19 @@ async def test_an_abandoned_subscription_ends_its_handler_without_a_new_event(cl
 
 
 async def test_a_new_event_ends_the_handlers_of_abandoned_subscriptions(client):
-    await client.post("/streams/subscribed", json={"n": 1}, headers={"Kurrent-EventType": "E"})
+    await client.post(
+        "/streams/subscribed",
+        json={"n": 1},
+        headers={"Kurrent-EventType": "E", "Kurrent-EventId": str(uuid.uuid4())},
+    )
     baseline = await _settled_task_count(0, within=0.5)
     for _ in range(3):
         async with client.stream("GET", "/subscriptions/streams/subscribed") as response:
             async for _chunk in response.aiter_bytes():
                 break
-    await client.post("/streams/subscribed", json={"n": 2}, headers={"Kurrent-EventType": "E"})
+    await client.post(
+        "/streams/subscribed",
+        json={"n": 2},
+        headers={"Kurrent-EventType": "E", "Kurrent-EventId": str(uuid.uuid4())},
+    )
     assert await _settled_task_count(baseline) <= baseline

@@ -42,6 +42,23 @@ UNDOCUMENTED: dict[tuple[str, str], tuple[dict[str, str], str]] = {
         {ANON: "401", WRONG: "401", USER: "401", OPS: ALLOWED, ADMIN: ALLOWED},
         "/admin/node/resign",
     ),
+    ("POST", "/admin/mergeindexes"): (
+        {ANON: "401", WRONG: "401", USER: "401", OPS: ALLOWED, ADMIN: ALLOWED},
+        "/admin/mergeindexes",
+    ),
+    # KurrentDB's logs endpoint needs a licence with LOGS_ENDPOINT: this node has none, so no endpoint
+    ("GET", "/admin/logs"): (
+        {ANON: "404", WRONG: "401", USER: "404", OPS: "404", ADMIN: "404"},
+        "/admin/logs",
+    ),
+    ("GET", "/admin/logs/{}"): (
+        {ANON: "404", WRONG: "401", USER: "404", OPS: "404", ADMIN: "404"},
+        "/admin/logs/log-20240101.json",
+    ),
+    ("POST", "/streams/{}/incoming/{}"): (  # KurrentDB's 307 target of a single event without an id
+        {ANON: "401", WRONG: "401", USER: ALLOWED, OPS: ALLOWED, ADMIN: ALLOWED},
+        "/streams/matrix-s/incoming/0b6a4f39-8d0c-4c54-9a51-5d2f3e0f6a11",
+    ),
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 
 import httpx
 from rich.console import Console
@@ -21,7 +22,7 @@ async def test_start_scavenge_from_the_keyboard_and_see_it_complete(tmp_path, cl
                 r = await c.post(
                     "/streams/orders",
                     json={"n": i, "pad": "x" * 2000},
-                    headers={"Kurrent-EventType": "OrderPlaced"},
+                    headers={"Kurrent-EventType": "OrderPlaced", "Kurrent-EventId": str(uuid.uuid4())},
                 )
                 assert r.status_code == 201
             assert (await c.delete("/streams/orders")).status_code == 204
