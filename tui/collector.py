@@ -321,6 +321,8 @@ class NodeCollector:
                 self._confirm_start(sc)
                 if changed or s.polls % 5 == 1 or not self._history_ids:
                     await self._from("history", self._read_history(sc))
+                if self._ended_in_history(sc):
+                    await self._reread_progress(sc)
                 return
             if progress.status_code not in (404, 405):
                 raise _status_error(progress)  # the figures read before stay, marked stale
@@ -349,6 +351,27 @@ class NodeCollector:
         self._confirm_start(sc)
         if changed or s.polls % 5 == 1 or not self._history_ids:
             await self._from("history", self._read_history(sc))
+        if sc.progress_available and self._ended_in_history(sc):
+            await self._reread_progress(sc)
+
+    def _ended_in_history(self, sc: ScavengeState) -> bool:
+        """The history (read after the progress) says the run the progress showed running has ended:
+        the progress is the older of the two (a short run ends between the reads)."""
+        return sc.running and any(
+            h.scavenge_id == sc.current_id and h.result not in ("InProgress", "Unknown") for h in sc.history
+        )
+
+    async def _reread_progress(self, sc: ScavengeState) -> None:
+        """Read the progress again, so that the panel never shows a run as running below a history
+        that says it ended; if the node still says running, the history's end is believed."""
+        progress = await self._get("/admin/scavenge/progress")
+        if progress.status_code == 200:
+            body = progress.json()
+            sc.current_id = str(body.get("scavengeId") or "") if body.get("running") else ""
+            self._apply_progress(sc, body)
+        if self._ended_in_history(sc):
+            ended = next(h for h in sc.history if h.scavenge_id == sc.current_id)
+            sc.running, sc.current_id, sc.result = False, "", ended.result
 
     def _confirm_start(self, sc: ScavengeState) -> None:
         """A poll begun after the answer to a start tells the truth about it: the optimistic "starting"
@@ -367,6 +390,8 @@ class NodeCollector:
             sc.weights = {}
             sc.result = None
             sc.point = None
+            sc.phase_seconds = {}
+            sc.executed_through = None
             return
         sc.shown_id = str(figures.get("scavengeId", ""))
         point = figures.get("scavengePoint")
@@ -400,6 +425,13 @@ class NodeCollector:
             )
             for c in figures.get("chunks") or []
         ]
+        sc.phase_seconds = {
+            str(p["phase"]): float(p["seconds"])
+            for p in figures.get("phaseSeconds") or []
+            if isinstance(p, dict) and isinstance(p.get("seconds"), (int, float)) and p.get("phase")
+        }
+        through = figures.get("executedThrough")
+        sc.executed_through = through if isinstance(through, int) else None
         sc.result = "InProgress" if running else figures.get("result")
 
     async def _read_events(self, stream: str, start: int, count: int = 100) -> list[dict[str, Any]]:

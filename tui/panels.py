@@ -70,12 +70,22 @@ _TRANSITIONS = {
 }
 _RESULT_STYLE = {
     "Success": "green",
+    "Completed": "green",
     "InProgress": "cyan",
     "Stopped": "yellow",
     "Errored": "bold red",
     "Interrupted": "red",
     "Unknown": "dim",
 }
+#: a scavenge's result in the node's own words: KurrentDB and evdb log a successful run as "Scavenge
+#: Completed" and write it as ``$scavengeCompleted`` (its ``result`` field says Success)
+_RESULT_WORDS = {"Success": "Completed"}
+
+
+def result_word(result: str) -> str:
+    return _RESULT_WORDS.get(result, result)
+
+
 _LEVEL_STYLE = {
     "Verbose": "dim",
     "Debug": "dim",
@@ -231,8 +241,13 @@ def _jobs(state: DashboardState, node: NodeState) -> str:
     if sc.starting_id and not sc.running:
         jobs.append("starting scavenge")
     elif sc.running:
+        # the phase named with its own progress: 100% of one phase is never read as the whole run
         fraction = sc.phase_fraction()
-        jobs.append(f"scavenging {fraction * 100:.0f}%" if fraction is not None else "scavenging")
+        doing = "scavenging"
+        if sc.phase in SCAVENGE_PHASES:
+            place, phases = sc.overall()
+            doing += f" {place}/{phases} {sc.phase}"
+        jobs.append(f"{doing} {fraction * 100:.0f}%" if fraction is not None else doing)
     backup = node.backup
     if backup is not None and backup.body.get("state") == "running":
         jobs.append("backing up")
@@ -411,21 +426,39 @@ _POINT_ORIGINS = {
 _END_MARK = {"Stopped": ("■", "bold yellow"), "Interrupted": ("■", "bold red"), "Errored": ("✖", "bold red")}
 
 
-def phase_line(running: bool, phase: str, result: str | None, width: int) -> Text:
-    """Every phase with its mark: done ✔, the current one ● (where a stopped run stopped: ■; where it
-    failed: ✖), not started ○. Wrapped between phases, never inside a name."""
+def _seconds(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 60 else duration(seconds)
+
+
+def phase_line(
+    running: bool, phase: str, result: str | None, width: int, seconds: dict[str, float] | None = None
+) -> Text:
+    """Every phase with its mark: done ✔ (with the time it took, as the node reports it; a phase a
+    stopped run did before this run resumed it: "earlier run"), the current one ● (where a stopped run
+    stopped: ■; where it failed: ✖), not started ○. Wrapped between phases, never inside a name."""
+    seconds = seconds or {}
     index = SCAVENGE_PHASES.index(phase) if phase in SCAVENGE_PHASES else -1
+    ran = [SCAVENGE_PHASES.index(p) for p in seconds if p in SCAVENGE_PHASES and p != "Beginning"]
+    resumed_at = min(ran) if ran else None  # the first phase this run worked in (after Beginning)
     items: list[Text] = []
     for i, name in enumerate(SCAVENGE_PHASES):
+        took = ""
         if (not running and result == "Success") or i < index:
             mark, style = "✔", "green"
+            if name in seconds:
+                took = f" {_seconds(seconds[name])}"
+            elif seconds and resumed_at is not None and 0 < i < resumed_at:
+                took = " (earlier run)"
         elif i == index:
             mark, style = (
                 ("●", "bold reverse cyan") if running else _END_MARK.get(result or "", ("●", "yellow"))
             )
         else:
             mark, style = "○", "dim"
-        items.append(Text(f"{mark} {name}", style=style))
+        item = Text(f"{mark} {name}", style=style)
+        if took:
+            item.append(took, style="dim")
+        items.append(item)
     lines: list[Text] = [Text()]
     for item in items:
         line = lines[-1]
@@ -492,12 +525,12 @@ def render_scavenge(
         else:
             result = sc.result or "Unknown"
             heading = Text.assemble(
-                (f"Last run: {result}", _RESULT_STYLE.get(result, "")), f"  id {sc.shown_id}"
+                (f"Last run: {result_word(result)}", _RESULT_STYLE.get(result, "")), f"  id {sc.shown_id}"
             )
         heading.append(settings, style="dim")
         parts.append(heading)
         if sc.phase:
-            parts.append(phase_line(sc.running, sc.phase, sc.result, width))
+            parts.append(phase_line(sc.running, sc.phase, sc.result, width, sc.phase_seconds))
         else:
             parts.append(Text("phase: not reported by this node", style="dim"))
         grid = Table.grid(padding=(0, 2))
@@ -512,6 +545,9 @@ def render_scavenge(
                 grid.add_row("scavenge point", Text("none: no unreached point (syncOnly)", style="dim"))
         count = sc.phase_count()
         fraction = sc.phase_fraction()
+        if sc.running and sc.phase in SCAVENGE_PHASES:
+            place, phases = sc.overall()
+            grid.add_row("overall", f"phase {place} of {phases}: {sc.phase}")
         if count is not None:
             what, done, total = count
             progress = Text()
@@ -628,14 +664,23 @@ def _history(node: NodeState, state: DashboardState | None, width: int) -> list[
     def node_label(h: ScavengeHistoryEntry) -> str:
         return labels.get(h.node, (h.node, ""))[0] if h.node else "?"
 
+    sc = node.scavenge
     rows = []
     for h in shown:
+        result = h.result
+        if (
+            h.scavenge_id == sc.shown_id
+            and not sc.running
+            and sc.result
+            and result in ("InProgress", "Unknown")
+        ):
+            result = sc.result  # the node's progress says it ended; its $scavengeCompleted is on its way
         rows.append(
             {
                 "started": h.started[:19].replace("T", " "),
                 "node": node_label(h),
                 "scavenge id": h.scavenge_id,
-                "result": h.result,
+                "result": result_word(result),
                 "took": _took(h.time_taken),
                 "saved": size(h.space_saved),
             }
@@ -712,7 +757,10 @@ def _chunk_table(node: NodeState, width: int) -> RenderableType:
     for (start, end), c in sorted(rows.items()):
         weight = c.weight if c is not None and c.weight is not None else sc.weights.get(start)
         if c is None:
-            outcome = Text("pending", style="dim")
+            if sc.done_before(start):
+                outcome = Text("done earlier", style="green")
+            else:
+                outcome = Text("pending", style="dim")
         elif c.merged:
             outcome = Text("merged", style="magenta")
         elif c.executed:
@@ -737,8 +785,10 @@ def _chunk_table(node: NodeState, width: int) -> RenderableType:
     executed = sum(1 for c in sc.chunks if c.executed and not c.merged)
     skipped = sum(1 for c in sc.chunks if c.executed is False)
     merged = sum(1 for c in sc.chunks if c.merged)
+    earlier = sum(1 for (start, _), c in rows.items() if c is None and sc.done_before(start))
+    before = f"  done earlier {earlier} (by the stopped run this one resumed)" if earlier else ""
     summary = Text(
-        f"executed {executed}  skipped {skipped}  merged {merged}  │ marks the threshold", style="dim"
+        f"executed {executed}  skipped {skipped}  merged {merged}{before}  │ marks the threshold", style="dim"
     )
     return Group(table, summary)
 

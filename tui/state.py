@@ -157,6 +157,11 @@ class ScavengeState:
     history: list[ScavengeHistoryEntry] = field(default_factory=list)
     #: the run's scavenge point as the node reports it (evdb: number, position, threshold, origin)
     point: dict[str, Any] | None = None
+    #: the seconds each phase the run finished took, as the node reports them (evdb's ``phaseSeconds``)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    #: the last chunk number a stopped run this one resumes had executed (evdb's ``executedThrough``;
+    #: -1 none, None not reported): those chunks are done, not pending
+    executed_through: int | None = None
     #: a scavenge the dashboard just started: its id from the POST's answer, shown at once until a poll
     #: begun after the answer confirms it (or shows it finished)
     starting_id: str = ""
@@ -183,6 +188,15 @@ class ScavengeState:
             left = max(0, self.chunks_total - self.chunks_done) if self.phase == "Chunk execution" else 0
             return "chunks executed or skipped", worked, worked + left
         return None
+
+    def overall(self) -> tuple[int, int]:
+        """(the current phase's number, of how many): the run's place in the whole scavenge, which
+        never goes back (a phase's own fraction starts again at 0 in the next phase)."""
+        return self.phase_index() + 1, len(SCAVENGE_PHASES)
+
+    def done_before(self, chunk: int) -> bool:
+        """A chunk the stopped run this one resumes had executed (it is done, not pending)."""
+        return self.executed_through is not None and 0 <= chunk <= self.executed_through
 
     def phase_fraction(self) -> float | None:
         """Progress within the current phase, 0..1, when the figures tell it."""

@@ -315,7 +315,7 @@ async def test_scavenge_and_chunk_panels_from_progress(leader):
         text = text_of(app, "scavenge-panel")
         assert "Running" in text and "● Chunk execution" in text and "2 of 4" in text
         assert "1 / 4 / 100%" in text and "48.0 KiB" in text
-        assert "old-1" in text and "Success" in text and "3.5 s" in text
+        assert "old-1" in text and "Completed" in text and "3.5 s" in text
         await pilot.press("2")
         await pilot.pause()
         chunks = text_of(app, "chunks-panel")

@@ -189,7 +189,7 @@ async def test_a_one_chunk_database_counts_one_chunk_throughout(clock):
         assert shown in text, (body["phase"], text)
         assert "of 2" not in text
     text = await watch.finished({**steps[-1][0], "result": "Success"})
-    assert "Last run: Success" in text and "1 of 1" in text and "of 2" not in text
+    assert "Last run: Completed" in text and "1 of 1" in text and "of 2" not in text
     assert all(f"✔ {phase}" in text for phase in SCAVENGE_PHASES)
 
 
@@ -698,7 +698,7 @@ async def test_history_shortens_ids_before_results(size):
         await pilot.pause()
         text = screen_text(app)
         row = next(line for line in text.splitlines() if "3fa21c0d" in line)
-        assert "Success" in row and "node1" in row and "3.5 s" in row and "2.0 KiB" in row
+        assert "Completed" in row and "node1" in row and "3.5 s" in row and "2.0 KiB" in row
         if size[0] == 80:
             assert "3fa21c0d-9e8b-4a65-8c1b-2d3e4f5a6b7c" not in row and "…" in row
 
