@@ -281,7 +281,7 @@ class DashboardApp(App[str | None]):
         super().__init__()
         self.connection = connection or Connection()
         self.clock = clock or SystemClock()
-        self.state = DashboardState(readonly=readonly)
+        self.state = DashboardState(readonly=readonly, interval=interval)
         self.discover = discover
         self.interval = interval
         self.cluster_dir = cluster_dir
@@ -521,9 +521,18 @@ class DashboardApp(App[str | None]):
         jv = self.state.jobs_version
         # a panel showing stale figures tells their age: redrawn each second while a read fails
         ticking = int(now) if node is not None and node.errors else 0
+        # every second while a row ages towards stale (two intervals unread), else every 5 s
+        aging = any(n.last_ok is not None and now - n.last_ok > self.interval for n in self.state.ordered())
         self._update(
             "cluster",
-            (versions, self.state.mirrors_version, self.state.selected, int(now) // 5, width, jv),
+            (
+                versions,
+                self.state.mirrors_version,
+                self.state.selected,
+                int(now) // (1 if aging else 5),
+                width,
+                jv,
+            ),
             lambda: render_cluster(self.state, now, width),
         )
         active = tabs.active

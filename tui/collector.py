@@ -208,6 +208,8 @@ class NodeCollector:
         tasks = [self._from("scavenge", self._read_scavenge())]
         if s.polls == 1 or s.polls % 10 == 0 or not s.info:
             tasks.append(self._from("info", self._read_info()))
+            if s.options_available is not False or s.polls % 30 == 0:
+                tasks.append(self._from("options", self._read_options()))
         if s.auto_scavenge is None or s.auto_scavenge.available or s.polls % 30 == 0:
             tasks.append(self._from("auto-scavenge", self._read_auto_scavenge()))
         # a backup is read every poll while one runs; else every 5th poll (30th where the node has none)
@@ -280,6 +282,8 @@ class NodeCollector:
             s.process,
             repr(s.info),
             s.subscriptions,
+            s.options,
+            s.writer_jump,
         )
 
     # -- readers ---------------------------------------------------------------------------------------
@@ -300,12 +304,42 @@ class NodeCollector:
         s.last_role = s.role
         if own is not None:
             s.own_endpoint = f"[{own.host}]:{own.port}" if ":" in own.host else own.endpoint
+            self._mark_writer(own)
 
     async def _read_info(self) -> None:
         response = await self._get("/info")
         if response.status_code == 200:
             self.state.info = response.json()
             self.state.is_evdb = bool(self.state.info.get("features", {}).get("evdb"))
+
+    async def _read_options(self) -> None:
+        """evdb's ``GET /info/options``: each option's value in effect and whether it waits for a
+        restart (KurrentDB and older evdb nodes answer 404: nothing is shown of them)."""
+        response = await self._get("/info/options")
+        if response.status_code in (404, 405):
+            self.state.options, self.state.options_available = None, False
+            return
+        _check(response)
+        rows = response.json()
+        if not isinstance(rows, list):
+            raise ValueError(f"/info/options answered {type(rows).__name__}, not a list")
+        self.state.options = tuple(r for r in rows if isinstance(r, dict))
+        self.state.options_available = True
+
+    def _mark_writer(self, own: Member) -> None:
+        """Remember where each chunk's data ended: a writer that moves into another chunk jumps to that
+        chunk's start (a scavenge point or a full chunk completed it), which is not data written."""
+        s, size = self.state, self.state.chunk_size
+        position = own.writer_checkpoint
+        if size is None or position < 0:
+            return
+        chunk = position // size
+        last = max(s.writer_marks.items(), default=None)
+        if last is not None and chunk > last[0]:
+            s.writer_jump = (last[1], position, self.clock.time())
+        s.writer_marks[chunk] = max(position, s.writer_marks.get(chunk, -1))
+        for old in sorted(s.writer_marks)[:-8]:
+            del s.writer_marks[old]
 
     async def _read_scavenge(self) -> None:
         s = self.state

@@ -221,16 +221,144 @@ def cluster_health(state: DashboardState, node: NodeState, now: float) -> Text:
     alive = sum(1 for m in voters if m.is_alive)
     if len(voters) > 1 and alive < _majority(len(voters)):
         return Text(f"isolated: sees {alive} of {len(voters)} members alive", style="bold red")
+    age = row_age(state, node, now)
+    if age is not None:
+        text = Text(f"stale {ago(age)}", style="yellow")
+        seen = others_view(state, node)
+        if seen:
+            text.append(f"; {seen}", style="bold yellow")
+        text.append(f" (last read {stamp(node.last_ok or 0)[11:]})", style="yellow")
+        return text
     if node.role in _TRANSITIONS:
         return Text(_TRANSITIONS[node.role], style="yellow")
-    age = now - node.last_ok if node.last_ok else 0
-    if age > 5:
-        return Text(f"stale {age:.0f}s", style="yellow")
+    if node.role == "Leader":
+        followed, voters = _followed(node)
+        if voters > 1 and followed < _majority(voters):
+            return Text(
+                f"leader without a majority: {followed} of {voters} with it (needs {_majority(voters)})",
+                style="bold red",
+            )
     failing = [(source, e) for source, e in node.errors.items() if source != "gossip"]
     if failing:
         source, error = failing[0]
         return Text(f"ok; {source} stale: {error.detail}", style="yellow")
     return Text("ok", style="green")
+
+
+def row_age(state: DashboardState, node: NodeState, now: float) -> float | None:
+    """The age of a reachable node's figures when they were not refreshed within two poll intervals
+    (a poll missed or slow: after a resign, say); None while they are fresh."""
+    if not node.reachable or node.last_ok is None:
+        return None
+    age = now - node.last_ok
+    return age if age > 2 * state.interval else None
+
+
+def others_view(state: DashboardState, node: NodeState) -> str:
+    """What the other nodes, read more recently, report of this one where it differs from what it last
+    said of itself: ``node1 sees it Unknown``."""
+    endpoints = node.endpoints()
+    seen = []
+    for other in state.ordered():
+        if other is node or not other.reachable or other.last_ok is None:
+            continue
+        if node.last_ok is not None and other.last_ok <= node.last_ok:
+            continue
+        for m in other.members:
+            if _bracketed(m.host, m.port) in endpoints:
+                said = m.state if m.is_alive else f"{m.state} (dead)"
+                if m.state != node.role or not m.is_alive:
+                    seen.append(f"{other.label} sees it {said}")
+    return ", ".join(seen)
+
+
+def _followed(leader: NodeState) -> tuple[int, int]:
+    """(members with the leader: itself and the alive followers it gossips, voters in all)."""
+    voters = _voters(leader.members)
+    with_it = sum(1 for m in voters if m.is_alive and m.state in ("Leader", "Follower"))
+    own = _own_member(leader)
+    if own is not None and own.state != "Leader":
+        with_it += 1
+    return with_it, len(voters)
+
+
+def cluster_writable(state: DashboardState, now: float) -> Text:
+    """The cluster's health as an operator means it: can it take writes now? A leader that answers,
+    whose figures are fresh, and that a majority of the members follow."""
+    fresh = [n for n in state.ordered() if n.reachable and row_age(state, n, now) is None]
+    leaders = [n for n in fresh if n.role == "Leader"]
+    if not state.nodes:
+        return Text("")
+    if not fresh:
+        return Text("cluster: NOT writable now: no node answers with fresh figures", style="bold red")
+    if not leaders:
+        return Text(
+            "cluster: NOT writable now: no leader (an election, or the leader is unreachable)",
+            style="bold red",
+        )
+    leader = max(leaders, key=lambda n: _own_member(n).epoch_number if _own_member(n) else -1)
+    followed, voters = _followed(leader)
+    need = _majority(max(voters, 1))
+    if followed >= need:
+        text = Text(
+            f"cluster: writable now: {leader.label} leads, {followed} of {voters} with it", style="bold green"
+        )
+    else:
+        text = Text(
+            f"cluster: NOT writable now: {leader.label} leads but only {followed} of {voters} are with it "
+            f"(needs {need})",
+            style="bold red",
+        )
+    if len(leaders) > 1:
+        text.append(
+            f"; {len(leaders)} nodes say Leader: {', '.join(n.label for n in leaders)}", style="yellow"
+        )
+    return text
+
+
+def _lag(leader: NodeState | None, leader_writer: int | None, own: Member) -> Text:
+    """How much data a node has to receive to be where the leader is: within a chunk the difference of
+    the positions; across chunks what the leader wrote after the node's position in the node's chunk
+    (its end as the dashboard saw the leader's writer leave it), the chunks between, and what is
+    written in the leader's chunk (positions jump to the next chunk's start when a chunk completes)."""
+    if leader_writer is None or own.writer_checkpoint < 0:
+        return Text("–")
+    behind = max(0, leader_writer - own.writer_checkpoint)
+    chunk_size = leader.chunk_size if leader is not None else None
+    if behind and chunk_size:
+        mine, theirs = own.writer_checkpoint // chunk_size, leader_writer // chunk_size
+        if theirs > mine:
+            end = leader.writer_marks.get(mine) if leader is not None else None
+            if end is None:
+                behind = (
+                    (theirs - mine) * chunk_size
+                    - own.writer_checkpoint % chunk_size
+                    + leader_writer % chunk_size
+                )
+                return Text(f"≤{size(behind)}", style="yellow")
+            behind = (
+                max(0, end - own.writer_checkpoint)
+                + (theirs - mine - 1) * chunk_size
+                + leader_writer % chunk_size
+            )
+    return Text(size(behind), style="yellow" if behind else "green")
+
+
+def _writer_jump_line(state: DashboardState, now: float) -> Text | None:
+    """Says why a writer position jumped (a chunk completed), while the jump is recent."""
+    for node in state.ordered():
+        jump = node.writer_jump
+        size_ = node.chunk_size
+        if jump is None or size_ is None or now - jump[2] > 120:
+            continue
+        before, after, _ = jump
+        return Text(
+            f"{node.label}'s writer {number(before)} → {number(after)}: chunk #{before // size_} completed "
+            f"(scavenge point or full chunk); positions go on at chunk #{after // size_}'s start "
+            f"{number(after // size_ * size_)}; lag counts data",
+            style="dim",
+        )
+    return None
 
 
 def _jobs(state: DashboardState, node: NodeState) -> str:
@@ -273,21 +401,22 @@ def render_cluster(state: DashboardState, now: float, width: int | None = None) 
         (m.writer_checkpoint for n in state.nodes.values() for m in n.members if m.state == "Leader"),
         default=None,
     )
+    leader = next((n for n in state.ordered() if n.role == "Leader" and n.reachable), None)
     rows: list[dict[str, Text]] = []
     for node in state.ordered():
         own = _own_member(node)
         selected = node.url == state.selected
         role = node.role or "…"
-        lag = Text("–")
-        if own is not None and leader_writer is not None and own.writer_checkpoint >= 0:
-            behind = max(0, leader_writer - own.writer_checkpoint)
-            lag = Text(size(behind), style="yellow" if behind else "green")
+        stale = row_age(state, node, now) is not None
+        lag = _lag(leader, leader_writer, own) if own is not None else Text("–")
         p = node.process
         rows.append(
             {
                 "": Text("▶" if selected else " ", style="bold cyan"),
                 "node": Text(node.label, style="bold" if selected else ""),
-                "role": Text(role, style=_ROLE_STYLE.get(role, "")),
+                "role": Text(f"{role}?", style="dim yellow")
+                if stale
+                else Text(role, style=_ROLE_STYLE.get(role, "")),
                 "doing": Text(_jobs(state, node), style="cyan"),
                 "epoch": Text(str(own.epoch_number) if own else "–"),
                 "writer": Text(number(own.writer_checkpoint) if own else "–"),
@@ -314,7 +443,7 @@ def render_cluster(state: DashboardState, now: float, width: int | None = None) 
         "disk r/w",
     ]
     natural = {c: max([len(c), *(r[c].cell_len for r in rows)]) for c in order}
-    health_min = min(natural["health"], 24)
+    health_min = min(natural["health"], 32)
     shown = list(order)
     for optional in _CLUSTER_OPTIONAL:
         used = sum(natural[c] for c in shown if c != "health") + 2 * (len(shown) - 1)
@@ -331,15 +460,63 @@ def render_cluster(state: DashboardState, now: float, width: int | None = None) 
             table.add_column(column, no_wrap=True, width=natural[column])
     for row in rows:
         table.add_row(*(row[c] for c in shown))
-    parts: list[RenderableType] = [table]
+    head = cluster_writable(state, now)
+    hidden = [c for c in order if c not in shown]
+    if hidden:
+        head.append(f"  ({len(hidden)} columns hidden: {', '.join(hidden)}; widen to see)", style="dim")
+    parts: list[RenderableType] = [head, table]
+    jump = _writer_jump_line(state, now)
+    if jump is not None:
+        parts.append(jump)
     if state.mirrors:
         parts.append(render_mirrors(state, now))
+    parts.extend(_options_lines(state))
+    return Group(*parts)
+
+
+def _options_lines(state: DashboardState) -> list[Text]:
+    """Options as the nodes run them (evdb's ``GET /info/options``): an option waiting for a restart is
+    "pending" on each node that does not run it yet; the local cluster's ``--option`` values are "set"
+    only on nodes that run with them. Without ``/info/options`` (KurrentDB, an older evdb: 404) the
+    ``--option`` values are shown as given, not as in effect."""
+    lines: list[Text] = []
+    nodes = [n for n in state.ordered() if n.options is not None]
+    pending: dict[str, list[str]] = {}
+    for node in nodes:
+        for row in node.options or ():
+            if row.get("restartPending"):
+                key = f"{row.get('name')}={_option_value(row.get('configured'))}"
+                pending.setdefault(key, []).append(f"{node.label} runs {_option_value(row.get('value'))}")
     if state.node_options:
-        given = ", ".join(f"{k}={v}" for k, v in state.node_options.items())
-        parts.append(
-            Text(f"node options (--option): {given}", style="dim", overflow="ellipsis", no_wrap=True)
-        )
-    return parts[0] if len(parts) == 1 else Group(*parts)
+        given = []
+        for name, value in state.node_options.items():
+            if not nodes:
+                given.append(f"{name}={value}")
+                continue
+            running = [
+                n.label
+                for n in nodes
+                if _option_value((n.option(name) or {}).get("value")).lower() == value.lower()
+            ]
+            if len(running) == len(nodes):
+                given.append(f"{name}={value} set")
+            elif not any(key.startswith(f"{name}=") for key in pending):
+                given.append(f"{name}={value} on {', '.join(running) or 'no node'}")
+        if given:
+            note = "" if nodes else " (given; the nodes do not say what they run)"
+            lines.append(Text(f"node options (--option): {', '.join(given)}{note}", style="dim"))
+    for key, where in pending.items():
+        line = Text(f"restart pending: {key} ", style="bold yellow")
+        how = "o then u restarts a node" if state.node_options is not None else "restart each to apply it"
+        line.append(f"({'; '.join(where)}: {how})", style="yellow")
+        lines.append(line)
+    return lines
+
+
+def _option_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "–" if value is None else str(value)
 
 
 #: a mirror rewrites its status every second; older than this while it should be running: stale

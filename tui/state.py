@@ -478,6 +478,25 @@ class NodeState:
     job: str = ""
     #: persistent subscriptions (read while the subscriptions screen is open); None: not read
     subscriptions: SubscriptionsState | None = None
+    #: evdb's ``GET /info/options`` rows (``name``, ``value``, ``configured``, ``restartPending``, …);
+    #: None: not read yet, or the node has no such endpoint (``options_available`` False: a 404)
+    options: tuple[dict[str, Any], ...] | None = None
+    options_available: bool | None = None
+    #: the highest writer position this node reported in each chunk (by chunk number, the last few):
+    #: where a chunk's data ended when the writer moved on to the next chunk's start
+    writer_marks: dict[int, int] = field(default_factory=dict)
+    #: the last time the writer moved into another chunk: (from position, to position, clock.time())
+    writer_jump: tuple[int, int, float] | None = None
+
+    def option(self, name: str) -> dict[str, Any] | None:
+        """The node's ``/info/options`` row of an option, by its KurrentDB name."""
+        return next((row for row in self.options or () if row.get("name") == name), None)
+
+    @property
+    def chunk_size(self) -> int | None:
+        row = self.option("ChunkSize")
+        value = row.get("value") if row else None
+        return value if isinstance(value, int) and value > 0 else None
 
     @property
     def label(self) -> str:
@@ -570,6 +589,8 @@ class DashboardState:
     cycle_now: tuple[float, str, int | None, str] | None = None
     #: the local cluster's node options (``--option``), when the dashboard runs on one
     node_options: dict[str, str] | None = None
+    #: seconds between a node's polls: a row not refreshed within two of them is marked stale
+    interval: float = 1.0
 
     def add_activity(self, entry: Activity) -> int:
         """Append an entry; its index (a job's entry is updated in place as it goes)."""

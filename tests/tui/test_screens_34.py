@@ -6,6 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from evdb.clock import ManualClock
 from tests.tui.fake_node import FakeNode
 from tests.tui.test_truth import Watch, _run, flat, plain, progress, reports
 from tui.panels import render_chunks, render_cluster
@@ -117,3 +118,143 @@ async def test_a_resumed_run_does_not_list_the_stopped_runs_chunks_as_pending(cl
 
 def test_the_phases_are_the_nodes():
     assert PHASE_SECONDS[-1]["phase"] == SCAVENGE_PHASES[-1] and len(PHASE_SECONDS) == len(SCAVENGE_PHASES)
+
+
+# -- the cluster table ---------------------------------------------------------------------------------
+def options_rows(chunk_size: int = 268435456, **pending: tuple[object, object]) -> str:
+    """evdb's ``GET /info/options`` (helper "rotate"'s contract): name, value, configured,
+    restartPending; ``pending``: option name → (value in effect, configured value)."""
+    import json
+
+    rows = [{"name": "ChunkSize", "value": chunk_size, "configured": chunk_size, "restartPending": False}]
+    for name, (value, configured) in pending.items():
+        rows.append(
+            {"name": name, "value": value, "configured": configured, "restartPending": value != configured}
+        )
+    return json.dumps(rows)
+
+
+def three() -> tuple[FakeNode, FakeNode, FakeNode]:
+    return (
+        FakeNode(port=2113, state="Follower"),
+        FakeNode(port=2114, state="Leader"),
+        FakeNode(port=2115, state="Follower"),
+    )
+
+
+def cluster_text(app, width: int) -> str:
+    return plain(render_cluster(app.state, app.clock.time(), width), width)
+
+
+@pytest.mark.parametrize("size", [(200, 50), (80, 24)])
+async def test_after_a_resign_a_row_not_read_within_two_intervals_is_stale_with_what_others_see(size):
+    from tests.tui.test_truth import named_app
+
+    clock = ManualClock()
+    nodes = three()
+    app = named_app(*nodes, clock=clock)
+    async with app.run_test(size=size) as pilot:
+        await app.poll_all()
+        await pilot.pause()
+        assert "node2" in cluster_text(app, size[0]) and "Leader?" not in cluster_text(app, size[0])
+        for node in nodes:  # node2 resigned: every node answers Unknown, node2's answer is slow
+            node.state = "Unknown"
+        clock.advance(2.5)
+        for node in app.state.ordered():
+            if node.label != "node2":
+                await app.collectors[node.url].poll_once()
+        text = flat(cluster_text(app, size[0]))
+        assert "Leader?" in text  # what node2 last said, marked
+        assert "stale 2s" in text and "node1 sees it Unknown" in text, text
+        assert "NOT writable now" in text and "writable now: node2" not in text
+
+
+async def test_health_is_whether_the_cluster_can_take_writes_now():
+    from tests.tui.test_truth import named_app
+
+    clock = ManualClock()
+    nodes = three()
+    app = named_app(*nodes, clock=clock)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await app.poll_all()
+        await pilot.pause()
+        assert "cluster: writable now: node2 leads, 3 of 3 with it" in flat(cluster_text(app, 200))
+        nodes[1].sees_alive = {2113: False, 2115: False}  # the leader is cut off from both followers
+        await app.poll_all()
+        text = flat(cluster_text(app, 200))
+        assert "NOT writable now: node2 leads but only 1 of 3 are with it (needs 2)" in text
+        assert "node2" in text and "isolated" in text  # and its row says so (not "ok")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+async def test_a_followers_lag_is_data_to_ship_and_a_chunk_completion_is_explained(width):
+    from tests.tui.test_truth import named_app
+
+    clock = ManualClock()
+    nodes = three()
+    for node in nodes:
+        node.answers[("GET", "/info/options")] = (200, options_rows())
+        node.writer_checkpoint = 320_066
+    app = named_app(*nodes, clock=clock)
+    async with app.run_test(size=(width, 50)) as pilot:
+        await app.poll_all()
+        await app.poll_all()
+        await pilot.pause()
+        # a scavenge point on the leader completes chunk 0: its writer goes on at chunk 1's start
+        nodes[1].writer_checkpoint = 268_436_935
+        clock.advance(1)
+        await app.poll_all()
+        text = flat(cluster_text(app, 200))
+        assert "255.7 MiB" not in text
+        assert "1.4 KiB" in text  # the 1,479 bytes written in chunk 1: what a follower has to receive
+        assert "node2's writer 320,066 → 268,436,935: chunk #0 completed" in text
+        narrow = flat(cluster_text(app, width))
+        assert "chunk #0 completed" in narrow
+
+
+async def test_the_table_says_which_columns_a_narrow_terminal_hides():
+    from tests.tui.test_truth import named_app
+
+    app = named_app(*three(), clock=ManualClock())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.poll_all()
+        await pilot.pause()
+        text = flat(cluster_text(app, 76))
+        assert "columns hidden: " in text and "disk r/w" in text.split("columns hidden:")[1]
+        assert "columns hidden" not in flat(cluster_text(app, 200))
+
+
+async def test_a_restart_only_option_is_pending_not_set_until_the_node_runs_with_it():
+    from tests.tui.test_truth import named_app
+
+    nodes = three()
+    nodes[0].answers[("GET", "/info/options")] = (200, options_rows(EnableUnixSocket=(True, True)))
+    for node in nodes[1:]:  # not restarted yet
+        node.answers[("GET", "/info/options")] = (200, options_rows(EnableUnixSocket=(False, True)))
+    app = named_app(*nodes, clock=ManualClock())
+    async with app.run_test(size=(200, 50)) as pilot:
+        await app.poll_all()
+        app.state.node_options = {"EnableUnixSocket": "true"}
+        await pilot.pause()
+        text = flat(cluster_text(app, 200))
+        assert "restart pending: EnableUnixSocket=true (node2 runs false; node3 runs false" in text, text
+        assert "EnableUnixSocket=true set" not in text
+        for node in nodes[1:]:
+            node.answers[("GET", "/info/options")] = (200, options_rows(EnableUnixSocket=(True, True)))
+        for collector in app.collectors.values():
+            await collector._read_options()
+        text = flat(cluster_text(app, 200))
+        assert "EnableUnixSocket=true set" in text and "restart pending" not in text
+
+
+async def test_without_info_options_the_given_options_are_not_claimed_in_effect():
+    from tests.tui.test_truth import named_app
+
+    app = named_app(*three(), clock=ManualClock())  # the fake nodes answer 404 to /info/options
+    async with app.run_test(size=(200, 50)) as pilot:
+        await app.poll_all()
+        app.state.node_options = {"EnableUnixSocket": "true"}
+        await pilot.pause()
+        text = flat(cluster_text(app, 200))
+        assert "EnableUnixSocket=true (given; the nodes do not say what they run)" in text
+        assert all(n.options_available is False for n in app.state.ordered())
