@@ -397,6 +397,7 @@ class DashboardApp(App[str | None]):
             interval=self.interval,
             timeout=self.connection.timeout,
             ca_file=self.connection.ca_file,
+            trust=lambda: self.connection.trust.context if self.connection.trust is not None else None,
             on_members=self._on_poll,
         )
         collector.subscriptions_wanted = self._subscriptions_wanted

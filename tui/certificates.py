@@ -54,10 +54,13 @@ async def _peer_certificate(host: str, port: int, context: ssl.SSLContext, timeo
 
 
 async def read_certificate(
-    url: str, ca_file: str | None, now: float, timeout: float = 3.0
+    url: str, ca_file: str | None, now: float, timeout: float = 3.0, trust: ssl.SSLContext | None = None
 ) -> CertificateState | None:
     """None for plain-HTTP nodes. A failed validation is kept as ``error`` and the certificate is still
-    read (without verification) so the operator sees which one the node presents."""
+    read (without verification) so the operator sees which one the node presents. ``trust``: the
+    context the dashboard's own calls verify with (evdb/tls/trust.py ``FollowedTrust``: during a
+    rolling certificate update it trusts the old CA and the new one), used instead of ``ca_file`` so
+    that the chain column judges as the calls do, not INVALID while every node answers."""
     from cryptography import x509
 
     parts = urlsplit(url)
@@ -67,7 +70,10 @@ async def read_certificate(
     error = None
     verified = False
     try:
-        strict = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
+        if trust is not None:
+            strict = trust
+        else:
+            strict = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
         der = await _peer_certificate(host, port, strict, timeout)
         verified = True
     except ssl.SSLCertVerificationError as exc:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import re
+import ssl
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -118,6 +119,7 @@ class NodeCollector:
         timeout: float = 2.0,
         max_backoff: float = 16.0,
         ca_file: str | None = None,
+        trust: Callable[[], ssl.SSLContext | None] | None = None,
         certificate_every: float = 30.0,
         on_members: Callable[[NodeState], None] | None = None,
     ) -> None:
@@ -128,6 +130,8 @@ class NodeCollector:
         self.timeout = timeout
         self.max_backoff = max_backoff
         self.ca_file = ca_file
+        #: the dashboard's own trust (old and new CA during a rotation), read at each handshake
+        self.trust = trust
         self.certificate_every = certificate_every
         self.on_members = on_members
         self._in_flight = False
@@ -709,7 +713,10 @@ class NodeCollector:
 
     async def _read_certificate(self) -> None:
         try:
-            cert = await read_certificate(self.state.url, self.ca_file, self.clock.time(), self.timeout)
+            context = self.trust() if self.trust is not None else None
+            cert = await read_certificate(
+                self.state.url, self.ca_file, self.clock.time(), self.timeout, trust=context
+            )
         except (OSError, TimeoutError, ValueError) as exc:
             self._certificate_at = None  # try again on the next poll
             raise ConnectionError(f"TLS handshake: {exc}") from exc

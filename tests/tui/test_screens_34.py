@@ -258,3 +258,46 @@ async def test_without_info_options_the_given_options_are_not_claimed_in_effect(
         text = flat(cluster_text(app, 200))
         assert "EnableUnixSocket=true (given; the nodes do not say what they run)" in text
         assert all(n.options_available is False for n in app.state.ordered())
+
+
+# -- certificates during a rotation ---------------------------------------------------------------------
+async def test_during_a_rotation_the_chain_column_judges_with_the_dashboards_own_trust(tmp_path):
+    """``certs rotate --prepare`` repoints the clients' CA link to the new CA before any node reloads:
+    a node still presenting the old CA's certificate is fine (the dashboard's calls, through
+    FollowedTrust, still trust the old CA), so its chain is not INVALID."""
+    import asyncio
+    import os
+
+    from evdb.tls import create_ca, create_node_certificate, load_node_tls
+    from evdb.tls.certs import repoint_link
+    from evdb.tls.trust import FollowedTrust
+    from tui.collector import NodeCollector
+    from tui.state import NodeState
+
+    old_cert, old_key = create_ca(tmp_path / "gen-1")
+    create_ca(tmp_path / "gen-2")
+    cert, key = create_node_certificate(old_cert, old_key, tmp_path / "node", ip_addresses=["127.0.0.1"])
+    server_context = load_node_tls(cert, key, old_cert).server_context(require_client_cert=False)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_context)
+    port = server.sockets[0].getsockname()[1]
+    link = tmp_path / "ca"
+    os.symlink("gen-1", link)
+    trust = FollowedTrust(link / "ca.crt")
+    repoint_link(link, "gen-2")  # --prepare: the clients' CA is the new one now
+    trust.refresh()  # what the dashboard's tick does
+    clock = ManualClock()
+    async with httpx.AsyncClient() as client, server:
+        collector = NodeCollector(
+            NodeState(url=f"https://127.0.0.1:{port}"),
+            client,
+            clock,
+            ca_file=str(link / "ca.crt"),
+            trust=lambda: trust.context,
+        )
+        await collector._read_certificate()
+    certificate = collector.state.certificate
+    assert certificate is not None and certificate.error is None and certificate.verified, certificate
