@@ -423,6 +423,7 @@ class DashboardApp(App[str | None]):
             self.run_worker(collector.run(), group="collectors", name=f"mirror {source}", exit_on_error=False)
 
     def _on_poll(self, node: NodeState) -> None:
+        self._note_cycle_roles(node)
         if self.discover:
             scheme = urlsplit(node.url).scheme
             for member in node.members:
@@ -435,6 +436,21 @@ class DashboardApp(App[str | None]):
             self._seen_versions[node.url] = node.version
             self._tell_backup_end(node)
             self.render_panels()
+
+    def _note_cycle_roles(self, node: NodeState) -> None:
+        """The role of the node a cluster scavenge works on, as first seen while designated: the summary
+        names the role each node was scavenged in, not the one it has by then."""
+        auto = node.auto_scavenge
+        cycle = auto.cycle if auto is not None else None
+        if cycle is None or not cycle.cycle_id or cycle.designated is None:
+            return
+        key = (cycle.cycle_id, cycle.designated)
+        if key in self.state.cycle_roles:
+            return
+        for other in self.state.ordered():
+            if cycle.designated in other.endpoints() and other.reachable and other.role:
+                self.state.cycle_roles[key] = other.role
+                return
 
     def _tell_backup_end(self, node: NodeState) -> None:
         """A backup that ended (one this dashboard started, or one it saw running) is told once."""

@@ -25,6 +25,7 @@ from tui.certificates import read_certificate
 from tui.state import (
     AutoScavengeCycle,
     AutoScavengeState,
+    AutoScavengeTransition,
     BackupState,
     ChunkRow,
     DashboardState,
@@ -74,6 +75,18 @@ _METRIC_PHASES = {
 }
 #: links of ``$scavenges`` read for the history (two per run: started, completed)
 _HISTORY_LINKS = 100
+#: auto-scavenge transitions kept (and ``$auto-scavenges`` events read)
+_TRANSITIONS = 20
+#: ``$auto-scavenges`` events (evdb/autoscavenge/state.py): the state each leads to, and what it says
+_AUTO_EVENTS = {
+    "$cluster-scavenge-started": ("InProgress", "cluster scavenge started"),
+    "$node-designated": ("", "next node:"),
+    "$node-scavenge-completed": ("", "scavenged:"),
+    "$pause-requested": ("Pausing", "pause requested: stopping the node scavenge"),
+    "$paused": ("Paused", "paused"),
+    "$resumed": ("", "resumed"),
+    "$cluster-scavenge-completed": ("Waiting", "cluster scavenge completed"),
+}
 #: a backup in one of these states has ended
 _BACKUP_ENDED = ("completed", "failed", "stopped")
 #: persistent subscription groups whose ``/info`` is read each poll (the rest are listed without it)
@@ -635,10 +648,24 @@ class NodeCollector:
                     last_seen = seen
             else:
                 cycle_error = _describe(_status_error(progress))
+        transitions = before.transitions if before is not None else ()
+        from_events = before.transitions_from_events if before is not None else False
+        changed = before is None or before.state != state
+        if changed or first or s.polls % 5 == 0:
+            read = await self._auto_scavenge_events()
+            if read is not None:
+                transitions, from_events = read, True
+        if not from_events and before is not None and before.state and changed:
+            seen = AutoScavengeTransition(
+                self.clock.time(), state, f"seen by the dashboard (was {before.state})"
+            )
+            transitions = (seen, *transitions)[:_TRANSITIONS]
         s.auto_scavenge = AutoScavengeState(
             available=True,
             enabled=True,
             state=state,
+            transitions=transitions,
+            transitions_from_events=from_events,
             schedule=body.get("schedule"),
             time_until_next_cycle=parse_timespan(body.get("timeUntilNextCycle")),
             read_at=self.clock.monotonic(),
@@ -648,6 +675,33 @@ class NodeCollector:
             last_seen_cycle=last_seen,
             finished=finished,
         )
+
+    async def _auto_scavenge_events(self) -> tuple[AutoScavengeTransition, ...] | None:
+        """The newest ``$auto-scavenges`` events (the leader writes every step there, replicated to every
+        node) as transitions, newest first; None where the stream cannot be read (not there, no rights)."""
+        response = await self._get(
+            f"/streams/%24auto-scavenges/head/backward/{_TRANSITIONS}", headers=_ATOM, embed="body"
+        )
+        if response.status_code != 200:
+            return None
+        out = []
+        for e in response.json().get("entries", []):
+            data = _object(e.get("data"))
+            kind = str(e.get("eventType", ""))
+            step = _AUTO_EVENTS.get(kind)
+            if step is None:
+                continue
+            state, detail = step
+            if kind in ("$cluster-scavenge-started", "$cluster-scavenge-completed"):
+                detail = f"{detail} {data.get('clusterScavengeId', '')}".rstrip()
+            elif kind == "$node-designated":
+                detail = f"{detail} {data.get('nodeId', '')}"
+            elif kind == "$node-scavenge-completed":
+                detail = f"{data.get('nodeId', '')} {detail} {data.get('result', '')}"
+            stamped = next((v for k, v in data.items() if k.endswith("At") and isinstance(v, str)), None)
+            at = parse_iso(stamped) or parse_iso(e.get("updated"))
+            out.append(AutoScavengeTransition(at, state, detail))
+        return tuple(out)
 
     async def _read_subscriptions(self) -> None:
         """``GET /subscriptions``, then each group's ``/info`` (strategy, consumers, parked count).

@@ -1012,7 +1012,12 @@ def render_auto_scavenge(
         grid.add_row("schedule", "not set (press c to configure)")
     else:
         grid.add_row("schedule", Text("not in the node's answer", style="dim"))
-    if auto.time_until_next_cycle is not None:
+    if auto.state in ("Paused", "Pausing"):
+        # the node's countdown runs on (00:00 in a paused cycle): no cycle starts until a resume
+        grid.add_row("next cycle", Text("none while paused (p resumes)", style="yellow"))
+    elif auto.state == "InProgress":
+        grid.add_row("next cycle", Text("after this one, by the schedule", style="dim"))
+    elif auto.time_until_next_cycle is not None:
         left = auto.time_until_next_cycle - (monotonic_now - auto.read_at)
         grid.add_row("next cycle in", duration(max(0.0, left)))
     parts: list[RenderableType] = [grid, Text("")]
@@ -1020,7 +1025,25 @@ def render_auto_scavenge(
         parts.extend([_cycle_now_line(state.cycle_now), Text("")])
     parts.extend(_cycle_parts(state, auto))
     parts.extend(_finished_cycle(state, auto, now))
+    parts.extend(_transitions(auto))
     return Group(*parts)
+
+
+def _transitions(auto: AutoScavengeState) -> list[RenderableType]:
+    """The auto-scavenge's steps, newest first, each with its time: a Pausing that lasted half a
+    second stays on screen."""
+    if not auto.transitions:
+        return []
+    source = "$auto-scavenges" if auto.transitions_from_events else "as the dashboard saw them"
+    table = Table.grid(padding=(0, 2))
+    for _ in range(3):
+        table.add_column(no_wrap=True)
+    for t in auto.transitions[:8]:
+        when = datetime.fromtimestamp(t.at, UTC).strftime("%H:%M:%S.%f")[:-3] if t.at is not None else "–"
+        table.add_row(
+            Text(when, style="dim"), Text(t.state or "", style="bold cyan" if t.state else ""), Text(t.detail)
+        )
+    return [Text(""), Text(f"Transitions, newest first ({source})", style="bold"), table]
 
 
 def _cycle_now_line(answer: tuple[float, str, int | None, str]) -> Text:
@@ -1080,21 +1103,26 @@ def _finished_cycle(
     )
     labels = endpoint_labels(state)
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("#", "node", "role", "result"):
+    for column in ("#", "node", "role when scavenged", "result"):
         table.add_column(column, no_wrap=True)
     for i, n in enumerate(cycle.nodes(), 1):
         label, role = labels.get(n.endpoint, (n.endpoint, ""))
         if label != n.endpoint:
             label = f"{label} ({n.endpoint})"
+        # the role it was scavenged in (as the dashboard saw it designated); else its role now, said so
+        then = state.cycle_roles.get((cycle.cycle_id or "", n.endpoint))
+        role = then if then is not None else (f"{role} now" if role else "")
         result = n.result
         if result is None and n.endpoint == cycle.designated:
             result = _scavenge_result(state, cycle.node_scavenge_id)
         cell = (
-            Text(result, style=_RESULT_STYLE.get(result, "yellow"))
+            Text(result_word(result), style=_RESULT_STYLE.get(result, "yellow"))
             if result
             else Text("result not seen", style="dim")
         )
-        table.add_row(str(i), label, Text(role or "–", style=_ROLE_STYLE.get(role, "")), cell)
+        table.add_row(
+            str(i), label, Text(role or "–", style=_ROLE_STYLE.get(role.split()[0] if role else "", "")), cell
+        )
     return [Text(""), head, table]
 
 
@@ -1151,7 +1179,9 @@ def _cycle_parts(state: DashboardState, auto: AutoScavengeState) -> list[Rendera
         if label != n.endpoint:
             label = f"{label} ({n.endpoint})"
         if n.status == "done":
-            detail = Text(n.result or "Unknown", style=_RESULT_STYLE.get(n.result or "Unknown", "yellow"))
+            detail = Text(
+                result_word(n.result or "Unknown"), style=_RESULT_STYLE.get(n.result or "Unknown", "yellow")
+            )
         elif n.status in ("running", "stopping"):
             detail = Text(f"node scavenge {cycle.node_scavenge_id}", style="dim")
         elif n.status == "paused":

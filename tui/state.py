@@ -14,6 +14,7 @@ __all__ = [
     "Activity",
     "AutoScavengeCycle",
     "AutoScavengeState",
+    "AutoScavengeTransition",
     "BackupState",
     "CertificateState",
     "ChunkRow",
@@ -284,6 +285,20 @@ class AutoScavengeState:
     last_seen_cycle: AutoScavengeCycle | None = None
     #: the last cluster scavenge that ended (from ``lastCompletedAt``)
     finished: FinishedCycle | None = None
+    #: the transitions, newest first: from the node's ``$auto-scavenges`` events where it has them
+    #: (each with the node's own time, so a Pausing of half a second is seen), else as the dashboard
+    #: saw the state change between its polls
+    transitions: tuple[AutoScavengeTransition, ...] = ()
+    transitions_from_events: bool = False
+
+
+@dataclass(frozen=True)
+class AutoScavengeTransition:
+    """One step of the auto-scavenge: the state it went to (or what happened), when, and details."""
+
+    at: float | None  # epoch seconds
+    state: str  # InProgress, Pausing, Paused, Waiting; or "" for a step that is no state change
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -591,6 +606,9 @@ class DashboardState:
     node_options: dict[str, str] | None = None
     #: seconds between a node's polls: a row not refreshed within two of them is marked stale
     interval: float = 1.0
+    #: each cluster scavenge's nodes' roles when the dashboard first saw them designated (the role they
+    #: were scavenged in), by (cycle id, endpoint)
+    cycle_roles: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def add_activity(self, entry: Activity) -> int:
         """Append an entry; its index (a job's entry is updated in place as it goes)."""

@@ -301,3 +301,124 @@ async def test_during_a_rotation_the_chain_column_judges_with_the_dashboards_own
         await collector._read_certificate()
     certificate = collector.state.certificate
     assert certificate is not None and certificate.error is None and certificate.verified, certificate
+
+
+# -- auto-scavenge -------------------------------------------------------------------------------------
+def _auto(nodes, state: str, left: str | None = "00:00:00", **progress_changes) -> None:
+    from tests.tui.test_cycle_certs_mirror import progress_body
+
+    for node in nodes:
+        node.auto_scavenge = {"state": state, "schedule": "0 6 * * 6", "timeUntilNextCycle": left}
+        node.auto_scavenge_progress = progress_body(**progress_changes)
+
+
+def auto_text(app, width: int) -> str:
+    from tui.panels import render_auto_scavenge
+
+    return plain(render_auto_scavenge(app.state, app.clock.monotonic(), app.clock.time(), width), width)
+
+
+@pytest.mark.parametrize("size", [(200, 50), (80, 24)])
+async def test_a_pausing_that_lasted_half_a_second_stays_in_the_panels_transitions(size):
+    from tests.tui.test_cycle_certs_mirror import NOW, iso
+    from tests.tui.test_truth import named_app
+
+    clock = ManualClock()
+    nodes = three()
+    _auto(nodes, "InProgress")
+    app = named_app(*nodes, clock=clock)
+    async with app.run_test(size=size) as pilot:
+        await app.poll_all()
+        await pilot.pause()
+        # between two polls the leader asked its node scavenge to stop (Pausing) and it stopped (Paused)
+        for node in nodes:
+            node.append(
+                "$auto-scavenges",
+                "$cluster-scavenge-started",
+                {"clusterScavengeId": "cycle-1", "startedAt": iso(NOW - 120)},
+            )
+            node.append("$auto-scavenges", "$pause-requested", {"requestedAt": iso(NOW + 0.2)})
+            node.append("$auto-scavenges", "$paused", {"pausedAt": iso(NOW + 0.7)})
+        _auto(nodes, "Paused", paused=True)
+        clock.advance(1)
+        await app.poll_all()
+        text = flat(auto_text(app, size[0]))
+        assert "22:13:20.200 Pausing" in text and "22:13:20.700 Paused" in text, text
+        assert text.index("Paused paused") < text.index("Pausing")  # newest first
+
+
+async def test_without_the_event_stream_the_transitions_the_dashboard_saw_are_kept():
+    from tests.tui.test_truth import named_app
+
+    clock = ManualClock()
+    nodes = three()
+    _auto(nodes, "InProgress")
+    app = named_app(*nodes, clock=clock)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await app.poll_all()
+        for state in ("Pausing", "Paused"):
+            _auto(nodes, state, paused=state == "Paused", pauseRequested=state == "Pausing")
+            clock.advance(0.5)
+            await app.poll_all()
+        await pilot.pause()
+        text = flat(auto_text(app, 200))
+        assert "as the dashboard saw them" in text
+        assert "Pausing seen by the dashboard (was InProgress)" in text
+        assert "Paused seen by the dashboard (was Pausing)" in text
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+async def test_no_countdown_to_a_next_cycle_while_paused(width):
+    from tests.tui.test_truth import named_app
+
+    nodes = three()
+    _auto(nodes, "Paused", paused=True)
+    app = named_app(*nodes, clock=ManualClock())
+    async with app.run_test(size=(width, 50)) as pilot:
+        await app.poll_all()
+        await pilot.pause()
+        text = flat(auto_text(app, width))
+        assert "00:00" not in text and "next cycle in" not in text
+        assert "none while paused (p resumes)" in text
+
+
+async def test_the_last_cycles_summary_names_each_nodes_role_when_it_was_scavenged():
+    from tests.tui.test_cycle_certs_mirror import NOW, iso
+    from tests.tui.test_truth import named_app
+
+    clock = ManualClock()
+    nodes = three()  # node2 (2114) leads
+    leader_first = dict(done={}, designatedNode="127.0.0.1:2113", nodeScavengeId="sc-1")
+    _auto(nodes, "InProgress", **leader_first)
+    app = named_app(*nodes, clock=clock)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await app.poll_all()  # node1 is scavenged as a Follower
+        _auto(
+            nodes,
+            "InProgress",
+            done={"127.0.0.1:2113": "Success"},
+            designatedNode="127.0.0.1:2114",
+            nodeScavengeId="sc-2",
+        )
+        await app.poll_all()  # node2 as the Leader
+        # then node2 resigned and node1 leads; the cycle ends
+        nodes[0].state, nodes[1].state = "Leader", "Follower"
+        _auto(
+            nodes,
+            "Waiting",
+            left="2.00:00:00",
+            clusterScavengeId=None,
+            startedAt=None,
+            members=[],
+            done={},
+            designatedNode=None,
+            nodeScavengeId=None,
+            lastCompletedAt=iso(NOW + 55),
+        )
+        clock.advance(60)
+        await app.poll_all()
+        await pilot.pause()
+        text = flat(auto_text(app, 200))
+        assert "node1 (127.0.0.1:2113) Follower Completed" in text, text
+        assert "node2 (127.0.0.1:2114) Leader" in text and "Leader now" not in text
+        assert "node3 (127.0.0.1:2115) Follower now" in text  # never seen designated: said so
