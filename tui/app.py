@@ -6,6 +6,7 @@ import asyncio
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -61,7 +62,7 @@ from tui.jobs import (
 )
 from tui.logtail import LogBook, LogFilter, LogTail
 from tui.panels import (
-    duration,
+    backup_seconds,
     endpoint_labels,
     render_activity,
     render_auto_scavenge,
@@ -71,6 +72,7 @@ from tui.panels import (
     render_cluster,
     render_logs,
     render_scavenge,
+    short_duration,
     size,
 )
 from tui.routine import (
@@ -475,17 +477,17 @@ class DashboardApp(App[str | None]):
         from tui.calls import explain_backup_error
 
         state = str(body.get("state"))
+        seconds = backup_seconds(backup)
+        took = f", took {short_duration(seconds)}" if seconds is not None else ""
         if state == "completed":
-            seconds = body.get("seconds")
             message = (
                 f"{body.get('kind') or body.get('operation', '')} backup completed into {body.get('destination', '?')}: "
-                f"{body.get('filesCopied', 0)} files, {size(body.get('bytesCopied'))}"
-                + (f", took {duration(seconds)}" if isinstance(seconds, (int, float)) else "")
+                f"{body.get('filesCopied', 0)} files, {size(body.get('bytesCopied'))}{took}"
             )
             self.notify(message, title=node.label, timeout=10)
         else:
             error = explain_backup_error(str(body.get("error") or "no reason given"))
-            self.notify(f"The backup {state}: {error}", title=node.label, severity="error", timeout=20)
+            self.notify(f"The backup {state}{took}: {error}", title=node.label, severity="error", timeout=20)
 
     async def poll_all(self) -> None:
         """One poll of every node now (tests, and the first frame)."""
@@ -1024,7 +1026,11 @@ class DashboardApp(App[str | None]):
         self.push_screen(RestoreDialog(node.label, folder, check), done)
 
     def _restored(self, node: NodeState) -> None:
-        self._last_backup[node.url] = BackupForm()
+        """After a restore the node's next backup is a full one into a new folder of its own (the
+        restore's reminder): the dialog offers one, named after the node and the time."""
+        folder = self._default_backup_folder(node.label)
+        when = datetime.fromtimestamp(self.clock.time(), UTC).strftime("%Y%m%d-%H%M%S")
+        self._last_backup[node.url] = BackupForm(f"{folder}-after-restore-{when}" if folder else "")
 
     def action_demo_load(self) -> None:
         node = self.state.node()

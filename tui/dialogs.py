@@ -197,7 +197,7 @@ class BackupDialog(_CallForm):
         with Vertical():
             yield Label(f"Back {self.node_label} up", classes="title")
             yield Label("backup folder (absolute path on the node's host; created if missing)")
-            yield Input(f.destination, id="destination", placeholder="/var/backups/evdb/node1")
+            yield Input(f.destination, id="destination", placeholder=f"/var/backups/evdb/{self.node_label}")
             yield TickBox(
                 "differential (copy only new or changed files into that backup)",
                 f.differential,
@@ -290,7 +290,7 @@ class RestoreDialog(_Form[tuple[str, bool]]):
                 classes="warning",
             )
             yield Label("backup folder (on this machine: the local cluster's)")
-            yield Input(self.folder, id="backup_folder", placeholder="/var/backups/evdb/node2")
+            yield Input(self.folder, id="backup_folder", placeholder=f"/var/backups/evdb/{self.node_label}")
             yield TickBox("start the node afterwards and wait until it follows again", True, id="start_node")
             yield from self.buttons("Review")
 

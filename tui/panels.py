@@ -1257,18 +1257,23 @@ def render_backup(
     grid.add_row("operation", operation)
     state = str(b.get("state", "–"))
     ended = state in _BACKUP_ENDED
-    seconds = b.get("seconds") if isinstance(b.get("seconds"), (int, float)) else backup.ended_elapsed
+    seconds = backup_seconds(backup)
     state_cell = Text(
         state, style="bold cyan" if not ended else "bold red" if state == "failed" else "bold green"
     )
     if ended:
         started = b.get("startedAt")
-        if isinstance(started, (int, float)) and seconds is not None:
-            finished = started + seconds
+        finished_at = b.get("finishedAt")
+        if isinstance(finished_at, (int, float)) or (
+            isinstance(started, (int, float)) and seconds is not None
+        ):
+            finished = finished_at if isinstance(finished_at, (int, float)) else started + seconds
             state_cell.append(f"  finished {stamp(finished)}")
             if now is not None:
                 state_cell.append(f" ({ago(now - finished)} ago)")
-        state_cell.append(f", took {duration(seconds)}" if seconds is not None else ", duration unknown")
+        state_cell.append(
+            f", took {short_duration(seconds)}" if seconds is not None else ", duration unknown"
+        )
     grid.add_row("state", state_cell)
     if not ended:
         if "step" in b:
@@ -1305,6 +1310,25 @@ def render_backup(
     if b.get("error"):
         grid.add_row("error", Text(explain_backup_error(str(b["error"])), style="bold red"))
     return Group(*stale, grid) if stale else grid
+
+
+def backup_seconds(backup) -> float | None:
+    """How long an ended backup took, as the node reports it: ``seconds`` of a completed one; else its
+    ``elapsedSeconds`` once it says when it finished (``finishedAt``: the node stops that clock at the
+    end, a failed backup too); else the elapsed time the dashboard saw when it first saw it ended."""
+    b = backup.body
+    if isinstance(b.get("seconds"), (int, float)):
+        return float(b["seconds"])
+    if b.get("finishedAt") is not None and isinstance(b.get("elapsedSeconds"), (int, float)):
+        return float(b["elapsedSeconds"])
+    return backup.ended_elapsed
+
+
+def short_duration(seconds: float) -> str:
+    """A short job's time as it is (0.003 s), a long one's as a clock."""
+    if seconds < 10:
+        return f"{seconds:.3g} s"
+    return duration(seconds)
 
 
 # -- certificates -------------------------------------------------------------------------------------

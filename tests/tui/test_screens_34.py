@@ -422,3 +422,43 @@ async def test_the_last_cycles_summary_names_each_nodes_role_when_it_was_scaveng
         assert "node1 (127.0.0.1:2113) Follower Completed" in text, text
         assert "node2 (127.0.0.1:2114) Leader" in text and "Leader now" not in text
         assert "node3 (127.0.0.1:2115) Follower now" in text  # never seen designated: said so
+
+
+# -- backup --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("width", WIDTHS)
+async def test_a_failed_backups_duration_is_the_nodes(width):
+    from tests.tui.test_cycle_certs_mirror import NOW
+    from tests.tui.test_truth import finished_backup
+    from tui.panels import render_backup
+    from tui.state import BackupState
+
+    body = finished_backup(state="failed", elapsedSeconds=0.003, finishedAt=NOW - 59.997, error="disk full")
+    del body["seconds"], body["chaser"]
+    node = Watch(ManualClock()).collector.state
+    node.backup = BackupState(available=True, body=body)  # first seen already ended
+    text = flat(plain(render_backup(node, now=NOW, width=width), width))
+    assert "duration unknown" not in text
+    assert "took 0.003 s" in text and "finished 2023-11-14 22:12:20" in text
+
+
+async def test_the_backup_folder_hint_is_the_nodes_own_and_new_after_a_restore(tmp_path):
+    from textual.widgets import Input
+
+    from tests.tui.test_truth import named_app
+
+    nodes = three()
+    for node in nodes:
+        node.backup = {}
+    app = named_app(*nodes, clock=ManualClock(), cluster_dir=str(tmp_path))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.poll_all()
+        await pilot.press("n")
+        await pilot.pause()
+        node2 = app.state.node()
+        assert node2.label == "node2"
+        app._restored(node2)
+        await pilot.press("b")
+        await pilot.pause()
+        field = app.screen.query_one("#destination", Input)
+        assert field.placeholder == "/var/backups/evdb/node2"
+        assert field.value.startswith(str(tmp_path / "backups" / "node2-after-restore-")), field.value
