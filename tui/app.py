@@ -1278,15 +1278,22 @@ class DashboardApp(App[str | None]):
         return True
 
     async def _reload_succeeded(self, call: PlannedCall) -> bool:
-        """A reload answered 200 may still have failed: the node's lastReload says (tui/certificates.py)."""
-        from tui.certificates import reload_failure
+        """A reload answered 200 may still have failed: the node's lastReload says (tui/certificates.py).
+        Its notice tells that outcome, never the bare 200."""
+        from tui.certificates import reload_outcome
 
         assert self.client is not None
-        reason = await reload_failure(self.client, call.node_url)
-        if reason is None:
-            return True
+        outcome, reason = await reload_outcome(self.client, call.node_url)
         node = self.state.nodes.get(call.node_url)
         label = node.label if node else call.node_url
+        if outcome != "Failed":
+            said = (
+                "→ reloaded (the node's lastReload: Success)"
+                if outcome == "Success"
+                else f"→ sent; outcome not known here: {reason}"
+            )
+            self.notify(f"{call.request_line()}\n{said}", title=label, timeout=8)
+            return True
         self.state.add_activity(
             Activity(
                 self.clock.time(),
@@ -1333,12 +1340,14 @@ class DashboardApp(App[str | None]):
         severity: SeverityLevel = "information" if response.status_code < 300 else "error"
         if call.path == "/auto-scavenge/cycle-now":
             self.state.cycle_now = (self.clock.time(), label, response.status_code, answer_text(body))
-        self.notify(
-            f"{call.request_line()}\n→ {response.status_code} {response.reason_phrase}\n{answer_text(body)[:300]}",
-            title=label,
-            severity=severity,
-            timeout=8,
-        )
+        # a reload answers 200 whatever its outcome (as KurrentDB's): send() tells the outcome instead
+        if not (call.path == "/admin/reloadconfig" and response.status_code < 300):
+            self.notify(
+                f"{call.request_line()}\n→ {response.status_code} {response.reason_phrase}\n{answer_text(body)[:300]}",
+                title=label,
+                severity=severity,
+                timeout=8,
+            )
         if response.status_code < 300 and node is not None:
             self._after_start(call, node, response)
         collector = self.collectors.get(call.node_url)

@@ -13,7 +13,28 @@ from tui.state import CertificateState
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["read_certificate", "reload_failure"]
+__all__ = ["read_certificate", "reload_failure", "reload_outcome"]
+
+
+async def reload_outcome(client: httpx.AsyncClient, node_url: str) -> tuple[str | None, str]:
+    """The outcome of the reload the node just answered, from evdb's ``lastReload`` of
+    ``GET /admin/certificates``: ("Success", ""), ("Failed", why), or (None, why it cannot be known:
+    KurrentDB has no such endpoint and only logs the outcome)."""
+    import httpx
+
+    try:
+        response = await client.get(f"{node_url.rstrip('/')}/admin/certificates")
+        body = response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError) as exc:
+        return None, f"GET /admin/certificates failed ({exc or type(exc).__name__})"
+    if body is None:
+        return None, f"GET /admin/certificates answered {response.status_code}: only the node's log tells"
+    last = body.get("lastReload") if isinstance(body, dict) else None
+    if not isinstance(last, dict) or last.get("result") not in ("Success", "Failed"):
+        return None, "the node reports no reload yet"
+    if last["result"] == "Failed":
+        return "Failed", str(last.get("error") or "the node did not say why")
+    return "Success", ""
 
 
 async def reload_failure(client: httpx.AsyncClient, node_url: str) -> str | None:

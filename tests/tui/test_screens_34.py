@@ -462,3 +462,38 @@ async def test_the_backup_folder_hint_is_the_nodes_own_and_new_after_a_restore(t
         field = app.screen.query_one("#destination", Input)
         assert field.placeholder == "/var/backups/evdb/node2"
         assert field.value.startswith(str(tmp_path / "backups" / "node2-after-restore-")), field.value
+
+
+# -- reload --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("result", ["Failed", "Success", None])
+async def test_a_reloads_notice_tells_its_outcome_not_the_200(result):
+    from tests.tui.pilot import notices
+    from tests.tui.test_cycle_certs_mirror import certificates_body
+    from tests.tui.test_truth import named_app
+
+    nodes = three()
+    for node in nodes:  # None: a node without /admin/certificates (KurrentDB)
+        node.certificates = (
+            None
+            if result is None
+            else certificates_body(
+                result=result, error="could not load /certs/node.crt" if result == "Failed" else None
+            )
+        )
+    app = named_app(*nodes, clock=ManualClock())
+    async with app.run_test(size=(200, 50)) as pilot:
+        await app.poll_all()
+        app.clear_notifications()
+        await pilot.press("l")
+        await pilot.pause()
+        await pilot.click("#send")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        told = notices(app)
+        assert "200 OK" not in told, told
+        if result == "Failed":
+            assert "the reload failed" in told and "could not load /certs/node.crt" in told
+        elif result == "Success":
+            assert "reloaded (the node's lastReload: Success)" in told
+        else:
+            assert "outcome not known here" in told and "only the node's log tells" in told
