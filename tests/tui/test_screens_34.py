@@ -497,3 +497,64 @@ async def test_a_reloads_notice_tells_its_outcome_not_the_200(result):
             assert "reloaded (the node's lastReload: Success)" in told
         else:
             assert "outcome not known here" in told and "only the node's log tells" in told
+
+
+# -- event browser -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("size", [(200, 50), (80, 24)])
+async def test_after_opening_a_stream_the_next_keys_go_to_the_event_number(size):
+    from textual.widgets import DataTable, Input
+
+    from tests.tui.conftest import make_app
+    from tests.tui.pilot import ready
+    from tests.tui.test_truth import browsing_node
+
+    app = make_app(browsing_node())
+    async with app.run_test(size=size) as pilot:
+        await ready(app, pilot)
+        await pilot.press("e")
+        await pilot.pause()
+        screen = app.screen
+        await pilot.press(*"orders-with-a-rather-long-stream-name-1", "enter")
+        await pilot.pause()
+        assert app.focused is screen.query_one("#event-number", Input)
+        await pilot.press("2", "7", "enter")
+        await pilot.pause()
+        assert screen.query_one("#stream-name", Input).value == "orders-with-a-rather-long-stream-name-1"
+        table = screen.query_one("#events", DataTable)
+        assert int(table.get_row_at(0)[0]) == 27
+        await pilot.press("right_square_bracket")  # ] still pages, from the number field
+        await pilot.pause()
+        assert int(table.get_row_at(0)[0]) == 7
+        await pilot.press("tab")  # Tab goes on, never back to retype the name
+        await pilot.press("1")
+        assert screen.query_one("#stream-name", Input).value == "orders-with-a-rather-long-stream-name-1"
+
+
+async def test_the_stream_picker_offers_the_streams_that_can_be_read_first():
+    from textual.widgets import OptionList
+
+    from tests.tui.conftest import make_app
+    from tests.tui.pilot import ready
+
+    node = FakeNode(port=2113)
+    for i in range(30):
+        node.append(f"demo-{i}", "Created", {"i": i})
+    for i in range(600):  # a scavenge's own events since: newer than the demo's
+        node.append(f"$scavenges-s{i % 3}", "$scavengeChunksCompleted", {})
+    node.append("demo-gone-1", "$streamDeleted", {})
+    node.append("demo-gone-2", "$streamDeleted", {})
+    app = make_app(node)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("e")
+        await pilot.pause()
+        options = app.screen.query_one("#stream-list", OptionList)
+        names = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
+        assert names[:2] == ["demo-29", "demo-28"] and len(names) == 32, names
+        assert names[-2:] == ["demo-gone-2  (deleted)", "demo-gone-1  (deleted)"]
+        options.highlighted = len(names) - 1
+        options.focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "demo-gone-1" in str(app.screen.query_one("#status").content)
+        assert "(deleted)" not in str(app.screen.query_one("#status").content)
