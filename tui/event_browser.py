@@ -211,7 +211,7 @@ class EventBrowser(Screen[None]):
 
     async def on_mount(self) -> None:
         table = self.query_one("#events", DataTable)
-        table.add_columns("#", "Type", "Position", "Timestamp", "Data")
+        table.add_columns("#", "Type", "Timestamp", "Position", "Data")
         self.query_one("#stream-name", Input).focus()
         await self.load_streams()
 
@@ -262,7 +262,10 @@ class EventBrowser(Screen[None]):
         data = event.data.replace("\n", " ")
         data_cell = Text(data[:80], style="italic magenta" if event.is_redacted else "")
         position = "" if event.position is None else f"{event.position:,}"
-        return str(event.number), type_cell, position, event.timestamp, data_cell
+        # whole seconds, before the position: in a narrow terminal the time is never cut (the detail
+        # below has the full timestamp)
+        when = event.timestamp[:19].replace("T", " ")
+        return str(event.number), type_cell, when, position, data_cell
 
     def _show_detail(self, event: EventRow) -> None:
         text = Text()

@@ -374,7 +374,7 @@ def _jobs(state: DashboardState, node: NodeState) -> str:
         doing = "scavenging"
         if sc.phase in SCAVENGE_PHASES:
             place, phases = sc.overall()
-            doing += f" {place}/{phases} {sc.phase}"
+            doing += f" phase {place}/{phases}"
         jobs.append(f"{doing} {fraction * 100:.0f}%" if fraction is not None else doing)
     backup = node.backup
     if backup is not None and backup.body.get("state") == "running":
@@ -463,7 +463,10 @@ def render_cluster(state: DashboardState, now: float, width: int | None = None) 
     head = cluster_writable(state, now)
     hidden = [c for c in order if c not in shown]
     if hidden:
-        head.append(f"  ({len(hidden)} columns hidden: {', '.join(hidden)}; widen to see)", style="dim")
+        named = f"  ({len(hidden)} columns hidden: {', '.join(hidden)})"
+        if head.cell_len + len(named) > width:
+            named = f"  (+{len(hidden)} column{'s' if len(hidden) > 1 else ''}: widen)"
+        head.append(named, style="dim")
     parts: list[RenderableType] = [head, table]
     jump = _writer_jump_line(state, now)
     if jump is not None:
@@ -900,14 +903,15 @@ def render_chunks(
     ``panel_width``)."""
     if node is None:
         return Text("No node selected.")
+    narrow = panel_width is not None and panel_width < 100
     if panel_width is not None:
-        width = max(8, min(width, panel_width - 60))
+        width = max(8, min(width, panel_width - (54 if narrow else 66)))
     stale = stale_lines(node, ("scavenge",), now)
-    table = _chunk_table(node, width)
+    table = _chunk_table(node, width, narrow)
     return Group(*stale, table) if stale else table
 
 
-def _chunk_table(node: NodeState, width: int) -> RenderableType:
+def _chunk_table(node: NodeState, width: int, narrow: bool = False) -> RenderableType:
     sc = node.scavenge
     threshold = sc.threshold if sc.threshold is not None else 0
     rows = {(c.start, c.end): c for c in sc.chunks}
@@ -928,8 +932,11 @@ def _chunk_table(node: NodeState, width: int) -> RenderableType:
         box=None,
         header_style="bold",
     )
-    for column in ("chunks", "weight", "", "outcome", "before", "after", "saved"):
-        table.add_column(column, no_wrap=True)
+    # sizes are never cut (``1011.7 KiB``): in a narrow panel "after" (before less saved) gives way
+    sizes = ("before", "saved") if narrow else ("before", "after", "saved")
+    for column in ("chunks", "weight", "", "outcome", *sizes):
+        least = 10 if column in sizes else 12 if column == "outcome" else None
+        table.add_column(column, no_wrap=True, min_width=least)
     mark = round(max(0, threshold) / top * width) if top else 0
     for (start, end), c in sorted(rows.items()):
         weight = c.weight if c is not None and c.weight is not None else sc.weights.get(start)
@@ -950,14 +957,17 @@ def _chunk_table(node: NodeState, width: int) -> RenderableType:
         heat = bar((weight or 0) / top, width, "green" if meets else "grey50")
         if 0 < mark < width:
             heat = heat[:mark] + Text("│", style="bold red") + heat[mark + 1 :]
+        figures = {
+            "before": size(c.size_before) if c else "–",
+            "after": size(c.size_after) if c else "–",
+            "saved": size(c.space_saved) if c and c.space_saved is not None else "–",
+        }
         table.add_row(
             f"{start}" if start == end else f"{start}–{end}",
             "–" if weight is None else f"{weight:g}",
             heat,
             outcome,
-            size(c.size_before) if c else "–",
-            size(c.size_after) if c else "–",
-            size(c.space_saved) if c and c.space_saved is not None else "–",
+            *(figures[column] for column in sizes),
         )
     executed = sum(1 for c in sc.chunks if c.executed and not c.merged)
     skipped = sum(1 for c in sc.chunks if c.executed is False)

@@ -87,10 +87,10 @@ async def test_the_cluster_table_never_shows_one_phase_s_100_percent_as_the_whol
     watch = Watch(clock)
     await watch.running(progress(phase="Calculation", streamsTotal=10, streamsDone=10))
     row = flat(plain(render_cluster(watch.state, clock.time(), 200), 200))
-    assert "scavenging 3/7 Calculation 100%" in row
+    assert "scavenging phase 3/7 100%" in row
     await watch.running(progress(phase="Chunk execution", chunksTotal=10, chunksDone=1, chunks=reports(1)))
     row = flat(plain(render_cluster(watch.state, clock.time(), 200), 200))
-    assert "scavenging 4/7 Chunk execution 10%" in row  # the next phase: its place goes on
+    assert "scavenging phase 4/7 10%" in row  # the next phase: its place goes on
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -220,8 +220,11 @@ async def test_the_table_says_which_columns_a_narrow_terminal_hides():
         await app.poll_all()
         await pilot.pause()
         text = flat(cluster_text(app, 76))
-        assert "columns hidden: " in text and "disk r/w" in text.split("columns hidden:")[1]
-        assert "columns hidden" not in flat(cluster_text(app, 200))
+        assert "(+1 column: widen)" in text, text
+        app.state.nodes[next(iter(app.state.nodes))].job = "writing demo data: 123 of 1,000 events"
+        text = flat(cluster_text(app, 100))  # a wide "doing" pushes the process figures out: named
+        assert "2 columns hidden: mem, disk r/w" in text, text
+        assert "columns" not in flat(cluster_text(app, 200))
 
 
 async def test_a_restart_only_option_is_pending_not_set_until_the_node_runs_with_it():
@@ -558,3 +561,41 @@ async def test_the_stream_picker_offers_the_streams_that_can_be_read_first():
         await pilot.pause()
         assert "demo-gone-1" in str(app.screen.query_one("#status").content)
         assert "(deleted)" not in str(app.screen.query_one("#status").content)
+
+
+# -- 80×24 ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("width", WIDTHS)
+async def test_chunk_sizes_are_never_cut(clock, width):
+    watch = Watch(clock)
+    rows = [
+        {
+            "chunkStartNumber": i,
+            "chunkEndNumber": i,
+            "weight": 4.0,
+            "executed": True,
+            "merged": False,
+            "sizeBefore": 1_035_980,  # 1011.7 KiB
+            "sizeAfter": 10_240,
+        }
+        for i in range(3)
+    ]
+    await watch.running(progress(chunks=rows, chunkWeights={"0": 4.0, "1": 4.0, "2": 4.0, "3": 1.0}), width)
+    text = plain(render_chunks(watch.collector.state, panel_width=width - 4), width - 4)
+    assert text.count("1011.7 KiB") == 3 and "…" not in text, text
+
+
+async def test_the_event_browsers_timestamps_are_whole_at_80x24():
+    from tests.tui.conftest import make_app
+    from tests.tui.pilot import ready
+    from tests.tui.test_truth import browsing_node, screen_text
+
+    app = make_app(browsing_node())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("e")
+        await pilot.pause()
+        await pilot.press(*"orders-with-a-rather-long-stream-name-1", "enter")
+        await pilot.pause()
+        await pilot.pause()
+        text = screen_text(app)
+        assert "2024-05-01 12:00:29" in text and "2024-05-01 12:00:28" in text, text
