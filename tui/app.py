@@ -233,6 +233,9 @@ class DashboardApp(App[str | None]):
     COMMANDS = {DashboardCommands}
     CSS = """
     #cluster { height: auto; max-height: 16; border: round $accent; padding: 0 1; }
+    /* a narrow terminal: a call's notice is one line over the title bar, not a box over the panel */
+    App.-narrow ToastRack { dock: top; align: right top; margin-bottom: 0; }
+    App.-narrow Toast { padding: 0 1; margin-top: 0; width: auto; max-width: 100%; }
     TabbedContent { height: 1fr; }
     TabPane { padding: 0 1; }
     """
@@ -261,6 +264,13 @@ class DashboardApp(App[str | None]):
         Binding("a", "toggle_history", "History of every node / this node", show=False),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("escape", "back", "Back", show=False),
+        # the panel below the fold (a scavenge's history at 80×24): scrolled without focusing it
+        Binding("pagedown", "scroll_panel('page_down')", "Scroll down a page", show=False),
+        Binding("pageup", "scroll_panel('page_up')", "Scroll up a page", show=False),
+        Binding("down", "scroll_panel('down')", "Scroll down", show=False),
+        Binding("up", "scroll_panel('up')", "Scroll up", show=False),
+        Binding("end", "scroll_panel('end')", "Scroll to the end", show=False),
+        Binding("home", "scroll_panel('home')", "Scroll to the top", show=False),
         Binding("q", "quit_dashboard", "Quit"),
         *(Binding(str(i + 1), f"show_tab('{tab}')", f"{tab} tab", show=False) for i, tab in enumerate(TABS)),
     ]
@@ -344,7 +354,27 @@ class DashboardApp(App[str | None]):
                 yield Static(id="activity-panel")
         yield KeyBar()
 
+    @property
+    def narrow(self) -> bool:
+        """80×24 and the like: notices of calls are one short line."""
+        return self.size.width < 100 or self.size.height < 30
+
+    def tell_call(self, label: str, request: str, outcome: str, detail: str = "", **kwargs: Any) -> None:
+        """The notice of a call the operator sent: the request and its outcome (and the node's words);
+        in a narrow terminal one line for 3 s over the title bar (the Activity tab keeps it all)."""
+        if self.narrow:
+            method, _, url = request.partition(" ")
+            path = urlsplit(url).path or url
+            kwargs["timeout"] = min(kwargs.get("timeout", 8), 3)
+            said = f"{label}: {method} {path} {outcome}"
+            if detail and kwargs.get("severity") == "error":
+                said += f": {detail}"
+            self.notify(said[: max(20, self.size.width - 8)], **kwargs)
+            return
+        self.notify(f"{request}\n{outcome}" + (f"\n{detail}" if detail else ""), title=label, **kwargs)
+
     def on_resize(self, event: events.Resize) -> None:
+        self.set_class(event.size.width < 100 or event.size.height < 30, "-narrow")
         labels = SHORT_TAB_LABELS if event.size.width < 100 else TAB_LABELS
         try:
             tabs = self.query_one(TabbedContent)
@@ -723,12 +753,15 @@ class DashboardApp(App[str | None]):
         for binding in self.BINDINGS:
             assert isinstance(binding, Binding)
             action = binding.action.split("(")[0]
-            if action == "show_tab":
+            if action in ("show_tab", "scroll_panel"):
                 continue
             reason = self.why_not(action)
             rows.append((binding.key_display or binding.key, binding.description, reason or "available"))
         labels = ", ".join(f"{i} {label}" for i, label in enumerate(TAB_LABELS, 1))
         rows.append((f"1–{len(TABS)}", f"show a panel: {labels}", "available"))
+        rows.append(
+            ("PgDn PgUp ↓ ↑ End Home", "scroll the panel (its lower part in a small terminal)", "available")
+        )
         return rows
 
     def palette_entries(self) -> list[tuple[str, Any, str]]:
@@ -740,7 +773,11 @@ class DashboardApp(App[str | None]):
         for binding in self.BINDINGS:
             assert isinstance(binding, Binding)
             action = binding.action
-            if action in ("command_palette", "back") or action.startswith("show_tab") or self.why_not(action):
+            if (
+                action in ("command_palette", "back")
+                or action.startswith(("show_tab", "scroll_panel"))
+                or self.why_not(action)
+            ):
                 continue
             entries.append(
                 (
@@ -773,6 +810,20 @@ class DashboardApp(App[str | None]):
             "History of every node" if self.state.all_history else "History of the selected node", timeout=2
         )
         self.render_panels()
+
+    def action_scroll_panel(self, how: str) -> None:
+        """Scroll the panel of the tab shown (the main screen has nothing else that scrolls)."""
+        active = self.query_one(TabbedContent).active
+        scroller = self.query_one(f"#{active}", TabPane).query_one(VerticalScroll)
+        step = {
+            "page_down": scroller.scroll_page_down,
+            "page_up": scroller.scroll_page_up,
+            "down": scroller.scroll_down,
+            "up": scroller.scroll_up,
+            "end": scroller.scroll_end,
+            "home": scroller.scroll_home,
+        }[how]
+        step(animate=False)
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
@@ -1288,11 +1339,11 @@ class DashboardApp(App[str | None]):
         label = node.label if node else call.node_url
         if outcome != "Failed":
             said = (
-                "→ reloaded (the node's lastReload: Success)"
+                "→ reloaded (its lastReload: Success)"
                 if outcome == "Success"
                 else f"→ sent; outcome not known here: {reason}"
             )
-            self.notify(f"{call.request_line()}\n{said}", title=label, timeout=8)
+            self.tell_call(label, call.request_line(), said, timeout=8)
             return True
         self.state.add_activity(
             Activity(
@@ -1304,9 +1355,11 @@ class DashboardApp(App[str | None]):
                 outcome="failed",
             )
         )
-        self.notify(
-            f"{call.request_line()}\n→ the reload failed; the node keeps its configuration\n{reason[:300]}",
-            title=label,
+        self.tell_call(
+            label,
+            call.request_line(),
+            "→ the reload failed; the node keeps its configuration",
+            reason[:300],
             severity="error",
             timeout=8,
         )
@@ -1330,7 +1383,7 @@ class DashboardApp(App[str | None]):
             self.state.add_activity(
                 Activity(self.clock.time(), label, call.request_line(), None, str(exc) or type(exc).__name__)
             )
-            self.notify(f"{call.request_line()}\nno answer: {exc}", title=label, severity="error", timeout=8)
+            self.tell_call(label, call.request_line(), f"no answer: {exc}", severity="error", timeout=8)
             self.render_panels()
             return None
         body = response.text.strip()
@@ -1342,9 +1395,11 @@ class DashboardApp(App[str | None]):
             self.state.cycle_now = (self.clock.time(), label, response.status_code, answer_text(body))
         # a reload answers 200 whatever its outcome (as KurrentDB's): send() tells the outcome instead
         if not (call.path == "/admin/reloadconfig" and response.status_code < 300):
-            self.notify(
-                f"{call.request_line()}\n→ {response.status_code} {response.reason_phrase}\n{answer_text(body)[:300]}",
-                title=label,
+            self.tell_call(
+                label,
+                call.request_line(),
+                f"→ {response.status_code} {response.reason_phrase}",
+                answer_text(body)[:300],
                 severity=severity,
                 timeout=8,
             )

@@ -32,6 +32,8 @@ __all__ = [
 ]
 
 ResultT = TypeVar("ResultT")
+#: what a dialog that starts on Cancel says beside its buttons
+CANCEL_FIRST = "Focus starts on Cancel (Enter alone changes nothing): Tab to the button, then Enter {what}."
 
 _CSS = """
 ModalScreen { align: center middle; }
@@ -46,6 +48,7 @@ ModalScreen #help-notes { margin-top: 1; }
 ModalScreen .title { text-style: bold; margin-bottom: 1; }
 ModalScreen .request { background: $boost; padding: 0 1; margin-bottom: 1; }
 ModalScreen .error { color: $error; height: auto; }
+ModalScreen .hint { color: $text-muted; height: auto; }
 ModalScreen Horizontal { height: auto; align-horizontal: right; margin-top: 1; }
 ModalScreen Button { margin-left: 2; }
 ModalScreen Input { margin-bottom: 1; }
@@ -102,6 +105,7 @@ class ConfirmCall(ModalScreen[bool]):
             else:
                 text = "\n\n".join(call.describe(self.user) for call in self.calls)
             yield Static(Text(text), classes="request", id="request")
+            yield Static(CANCEL_FIRST.format(what="sends"), classes="hint", id="cancel-first")
             with Horizontal():
                 yield Button("Cancel", id="cancel", variant="primary")
                 yield Button("Send", id="send", variant="error")
@@ -431,6 +435,7 @@ class QuitDialog(ModalScreen[str | None]):
         with Vertical():
             yield Label("Quit the dashboard", classes="title")
             yield Static(f"The local cluster in {self.data_dir} is running. Stop it?")
+            yield Static(CANCEL_FIRST.format(what="chooses"), classes="hint", id="cancel-first")
             with Horizontal():
                 yield Button("Cancel", id="cancel", variant="primary")
                 yield Button("Leave it running", id="leave")

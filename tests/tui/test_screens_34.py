@@ -497,7 +497,7 @@ async def test_a_reloads_notice_tells_its_outcome_not_the_200(result):
         if result == "Failed":
             assert "the reload failed" in told and "could not load /certs/node.crt" in told
         elif result == "Success":
-            assert "reloaded (the node's lastReload: Success)" in told
+            assert "reloaded (its lastReload: Success)" in told
         else:
             assert "outcome not known here" in told and "only the node's log tells" in told
 
@@ -599,3 +599,77 @@ async def test_the_event_browsers_timestamps_are_whole_at_80x24():
         await pilot.pause()
         text = screen_text(app)
         assert "2024-05-01 12:00:29" in text and "2024-05-01 12:00:28" in text, text
+
+
+async def _world_app(size):
+    import pathlib
+    import tempfile
+
+    from tests.tui.test_snapshots import _world
+    from tests.tui.test_truth import named_app
+
+    log_dir = pathlib.Path(tempfile.mkdtemp()) / "node1"
+    log_dir.mkdir()
+    return named_app(*_world(False, log_dir), clock=ManualClock(), log_dirs=[str(log_dir)])
+
+
+@pytest.mark.parametrize("key", ["end", "pagedown", "down"])
+async def test_at_80x24_the_scavenge_history_below_the_fold_is_reached_with_the_keys(key):
+    from tests.tui.test_truth import screen_text
+
+    app = await _world_app((80, 24))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.poll_all()
+        await app.poll_all()
+        app.clear_notifications()
+        await pilot.press("1")
+        await pilot.pause()
+        assert "History of node1" not in screen_text(app)
+        for _ in range(1 if key != "down" else 30):
+            await pilot.press(key)
+        await pilot.pause()
+        assert "History of node1" in screen_text(app)
+        await pilot.press("home")
+        await pilot.pause()
+        assert "Scavenge on node1" in screen_text(app)
+
+
+async def test_at_80x24_a_sends_notice_is_one_short_line_on_the_cluster_boxs_border():
+    from tests.tui.pilot import notices
+    from tests.tui.test_truth import screen_text
+
+    app = await _world_app((80, 24))
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await app.poll_all()
+        await app.poll_all()
+        app.clear_notifications()
+        await pilot.press("n")  # node2: no scavenge runs there
+        await pilot.pause()
+        app.clear_notifications()
+        await pilot.press("l")
+        await pilot.pause()
+        await pilot.click("#send")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.pause()
+        told = notices(app)
+        assert told.count("\n") == 0 and "POST /admin/reloadconfig" in told, told
+        lines = screen_text(app).splitlines()
+        # on the cluster box's top border, under the title bar: nothing that matters is covered
+        assert "node2: POST /admin/reloadconfig → reloaded (its lastReload: Success)" in lines[1], lines[:3]
+        assert not any("reloadconfig" in line for line in lines[2:]), lines
+        assert "Scavenge on node2" in "\n".join(lines)  # the panel is not covered
+
+
+@pytest.mark.parametrize("key", ["l", "q"])
+async def test_a_dialog_that_starts_on_cancel_says_so(key, tmp_path):
+    from textual.widgets import Static
+
+    app = await _world_app((80, 24))
+    app.cluster_dir = str(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.poll_all()
+        await pilot.press(key)
+        await pilot.pause()
+        hint = str(app.screen.query_one("#cancel-first", Static).content)
+        assert "Focus starts on Cancel" in hint and app.focused.id == "cancel"
