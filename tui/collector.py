@@ -80,7 +80,7 @@ _TRANSITIONS = 20
 #: ``$auto-scavenges`` events (evdb/autoscavenge/state.py): the state each leads to, and what it says
 _AUTO_EVENTS = {
     "$cluster-scavenge-started": ("InProgress", "cluster scavenge started"),
-    "$node-designated": ("", "next node:"),
+    "$node-designated": ("", "next node"),
     "$node-scavenge-completed": ("", "scavenged:"),
     "$pause-requested": ("Pausing", "pause requested: stopping the node scavenge"),
     "$paused": ("Paused", "paused"),
@@ -694,13 +694,11 @@ class NodeCollector:
             state, detail = step
             if kind in ("$cluster-scavenge-started", "$cluster-scavenge-completed"):
                 detail = f"{detail} {data.get('clusterScavengeId', '')}".rstrip()
-            elif kind == "$node-designated":
-                detail = f"{detail} {data.get('nodeId', '')}"
             elif kind == "$node-scavenge-completed":
-                detail = f"{data.get('nodeId', '')} {detail} {data.get('result', '')}"
+                detail = f"{detail} {data.get('result', '')}"
             stamped = next((v for k, v in data.items() if k.endswith("At") and isinstance(v, str)), None)
             at = parse_iso(stamped) or parse_iso(e.get("updated"))
-            out.append(AutoScavengeTransition(at, state, detail))
+            out.append(AutoScavengeTransition(at, state, detail, _node_endpoint(data.get("nodeId"))))
         return tuple(out)
 
     async def _read_subscriptions(self) -> None:
@@ -1054,6 +1052,14 @@ def _subscription_group(
         connections=connections,
         detail_error=error,
     )
+
+
+def _node_endpoint(value: Any) -> str:
+    """A node as ``$auto-scavenges`` names it (``{"address", "port"}``, or a string) as host:port."""
+    if isinstance(value, dict) and value.get("address") and value.get("port"):
+        host = str(value["address"])
+        return f"[{host}]:{value['port']}" if ":" in host else f"{host}:{value['port']}"
+    return str(value) if isinstance(value, str) else ""
 
 
 def _text_or_none(value: Any) -> str | None:

@@ -467,6 +467,7 @@ def render_cluster(state: DashboardState, now: float, width: int | None = None) 
         if head.cell_len + len(named) > width:
             named = f"  (+{len(hidden)} column{'s' if len(hidden) > 1 else ''}: widen)"
         head.append(named, style="dim")
+    head.no_wrap, head.overflow = True, "ellipsis"
     parts: list[RenderableType] = [head, table]
     jump = _writer_jump_line(state, now)
     if jump is not None:
@@ -1024,7 +1025,8 @@ def render_auto_scavenge(
         grid.add_row("schedule", Text("not in the node's answer", style="dim"))
     if auto.state in ("Paused", "Pausing"):
         # the node's countdown runs on (00:00 in a paused cycle): no cycle starts until a resume
-        grid.add_row("next cycle", Text("none while paused (p resumes)", style="yellow"))
+        how = "none while paused (p resumes)" if auto.state == "Paused" else "none while pausing"
+        grid.add_row("next cycle", Text(how, style="yellow"))
     elif auto.state == "InProgress":
         grid.add_row("next cycle", Text("after this one, by the schedule", style="dim"))
     elif auto.time_until_next_cycle is not None:
@@ -1035,23 +1037,29 @@ def render_auto_scavenge(
         parts.extend([_cycle_now_line(state.cycle_now), Text("")])
     parts.extend(_cycle_parts(state, auto))
     parts.extend(_finished_cycle(state, auto, now))
-    parts.extend(_transitions(auto))
+    parts.extend(_transitions(auto, endpoint_labels(state), width or WIDE))
     return Group(*parts)
 
 
-def _transitions(auto: AutoScavengeState) -> list[RenderableType]:
+def _transitions(
+    auto: AutoScavengeState, labels: dict[str, tuple[str, str]], width: int
+) -> list[RenderableType]:
     """The auto-scavenge's steps, newest first, each with its time: a Pausing that lasted half a
-    second stays on screen."""
+    second stays on screen. Time and state are never cut; the detail gives way."""
     if not auto.transitions:
         return []
     source = "$auto-scavenges" if auto.transitions_from_events else "as the dashboard saw them"
     table = Table.grid(padding=(0, 2))
-    for _ in range(3):
-        table.add_column(no_wrap=True)
+    table.add_column(no_wrap=True, width=12)
+    table.add_column(no_wrap=True, width=10)
+    table.add_column(no_wrap=True, overflow="ellipsis", max_width=max(10, width - 28))
     for t in auto.transitions[:8]:
         when = datetime.fromtimestamp(t.at, UTC).strftime("%H:%M:%S.%f")[:-3] if t.at is not None else "–"
+        detail = t.detail
+        if t.node:
+            detail = f"{detail} {labels.get(t.node, (t.node, ''))[0]}"
         table.add_row(
-            Text(when, style="dim"), Text(t.state or "", style="bold cyan" if t.state else ""), Text(t.detail)
+            Text(when, style="dim"), Text(t.state or "", style="bold cyan" if t.state else ""), Text(detail)
         )
     return [Text(""), Text(f"Transitions, newest first ({source})", style="bold"), table]
 
@@ -1260,11 +1268,11 @@ def render_backup(
     grid.add_column()
     kind = str(b.get("kind") or b.get("operation") or "–")
     operation = Text(f"{kind} backup")
-    if b.get("destination"):
-        operation.append(f" into {b['destination']}")
     if b.get("backupId"):
         operation.append(f"  (id {b['backupId']})", style="dim")
     grid.add_row("operation", operation)
+    if b.get("destination"):  # a path is never cut: folded over lines in a narrow terminal
+        grid.add_row("folder", Text(str(b["destination"]), overflow="fold"))
     state = str(b.get("state", "–"))
     ended = state in _BACKUP_ENDED
     seconds = backup_seconds(backup)

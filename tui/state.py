@@ -299,6 +299,7 @@ class AutoScavengeTransition:
     at: float | None  # epoch seconds
     state: str  # InProgress, Pausing, Paused, Waiting; or "" for a step that is no state change
     detail: str = ""
+    node: str = ""  # host:port of the node the step is about (a designated or scavenged node)
 
 
 @dataclass(frozen=True)

@@ -673,3 +673,16 @@ async def test_a_dialog_that_starts_on_cancel_says_so(key, tmp_path):
         await pilot.pause()
         hint = str(app.screen.query_one("#cancel-first", Static).content)
         assert "Focus starts on Cancel" in hint and app.focused.id == "cancel"
+
+
+def test_a_backups_folder_is_never_cut_at_80_columns():
+    from tests.tui.test_truth import finished_backup
+    from tui.panels import render_backup
+    from tui.state import BackupState
+
+    folder = "/tmp/evdb-scenario-resumed-scavenge-and-pausing-ffgaiboh/backup-node1"
+    node = Watch(ManualClock()).collector.state
+    node.backup = BackupState(available=True, body=finished_backup(destination=folder))
+    text = plain(render_backup(node, now=0.0, width=76), 76)
+    assert folder in "".join(line.strip() for line in text.splitlines()), text
+    assert "…" not in text

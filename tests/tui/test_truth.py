@@ -416,7 +416,7 @@ async def test_a_finished_backup_shows_a_summary_with_its_final_speed():
         await pilot.press("4")
         await pilot.pause()
         text = flat(text_of(app, "backup-panel"))
-        assert "full backup into /backups/node1" in text
+        assert "full backup" in text and "folder /backups/node1" in text
         assert "completed" in text and "finished 2023-11-14 22:12:32" in text and "took 00:12" in text
         assert "12 files copied, 3 skipped, 50.0 MiB" in text
         assert "4.0 MiB/s (average)" in text
