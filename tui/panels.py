@@ -384,7 +384,7 @@ def _jobs(state: DashboardState, node: NodeState) -> str:
         auto = other.auto_scavenge
         cycle = auto.cycle if auto is not None else None
         if cycle is not None and cycle.cycle_id and cycle.designated in endpoints:
-            jobs.append("in the cycle")
+            jobs.append("in the paused cycle" if cycle.paused else "in the cycle")
             break
     return ", ".join(jobs) or "–"
 
