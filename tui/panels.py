@@ -290,10 +290,10 @@ def cluster_writable(state: DashboardState, now: float) -> Text:
     if not state.nodes:
         return Text("")
     if not fresh:
-        return Text("cluster: NOT writable now: no node answers with fresh figures", style="bold red")
+        return Text("cluster: NOT writable: no node answers with fresh figures", style="bold red")
     if not leaders:
         return Text(
-            "cluster: NOT writable now: no leader (an election, or the leader is unreachable)",
+            "cluster: NOT writable: no leader (an election, or the leader is unreachable)",
             style="bold red",
         )
     leader = max(leaders, key=lambda n: _own_member(n).epoch_number if _own_member(n) else -1)
@@ -301,12 +301,11 @@ def cluster_writable(state: DashboardState, now: float) -> Text:
     need = _majority(max(voters, 1))
     if followed >= need:
         text = Text(
-            f"cluster: writable now: {leader.label} leads, {followed} of {voters} with it", style="bold green"
+            f"cluster: writable: {leader.label} leads, {followed} of {voters} with it", style="bold green"
         )
     else:
         text = Text(
-            f"cluster: NOT writable now: {leader.label} leads but only {followed} of {voters} are with it "
-            f"(needs {need})",
+            f"cluster: NOT writable: {leader.label} leads, {followed} of {voters} with it (needs {need})",
             style="bold red",
         )
     if len(leaders) > 1:
@@ -463,7 +462,7 @@ def render_cluster(state: DashboardState, now: float, width: int | None = None) 
     head = cluster_writable(state, now)
     hidden = [c for c in order if c not in shown]
     if hidden:
-        named = f"  ({len(hidden)} columns hidden: {', '.join(hidden)})"
+        named = f"  ({len(hidden)} column{'s' if len(hidden) > 1 else ''} hidden: {', '.join(hidden)})"
         if head.cell_len + len(named) > width:
             named = f"  (+{len(hidden)} column{'s' if len(hidden) > 1 else ''}: widen)"
         head.append(named, style="dim")
