@@ -656,10 +656,10 @@ class NodeCollector:
             if read is not None:
                 transitions, from_events = read, True
         if not from_events and before is not None and before.state and changed:
-            seen = AutoScavengeTransition(
+            observed = AutoScavengeTransition(
                 self.clock.time(), state, f"seen by the dashboard (was {before.state})"
             )
-            transitions = (seen, *transitions)[:_TRANSITIONS]
+            transitions = (observed, *transitions)[:_TRANSITIONS]
         s.auto_scavenge = AutoScavengeState(
             available=True,
             enabled=True,

@@ -232,10 +232,10 @@ def cluster_health(state: DashboardState, node: NodeState, now: float) -> Text:
     if node.role in _TRANSITIONS:
         return Text(_TRANSITIONS[node.role], style="yellow")
     if node.role == "Leader":
-        followed, voters = _followed(node)
-        if voters > 1 and followed < _majority(voters):
+        followed, members = _followed(node)
+        if members > 1 and followed < _majority(members):
             return Text(
-                f"leader without a majority: {followed} of {voters} with it (needs {_majority(voters)})",
+                f"leader without a majority: {followed} of {members} with it (needs {_majority(members)})",
                 style="bold red",
             )
     failing = [(source, e) for source, e in node.errors.items() if source != "gossip"]
@@ -296,7 +296,12 @@ def cluster_writable(state: DashboardState, now: float) -> Text:
             "cluster: NOT writable: no leader (an election, or the leader is unreachable)",
             style="bold red",
         )
-    leader = max(leaders, key=lambda n: _own_member(n).epoch_number if _own_member(n) else -1)
+
+    def epoch(n: NodeState) -> int:
+        own = _own_member(n)
+        return own.epoch_number if own is not None else -1
+
+    leader = max(leaders, key=epoch)
     followed, voters = _followed(leader)
     need = _majority(max(voters, 1))
     if followed >= need:
@@ -1281,10 +1286,12 @@ def render_backup(
     if ended:
         started = b.get("startedAt")
         finished_at = b.get("finishedAt")
-        if isinstance(finished_at, (int, float)) or (
-            isinstance(started, (int, float)) and seconds is not None
-        ):
-            finished = finished_at if isinstance(finished_at, (int, float)) else started + seconds
+        finished: float | None = None
+        if isinstance(finished_at, (int, float)):
+            finished = float(finished_at)
+        elif isinstance(started, (int, float)) and seconds is not None:
+            finished = float(started) + seconds
+        if finished is not None:
             state_cell.append(f"  finished {stamp(finished)}")
             if now is not None:
                 state_cell.append(f" ({ago(now - finished)} ago)")
