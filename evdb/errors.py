@@ -53,6 +53,7 @@ __all__ = [
     "EventTooLarge",
     "InvalidInput",
     "InvalidOption",
+    "JobConflict",
     "MaximumSubscribersReached",
     "NotLeader",
     "PersistentSubscriptionDropped",
@@ -226,6 +227,11 @@ class ScavengeError(EvdbError):
     pass
 
 
+class JobConflict(EvdbError):
+    """A maintenance job that must not overlap one running now (a file-copy backup while a scavenge
+    runs): refused at once, changing nothing."""
+
+
 class ScavengeAlreadyRunning(ScavengeError):
     def __init__(self) -> None:
         super().__init__("Scavenge is already running")
@@ -374,6 +380,7 @@ STATUSES: tuple[tuple[type[EvdbError], int, str], ...] = (
     (UnsupportedContentEncoding, 415, "INVALID_ARGUMENT"),
     (InvalidInput, 400, "INVALID_ARGUMENT"),  # EventTooLarge too
     (ScavengeAlreadyRunning, 400, "FAILED_PRECONDITION"),
+    (JobConflict, 409, "FAILED_PRECONDITION"),
     (ScavengeNotFound, 404, "NOT_FOUND"),
     (AccessDenied, 403, "PERMISSION_DENIED"),
     (NotLeader, 503, "UNAVAILABLE"),

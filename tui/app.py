@@ -6,6 +6,7 @@ import asyncio
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -61,7 +62,7 @@ from tui.jobs import (
 )
 from tui.logtail import LogBook, LogFilter, LogTail
 from tui.panels import (
-    duration,
+    backup_seconds,
     endpoint_labels,
     render_activity,
     render_auto_scavenge,
@@ -71,6 +72,7 @@ from tui.panels import (
     render_cluster,
     render_logs,
     render_scavenge,
+    short_duration,
     size,
 )
 from tui.routine import (
@@ -231,6 +233,9 @@ class DashboardApp(App[str | None]):
     COMMANDS = {DashboardCommands}
     CSS = """
     #cluster { height: auto; max-height: 16; border: round $accent; padding: 0 1; }
+    /* a narrow terminal: a call's notice is one line over the title bar, not a box over the panel */
+    App.-narrow ToastRack { dock: top; align: right top; margin-bottom: 0; }
+    App.-narrow Toast { padding: 0 1; margin-top: 0; width: auto; max-width: 100%; }
     TabbedContent { height: 1fr; }
     TabPane { padding: 0 1; }
     """
@@ -259,6 +264,13 @@ class DashboardApp(App[str | None]):
         Binding("a", "toggle_history", "History of every node / this node", show=False),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("escape", "back", "Back", show=False),
+        # the panel below the fold (a scavenge's history at 80×24): scrolled without focusing it
+        Binding("pagedown", "scroll_panel('page_down')", "Scroll down a page", show=False),
+        Binding("pageup", "scroll_panel('page_up')", "Scroll up a page", show=False),
+        Binding("down", "scroll_panel('down')", "Scroll down", show=False),
+        Binding("up", "scroll_panel('up')", "Scroll up", show=False),
+        Binding("end", "scroll_panel('end')", "Scroll to the end", show=False),
+        Binding("home", "scroll_panel('home')", "Scroll to the top", show=False),
         Binding("q", "quit_dashboard", "Quit"),
         *(Binding(str(i + 1), f"show_tab('{tab}')", f"{tab} tab", show=False) for i, tab in enumerate(TABS)),
     ]
@@ -281,7 +293,7 @@ class DashboardApp(App[str | None]):
         super().__init__()
         self.connection = connection or Connection()
         self.clock = clock or SystemClock()
-        self.state = DashboardState(readonly=readonly)
+        self.state = DashboardState(readonly=readonly, interval=interval)
         self.discover = discover
         self.interval = interval
         self.cluster_dir = cluster_dir
@@ -342,7 +354,27 @@ class DashboardApp(App[str | None]):
                 yield Static(id="activity-panel")
         yield KeyBar()
 
+    @property
+    def narrow(self) -> bool:
+        """80×24 and the like: notices of calls are one short line."""
+        return self.size.width < 100 or self.size.height < 30
+
+    def tell_call(self, label: str, request: str, outcome: str, detail: str = "", **kwargs: Any) -> None:
+        """The notice of a call the operator sent: the request and its outcome (and the node's words);
+        in a narrow terminal one line for 3 s over the title bar (the Activity tab keeps it all)."""
+        if self.narrow:
+            method, _, url = request.partition(" ")
+            path = urlsplit(url).path or url
+            kwargs["timeout"] = min(kwargs.get("timeout", 8), 3)
+            said = f"{label}: {method} {path} {outcome}"
+            if detail and kwargs.get("severity") == "error":
+                said += f": {detail}"
+            self.notify(said[: max(20, self.size.width - 8)], **kwargs)
+            return
+        self.notify(f"{request}\n{outcome}" + (f"\n{detail}" if detail else ""), title=label, **kwargs)
+
     def on_resize(self, event: events.Resize) -> None:
+        self.set_class(event.size.width < 100 or event.size.height < 30, "-narrow")
         labels = SHORT_TAB_LABELS if event.size.width < 100 else TAB_LABELS
         try:
             tabs = self.query_one(TabbedContent)
@@ -397,6 +429,7 @@ class DashboardApp(App[str | None]):
             interval=self.interval,
             timeout=self.connection.timeout,
             ca_file=self.connection.ca_file,
+            trust=lambda: self.connection.trust.context if self.connection.trust is not None else None,
             on_members=self._on_poll,
         )
         collector.subscriptions_wanted = self._subscriptions_wanted
@@ -422,6 +455,7 @@ class DashboardApp(App[str | None]):
             self.run_worker(collector.run(), group="collectors", name=f"mirror {source}", exit_on_error=False)
 
     def _on_poll(self, node: NodeState) -> None:
+        self._note_cycle_roles(node)
         if self.discover:
             scheme = urlsplit(node.url).scheme
             for member in node.members:
@@ -434,6 +468,21 @@ class DashboardApp(App[str | None]):
             self._seen_versions[node.url] = node.version
             self._tell_backup_end(node)
             self.render_panels()
+
+    def _note_cycle_roles(self, node: NodeState) -> None:
+        """The role of the node a cluster scavenge works on, as first seen while designated: the summary
+        names the role each node was scavenged in, not the one it has by then."""
+        auto = node.auto_scavenge
+        cycle = auto.cycle if auto is not None else None
+        if cycle is None or not cycle.cycle_id or cycle.designated is None:
+            return
+        key = (cycle.cycle_id, cycle.designated)
+        if key in self.state.cycle_roles:
+            return
+        for other in self.state.ordered():
+            if cycle.designated in other.endpoints() and other.reachable and other.role:
+                self.state.cycle_roles[key] = other.role
+                return
 
     def _tell_backup_end(self, node: NodeState) -> None:
         """A backup that ended (one this dashboard started, or one it saw running) is told once."""
@@ -458,17 +507,17 @@ class DashboardApp(App[str | None]):
         from tui.calls import explain_backup_error
 
         state = str(body.get("state"))
+        seconds = backup_seconds(backup)
+        took = f", took {short_duration(seconds)}" if seconds is not None else ""
         if state == "completed":
-            seconds = body.get("seconds")
             message = (
                 f"{body.get('kind') or body.get('operation', '')} backup completed into {body.get('destination', '?')}: "
-                f"{body.get('filesCopied', 0)} files, {size(body.get('bytesCopied'))}"
-                + (f", took {duration(seconds)}" if isinstance(seconds, (int, float)) else "")
+                f"{body.get('filesCopied', 0)} files, {size(body.get('bytesCopied'))}{took}"
             )
             self.notify(message, title=node.label, timeout=10)
         else:
             error = explain_backup_error(str(body.get("error") or "no reason given"))
-            self.notify(f"The backup {state}: {error}", title=node.label, severity="error", timeout=20)
+            self.notify(f"The backup {state}{took}: {error}", title=node.label, severity="error", timeout=20)
 
     async def poll_all(self) -> None:
         """One poll of every node now (tests, and the first frame)."""
@@ -521,9 +570,18 @@ class DashboardApp(App[str | None]):
         jv = self.state.jobs_version
         # a panel showing stale figures tells their age: redrawn each second while a read fails
         ticking = int(now) if node is not None and node.errors else 0
+        # every second while a row ages towards stale (two intervals unread), else every 5 s
+        aging = any(n.last_ok is not None and now - n.last_ok > self.interval for n in self.state.ordered())
         self._update(
             "cluster",
-            (versions, self.state.mirrors_version, self.state.selected, int(now) // 5, width, jv),
+            (
+                versions,
+                self.state.mirrors_version,
+                self.state.selected,
+                int(now) // (1 if aging else 5),
+                width,
+                jv,
+            ),
             lambda: render_cluster(self.state, now, width),
         )
         active = tabs.active
@@ -695,12 +753,15 @@ class DashboardApp(App[str | None]):
         for binding in self.BINDINGS:
             assert isinstance(binding, Binding)
             action = binding.action.split("(")[0]
-            if action == "show_tab":
+            if action in ("show_tab", "scroll_panel"):
                 continue
             reason = self.why_not(action)
             rows.append((binding.key_display or binding.key, binding.description, reason or "available"))
         labels = ", ".join(f"{i} {label}" for i, label in enumerate(TAB_LABELS, 1))
         rows.append((f"1–{len(TABS)}", f"show a panel: {labels}", "available"))
+        rows.append(
+            ("PgDn PgUp ↓ ↑ End Home", "scroll the panel (its lower part in a small terminal)", "available")
+        )
         return rows
 
     def palette_entries(self) -> list[tuple[str, Any, str]]:
@@ -712,7 +773,11 @@ class DashboardApp(App[str | None]):
         for binding in self.BINDINGS:
             assert isinstance(binding, Binding)
             action = binding.action
-            if action in ("command_palette", "back") or action.startswith("show_tab") or self.why_not(action):
+            if (
+                action in ("command_palette", "back")
+                or action.startswith(("show_tab", "scroll_panel"))
+                or self.why_not(action)
+            ):
                 continue
             entries.append(
                 (
@@ -745,6 +810,20 @@ class DashboardApp(App[str | None]):
             "History of every node" if self.state.all_history else "History of the selected node", timeout=2
         )
         self.render_panels()
+
+    def action_scroll_panel(self, how: str) -> None:
+        """Scroll the panel of the tab shown (the main screen has nothing else that scrolls)."""
+        active = self.query_one(TabbedContent).active
+        scroller = self.query_one(f"#{active}", TabPane).query_one(VerticalScroll)
+        step = {
+            "page_down": scroller.scroll_page_down,
+            "page_up": scroller.scroll_page_up,
+            "down": scroller.scroll_down,
+            "up": scroller.scroll_up,
+            "end": scroller.scroll_end,
+            "home": scroller.scroll_home,
+        }[how]
+        step(animate=False)
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
@@ -998,7 +1077,11 @@ class DashboardApp(App[str | None]):
         self.push_screen(RestoreDialog(node.label, folder, check), done)
 
     def _restored(self, node: NodeState) -> None:
-        self._last_backup[node.url] = BackupForm()
+        """After a restore the node's next backup is a full one into a new folder of its own (the
+        restore's reminder): the dialog offers one, named after the node and the time."""
+        folder = self._default_backup_folder(node.label)
+        when = datetime.fromtimestamp(self.clock.time(), UTC).strftime("%Y%m%d-%H%M%S")
+        self._last_backup[node.url] = BackupForm(f"{folder}-after-restore-{when}" if folder else "")
 
     def action_demo_load(self) -> None:
         node = self.state.node()
@@ -1246,15 +1329,22 @@ class DashboardApp(App[str | None]):
         return True
 
     async def _reload_succeeded(self, call: PlannedCall) -> bool:
-        """A reload answered 200 may still have failed: the node's lastReload says (tui/certificates.py)."""
-        from tui.certificates import reload_failure
+        """A reload answered 200 may still have failed: the node's lastReload says (tui/certificates.py).
+        Its notice tells that outcome, never the bare 200."""
+        from tui.certificates import reload_outcome
 
         assert self.client is not None
-        reason = await reload_failure(self.client, call.node_url)
-        if reason is None:
-            return True
+        outcome, reason = await reload_outcome(self.client, call.node_url)
         node = self.state.nodes.get(call.node_url)
         label = node.label if node else call.node_url
+        if outcome != "Failed":
+            said = (
+                "→ reloaded (its lastReload: Success)"
+                if outcome == "Success"
+                else f"→ sent; outcome not known here: {reason}"
+            )
+            self.tell_call(label, call.request_line(), said, timeout=8)
+            return True
         self.state.add_activity(
             Activity(
                 self.clock.time(),
@@ -1265,9 +1355,11 @@ class DashboardApp(App[str | None]):
                 outcome="failed",
             )
         )
-        self.notify(
-            f"{call.request_line()}\n→ the reload failed; the node keeps its configuration\n{reason[:300]}",
-            title=label,
+        self.tell_call(
+            label,
+            call.request_line(),
+            "→ the reload failed; the node keeps its configuration",
+            reason[:300],
             severity="error",
             timeout=8,
         )
@@ -1291,7 +1383,7 @@ class DashboardApp(App[str | None]):
             self.state.add_activity(
                 Activity(self.clock.time(), label, call.request_line(), None, str(exc) or type(exc).__name__)
             )
-            self.notify(f"{call.request_line()}\nno answer: {exc}", title=label, severity="error", timeout=8)
+            self.tell_call(label, call.request_line(), f"no answer: {exc}", severity="error", timeout=8)
             self.render_panels()
             return None
         body = response.text.strip()
@@ -1301,12 +1393,16 @@ class DashboardApp(App[str | None]):
         severity: SeverityLevel = "information" if response.status_code < 300 else "error"
         if call.path == "/auto-scavenge/cycle-now":
             self.state.cycle_now = (self.clock.time(), label, response.status_code, answer_text(body))
-        self.notify(
-            f"{call.request_line()}\n→ {response.status_code} {response.reason_phrase}\n{answer_text(body)[:300]}",
-            title=label,
-            severity=severity,
-            timeout=8,
-        )
+        # a reload answers 200 whatever its outcome (as KurrentDB's): send() tells the outcome instead
+        if not (call.path == "/admin/reloadconfig" and response.status_code < 300):
+            self.tell_call(
+                label,
+                call.request_line(),
+                f"→ {response.status_code} {response.reason_phrase}",
+                answer_text(body)[:300],
+                severity=severity,
+                timeout=8,
+            )
         if response.status_code < 300 and node is not None:
             self._after_start(call, node, response)
         collector = self.collectors.get(call.node_url)

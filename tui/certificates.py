@@ -13,7 +13,28 @@ from tui.state import CertificateState
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["read_certificate", "reload_failure"]
+__all__ = ["read_certificate", "reload_failure", "reload_outcome"]
+
+
+async def reload_outcome(client: httpx.AsyncClient, node_url: str) -> tuple[str | None, str]:
+    """The outcome of the reload the node just answered, from evdb's ``lastReload`` of
+    ``GET /admin/certificates``: ("Success", ""), ("Failed", why), or (None, why it cannot be known:
+    KurrentDB has no such endpoint and only logs the outcome)."""
+    import httpx
+
+    try:
+        response = await client.get(f"{node_url.rstrip('/')}/admin/certificates")
+        body = response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError) as exc:
+        return None, f"GET /admin/certificates failed ({exc or type(exc).__name__})"
+    if body is None:
+        return None, f"GET /admin/certificates answered {response.status_code}: only the node's log tells"
+    last = body.get("lastReload") if isinstance(body, dict) else None
+    if not isinstance(last, dict) or last.get("result") not in ("Success", "Failed"):
+        return None, "the node reports no reload yet"
+    if last["result"] == "Failed":
+        return "Failed", str(last.get("error") or "the node did not say why")
+    return "Success", ""
 
 
 async def reload_failure(client: httpx.AsyncClient, node_url: str) -> str | None:
@@ -54,10 +75,13 @@ async def _peer_certificate(host: str, port: int, context: ssl.SSLContext, timeo
 
 
 async def read_certificate(
-    url: str, ca_file: str | None, now: float, timeout: float = 3.0
+    url: str, ca_file: str | None, now: float, timeout: float = 3.0, trust: ssl.SSLContext | None = None
 ) -> CertificateState | None:
     """None for plain-HTTP nodes. A failed validation is kept as ``error`` and the certificate is still
-    read (without verification) so the operator sees which one the node presents."""
+    read (without verification) so the operator sees which one the node presents. ``trust``: the
+    context the dashboard's own calls verify with (evdb/tls/trust.py ``FollowedTrust``: during a
+    rolling certificate update it trusts the old CA and the new one), used instead of ``ca_file`` so
+    that the chain column judges as the calls do, not INVALID while every node answers."""
     from cryptography import x509
 
     parts = urlsplit(url)
@@ -67,7 +91,10 @@ async def read_certificate(
     error = None
     verified = False
     try:
-        strict = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
+        if trust is not None:
+            strict = trust
+        else:
+            strict = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
         der = await _peer_certificate(host, port, strict, timeout)
         verified = True
     except ssl.SSLCertVerificationError as exc:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import re
+import ssl
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +25,7 @@ from tui.certificates import read_certificate
 from tui.state import (
     AutoScavengeCycle,
     AutoScavengeState,
+    AutoScavengeTransition,
     BackupState,
     ChunkRow,
     DashboardState,
@@ -73,6 +75,18 @@ _METRIC_PHASES = {
 }
 #: links of ``$scavenges`` read for the history (two per run: started, completed)
 _HISTORY_LINKS = 100
+#: auto-scavenge transitions kept (and ``$auto-scavenges`` events read)
+_TRANSITIONS = 20
+#: ``$auto-scavenges`` events (evdb/autoscavenge/state.py): the state each leads to, and what it says
+_AUTO_EVENTS = {
+    "$cluster-scavenge-started": ("InProgress", "cluster scavenge started"),
+    "$node-designated": ("", "next node"),
+    "$node-scavenge-completed": ("", "scavenged:"),
+    "$pause-requested": ("Pausing", "pause requested: stopping the node scavenge"),
+    "$paused": ("Paused", "paused"),
+    "$resumed": ("", "resumed"),
+    "$cluster-scavenge-completed": ("Waiting", "cluster scavenge completed"),
+}
 #: a backup in one of these states has ended
 _BACKUP_ENDED = ("completed", "failed", "stopped")
 #: persistent subscription groups whose ``/info`` is read each poll (the rest are listed without it)
@@ -118,6 +132,7 @@ class NodeCollector:
         timeout: float = 2.0,
         max_backoff: float = 16.0,
         ca_file: str | None = None,
+        trust: Callable[[], ssl.SSLContext | None] | None = None,
         certificate_every: float = 30.0,
         on_members: Callable[[NodeState], None] | None = None,
     ) -> None:
@@ -128,6 +143,8 @@ class NodeCollector:
         self.timeout = timeout
         self.max_backoff = max_backoff
         self.ca_file = ca_file
+        #: the dashboard's own trust (old and new CA during a rotation), read at each handshake
+        self.trust = trust
         self.certificate_every = certificate_every
         self.on_members = on_members
         self._in_flight = False
@@ -208,6 +225,8 @@ class NodeCollector:
         tasks = [self._from("scavenge", self._read_scavenge())]
         if s.polls == 1 or s.polls % 10 == 0 or not s.info:
             tasks.append(self._from("info", self._read_info()))
+            if s.options_available is not False or s.polls % 30 == 0:
+                tasks.append(self._from("options", self._read_options()))
         if s.auto_scavenge is None or s.auto_scavenge.available or s.polls % 30 == 0:
             tasks.append(self._from("auto-scavenge", self._read_auto_scavenge()))
         # a backup is read every poll while one runs; else every 5th poll (30th where the node has none)
@@ -280,6 +299,8 @@ class NodeCollector:
             s.process,
             repr(s.info),
             s.subscriptions,
+            s.options,
+            s.writer_jump,
         )
 
     # -- readers ---------------------------------------------------------------------------------------
@@ -300,12 +321,42 @@ class NodeCollector:
         s.last_role = s.role
         if own is not None:
             s.own_endpoint = f"[{own.host}]:{own.port}" if ":" in own.host else own.endpoint
+            self._mark_writer(own)
 
     async def _read_info(self) -> None:
         response = await self._get("/info")
         if response.status_code == 200:
             self.state.info = response.json()
             self.state.is_evdb = bool(self.state.info.get("features", {}).get("evdb"))
+
+    async def _read_options(self) -> None:
+        """evdb's ``GET /info/options``: each option's value in effect and whether it waits for a
+        restart (KurrentDB and older evdb nodes answer 404: nothing is shown of them)."""
+        response = await self._get("/info/options")
+        if response.status_code in (404, 405):
+            self.state.options, self.state.options_available = None, False
+            return
+        _check(response)
+        rows = response.json()
+        if not isinstance(rows, list):
+            raise ValueError(f"/info/options answered {type(rows).__name__}, not a list")
+        self.state.options = tuple(r for r in rows if isinstance(r, dict))
+        self.state.options_available = True
+
+    def _mark_writer(self, own: Member) -> None:
+        """Remember where each chunk's data ended: a writer that moves into another chunk jumps to that
+        chunk's start (a scavenge point or a full chunk completed it), which is not data written."""
+        s, size = self.state, self.state.chunk_size
+        position = own.writer_checkpoint
+        if size is None or position < 0:
+            return
+        chunk = position // size
+        last = max(s.writer_marks.items(), default=None)
+        if last is not None and chunk > last[0]:
+            s.writer_jump = (last[1], position, self.clock.time())
+        s.writer_marks[chunk] = max(position, s.writer_marks.get(chunk, -1))
+        for old in sorted(s.writer_marks)[:-8]:
+            del s.writer_marks[old]
 
     async def _read_scavenge(self) -> None:
         s = self.state
@@ -321,6 +372,8 @@ class NodeCollector:
                 self._confirm_start(sc)
                 if changed or s.polls % 5 == 1 or not self._history_ids:
                     await self._from("history", self._read_history(sc))
+                if self._ended_in_history(sc):
+                    await self._reread_progress(sc)
                 return
             if progress.status_code not in (404, 405):
                 raise _status_error(progress)  # the figures read before stay, marked stale
@@ -349,6 +402,27 @@ class NodeCollector:
         self._confirm_start(sc)
         if changed or s.polls % 5 == 1 or not self._history_ids:
             await self._from("history", self._read_history(sc))
+        if sc.progress_available and self._ended_in_history(sc):
+            await self._reread_progress(sc)
+
+    def _ended_in_history(self, sc: ScavengeState) -> bool:
+        """The history (read after the progress) says the run the progress showed running has ended:
+        the progress is the older of the two (a short run ends between the reads)."""
+        return sc.running and any(
+            h.scavenge_id == sc.current_id and h.result not in ("InProgress", "Unknown") for h in sc.history
+        )
+
+    async def _reread_progress(self, sc: ScavengeState) -> None:
+        """Read the progress again, so that the panel never shows a run as running below a history
+        that says it ended; if the node still says running, the history's end is believed."""
+        progress = await self._get("/admin/scavenge/progress")
+        if progress.status_code == 200:
+            body = progress.json()
+            sc.current_id = str(body.get("scavengeId") or "") if body.get("running") else ""
+            self._apply_progress(sc, body)
+        if self._ended_in_history(sc):
+            ended = next(h for h in sc.history if h.scavenge_id == sc.current_id)
+            sc.running, sc.current_id, sc.result = False, "", ended.result
 
     def _confirm_start(self, sc: ScavengeState) -> None:
         """A poll begun after the answer to a start tells the truth about it: the optimistic "starting"
@@ -367,6 +441,8 @@ class NodeCollector:
             sc.weights = {}
             sc.result = None
             sc.point = None
+            sc.phase_seconds = {}
+            sc.executed_through = None
             return
         sc.shown_id = str(figures.get("scavengeId", ""))
         point = figures.get("scavengePoint")
@@ -400,6 +476,13 @@ class NodeCollector:
             )
             for c in figures.get("chunks") or []
         ]
+        sc.phase_seconds = {
+            str(p["phase"]): float(p["seconds"])
+            for p in figures.get("phaseSeconds") or []
+            if isinstance(p, dict) and isinstance(p.get("seconds"), (int, float)) and p.get("phase")
+        }
+        through = figures.get("executedThrough")
+        sc.executed_through = through if isinstance(through, int) else None
         sc.result = "InProgress" if running else figures.get("result")
 
     async def _read_events(self, stream: str, start: int, count: int = 100) -> list[dict[str, Any]]:
@@ -565,10 +648,24 @@ class NodeCollector:
                     last_seen = seen
             else:
                 cycle_error = _describe(_status_error(progress))
+        transitions = before.transitions if before is not None else ()
+        from_events = before.transitions_from_events if before is not None else False
+        changed = before is None or before.state != state
+        if changed or first or s.polls % 5 == 0:
+            read = await self._auto_scavenge_events()
+            if read is not None:
+                transitions, from_events = read, True
+        if not from_events and before is not None and before.state and changed:
+            observed = AutoScavengeTransition(
+                self.clock.time(), state, f"seen by the dashboard (was {before.state})"
+            )
+            transitions = (observed, *transitions)[:_TRANSITIONS]
         s.auto_scavenge = AutoScavengeState(
             available=True,
             enabled=True,
             state=state,
+            transitions=transitions,
+            transitions_from_events=from_events,
             schedule=body.get("schedule"),
             time_until_next_cycle=parse_timespan(body.get("timeUntilNextCycle")),
             read_at=self.clock.monotonic(),
@@ -578,6 +675,31 @@ class NodeCollector:
             last_seen_cycle=last_seen,
             finished=finished,
         )
+
+    async def _auto_scavenge_events(self) -> tuple[AutoScavengeTransition, ...] | None:
+        """The newest ``$auto-scavenges`` events (the leader writes every step there, replicated to every
+        node) as transitions, newest first; None where the stream cannot be read (not there, no rights)."""
+        response = await self._get(
+            f"/streams/%24auto-scavenges/head/backward/{_TRANSITIONS}", headers=_ATOM, embed="body"
+        )
+        if response.status_code != 200:
+            return None
+        out = []
+        for e in response.json().get("entries", []):
+            data = _object(e.get("data"))
+            kind = str(e.get("eventType", ""))
+            step = _AUTO_EVENTS.get(kind)
+            if step is None:
+                continue
+            state, detail = step
+            if kind in ("$cluster-scavenge-started", "$cluster-scavenge-completed"):
+                detail = f"{detail} {data.get('clusterScavengeId', '')}".rstrip()
+            elif kind == "$node-scavenge-completed":
+                detail = f"{detail} {data.get('result', '')}"
+            stamped = next((v for k, v in data.items() if k.endswith("At") and isinstance(v, str)), None)
+            at = parse_iso(stamped) or parse_iso(e.get("updated"))
+            out.append(AutoScavengeTransition(at, state, detail, _node_endpoint(data.get("nodeId"))))
+        return tuple(out)
 
     async def _read_subscriptions(self) -> None:
         """``GET /subscriptions``, then each group's ``/info`` (strategy, consumers, parked count).
@@ -643,7 +765,10 @@ class NodeCollector:
 
     async def _read_certificate(self) -> None:
         try:
-            cert = await read_certificate(self.state.url, self.ca_file, self.clock.time(), self.timeout)
+            context = self.trust() if self.trust is not None else None
+            cert = await read_certificate(
+                self.state.url, self.ca_file, self.clock.time(), self.timeout, trust=context
+            )
         except (OSError, TimeoutError, ValueError) as exc:
             self._certificate_at = None  # try again on the next poll
             raise ConnectionError(f"TLS handshake: {exc}") from exc
@@ -927,6 +1052,14 @@ def _subscription_group(
         connections=connections,
         detail_error=error,
     )
+
+
+def _node_endpoint(value: Any) -> str:
+    """A node as ``$auto-scavenges`` names it (``{"address", "port"}``, or a string) as host:port."""
+    if isinstance(value, dict) and value.get("address") and value.get("port"):
+        host = str(value["address"])
+        return f"[{host}]:{value['port']}" if ":" in host else f"{host}:{value['port']}"
+    return str(value) if isinstance(value, str) else ""
 
 
 def _text_or_none(value: Any) -> str | None:

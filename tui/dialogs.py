@@ -32,6 +32,8 @@ __all__ = [
 ]
 
 ResultT = TypeVar("ResultT")
+#: what a dialog that starts on Cancel says beside its buttons
+CANCEL_FIRST = "Focus starts on Cancel (Enter alone changes nothing): Tab to the button, then Enter {what}."
 
 _CSS = """
 ModalScreen { align: center middle; }
@@ -46,6 +48,7 @@ ModalScreen #help-notes { margin-top: 1; }
 ModalScreen .title { text-style: bold; margin-bottom: 1; }
 ModalScreen .request { background: $boost; padding: 0 1; margin-bottom: 1; }
 ModalScreen .error { color: $error; height: auto; }
+ModalScreen .hint { color: $text-muted; height: auto; }
 ModalScreen Horizontal { height: auto; align-horizontal: right; margin-top: 1; }
 ModalScreen Button { margin-left: 2; }
 ModalScreen Input { margin-bottom: 1; }
@@ -102,6 +105,7 @@ class ConfirmCall(ModalScreen[bool]):
             else:
                 text = "\n\n".join(call.describe(self.user) for call in self.calls)
             yield Static(Text(text), classes="request", id="request")
+            yield Static(CANCEL_FIRST.format(what="sends"), classes="hint", id="cancel-first")
             with Horizontal():
                 yield Button("Cancel", id="cancel", variant="primary")
                 yield Button("Send", id="send", variant="error")
@@ -197,7 +201,7 @@ class BackupDialog(_CallForm):
         with Vertical():
             yield Label(f"Back {self.node_label} up", classes="title")
             yield Label("backup folder (absolute path on the node's host; created if missing)")
-            yield Input(f.destination, id="destination", placeholder="/var/backups/evdb/node1")
+            yield Input(f.destination, id="destination", placeholder=f"/var/backups/evdb/{self.node_label}")
             yield TickBox(
                 "differential (copy only new or changed files into that backup)",
                 f.differential,
@@ -290,7 +294,7 @@ class RestoreDialog(_Form[tuple[str, bool]]):
                 classes="warning",
             )
             yield Label("backup folder (on this machine: the local cluster's)")
-            yield Input(self.folder, id="backup_folder", placeholder="/var/backups/evdb/node2")
+            yield Input(self.folder, id="backup_folder", placeholder=f"/var/backups/evdb/{self.node_label}")
             yield TickBox("start the node afterwards and wait until it follows again", True, id="start_node")
             yield from self.buttons("Review")
 
@@ -431,6 +435,7 @@ class QuitDialog(ModalScreen[str | None]):
         with Vertical():
             yield Label("Quit the dashboard", classes="title")
             yield Static(f"The local cluster in {self.data_dir} is running. Stop it?")
+            yield Static(CANCEL_FIRST.format(what="chooses"), classes="hint", id="cancel-first")
             with Horizontal():
                 yield Button("Cancel", id="cancel", variant="primary")
                 yield Button("Leave it running", id="leave")

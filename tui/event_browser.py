@@ -24,9 +24,11 @@ from textual.widgets import DataTable, Input, Label, OptionList, Static
 
 from tui.widgets import KeyBar, TickBox
 
-__all__ = ["PAGE", "EventBrowser", "EventPage", "EventRow", "EventSource", "payload_text"]
+__all__ = ["DELETED_MARK", "PAGE", "EventBrowser", "EventPage", "EventRow", "EventSource", "payload_text"]
 
 PAGE = 20
+#: how the stream list names a hard-deleted stream (cut off again when it is opened)
+DELETED_MARK = "  (deleted)"
 _JSON = {"Accept": "application/json"}
 _MAX_SHOWN = 2000
 
@@ -111,17 +113,23 @@ class EventSource:
             )
         return response, None
 
-    async def streams(self, scan: int = 500) -> tuple[list[str], str | None]:
-        """Streams by their newest event, from the newest ``scan`` events of ``$all``."""
+    async def streams(self, scan: int = 4096) -> tuple[list[str], str | None]:
+        """Streams by their newest event, from the newest ``scan`` events of ``$all`` (the most one
+        read of it gives), the streams that can be read first: a hard-deleted stream (its newest event
+        the ``$streamDeleted`` tombstone) after them, named so (``DELETED_MARK``)."""
         response, error = await self._get(f"/streams/%24all/head/backward/{scan}")
         if response is None:
             return [], error
         names: list[str] = []
+        deleted: set[str] = set()
         for entry in response.json().get("entries", []):
             name = entry.get("streamId") or str(entry.get("title", "")).partition("@")[2]
             if name and name not in names:
                 names.append(name)
-        return names, None
+                if entry.get("eventType") == "$streamDeleted":
+                    deleted.add(name)
+        live = [n for n in names if n not in deleted]
+        return live + [n + DELETED_MARK for n in names if n in deleted], None
 
     async def page(self, stream: str, start: int | None = None, count: int = PAGE) -> EventPage:
         where = "head" if start is None else str(start)
@@ -137,6 +145,17 @@ class EventSource:
         if events and not body.get("headOfStream", False):
             newer = events[0].number + count
         return EventPage(stream, events, start, newer, older)
+
+
+class EventNumberInput(Input):
+    """The event number field: digits only; ``[`` and ``]`` are left to the browser's paging keys."""
+
+    def check_consume_key(self, key: str, character: str | None) -> bool:
+        return character not in ("[", "]") and super().check_consume_key(key, character)
+
+    async def _on_key(self, event) -> None:
+        if event.character in ("[", "]"):
+            event.prevent_default()  # not typed here (Input's handler does not run): the screen pages
 
 
 def is_system_stream(name: str) -> bool:
@@ -179,7 +198,9 @@ class EventBrowser(Screen[None]):
         with Horizontal():
             with Vertical(id="pick"):
                 yield Input(placeholder="stream name, Enter opens", id="stream-name")
-                yield Input(placeholder="event number, Enter jumps to it", id="event-number")
+                yield EventNumberInput(
+                    placeholder="event number, Enter jumps to it", id="event-number", restrict=r"[0-9]*"
+                )
                 yield TickBox("system streams ($…)", False, id="show-system")
                 yield OptionList(id="stream-list", markup=False)
             with Vertical(id="events-side"):
@@ -190,7 +211,7 @@ class EventBrowser(Screen[None]):
 
     async def on_mount(self) -> None:
         table = self.query_one("#events", DataTable)
-        table.add_columns("#", "Type", "Position", "Timestamp", "Data")
+        table.add_columns("#", "Type", "Timestamp", "Position", "Data")
         self.query_one("#stream-name", Input).focus()
         await self.load_streams()
 
@@ -227,7 +248,9 @@ class EventBrowser(Screen[None]):
                 table.add_row(*self._cells(event), key=str(event.number))
             if page.events:
                 self._show_detail(page.events[0])
-                table.focus()  # so that [ and ] page rather than type into the stream name
+            # the next thing typed is an event number (Tab, or typing, never replaces the stream's
+            # name); [ and ] still page from there
+            self.query_one("#event-number", Input).focus()
         self.refresh_bindings()
 
     @staticmethod
@@ -239,7 +262,10 @@ class EventBrowser(Screen[None]):
         data = event.data.replace("\n", " ")
         data_cell = Text(data[:80], style="italic magenta" if event.is_redacted else "")
         position = "" if event.position is None else f"{event.position:,}"
-        return str(event.number), type_cell, position, event.timestamp, data_cell
+        # whole seconds, before the position: in a narrow terminal the time is never cut (the detail
+        # below has the full timestamp)
+        when = event.timestamp[:19].replace("T", " ")
+        return str(event.number), type_cell, when, position, data_cell
 
     def _show_detail(self, event: EventRow) -> None:
         text = Text()
@@ -285,7 +311,7 @@ class EventBrowser(Screen[None]):
         await self.open_stream(stream, number)
 
     async def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        name = str(event.option.prompt)
+        name = str(event.option.prompt).removesuffix(DELETED_MARK)
         self.query_one("#stream-name", Input).value = name
         await self.open_stream(name)
 

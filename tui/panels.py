@@ -70,12 +70,22 @@ _TRANSITIONS = {
 }
 _RESULT_STYLE = {
     "Success": "green",
+    "Completed": "green",
     "InProgress": "cyan",
     "Stopped": "yellow",
     "Errored": "bold red",
     "Interrupted": "red",
     "Unknown": "dim",
 }
+#: a scavenge's result in the node's own words: KurrentDB and evdb log a successful run as "Scavenge
+#: Completed" and write it as ``$scavengeCompleted`` (its ``result`` field says Success)
+_RESULT_WORDS = {"Success": "Completed"}
+
+
+def result_word(result: str) -> str:
+    return _RESULT_WORDS.get(result, result)
+
+
 _LEVEL_STYLE = {
     "Verbose": "dim",
     "Debug": "dim",
@@ -211,16 +221,148 @@ def cluster_health(state: DashboardState, node: NodeState, now: float) -> Text:
     alive = sum(1 for m in voters if m.is_alive)
     if len(voters) > 1 and alive < _majority(len(voters)):
         return Text(f"isolated: sees {alive} of {len(voters)} members alive", style="bold red")
+    age = row_age(state, node, now)
+    if age is not None:
+        text = Text(f"stale {ago(age)}", style="yellow")
+        seen = others_view(state, node)
+        if seen:
+            text.append(f"; {seen}", style="bold yellow")
+        text.append(f" (last read {stamp(node.last_ok or 0)[11:]})", style="yellow")
+        return text
     if node.role in _TRANSITIONS:
         return Text(_TRANSITIONS[node.role], style="yellow")
-    age = now - node.last_ok if node.last_ok else 0
-    if age > 5:
-        return Text(f"stale {age:.0f}s", style="yellow")
+    if node.role == "Leader":
+        followed, members = _followed(node)
+        if members > 1 and followed < _majority(members):
+            return Text(
+                f"leader without a majority: {followed} of {members} with it (needs {_majority(members)})",
+                style="bold red",
+            )
     failing = [(source, e) for source, e in node.errors.items() if source != "gossip"]
     if failing:
         source, error = failing[0]
         return Text(f"ok; {source} stale: {error.detail}", style="yellow")
     return Text("ok", style="green")
+
+
+def row_age(state: DashboardState, node: NodeState, now: float) -> float | None:
+    """The age of a reachable node's figures when they were not refreshed within two poll intervals
+    (a poll missed or slow: after a resign, say); None while they are fresh."""
+    if not node.reachable or node.last_ok is None:
+        return None
+    age = now - node.last_ok
+    return age if age > 2 * state.interval else None
+
+
+def others_view(state: DashboardState, node: NodeState) -> str:
+    """What the other nodes, read more recently, report of this one where it differs from what it last
+    said of itself: ``node1 sees it Unknown``."""
+    endpoints = node.endpoints()
+    seen = []
+    for other in state.ordered():
+        if other is node or not other.reachable or other.last_ok is None:
+            continue
+        if node.last_ok is not None and other.last_ok <= node.last_ok:
+            continue
+        for m in other.members:
+            if _bracketed(m.host, m.port) in endpoints:
+                said = m.state if m.is_alive else f"{m.state} (dead)"
+                if m.state != node.role or not m.is_alive:
+                    seen.append(f"{other.label} sees it {said}")
+    return ", ".join(seen)
+
+
+def _followed(leader: NodeState) -> tuple[int, int]:
+    """(members with the leader: itself and the alive followers it gossips, voters in all)."""
+    voters = _voters(leader.members)
+    with_it = sum(1 for m in voters if m.is_alive and m.state in ("Leader", "Follower"))
+    own = _own_member(leader)
+    if own is not None and own.state != "Leader":
+        with_it += 1
+    return with_it, len(voters)
+
+
+def cluster_writable(state: DashboardState, now: float) -> Text:
+    """The cluster's health as an operator means it: can it take writes now? A leader that answers,
+    whose figures are fresh, and that a majority of the members follow."""
+    fresh = [n for n in state.ordered() if n.reachable and row_age(state, n, now) is None]
+    leaders = [n for n in fresh if n.role == "Leader"]
+    if not state.nodes:
+        return Text("")
+    if not fresh:
+        return Text("cluster: NOT writable: no node answers with fresh figures", style="bold red")
+    if not leaders:
+        return Text(
+            "cluster: NOT writable: no leader (an election, or the leader is unreachable)",
+            style="bold red",
+        )
+
+    def epoch(n: NodeState) -> int:
+        own = _own_member(n)
+        return own.epoch_number if own is not None else -1
+
+    leader = max(leaders, key=epoch)
+    followed, voters = _followed(leader)
+    need = _majority(max(voters, 1))
+    if followed >= need:
+        text = Text(
+            f"cluster: writable: {leader.label} leads, {followed} of {voters} with it", style="bold green"
+        )
+    else:
+        text = Text(
+            f"cluster: NOT writable: {leader.label} leads, {followed} of {voters} with it (needs {need})",
+            style="bold red",
+        )
+    if len(leaders) > 1:
+        text.append(
+            f"; {len(leaders)} nodes say Leader: {', '.join(n.label for n in leaders)}", style="yellow"
+        )
+    return text
+
+
+def _lag(leader: NodeState | None, leader_writer: int | None, own: Member) -> Text:
+    """How much data a node has to receive to be where the leader is: within a chunk the difference of
+    the positions; across chunks what the leader wrote after the node's position in the node's chunk
+    (its end as the dashboard saw the leader's writer leave it), the chunks between, and what is
+    written in the leader's chunk (positions jump to the next chunk's start when a chunk completes)."""
+    if leader_writer is None or own.writer_checkpoint < 0:
+        return Text("–")
+    behind = max(0, leader_writer - own.writer_checkpoint)
+    chunk_size = leader.chunk_size if leader is not None else None
+    if behind and chunk_size:
+        mine, theirs = own.writer_checkpoint // chunk_size, leader_writer // chunk_size
+        if theirs > mine:
+            end = leader.writer_marks.get(mine) if leader is not None else None
+            if end is None:
+                behind = (
+                    (theirs - mine) * chunk_size
+                    - own.writer_checkpoint % chunk_size
+                    + leader_writer % chunk_size
+                )
+                return Text(f"≤{size(behind)}", style="yellow")
+            behind = (
+                max(0, end - own.writer_checkpoint)
+                + (theirs - mine - 1) * chunk_size
+                + leader_writer % chunk_size
+            )
+    return Text(size(behind), style="yellow" if behind else "green")
+
+
+def _writer_jump_line(state: DashboardState, now: float) -> Text | None:
+    """Says why a writer position jumped (a chunk completed), while the jump is recent."""
+    for node in state.ordered():
+        jump = node.writer_jump
+        size_ = node.chunk_size
+        if jump is None or size_ is None or now - jump[2] > 120:
+            continue
+        before, after, _ = jump
+        return Text(
+            f"{node.label}'s writer {number(before)} → {number(after)}: chunk #{before // size_} completed "
+            f"(scavenge point or full chunk); positions go on at chunk #{after // size_}'s start "
+            f"{number(after // size_ * size_)}; lag counts data",
+            style="dim",
+        )
+    return None
 
 
 def _jobs(state: DashboardState, node: NodeState) -> str:
@@ -231,8 +373,13 @@ def _jobs(state: DashboardState, node: NodeState) -> str:
     if sc.starting_id and not sc.running:
         jobs.append("starting scavenge")
     elif sc.running:
+        # the phase named with its own progress: 100% of one phase is never read as the whole run
         fraction = sc.phase_fraction()
-        jobs.append(f"scavenging {fraction * 100:.0f}%" if fraction is not None else "scavenging")
+        doing = "scavenging"
+        if sc.phase in SCAVENGE_PHASES:
+            place, phases = sc.overall()
+            doing += f" phase {place}/{phases}"
+        jobs.append(f"{doing} {fraction * 100:.0f}%" if fraction is not None else doing)
     backup = node.backup
     if backup is not None and backup.body.get("state") == "running":
         jobs.append("backing up")
@@ -241,7 +388,7 @@ def _jobs(state: DashboardState, node: NodeState) -> str:
         auto = other.auto_scavenge
         cycle = auto.cycle if auto is not None else None
         if cycle is not None and cycle.cycle_id and cycle.designated in endpoints:
-            jobs.append("in the cycle")
+            jobs.append("in the paused cycle" if cycle.paused else "in the cycle")
             break
     return ", ".join(jobs) or "–"
 
@@ -258,21 +405,22 @@ def render_cluster(state: DashboardState, now: float, width: int | None = None) 
         (m.writer_checkpoint for n in state.nodes.values() for m in n.members if m.state == "Leader"),
         default=None,
     )
+    leader = next((n for n in state.ordered() if n.role == "Leader" and n.reachable), None)
     rows: list[dict[str, Text]] = []
     for node in state.ordered():
         own = _own_member(node)
         selected = node.url == state.selected
         role = node.role or "…"
-        lag = Text("–")
-        if own is not None and leader_writer is not None and own.writer_checkpoint >= 0:
-            behind = max(0, leader_writer - own.writer_checkpoint)
-            lag = Text(size(behind), style="yellow" if behind else "green")
+        stale = row_age(state, node, now) is not None
+        lag = _lag(leader, leader_writer, own) if own is not None else Text("–")
         p = node.process
         rows.append(
             {
                 "": Text("▶" if selected else " ", style="bold cyan"),
                 "node": Text(node.label, style="bold" if selected else ""),
-                "role": Text(role, style=_ROLE_STYLE.get(role, "")),
+                "role": Text(f"{role}?", style="dim yellow")
+                if stale
+                else Text(role, style=_ROLE_STYLE.get(role, "")),
                 "doing": Text(_jobs(state, node), style="cyan"),
                 "epoch": Text(str(own.epoch_number) if own else "–"),
                 "writer": Text(number(own.writer_checkpoint) if own else "–"),
@@ -299,7 +447,7 @@ def render_cluster(state: DashboardState, now: float, width: int | None = None) 
         "disk r/w",
     ]
     natural = {c: max([len(c), *(r[c].cell_len for r in rows)]) for c in order}
-    health_min = min(natural["health"], 24)
+    health_min = min(natural["health"], 32)
     shown = list(order)
     for optional in _CLUSTER_OPTIONAL:
         used = sum(natural[c] for c in shown if c != "health") + 2 * (len(shown) - 1)
@@ -316,15 +464,67 @@ def render_cluster(state: DashboardState, now: float, width: int | None = None) 
             table.add_column(column, no_wrap=True, width=natural[column])
     for row in rows:
         table.add_row(*(row[c] for c in shown))
-    parts: list[RenderableType] = [table]
+    head = cluster_writable(state, now)
+    hidden = [c for c in order if c not in shown]
+    if hidden:
+        named = f"  ({len(hidden)} column{'s' if len(hidden) > 1 else ''} hidden: {', '.join(hidden)})"
+        if head.cell_len + len(named) > width:
+            named = f"  (+{len(hidden)} column{'s' if len(hidden) > 1 else ''}: widen)"
+        head.append(named, style="dim")
+    head.no_wrap, head.overflow = True, "ellipsis"
+    parts: list[RenderableType] = [head, table]
+    jump = _writer_jump_line(state, now)
+    if jump is not None:
+        parts.append(jump)
     if state.mirrors:
         parts.append(render_mirrors(state, now))
+    parts.extend(_options_lines(state))
+    return Group(*parts)
+
+
+def _options_lines(state: DashboardState) -> list[Text]:
+    """Options as the nodes run them (evdb's ``GET /info/options``): an option waiting for a restart is
+    "pending" on each node that does not run it yet; the local cluster's ``--option`` values are "set"
+    only on nodes that run with them. Without ``/info/options`` (KurrentDB, an older evdb: 404) the
+    ``--option`` values are shown as given, not as in effect."""
+    lines: list[Text] = []
+    nodes = [n for n in state.ordered() if n.options is not None]
+    pending: dict[str, list[str]] = {}
+    for node in nodes:
+        for row in node.options or ():
+            if row.get("restartPending"):
+                key = f"{row.get('name')}={_option_value(row.get('configured'))}"
+                pending.setdefault(key, []).append(f"{node.label} runs {_option_value(row.get('value'))}")
     if state.node_options:
-        given = ", ".join(f"{k}={v}" for k, v in state.node_options.items())
-        parts.append(
-            Text(f"node options (--option): {given}", style="dim", overflow="ellipsis", no_wrap=True)
-        )
-    return parts[0] if len(parts) == 1 else Group(*parts)
+        given = []
+        for name, value in state.node_options.items():
+            if not nodes:
+                given.append(f"{name}={value}")
+                continue
+            running = [
+                n.label
+                for n in nodes
+                if _option_value((n.option(name) or {}).get("value")).lower() == value.lower()
+            ]
+            if len(running) == len(nodes):
+                given.append(f"{name}={value} set")
+            elif not any(key.startswith(f"{name}=") for key in pending):
+                given.append(f"{name}={value} on {', '.join(running) or 'no node'}")
+        if given:
+            note = "" if nodes else " (given; the nodes do not say what they run)"
+            lines.append(Text(f"node options (--option): {', '.join(given)}{note}", style="dim"))
+    for key, where in pending.items():
+        line = Text(f"restart pending: {key} ", style="bold yellow")
+        how = "o then u restarts a node" if state.node_options is not None else "restart each to apply it"
+        line.append(f"({'; '.join(where)}: {how})", style="yellow")
+        lines.append(line)
+    return lines
+
+
+def _option_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "–" if value is None else str(value)
 
 
 #: a mirror rewrites its status every second; older than this while it should be running: stale
@@ -411,21 +611,39 @@ _POINT_ORIGINS = {
 _END_MARK = {"Stopped": ("■", "bold yellow"), "Interrupted": ("■", "bold red"), "Errored": ("✖", "bold red")}
 
 
-def phase_line(running: bool, phase: str, result: str | None, width: int) -> Text:
-    """Every phase with its mark: done ✔, the current one ● (where a stopped run stopped: ■; where it
-    failed: ✖), not started ○. Wrapped between phases, never inside a name."""
+def _seconds(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 60 else duration(seconds)
+
+
+def phase_line(
+    running: bool, phase: str, result: str | None, width: int, seconds: dict[str, float] | None = None
+) -> Text:
+    """Every phase with its mark: done ✔ (with the time it took, as the node reports it; a phase a
+    stopped run did before this run resumed it: "earlier run"), the current one ● (where a stopped run
+    stopped: ■; where it failed: ✖), not started ○. Wrapped between phases, never inside a name."""
+    seconds = seconds or {}
     index = SCAVENGE_PHASES.index(phase) if phase in SCAVENGE_PHASES else -1
+    ran = [SCAVENGE_PHASES.index(p) for p in seconds if p in SCAVENGE_PHASES and p != "Beginning"]
+    resumed_at = min(ran) if ran else None  # the first phase this run worked in (after Beginning)
     items: list[Text] = []
     for i, name in enumerate(SCAVENGE_PHASES):
+        took = ""
         if (not running and result == "Success") or i < index:
             mark, style = "✔", "green"
+            if name in seconds:
+                took = f" {_seconds(seconds[name])}"
+            elif seconds and resumed_at is not None and 0 < i < resumed_at:
+                took = " (earlier run)"
         elif i == index:
             mark, style = (
                 ("●", "bold reverse cyan") if running else _END_MARK.get(result or "", ("●", "yellow"))
             )
         else:
             mark, style = "○", "dim"
-        items.append(Text(f"{mark} {name}", style=style))
+        item = Text(f"{mark} {name}", style=style)
+        if took:
+            item.append(took, style="dim")
+        items.append(item)
     lines: list[Text] = [Text()]
     for item in items:
         line = lines[-1]
@@ -492,12 +710,12 @@ def render_scavenge(
         else:
             result = sc.result or "Unknown"
             heading = Text.assemble(
-                (f"Last run: {result}", _RESULT_STYLE.get(result, "")), f"  id {sc.shown_id}"
+                (f"Last run: {result_word(result)}", _RESULT_STYLE.get(result, "")), f"  id {sc.shown_id}"
             )
         heading.append(settings, style="dim")
         parts.append(heading)
         if sc.phase:
-            parts.append(phase_line(sc.running, sc.phase, sc.result, width))
+            parts.append(phase_line(sc.running, sc.phase, sc.result, width, sc.phase_seconds))
         else:
             parts.append(Text("phase: not reported by this node", style="dim"))
         grid = Table.grid(padding=(0, 2))
@@ -512,6 +730,9 @@ def render_scavenge(
                 grid.add_row("scavenge point", Text("none: no unreached point (syncOnly)", style="dim"))
         count = sc.phase_count()
         fraction = sc.phase_fraction()
+        if sc.running and sc.phase in SCAVENGE_PHASES:
+            place, phases = sc.overall()
+            grid.add_row("overall", f"phase {place} of {phases}: {sc.phase}")
         if count is not None:
             what, done, total = count
             progress = Text()
@@ -628,14 +849,23 @@ def _history(node: NodeState, state: DashboardState | None, width: int) -> list[
     def node_label(h: ScavengeHistoryEntry) -> str:
         return labels.get(h.node, (h.node, ""))[0] if h.node else "?"
 
+    sc = node.scavenge
     rows = []
     for h in shown:
+        result = h.result
+        if (
+            h.scavenge_id == sc.shown_id
+            and not sc.running
+            and sc.result
+            and result in ("InProgress", "Unknown")
+        ):
+            result = sc.result  # the node's progress says it ended; its $scavengeCompleted is on its way
         rows.append(
             {
                 "started": h.started[:19].replace("T", " "),
                 "node": node_label(h),
                 "scavenge id": h.scavenge_id,
-                "result": h.result,
+                "result": result_word(result),
                 "took": _took(h.time_taken),
                 "saved": size(h.space_saved),
             }
@@ -678,14 +908,15 @@ def render_chunks(
     ``panel_width``)."""
     if node is None:
         return Text("No node selected.")
+    narrow = panel_width is not None and panel_width < 100
     if panel_width is not None:
-        width = max(8, min(width, panel_width - 60))
+        width = max(8, min(width, panel_width - (54 if narrow else 66)))
     stale = stale_lines(node, ("scavenge",), now)
-    table = _chunk_table(node, width)
+    table = _chunk_table(node, width, narrow)
     return Group(*stale, table) if stale else table
 
 
-def _chunk_table(node: NodeState, width: int) -> RenderableType:
+def _chunk_table(node: NodeState, width: int, narrow: bool = False) -> RenderableType:
     sc = node.scavenge
     threshold = sc.threshold if sc.threshold is not None else 0
     rows = {(c.start, c.end): c for c in sc.chunks}
@@ -706,13 +937,19 @@ def _chunk_table(node: NodeState, width: int) -> RenderableType:
         box=None,
         header_style="bold",
     )
-    for column in ("chunks", "weight", "", "outcome", "before", "after", "saved"):
-        table.add_column(column, no_wrap=True)
+    # sizes are never cut (``1011.7 KiB``): in a narrow panel "after" (before less saved) gives way
+    sizes = ("before", "saved") if narrow else ("before", "after", "saved")
+    for column in ("chunks", "weight", "", "outcome", *sizes):
+        least = 10 if column in sizes else 12 if column == "outcome" else None
+        table.add_column(column, no_wrap=True, min_width=least)
     mark = round(max(0, threshold) / top * width) if top else 0
     for (start, end), c in sorted(rows.items()):
         weight = c.weight if c is not None and c.weight is not None else sc.weights.get(start)
         if c is None:
-            outcome = Text("pending", style="dim")
+            if sc.done_before(start):
+                outcome = Text("done earlier", style="green")
+            else:
+                outcome = Text("pending", style="dim")
         elif c.merged:
             outcome = Text("merged", style="magenta")
         elif c.executed:
@@ -725,20 +962,25 @@ def _chunk_table(node: NodeState, width: int) -> RenderableType:
         heat = bar((weight or 0) / top, width, "green" if meets else "grey50")
         if 0 < mark < width:
             heat = heat[:mark] + Text("│", style="bold red") + heat[mark + 1 :]
+        figures = {
+            "before": size(c.size_before) if c else "–",
+            "after": size(c.size_after) if c else "–",
+            "saved": size(c.space_saved) if c and c.space_saved is not None else "–",
+        }
         table.add_row(
             f"{start}" if start == end else f"{start}–{end}",
             "–" if weight is None else f"{weight:g}",
             heat,
             outcome,
-            size(c.size_before) if c else "–",
-            size(c.size_after) if c else "–",
-            size(c.space_saved) if c and c.space_saved is not None else "–",
+            *(figures[column] for column in sizes),
         )
     executed = sum(1 for c in sc.chunks if c.executed and not c.merged)
     skipped = sum(1 for c in sc.chunks if c.executed is False)
     merged = sum(1 for c in sc.chunks if c.merged)
+    earlier = sum(1 for (start, _), c in rows.items() if c is None and sc.done_before(start))
+    before = f"  done earlier {earlier} (by the stopped run this one resumed)" if earlier else ""
     summary = Text(
-        f"executed {executed}  skipped {skipped}  merged {merged}  │ marks the threshold", style="dim"
+        f"executed {executed}  skipped {skipped}  merged {merged}{before}  │ marks the threshold", style="dim"
     )
     return Group(table, summary)
 
@@ -785,7 +1027,13 @@ def render_auto_scavenge(
         grid.add_row("schedule", "not set (press c to configure)")
     else:
         grid.add_row("schedule", Text("not in the node's answer", style="dim"))
-    if auto.time_until_next_cycle is not None:
+    if auto.state in ("Paused", "Pausing"):
+        # the node's countdown runs on (00:00 in a paused cycle): no cycle starts until a resume
+        how = "none while paused (p resumes)" if auto.state == "Paused" else "none while pausing"
+        grid.add_row("next cycle", Text(how, style="yellow"))
+    elif auto.state == "InProgress":
+        grid.add_row("next cycle", Text("after this one, by the schedule", style="dim"))
+    elif auto.time_until_next_cycle is not None:
         left = auto.time_until_next_cycle - (monotonic_now - auto.read_at)
         grid.add_row("next cycle in", duration(max(0.0, left)))
     parts: list[RenderableType] = [grid, Text("")]
@@ -793,7 +1041,31 @@ def render_auto_scavenge(
         parts.extend([_cycle_now_line(state.cycle_now), Text("")])
     parts.extend(_cycle_parts(state, auto))
     parts.extend(_finished_cycle(state, auto, now))
+    parts.extend(_transitions(auto, endpoint_labels(state), width or WIDE))
     return Group(*parts)
+
+
+def _transitions(
+    auto: AutoScavengeState, labels: dict[str, tuple[str, str]], width: int
+) -> list[RenderableType]:
+    """The auto-scavenge's steps, newest first, each with its time: a Pausing that lasted half a
+    second stays on screen. Time and state are never cut; the detail gives way."""
+    if not auto.transitions:
+        return []
+    source = "$auto-scavenges" if auto.transitions_from_events else "as the dashboard saw them"
+    table = Table.grid(padding=(0, 2))
+    table.add_column(no_wrap=True, width=12)
+    table.add_column(no_wrap=True, width=10)
+    table.add_column(no_wrap=True, overflow="ellipsis", max_width=max(10, width - 28))
+    for t in auto.transitions[:8]:
+        when = datetime.fromtimestamp(t.at, UTC).strftime("%H:%M:%S.%f")[:-3] if t.at is not None else "–"
+        detail = t.detail
+        if t.node:
+            detail = f"{detail} {labels.get(t.node, (t.node, ''))[0]}"
+        table.add_row(
+            Text(when, style="dim"), Text(t.state or "", style="bold cyan" if t.state else ""), Text(detail)
+        )
+    return [Text(""), Text(f"Transitions, newest first ({source})", style="bold"), table]
 
 
 def _cycle_now_line(answer: tuple[float, str, int | None, str]) -> Text:
@@ -853,21 +1125,26 @@ def _finished_cycle(
     )
     labels = endpoint_labels(state)
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("#", "node", "role", "result"):
+    for column in ("#", "node", "role when scavenged", "result"):
         table.add_column(column, no_wrap=True)
     for i, n in enumerate(cycle.nodes(), 1):
         label, role = labels.get(n.endpoint, (n.endpoint, ""))
         if label != n.endpoint:
             label = f"{label} ({n.endpoint})"
+        # the role it was scavenged in (as the dashboard saw it designated); else its role now, said so
+        then = state.cycle_roles.get((cycle.cycle_id or "", n.endpoint))
+        role = then if then is not None else (f"{role} now" if role else "")
         result = n.result
         if result is None and n.endpoint == cycle.designated:
             result = _scavenge_result(state, cycle.node_scavenge_id)
         cell = (
-            Text(result, style=_RESULT_STYLE.get(result, "yellow"))
+            Text(result_word(result), style=_RESULT_STYLE.get(result, "yellow"))
             if result
             else Text("result not seen", style="dim")
         )
-        table.add_row(str(i), label, Text(role or "–", style=_ROLE_STYLE.get(role, "")), cell)
+        table.add_row(
+            str(i), label, Text(role or "–", style=_ROLE_STYLE.get(role.split()[0] if role else "", "")), cell
+        )
     return [Text(""), head, table]
 
 
@@ -924,7 +1201,9 @@ def _cycle_parts(state: DashboardState, auto: AutoScavengeState) -> list[Rendera
         if label != n.endpoint:
             label = f"{label} ({n.endpoint})"
         if n.status == "done":
-            detail = Text(n.result or "Unknown", style=_RESULT_STYLE.get(n.result or "Unknown", "yellow"))
+            detail = Text(
+                result_word(n.result or "Unknown"), style=_RESULT_STYLE.get(n.result or "Unknown", "yellow")
+            )
         elif n.status in ("running", "stopping"):
             detail = Text(f"node scavenge {cycle.node_scavenge_id}", style="dim")
         elif n.status == "paused":
@@ -993,25 +1272,32 @@ def render_backup(
     grid.add_column()
     kind = str(b.get("kind") or b.get("operation") or "–")
     operation = Text(f"{kind} backup")
-    if b.get("destination"):
-        operation.append(f" into {b['destination']}")
     if b.get("backupId"):
         operation.append(f"  (id {b['backupId']})", style="dim")
     grid.add_row("operation", operation)
+    if b.get("destination"):  # a path is never cut: folded over lines in a narrow terminal
+        grid.add_row("folder", Text(str(b["destination"]), overflow="fold"))
     state = str(b.get("state", "–"))
     ended = state in _BACKUP_ENDED
-    seconds = b.get("seconds") if isinstance(b.get("seconds"), (int, float)) else backup.ended_elapsed
+    seconds = backup_seconds(backup)
     state_cell = Text(
         state, style="bold cyan" if not ended else "bold red" if state == "failed" else "bold green"
     )
     if ended:
         started = b.get("startedAt")
-        if isinstance(started, (int, float)) and seconds is not None:
-            finished = started + seconds
+        finished_at = b.get("finishedAt")
+        finished: float | None = None
+        if isinstance(finished_at, (int, float)):
+            finished = float(finished_at)
+        elif isinstance(started, (int, float)) and seconds is not None:
+            finished = float(started) + seconds
+        if finished is not None:
             state_cell.append(f"  finished {stamp(finished)}")
             if now is not None:
                 state_cell.append(f" ({ago(now - finished)} ago)")
-        state_cell.append(f", took {duration(seconds)}" if seconds is not None else ", duration unknown")
+        state_cell.append(
+            f", took {short_duration(seconds)}" if seconds is not None else ", duration unknown"
+        )
     grid.add_row("state", state_cell)
     if not ended:
         if "step" in b:
@@ -1048,6 +1334,25 @@ def render_backup(
     if b.get("error"):
         grid.add_row("error", Text(explain_backup_error(str(b["error"])), style="bold red"))
     return Group(*stale, grid) if stale else grid
+
+
+def backup_seconds(backup) -> float | None:
+    """How long an ended backup took, as the node reports it: ``seconds`` of a completed one; else its
+    ``elapsedSeconds`` once it says when it finished (``finishedAt``: the node stops that clock at the
+    end, a failed backup too); else the elapsed time the dashboard saw when it first saw it ended."""
+    b = backup.body
+    if isinstance(b.get("seconds"), (int, float)):
+        return float(b["seconds"])
+    if b.get("finishedAt") is not None and isinstance(b.get("elapsedSeconds"), (int, float)):
+        return float(b["elapsedSeconds"])
+    return backup.ended_elapsed
+
+
+def short_duration(seconds: float) -> str:
+    """A short job's time as it is (0.003 s), a long one's as a clock."""
+    if seconds < 10:
+        return f"{seconds:.3g} s"
+    return duration(seconds)
 
 
 # -- certificates -------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ __all__ = [
     "Activity",
     "AutoScavengeCycle",
     "AutoScavengeState",
+    "AutoScavengeTransition",
     "BackupState",
     "CertificateState",
     "ChunkRow",
@@ -157,6 +158,11 @@ class ScavengeState:
     history: list[ScavengeHistoryEntry] = field(default_factory=list)
     #: the run's scavenge point as the node reports it (evdb: number, position, threshold, origin)
     point: dict[str, Any] | None = None
+    #: the seconds each phase the run finished took, as the node reports them (evdb's ``phaseSeconds``)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    #: the last chunk number a stopped run this one resumes had executed (evdb's ``executedThrough``;
+    #: -1 none, None not reported): those chunks are done, not pending
+    executed_through: int | None = None
     #: a scavenge the dashboard just started: its id from the POST's answer, shown at once until a poll
     #: begun after the answer confirms it (or shows it finished)
     starting_id: str = ""
@@ -183,6 +189,15 @@ class ScavengeState:
             left = max(0, self.chunks_total - self.chunks_done) if self.phase == "Chunk execution" else 0
             return "chunks executed or skipped", worked, worked + left
         return None
+
+    def overall(self) -> tuple[int, int]:
+        """(the current phase's number, of how many): the run's place in the whole scavenge, which
+        never goes back (a phase's own fraction starts again at 0 in the next phase)."""
+        return self.phase_index() + 1, len(SCAVENGE_PHASES)
+
+    def done_before(self, chunk: int) -> bool:
+        """A chunk the stopped run this one resumes had executed (it is done, not pending)."""
+        return self.executed_through is not None and 0 <= chunk <= self.executed_through
 
     def phase_fraction(self) -> float | None:
         """Progress within the current phase, 0..1, when the figures tell it."""
@@ -270,6 +285,21 @@ class AutoScavengeState:
     last_seen_cycle: AutoScavengeCycle | None = None
     #: the last cluster scavenge that ended (from ``lastCompletedAt``)
     finished: FinishedCycle | None = None
+    #: the transitions, newest first: from the node's ``$auto-scavenges`` events where it has them
+    #: (each with the node's own time, so a Pausing of half a second is seen), else as the dashboard
+    #: saw the state change between its polls
+    transitions: tuple[AutoScavengeTransition, ...] = ()
+    transitions_from_events: bool = False
+
+
+@dataclass(frozen=True)
+class AutoScavengeTransition:
+    """One step of the auto-scavenge: the state it went to (or what happened), when, and details."""
+
+    at: float | None  # epoch seconds
+    state: str  # InProgress, Pausing, Paused, Waiting; or "" for a step that is no state change
+    detail: str = ""
+    node: str = ""  # host:port of the node the step is about (a designated or scavenged node)
 
 
 @dataclass(frozen=True)
@@ -464,6 +494,25 @@ class NodeState:
     job: str = ""
     #: persistent subscriptions (read while the subscriptions screen is open); None: not read
     subscriptions: SubscriptionsState | None = None
+    #: evdb's ``GET /info/options`` rows (``name``, ``value``, ``configured``, ``restartPending``, …);
+    #: None: not read yet, or the node has no such endpoint (``options_available`` False: a 404)
+    options: tuple[dict[str, Any], ...] | None = None
+    options_available: bool | None = None
+    #: the highest writer position this node reported in each chunk (by chunk number, the last few):
+    #: where a chunk's data ended when the writer moved on to the next chunk's start
+    writer_marks: dict[int, int] = field(default_factory=dict)
+    #: the last time the writer moved into another chunk: (from position, to position, clock.time())
+    writer_jump: tuple[int, int, float] | None = None
+
+    def option(self, name: str) -> dict[str, Any] | None:
+        """The node's ``/info/options`` row of an option, by its KurrentDB name."""
+        return next((row for row in self.options or () if row.get("name") == name), None)
+
+    @property
+    def chunk_size(self) -> int | None:
+        row = self.option("ChunkSize")
+        value = row.get("value") if row else None
+        return value if isinstance(value, int) and value > 0 else None
 
     @property
     def label(self) -> str:
@@ -556,6 +605,11 @@ class DashboardState:
     cycle_now: tuple[float, str, int | None, str] | None = None
     #: the local cluster's node options (``--option``), when the dashboard runs on one
     node_options: dict[str, str] | None = None
+    #: seconds between a node's polls: a row not refreshed within two of them is marked stale
+    interval: float = 1.0
+    #: each cluster scavenge's nodes' roles when the dashboard first saw them designated (the role they
+    #: were scavenged in), by (cycle id, endpoint)
+    cycle_roles: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def add_activity(self, entry: Activity) -> int:
         """Append an entry; its index (a job's entry is updated in place as it goes)."""

@@ -5,7 +5,7 @@
     EvdbError
     └── BackupError                 exit 1
         ├── InvalidBackupFolder     exit 2: a folder name no file system accepts (also InvalidInput: 400)
-        ├── ScavengeRunning         exit 3: a scavenge runs on the source (use --stop-scavenge)
+        ├── ScavengeRunning         exit 3: a scavenge runs on the source (use --stop-scavenge; HTTP 409)
         ├── ScavengeDuringBackup    exit 3: a scavenge (or chunk switch) happened while copying
         ├── MixedSources            exit 4: files of another node (spec rule 3)
         ├── BackupIncomplete        exit 5: the backup has no completion marker
@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from evdb.errors import EvdbError, InvalidInput
+from evdb.errors import EvdbError, InvalidInput, JobConflict
 
 __all__ = [
     "BackupError",
@@ -35,7 +35,7 @@ class InvalidBackupFolder(BackupError, InvalidInput):
     exit_code = 2
 
 
-class ScavengeRunning(BackupError):
+class ScavengeRunning(BackupError, JobConflict):
     exit_code = 3
 
 

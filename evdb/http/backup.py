@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from evdb.backup.errors import BackupError
+from evdb.backup.errors import BackupError, ScavengeRunning
 from evdb.backup.layout import backup_target
 from evdb.backup.procedures import run_backup
 from evdb.backup.progress import Progress
@@ -93,6 +93,14 @@ async def start(request: web.Request) -> web.Response:
     job: BackupJob | None = jobs.get("current")
     if job is not None and job.running:
         raise InvalidInput(f"A backup is already running on this node ({job.backup_id})")
+    running = NodeScavengeGuard(node.scavenge).current()
+    if running and not stop_scavenge:  # the spec forbids the overlap: refused now, not failed later
+        raise ScavengeRunning(
+            f"A scavenge ({running}) is running on this node and a file-copy backup must not overlap it. "
+            'Send the request again with "stopScavenge": true (the backup stops the scavenge and starts it '
+            "again afterwards, where it stopped), or wait until GET /admin/scavenge/current names no "
+            "scavenge."
+        )
     kind = "differential" if differential else "full"
     job = BackupJob(
         str(uuid.uuid4()), dest, kind, node.clock.time(), Progress(kind, node.logger, clock=node.clock)
@@ -196,6 +204,10 @@ EXTRA_PATHS.append(
                     "400": {"description": "Invalid body, MemDb, or a backup already runs", "content": _text},
                     "401": {"description": "Not authenticated"},
                     "403": {"description": "Not an admin"},
+                    "409": {
+                        "description": 'A scavenge runs on the node (send again with "stopScavenge": true)',
+                        "content": _text,
+                    },
                 },
             }
         },

@@ -64,6 +64,7 @@ def execute_chunks(ctx: RunContext, decider: Decider) -> None:
     # run already executed are done, the rest to do
     ctx.progress.chunks_done = len(eligible) - len(chunks)
     ctx.progress.chunks_total = len(eligible)
+    ctx.progress.executed_through = done_through
     del eligible  # (it would keep every switched-out version, and its pages, until the phase ends)
     threshold = point.threshold
     decisions = DecisionTable.from_decider(decider)

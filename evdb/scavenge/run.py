@@ -70,6 +70,11 @@ class Progress:
     index_entries_removed: int = 0
     hash_cache_misses: int = 0
     hash_collisions: int = 0
+    #: the seconds each phase this run has finished took, in the order they ran (a resumed run's list
+    #: starts at the phase it resumed in)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    #: the last chunk number a stopped run this one resumes had executed (-1: none)
+    executed_through: int = -1
     result: str | None = None
     error: str | None = None
     finished: float | None = None  # wall-clock time of the result: a finished run's elapsed stops there
@@ -113,6 +118,8 @@ class Progress:
             "indexEntriesRemoved": self.index_entries_removed,
             "hashCacheMisses": self.hash_cache_misses,
             "hashCollisions": self.hash_collisions,
+            "phaseSeconds": [{"phase": k, "seconds": round(v, 3)} for k, v in self.phase_seconds.items()],
+            "executedThrough": self.executed_through,
             "result": self.result,
             "error": self.error,
         }
@@ -189,15 +196,18 @@ class RunContext:
             raise ScavengeStopped()
 
     def enter_phase(self, name: str) -> float:
+        now = self.clock_time()
+        if self.progress.phase == "Beginning" and self.progress.started:
+            self.progress.phase_seconds = {"Beginning": max(0.0, now - self.progress.started)}
         self.progress.phase = name
-        self.progress.phase_started = self.clock_time()
+        self.progress.phase_started = now
         self.logger.info("SCAVENGING: Scavenge %s Phase Started.", name)
         return time.perf_counter()
 
     def leave_phase(self, name: str, started: float) -> None:
-        self.logger.info(
-            "SCAVENGING: Scavenge %s Phase Completed. Took %s.", name, timespan(time.perf_counter() - started)
-        )
+        took = time.perf_counter() - started
+        self.progress.phase_seconds = {**self.progress.phase_seconds, name: took}
+        self.logger.info("SCAVENGING: Scavenge %s Phase Completed. Took %s.", name, timespan(took))
 
 
 def timespan(seconds: float) -> str:

@@ -112,6 +112,8 @@ class Scavenger:
         stage = checkpoint.get("stage")
         if stage and stage != "Done":
             point = ScavengePoint.from_json(checkpoint["point"])
+            # the chunks the stopped run executed are done: the progress says so (not "pending")
+            self.progress.executed_through = int(checkpoint.get("executedThrough", -1))
             self.logger.info(
                 "SCAVENGING: Resuming the scavenge to %s from stage %s (Position: %d, Threshold: %d).",
                 point.name,

@@ -98,3 +98,27 @@ async def test_a_second_backup_is_refused_while_one_runs(node, client, tmp_path,
     release.set()
     body = await _wait_finished(client)
     assert body["state"] == "completed" and not (tmp_path / "two").exists()
+
+
+async def test_a_backup_during_a_scavenge_is_refused_at_once_with_what_to_send(node, client, tmp_path):
+    """The spec forbids a file-copy backup overlapping a scavenge: POST /admin/backup answers 409 at
+    once (not 202 and a failure later), tells an HTTP caller what to send, and starts nothing."""
+    import threading
+
+    from evdb.scavenge.service import ScavengeRequest
+
+    await _append(client, "s", 10)
+    gate = threading.Event()
+    node.scavenge.stage_hook = lambda stage: gate.wait(30)
+    scavenge_id = await asyncio.to_thread(node.scavenge.start, ScavengeRequest())
+    try:
+        r = await client.post("/admin/backup", json={"to": str(tmp_path / "bk")})
+        assert r.status_code == 409, (r.status_code, r.text)
+        assert scavenge_id in r.text and '"stopScavenge": true' in r.text
+        assert "--stop-scavenge" not in r.text  # words for an HTTP caller, not the CLI's
+        assert (await client.get("/admin/backup/current")).status_code == 204
+        assert not (tmp_path / "bk").exists()
+        assert node.scavenge.current_id() == scavenge_id  # the scavenge goes on
+    finally:
+        gate.set()
+        await asyncio.to_thread(node.scavenge.wait, 30)

@@ -71,3 +71,41 @@ def test_the_running_progress_names_the_point_and_its_origin(harness):
     finally:
         release.set()
         assert harness.service.wait(60)
+
+
+def test_the_progress_names_each_phase_s_time_and_what_a_stopped_run_executed(harness):
+    """For the dashboard: every phase a run finished with its seconds (a run that ends in a second
+    still shows its Calculation), and a resumed run says through which chunk the stopped one had
+    executed (those chunks are done, not pending)."""
+    _write(harness)
+    harness.complete_chunk()
+    harness.scavenge()
+    body = harness.service.last_progress().to_json(0.0)
+    assert [p["phase"] for p in body["phaseSeconds"]] == [
+        "Beginning",
+        "Accumulation",
+        "Calculation",
+        "Chunk execution",
+        "Chunk merging",
+        "Index execution",
+        "Cleaning",
+    ]
+    assert all(p["seconds"] >= 0 for p in body["phaseSeconds"])
+    assert body["executedThrough"] == -1
+
+    _write(harness)
+    harness.complete_chunk()
+
+    def stop_after_execution(stage: str) -> None:
+        if stage == "MergingChunks":
+            harness.service._current.stop()
+
+    harness.service.stage_hook = stop_after_execution
+    assert harness.scavenge()[1] == "Stopped"
+    harness.service.stage_hook = lambda stage: None
+    assert harness.scavenge()[1] == "Success"
+    body = harness.service.last_progress().to_json(0.0)
+    assert body["scavengePoint"]["origin"] == "resumed"
+    assert body["executedThrough"] >= 1  # the stopped run had executed the completed chunks
+    phases = [p["phase"] for p in body["phaseSeconds"]]
+    assert phases[0] == "Beginning" and "Calculation" not in phases and phases[-1] == "Cleaning"

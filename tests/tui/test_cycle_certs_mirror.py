@@ -225,7 +225,7 @@ def test_auto_scavenge_panel_shows_the_cycle_node_by_node():
     assert "Cluster scavenge cycle-1  started 2023-11-14 22:11:20  2 of 4 nodes done" in text
     rows = [line.split() for line in lines if line[:1].isdigit()]
     assert rows == [
-        ["1", "127.0.0.1:2116", "ReadOnlyReplica", "done", "Success"],
+        ["1", "127.0.0.1:2116", "ReadOnlyReplica", "done", "Completed"],
         ["2", "node3", "(127.0.0.1:2115)", "Follower", "done", "Stopped"],
         ["3", "node2", "(127.0.0.1:2114)", "Follower", "running", "node", "scavenge", "sc-77"],
         ["4", "node1", "(127.0.0.1:2113)", "Leader", "waiting"],
@@ -262,7 +262,7 @@ async def test_auto_tab_shows_the_cycle_read_through_any_node(clock):
         assert "1 of 3 nodes done" in text
         rows = [line.split() for line in text.splitlines() if line[:1].isdigit()]
         assert rows == [
-            ["1", "127.0.0.1:2115", "Follower", "done", "Success"],
+            ["1", "127.0.0.1:2115", "Follower", "done", "Completed"],
             ["2", "127.0.0.1:2114", "Follower", "running", "node", "scavenge", "sc-77"],
             ["3", "127.0.0.1:2113", "Leader", "waiting"],
         ]

@@ -137,8 +137,15 @@ async def test_help_lists_every_binding(leader):
         await pilot.press("question_mark")
         await pilot.pause()
         rows = app.screen.rows
-        # every binding, the seven panel keys on one row
-        assert len(rows) == len(DashboardApp.BINDINGS) - len(TABS) + 1
+        # every binding, the seven panel keys on one row, the six scrolling keys on another
+        scrolling = [b for b in DashboardApp.BINDINGS if b.action.startswith("scroll_panel")]
+        assert len(scrolling) == 6
+        assert len(rows) == len(DashboardApp.BINDINGS) - len(TABS) + 1 - len(scrolling) + 1
+        assert (
+            "PgDn PgUp ↓ ↑ End Home",
+            "scroll the panel (its lower part in a small terminal)",
+            "available",
+        ) in rows
         keys = {r[0] for r in rows}
         assert {"s", "x", "n", "/", "?", ":", "q"} <= keys
         assert ("x", "Stop scavenge", "no scavenge is running on 127.0.0.1:2113") in rows
@@ -315,7 +322,7 @@ async def test_scavenge_and_chunk_panels_from_progress(leader):
         text = text_of(app, "scavenge-panel")
         assert "Running" in text and "● Chunk execution" in text and "2 of 4" in text
         assert "1 / 4 / 100%" in text and "48.0 KiB" in text
-        assert "old-1" in text and "Success" in text and "3.5 s" in text
+        assert "old-1" in text and "Completed" in text and "3.5 s" in text
         await pilot.press("2")
         await pilot.pause()
         chunks = text_of(app, "chunks-panel")

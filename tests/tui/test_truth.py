@@ -189,7 +189,7 @@ async def test_a_one_chunk_database_counts_one_chunk_throughout(clock):
         assert shown in text, (body["phase"], text)
         assert "of 2" not in text
     text = await watch.finished({**steps[-1][0], "result": "Success"})
-    assert "Last run: Success" in text and "1 of 1" in text and "of 2" not in text
+    assert "Last run: Completed" in text and "1 of 1" in text and "of 2" not in text
     assert all(f"✔ {phase}" in text for phase in SCAVENGE_PHASES)
 
 
@@ -353,9 +353,10 @@ async def test_a_finished_auto_scavenge_cycle_leaves_a_summary():
         text = flat(text_of(app, "auto-panel"))
         assert "Last cluster scavenge cycle-1 finished 2023-11-14 22:14:15" in text
         assert "took 02:55" in text
-        assert "127.0.0.1:2115 Follower Success" in text
-        assert "127.0.0.1:2114 Follower Success" in text  # its result from its scavenge's history
-        assert "127.0.0.1:2113 Leader result not seen" in text
+        # the role each was scavenged in where the dashboard saw it designated, else its role now
+        assert "127.0.0.1:2115 Follower now Completed" in text
+        assert "127.0.0.1:2114 Follower Completed" in text  # its result from its scavenge's history
+        assert "127.0.0.1:2113 Leader now result not seen" in text
 
 
 async def test_the_last_cycle_is_named_when_the_dashboard_starts_after_it():
@@ -415,7 +416,7 @@ async def test_a_finished_backup_shows_a_summary_with_its_final_speed():
         await pilot.press("4")
         await pilot.pause()
         text = flat(text_of(app, "backup-panel"))
-        assert "full backup into /backups/node1" in text
+        assert "full backup" in text and "folder /backups/node1" in text
         assert "completed" in text and "finished 2023-11-14 22:12:32" in text and "took 00:12" in text
         assert "12 files copied, 3 skipped, 50.0 MiB" in text
         assert "4.0 MiB/s (average)" in text
@@ -698,7 +699,7 @@ async def test_history_shortens_ids_before_results(size):
         await pilot.pause()
         text = screen_text(app)
         row = next(line for line in text.splitlines() if "3fa21c0d" in line)
-        assert "Success" in row and "node1" in row and "3.5 s" in row and "2.0 KiB" in row
+        assert "Completed" in row and "node1" in row and "3.5 s" in row and "2.0 KiB" in row
         if size[0] == 80:
             assert "3fa21c0d-9e8b-4a65-8c1b-2d3e4f5a6b7c" not in row and "…" in row
 
