@@ -50,9 +50,11 @@ __all__ = [
     "write_demo_data",
 ]
 
-MIN_EVENTS, MAX_EVENTS, DEFAULT_EVENTS = 10, 1_000_000, 1000
+MIN_EVENTS, MAX_EVENTS = 10, 1_000_000
+#: enough for a local cluster (64 KiB chunks) to hold ~500 chunks and a scavenge to last seconds
+DEFAULT_EVENTS = 100_000
 MAX_COUNT = 10  # the $maxCount set on the streams of that kind
-BATCH = 200  # events a request
+BATCH = 100  # events a request: about 32 KiB, half the smallest chunk (an append fits in one chunk)
 EVENTS_TYPE = "application/vnd.kurrent.events+json"
 #: seconds one request is retried while the cluster has no leader, or its node does not answer (an
 #: election takes a few seconds; a stopped leader's followers notice it within GossipTimeoutMs)
@@ -262,9 +264,13 @@ def write_demo_data(
     frames: dict[str, list[int]] = {short: [] for short in names}
     target = _Target(client, patience=patience, monotonic=monotonic, sleep=sleep, notice=notice)
     done = 0
-    for short, _kind, event_type in STREAMS:
-        stream = names[short]
-        for first in range(0, counts[short], BATCH):
+    # a batch of each stream in turn, so that a chunk holds several streams' events: its weight (what a
+    # scavenge removes from it) lies anywhere from none to all, to read against a threshold
+    for first in range(0, max(counts.values()), BATCH):
+        for short, _kind, event_type in STREAMS:
+            if first >= counts[short]:
+                continue
+            stream = names[short]
             batch = []
             for n in range(first, min(first + BATCH, counts[short])):
                 data = {"stream": short, "n": n, "note": _FILLER}
