@@ -8,6 +8,13 @@ the events beyond ``$maxCount`` (record frames as the node stores them; the dele
 the newest ``$maxCount`` events stay). A scavenge writes a scavenge point, which completes the active
 chunk, so even data written into a fresh database's first chunk is reclaimed.
 
+A cluster may change its leader while the demo writes (a resign, a node stopped): an answer ``503 This
+node is not the leader`` (or no answer) is retried, for up to :data:`FOLLOW_LEADER_FOR` seconds, against
+the leader the nodes' gossip names, which the rest of the run then writes to (:class:`_Target`). A retry
+never writes an event twice: every batch carries its event ids and the exact version the stream is at,
+so a batch that was written before the answer was lost is answered as a duplicate; the metadata is
+written at an exact version too, and a deletion is retried only when the leader shows it is not done.
+
 The dashboard's demo key calls :func:`write_demo_data` (in a worker thread: it is synchronous) with
 ``LocalCluster(...).client(url)``; the command line finds the local cluster's CA and credentials
 itself (:func:`connection_settings`).
@@ -18,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +39,7 @@ from evdb.errors import EvdbError, InvalidInput
 from evdb.storage.records import event_frame_size
 
 __all__ = [
+    "FOLLOW_LEADER_FOR",
     "MAX_COUNT",
     "ConnectionSettings",
     "DemoLoadError",
@@ -41,10 +50,15 @@ __all__ = [
     "write_demo_data",
 ]
 
-MIN_EVENTS, MAX_EVENTS, DEFAULT_EVENTS = 10, 1_000_000, 1000
+MIN_EVENTS, MAX_EVENTS = 10, 1_000_000
+#: enough for a local cluster (64 KiB chunks) to hold ~500 chunks and a scavenge to last seconds
+DEFAULT_EVENTS = 100_000
 MAX_COUNT = 10  # the $maxCount set on the streams of that kind
-BATCH = 200  # events a request
+BATCH = 100  # events a request: about 32 KiB, half the smallest chunk (an append fits in one chunk)
 EVENTS_TYPE = "application/vnd.kurrent.events+json"
+#: seconds one request is retried while the cluster has no leader, or its node does not answer (an
+#: election takes a few seconds; a stopped leader's followers notice it within GossipTimeoutMs)
+FOLLOW_LEADER_FOR = 60.0
 
 #: the ten streams of a run: (name, kind, event type); kinds: kept, max-count, soft-deleted, hard-deleted
 STREAMS = (
@@ -120,16 +134,126 @@ def _check(response: httpx.Response, what: str) -> httpx.Response:
     return response
 
 
+def _not_leader(response: httpx.Response) -> bool:
+    """A node's answer that it cannot take a write now: no leader, or a leader that stepped down."""
+    return response.status_code == 503 and "not the leader" in response.text
+
+
+class _Target:
+    """Where the demo's requests go: the node it was given until a node says it is not the leader (or
+    does not answer); then the leader the nodes' gossip names. ``send`` retries such an answer for up
+    to ``patience`` seconds (``monotonic`` and ``sleep`` are injected), each retry at the leader found."""
+
+    def __init__(
+        self,
+        client: httpx.Client,
+        *,
+        patience: float,
+        monotonic: Callable[[], float],
+        sleep: Callable[[float], None],
+        notice: Callable[[str], None] | None,
+    ) -> None:
+        self.client = client
+        self.url = str(client.base_url).rstrip("/")
+        self.scheme = urlsplit(self.url).scheme
+        self.known = [self.url]  # nodes to ask for the leader: the one given, then every member seen
+        self.patience = patience
+        self.monotonic = monotonic
+        self.sleep = sleep
+        self.notice = notice
+        self.answered = False  # a node answered a request of this run (then one that does not is retried)
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        *,
+        json: Any = None,
+        headers: dict[str, str] | None = None,
+        done: Callable[[httpx.Response | None], bool] | None = None,
+    ) -> httpx.Response | None:
+        """The answer to the request (raising DemoLoadError for a refusal). ``done(answer)`` is asked
+        before each retry and of a retry's answer (``None``: before the retry is sent): True means the
+        earlier attempt was written after all, and None is returned."""
+        deadline = self.monotonic() + self.patience
+        delay = 0.1
+        retried = False
+        while True:
+            if retried and done is not None and done(None):
+                return None
+            try:
+                response = self.client.request(method, self.url + path, json=json, headers=headers)
+            except httpx.TransportError as exc:
+                if not self.answered:  # no node of it ever answered: nothing to follow
+                    raise DemoLoadError(f"The node at {self.url} did not answer: {exc!r}") from None
+                problem = f"{self.url} did not answer ({exc!r})"
+            else:
+                self.answered = True
+                if not _not_leader(response):
+                    if retried and done is not None and done(response):
+                        return None
+                    return _check(response, what)
+                problem = f"{method} {self.url}{path} answered {response.status_code} {response.text[:200]}"
+            if self.monotonic() + delay > deadline:
+                raise DemoLoadError(
+                    f"{what}: no leader took the write within {self.patience:.0f} s ({problem})"
+                )
+            self.sleep(delay)
+            delay = min(delay * 2, 1.0)
+            retried = True
+            self._follow_leader()
+
+    def read(self, path: str) -> httpx.Response | None:
+        """A read from the current target, None when it does not answer or is not the leader."""
+        try:
+            response = self.client.get(self.url + path, headers={"Accept": "application/json"})
+        except httpx.TransportError:
+            return None
+        return None if response.status_code >= 500 else response
+
+    def _follow_leader(self) -> None:
+        """Point at the leader that the first answering node's gossip names (nothing changes while none
+        is known: the next attempt goes where the last did)."""
+        for node in list(self.known):
+            try:
+                members = self.client.get(node + "/gossip", timeout=5).json()["members"]
+            except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                continue
+            urls = {}
+            for member in members:
+                try:
+                    host, port = member["httpEndPointIp"], int(member["httpEndPointPort"])
+                except (KeyError, TypeError, ValueError):
+                    continue
+                host = f"[{host}]" if ":" in host else host
+                urls[f"{self.scheme}://{host}:{port}"] = member
+            self.known += [url for url in urls if url not in self.known]
+            leaders = [
+                url for url, m in urls.items() if m.get("state") == "Leader" and m.get("isAlive", True)
+            ]
+            if len(leaders) == 1:
+                if leaders[0] != self.url and self.notice is not None:
+                    self.notice(f"following the leader at {leaders[0]}")
+                self.url = leaders[0]
+                return
+
+
 def write_demo_data(
     client: httpx.Client,
     *,
     events: int = DEFAULT_EVENTS,
     progress: Callable[[int, int], None] | None = None,
+    notice: Callable[[str], None] | None = None,
+    patience: float = FOLLOW_LEADER_FOR,
+    monotonic: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> DemoReport:
     """Write ``events`` demo events (10 to 1,000,000) with ``client`` (base URL and credentials of a
     node; a follower forwards the writes), spread evenly over ten new streams, then the metadata and
-    deletions. ``progress(done, total)`` is called after each batch. Raises InvalidInput for a bad
-    count (nothing is sent) and DemoLoadError when the node refuses a request or does not answer."""
+    deletions. ``progress(done, total)`` is called after each batch; ``notice(text)`` when the writes
+    move to another node (a new leader). Raises InvalidInput for a bad count (nothing is sent) and
+    DemoLoadError when the node refuses a request, or no leader takes it within ``patience`` seconds."""
     total = check_event_count(events)
     run = uuid.uuid4().hex[:6]
     names = {short: f"demo-{run}-{short}" for short, _, _ in STREAMS}
@@ -138,38 +262,69 @@ def write_demo_data(
         for i, (short, _, _) in enumerate(STREAMS)
     }
     frames: dict[str, list[int]] = {short: [] for short in names}
+    target = _Target(client, patience=patience, monotonic=monotonic, sleep=sleep, notice=notice)
     done = 0
-    try:
+    # a batch of each stream in turn, so that a chunk holds several streams' events: its weight (what a
+    # scavenge removes from it) lies anywhere from none to all, to read against a threshold
+    for first in range(0, max(counts.values()), BATCH):
         for short, _kind, event_type in STREAMS:
+            if first >= counts[short]:
+                continue
             stream = names[short]
-            for first in range(0, counts[short], BATCH):
-                batch = []
-                for n in range(first, min(first + BATCH, counts[short])):
-                    data = {"stream": short, "n": n, "note": _FILLER}
-                    stored = json.dumps(data, separators=(",", ":")).encode()  # as the node stores it
-                    frames[short].append(
-                        event_frame_size(len(stream.encode()), len(event_type), len(stored), 0)
-                    )
-                    batch.append({"eventId": str(uuid.uuid4()), "eventType": event_type, "data": data})
-                response = client.post(
-                    f"/streams/{quote(stream)}", json=batch, headers={"Content-Type": EVENTS_TYPE}
-                )
-                _check(response, f"writing demo events to {stream}")
-                done += len(batch)
-                if progress is not None:
-                    progress(done, total)
-        for short, kind, _ in STREAMS:
-            stream = quote(names[short])
-            if kind == "max-count":
-                response = client.post(f"/streams/{stream}/metadata", json={"$maxCount": MAX_COUNT})
-                _check(response, f"setting $maxCount on {names[short]}")
-            elif kind == "soft-deleted":
-                _check(client.delete(f"/streams/{stream}"), f"soft-deleting {names[short]}")
-            elif kind == "hard-deleted":
-                response = client.delete(f"/streams/{stream}", headers={"Kurrent-HardDelete": "true"})
-                _check(response, f"hard-deleting {names[short]}")
-    except httpx.HTTPError as exc:
-        raise DemoLoadError(f"The node at {client.base_url} did not answer: {exc!r}") from None
+            batch = []
+            for n in range(first, min(first + BATCH, counts[short])):
+                data = {"stream": short, "n": n, "note": _FILLER}
+                stored = json.dumps(data, separators=(",", ":")).encode()  # as the node stores it
+                frames[short].append(event_frame_size(len(stream.encode()), len(event_type), len(stored), 0))
+                batch.append({"eventId": str(uuid.uuid4()), "eventType": event_type, "data": data})
+            # the exact version makes a retry of a batch already written a duplicate, answered 201
+            target.send(
+                "POST",
+                f"/streams/{quote(stream)}",
+                f"writing demo events to {stream}",
+                json=batch,
+                headers={"Content-Type": EVENTS_TYPE, "Kurrent-ExpectedVersion": str(first - 1)},
+            )
+            done += len(batch)
+            if progress is not None:
+                progress(done, total)
+    for short, kind, _ in STREAMS:
+        stream, path = names[short], f"/streams/{quote(names[short])}"
+        last = counts[short] - 1
+        if kind == "max-count":
+            # the run's own new metadata stream: only this run writes it, so on a retry a wrong
+            # expected version (400) means the first attempt was written
+            target.send(
+                "POST",
+                f"{path}/metadata",
+                f"setting $maxCount on {stream}",
+                json={"$maxCount": MAX_COUNT},
+                headers={"Kurrent-ExpectedVersion": "-1"},
+                done=lambda r: r is not None and r.status_code == 400 and "Wrong expected" in r.text,
+            )
+        elif kind == "soft-deleted":
+
+            def soft_deleted(r: httpx.Response | None, path: str = path) -> bool:
+                if r is not None:
+                    return False
+                metadata = target.read(f"{path}/metadata")  # at the leader, before a retry
+                return metadata is not None and metadata.status_code == 200 and "$tb" in metadata.json()
+
+            target.send(
+                "DELETE",
+                path,
+                f"soft-deleting {stream}",
+                headers={"Kurrent-ExpectedVersion": str(last)},
+                done=soft_deleted,
+            )
+        elif kind == "hard-deleted":
+            target.send(
+                "DELETE",
+                path,
+                f"hard-deleting {stream}",
+                headers={"Kurrent-HardDelete": "true", "Kurrent-ExpectedVersion": str(last)},
+                done=lambda r: r is not None and r.status_code == 410,  # the tombstone is there already
+            )
     reclaimable: list[int] = []
     by_kind: dict[str, list[str]] = {"kept": [], "max-count": [], "soft-deleted": [], "hard-deleted": []}
     for short, kind, _ in STREAMS:
@@ -312,7 +467,9 @@ def _demo_load(args: argparse.Namespace) -> int:
     print(f"Writing {events:,} demo events to {settings.url} …", file=sys.stderr)
     try:
         with settings.client() as client:
-            report = write_demo_data(client, events=events)
+            report = write_demo_data(
+                client, events=events, notice=lambda text: print(f"evdb demo-load: {text}", file=sys.stderr)
+            )
     except DemoLoadError as exc:
         print(f"evdb demo-load: {exc}", file=sys.stderr)
         return 1

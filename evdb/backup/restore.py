@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from evdb.backup import layout as L
 from evdb.backup.copying import copy_file, fsync_dir, is_temp_name, remove_files
-from evdb.backup.errors import BackupError, BackupIncomplete, NodeRunning
+from evdb.backup.errors import BackupError, BackupIncomplete, InvalidBackupFolder, NodeRunning
 from evdb.backup.progress import Progress
 from evdb.backup.verify import verify_backup
 
@@ -96,6 +96,10 @@ def restore_backup(
         L.check_folder(index_dir, "index folder")
     index_dir = index_dir or os.path.join(db_dir, "index")
     p = progress or Progress("restore", _log)
+    if not os.path.isdir(backup):
+        raise InvalidBackupFolder(
+            f"There is no folder {backup}: name a folder that evdb backup --to wrote; nothing was restored."
+        )
     if not L.is_complete(backup):
         raise BackupIncomplete(
             f"{backup} is not a finished backup (no {L.COMPLETE_MARKER}); run evdb backup again first."

@@ -38,7 +38,10 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--nodes", type=int, default=3, help="voting nodes (default 3)")
     up.add_argument("--replicas", type=int, default=0, help="read-only replicas (default 0)")
     up.add_argument("--insecure", action="store_true", help="plain HTTP between everything (no certificates)")
-    up.add_argument("--chunk-size", help="ChunkSize of every node, e.g. 1MiB (default: the node default)")
+    up.add_argument(
+        "--chunk-size",
+        help="ChunkSize of every node of a new cluster, e.g. 1MiB (default: 64KiB, for practice)",
+    )
     up.add_argument(
         "--option",
         action="append",

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LAUNCHER_DEFAULTS",
+    "LOCAL_CHUNK_SIZE",
     "MANAGED_OPTIONS",
     "ClusterLaunchError",
     "InvalidNodeOptions",
@@ -59,6 +60,13 @@ ADMIN = ("admin", "changeit")
 #: Options the local cluster writes into every node.yaml unless --option gives another value (an
 #: empty --option value brings these back)
 LAUNCHER_DEFAULTS: dict[str, Any] = {"GossipIntervalMs": 500, "GossipTimeoutMs": 2000, "StatsPeriodSec": 0}
+
+#: ChunkSize of a new local cluster's nodes unless --chunk-size (or --option ChunkSize=) gives one: the
+#: smallest a node takes, so that ``evdb demo-load``'s data spreads over hundreds of chunks and a scavenge
+#: of it lasts long enough to watch each phase, stop and resume it (docs/dashboard.md). A practice
+#: size: an append larger than a chunk is refused. Written into node.yaml when the cluster is created,
+#: so an existing cluster's data folders keep the chunk size they were created with.
+LOCAL_CHUNK_SIZE = "64KiB"
 
 #: Options the local cluster sets itself for each node (its folders, ports, membership, certificates):
 #: --option refuses them; the cluster's own flags (--nodes, --replicas, --insecure) decide them
@@ -487,6 +495,8 @@ class LocalCluster:
             }
             if chunk_size:
                 config["ChunkSize"] = chunk_size
+            else:
+                config.setdefault("ChunkSize", LOCAL_CHUNK_SIZE)  # an --option ChunkSize= wins, below
             for option, value in given.items():
                 _set_yaml_option(config, option, _yaml_value(option, value))
             if insecure:
