@@ -420,8 +420,11 @@ class DispatchSite(web.SockSite):
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site with the runner
-        http: Callable[[], asyncio.Protocol] | None = self._runner.server
-        assert http is not None
+        from evdb.http.heads import http_protocol
+
+        assert self._runner.server is not None
+        # aiohttp's handlers, answering a request they cannot parse briefly (evdb/http/heads.py)
+        http: Callable[[], asyncio.Protocol] = http_protocol(self._runner.server)
         if self._lean and isinstance(self._runner, web.AppRunner):
             from evdb.http.lean import LeanServer
 

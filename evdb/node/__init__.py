@@ -429,6 +429,7 @@ class Node:
     async def _start_http(self, ssl_context: ssl.SSLContext | None, sockets: list[socket.socket]) -> None:
         from evdb.grpc.dispatch import DispatchSite, GrpcServer
         from evdb.http.app import build_app
+        from evdb.http.heads import ServerLog
 
         app = build_app(self)
         self.grpc = GrpcServer(self)  # KurrentDB's gRPC API, on the same sockets (evdb/grpc/dispatch.py)
@@ -442,6 +443,7 @@ class Node:
             handler_cancellation=True,
             auto_decompress=False,
             keepalive_timeout=float(self.options.http_keep_alive_timeout),  # the lean path's too
+            logger=ServerLog(self.logger),  # aiohttp's lines name the node; refusals counted (heads.py)
         )
         await self._runner.setup()
         for sock in sockets:
