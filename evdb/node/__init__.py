@@ -26,7 +26,7 @@ from evdb.clock import Clock, SystemClock
 from evdb.cluster import ClusterService
 from evdb.cluster.peers import PeerClient, peer_name
 from evdb.cluster.replica import ChunkLogReplication
-from evdb.cluster.transport import HttpTransport
+from evdb.cluster.transport import HttpTransport, ListenerLimits
 from evdb.database import Database, DatabaseConfig
 from evdb.errors import DatabaseReopening
 from evdb.licensing import License, load_license
@@ -143,6 +143,12 @@ class Node:
             reserved_common_name=lambda: self.settings.options.certificate_reserved_node_common_name,
             logger=self.logger,
             client=self.peer_client,
+            # the HTTP port's connection options hold on the node-to-node listener too
+            limits=ListenerLimits(
+                o.http_max_connections,
+                float(o.http_request_head_timeout),
+                float(o.http_keep_alive_timeout),
+            ),
         )
 
     def _settings_changed(self, options: Options, tls: Any) -> None:
