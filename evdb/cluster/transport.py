@@ -20,11 +20,14 @@ import aiohttp
 from aiohttp import web
 
 from evdb.cluster.peers import PeerError, tls_failure
+from evdb.errors import InvalidInput, status_of
+from evdb.http.bodies import read_body
 
 if TYPE_CHECKING:
     import logging
 
     from evdb.cluster.peers import PeerClient
+    from evdb.grpc.dispatch import ConnectionLimit
 
 __all__ = [
     "Channel",
@@ -158,6 +161,20 @@ class _WebSocketChannel:
         return self._ws.closed
 
 
+#: the largest request body the node-to-node listener reads (raw or inflated: evdb/http/bodies.py)
+PEER_BODY_LIMIT = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ListenerLimits:
+    """The node-to-node listener's connection rules, the HTTP port's options (a node passes its own):
+    HttpMaxConnections (0: half the open-file limit), HttpRequestHeadTimeout, HttpKeepAliveTimeout."""
+
+    max_connections: int = 0
+    head_timeout: float = 30.0
+    keepalive_timeout: float = 130.0
+
+
 class HttpTransport:
     """The real transport: gossip over the public HTTP API, votes, forwarded writes and replication on
     the node-to-node listener (TLS with client certificates when the node has TLS)."""
@@ -171,6 +188,7 @@ class HttpTransport:
         reserved_common_name: Callable[[], str] | str,
         logger: logging.Logger,
         client: PeerClient,
+        limits: ListenerLimits | None = None,
     ) -> None:
         """``tls`` and ``reserved_common_name`` are read at each use: a node passes readers of its
         settings (evdb/tls/reload.py NodeSettings), so a reload's new certificates, trusted roots and
@@ -182,6 +200,8 @@ class HttpTransport:
         self._reserved_common_name = reserved_common_name
         self.logger = logger
         self.client = client  # the node's one node-to-node client (evdb/cluster/peers.py)
+        self.limits = limits or ListenerLimits()
+        self.connections: ConnectionLimit | None = None  # the listener's, once started
         self.listener_tls: Any = None  # the listener's swappable ssl context (evdb/tls/reload.py)
         self._runner: web.AppRunner | None = None
         self._handlers: PeerHandlers | None = None
@@ -199,21 +219,38 @@ class HttpTransport:
     # -- serving -----------------------------------------------------------------------------------
     async def start(self, handlers: PeerHandlers) -> int:
         self._handlers = handlers
+        from evdb.grpc.dispatch import ConnectionLimit, LimitedTCPSite, connection_limit
+        from evdb.http.heads import ServerLog
+
         app = web.Application(
-            middlewares=[self._peer_certificate_middleware], client_max_size=64 * 1024 * 1024
+            middlewares=[self._peer_certificate_middleware], client_max_size=PEER_BODY_LIMIT
         )
         app.router.add_post("/internal/vote", self._vote)
         app.router.add_post("/internal/write", self._write)
         app.router.add_get("/internal/replicate", self._replicate)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        # the client port's rules, through the same code: bodies inflated with a bound by
+        # evdb/http/bodies.py (not whole by aiohttp), unparseable requests answered by evdb/http/heads.py,
+        # connections limited and timed out by evdb/grpc/dispatch.py's ConnectionLimit
+        limits = self.limits
+        self._runner = web.AppRunner(
+            app,
+            access_log=None,
+            handler_cancellation=True,
+            auto_decompress=False,
+            keepalive_timeout=limits.keepalive_timeout,
+            logger=ServerLog(self.logger),
+        )
         await self._runner.setup()
+        self.connections = ConnectionLimit(
+            connection_limit(limits.max_connections), limits.head_timeout, self.logger
+        )
         context = None
         if self._tls() is not None:
             from evdb.tls.reload import SwappableServerContext
 
             self.listener_tls = SwappableServerContext(self._tls(), require_client_cert=True)
             context = self.listener_tls.context
-        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=context)
+        site = LimitedTCPSite(self._runner, self.host, self.port, limit=self.connections, ssl_context=context)
         await site.start()
         sock = site._server.sockets[0]  # type: ignore[union-attr]
         self.port = sock.getsockname()[1]
@@ -249,17 +286,25 @@ class HttpTransport:
     async def _vote(self, request: web.Request) -> web.Response:
         assert self._handlers is not None
         try:
-            body = await request.json()
-        except ValueError as exc:
-            return web.json_response({"granted": False, "reason": f"bad request: {exc}"}, status=400)
+            body = await _json_body(request)
+        except InvalidInput as exc:
+            status = status_of(exc)
+            reason = f"bad request: {exc}"
+            return web.json_response(
+                {"granted": False, "reason": reason}, status=status[0] if status else 400
+            )
         return web.json_response(await self._handlers.handle_vote(body))
 
     async def _write(self, request: web.Request) -> web.Response:
         assert self._handlers is not None
         try:
-            body = await request.json()
-        except ValueError as exc:
-            return web.json_response({"error": "InvalidInput", "message": f"Bad forwarded write: {exc}"})
+            body = await _json_body(request)
+        except InvalidInput as exc:
+            status = status_of(exc)
+            return web.json_response(
+                {"error": "InvalidInput", "message": f"Bad forwarded write: {exc}"},
+                status=status[0] if status else 400,
+            )
         return web.json_response(await self._handlers.handle_write(body))
 
     async def _replicate(self, request: web.Request) -> web.StreamResponse:
@@ -304,6 +349,18 @@ class HttpTransport:
             yield _WebSocketChannel(ws)
         finally:
             await ws.close()
+
+
+async def _json_body(request: web.Request) -> Any:
+    """A peer's JSON request body, read by the client port's rules (evdb/http/bodies.py: a compressed
+    body inflated with a bound, 415 for another coding); InvalidInput when it is not JSON."""
+    import json
+
+    raw = await read_body(request)  # aiohttp's 413 past PEER_BODY_LIMIT, raw or inflated
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise InvalidInput(f"the body is not JSON: {exc}") from None
 
 
 def _json_answer(answer: Any, what: str) -> dict:

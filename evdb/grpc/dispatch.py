@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from evdb.http.lean import LeanServer
     from evdb.node import Node
 
-__all__ = ["PREFACE", "ConnectionLimit", "DispatchSite", "GrpcServer", "connection_limit"]
+__all__ = ["PREFACE", "ConnectionLimit", "DispatchSite", "GrpcServer", "LimitedTCPSite", "connection_limit"]
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 #: In the server's order of preference: a client offering both (a browser, curl) gets HTTP/1.1, which
@@ -234,10 +234,13 @@ def _aiohttp_idle(handler: object) -> bool:
 class _Dispatch(asyncio.Protocol):
     """Decides what a connection speaks, then hands the transport (and what it read) over."""
 
-    def __init__(self, http: Callable[[], asyncio.Protocol], grpc: GrpcServer) -> None:
+    def __init__(
+        self, http: Callable[[], asyncio.Protocol], limit: ConnectionLimit, grpc: GrpcServer | None
+    ) -> None:
+        """``grpc`` None: every connection is HTTP/1.1's (the node-to-node listener)."""
         self._http = http
         self._grpc = grpc
-        self._limit = grpc.connections
+        self._limit = limit
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._target: asyncio.Protocol | None = None
@@ -311,7 +314,7 @@ class _Dispatch(asyncio.Protocol):
         transport = self._transport
         assert transport is not None
         self._forget()  # counted where it goes from now
-        target = _TrackedGrpc(self._grpc, transport) if grpc else self._http()
+        target = _TrackedGrpc(self._grpc, transport) if grpc and self._grpc is not None else self._http()
         self._target = target
         transport.set_protocol(target)
         target.connection_made(transport)
@@ -422,8 +425,11 @@ class DispatchSite(web.SockSite):
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site with the runner
-        http: Callable[[], asyncio.Protocol] | None = self._runner.server
-        assert http is not None
+        from evdb.http.heads import http_protocol
+
+        assert self._runner.server is not None
+        # aiohttp's handlers, answering a request they cannot parse briefly (evdb/http/heads.py)
+        http: Callable[[], asyncio.Protocol] = http_protocol(self._runner.server)
         if self._lean and isinstance(self._runner, web.AppRunner):
             from evdb.http.lean import LeanServer
 
@@ -436,7 +442,7 @@ class DispatchSite(web.SockSite):
         # a TLS handshake not done within HttpRequestHeadTimeout ends the connection too
         handshake = grpc.connections.head_timeout if self._ssl_context is not None else None
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: _Dispatch(http, grpc),
+            lambda: _Dispatch(http, grpc.connections, grpc),
             sock=self._sock,
             ssl=self._ssl_context,
             backlog=self._backlog,
@@ -450,3 +456,44 @@ class DispatchSite(web.SockSite):
             await self._lean_server.close()
             with contextlib.suppress(ValueError):
                 self._grpc.connections.lean.remove(self._lean_server)
+
+
+class LimitedTCPSite(web.TCPSite):
+    """aiohttp's ``TCPSite`` under the HTTP port's connection rules, through the same code: a
+    :class:`ConnectionLimit` of its own (at the limit the connection idle longest is closed, else the
+    new one is refused; one that sends nothing, or does not finish its TLS handshake, within the head
+    timeout is closed) and the request handlers of evdb/http/heads.py. The node-to-node listener
+    (evdb/cluster/transport.py) serves on one; it speaks HTTP/1.1 only."""
+
+    __slots__ = ("_limit",)
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        *,
+        limit: ConnectionLimit,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        super().__init__(runner, host, port, ssl_context=ssl_context)
+        self._limit = limit
+
+    async def start(self) -> None:
+        from evdb.http.heads import http_protocol
+
+        await web.BaseSite.start(self)  # registers the site with the runner
+        server = self._runner.server
+        assert isinstance(server, web.Server)
+        limit = self._limit
+        limit.http = server
+        http = http_protocol(server)
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: _Dispatch(http, limit, None),
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            ssl_handshake_timeout=limit.head_timeout if self._ssl_context is not None else None,
+        )

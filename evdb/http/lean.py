@@ -41,6 +41,7 @@ from aiohttp.http import SERVER_SOFTWARE
 from evdb.http.answers import Answer, authenticate_now, error_answer, remote_of
 from evdb.http.app import CLIENT_LIMIT
 from evdb.http.common import LOOP, NODE
+from evdb.http.heads import MAX_HEADERS
 from evdb.http.streams import PendingAppend, appended, begin_append, submit_append
 from evdb.streams import AppendResult
 
@@ -52,7 +53,8 @@ __all__ = ["KEEPALIVE_TIMEOUT", "LeanAppends", "LeanServer"]
 #: aiohttp's RequestHandler's own idle timeout (its default); the node sets HttpKeepAliveTimeout for
 #: both paths
 KEEPALIVE_TIMEOUT = 3630.0
-#: a request head (request line and headers) longer than this goes to aiohttp (its line limit)
+#: a request head (request line and headers) longer than this goes to aiohttp (its line limit), and so
+#: does one of more than MAX_HEADERS headers: aiohttp answers both (evdb/http/heads.py)
 HEAD_LIMIT = 8190
 #: the strict subset of a request head this path reads; anything else is aiohttp's. The stream name:
 #: characters that stand for themselves in a path (no ``%``, no query), never ``.`` or ``..``
@@ -118,8 +120,8 @@ def _read_request(buffer: bytearray, body_limit: int) -> _Request | bool:
     for line in lines:
         name, _, value = line.partition(":")
         headers[name.lower()] = value.lstrip(" ")
-    if len(headers) != len(lines) or not _AIOHTTP_ONLY.isdisjoint(headers):
-        return True
+    if len(headers) != len(lines) or len(lines) > MAX_HEADERS or not _AIOHTTP_ONLY.isdisjoint(headers):
+        return True  # a repeated header, aiohttp's; past its header count, its 431 (evdb/http/heads.py)
     length_text = headers.get("content-length")
     if (
         length_text is None

@@ -26,7 +26,7 @@ from evdb.clock import Clock, SystemClock
 from evdb.cluster import ClusterService
 from evdb.cluster.peers import PeerClient, peer_name
 from evdb.cluster.replica import ChunkLogReplication
-from evdb.cluster.transport import HttpTransport
+from evdb.cluster.transport import HttpTransport, ListenerLimits
 from evdb.database import Database, DatabaseConfig
 from evdb.errors import DatabaseReopening
 from evdb.licensing import License, load_license
@@ -154,6 +154,12 @@ class Node:
             reserved_common_name=lambda: self.settings.options.certificate_reserved_node_common_name,
             logger=self.logger,
             client=self.peer_client,
+            # the HTTP port's connection options hold on the node-to-node listener too
+            limits=ListenerLimits(
+                o.http_max_connections,
+                float(o.http_request_head_timeout),
+                float(o.http_keep_alive_timeout),
+            ),
         )
 
     def _settings_changed(self, options: Options, tls: Any) -> None:
@@ -441,6 +447,7 @@ class Node:
     async def _start_http(self, ssl_context: ssl.SSLContext | None, sockets: list[socket.socket]) -> None:
         from evdb.grpc.dispatch import DispatchSite, GrpcServer
         from evdb.http.app import build_app
+        from evdb.http.heads import ServerLog
 
         app = build_app(self)
         self.grpc = GrpcServer(self)  # KurrentDB's gRPC API, on the same sockets (evdb/grpc/dispatch.py)
@@ -454,6 +461,7 @@ class Node:
             handler_cancellation=True,
             auto_decompress=False,
             keepalive_timeout=float(self.options.http_keep_alive_timeout),  # the lean path's too
+            logger=ServerLog(self.logger),  # aiohttp's lines name the node; refusals counted (heads.py)
         )
         await self._runner.setup()
         for sock in sockets:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from evdb.clock import Clock
+from evdb.errors import StreamDeleted
 from evdb.persistent.checkpoints import ReadResult, SubscriptionStore
 from evdb.persistent.model import (
     LIVE,
@@ -238,6 +239,8 @@ class Group:
         self._last_checkpoint_time: float | None = None
         self._checkpoint_writing = False
         self._faulted = False
+        #: what the last read failed with (logged when it changes), None while reads succeed
+        self._read_fault: str | None = None
         self._push_scheduled = False
         self._closed = False
         self._loaded: Callable[[], object] | None = None
@@ -379,15 +382,30 @@ class Group:
             )
 
     def _on_read_error(self, exc: BaseException) -> None:
-        self.state &= ~OUTSTANDING_PAGE_REQUEST
+        """A read of the source failed. A hard-deleted source (StreamDeleted) is for good: as KurrentDB's HandleReadError, the page request stays outstanding,
+        so the group reads no more and stays faulted until it is loaded again (updated, the
+        subscriptions restarted, the node restarted, the stream recreated and the group reloaded). Any
+        other error is read again at the next tick. Either way the fault is logged once, when it
+        begins or changes, never at each retry, and the group's consumers are dropped."""
+        permanent = isinstance(exc, StreamDeleted)
+        if not permanent:
+            self.state &= ~OUTSTANDING_PAGE_REQUEST
         self._faulted = True
-        self.logger.error(
-            "A non-recoverable error has occurred in persistent subscription %s reading %s: %s. "
-            "Dropping all connected clients.",
-            self.key,
-            self.source.stream,
-            exc,
-        )
+        fault = f"{type(exc).__name__}: {exc}"
+        if fault != self._read_fault:
+            self._read_fault = fault
+            self.logger.error(
+                "A non-recoverable error has occurred in persistent subscription %s reading %s: %s. "
+                "Dropping all connected clients%s.",
+                self.key,
+                self.source.stream,
+                exc,
+                (
+                    "; the group reads no more until it is loaded again"
+                    if permanent
+                    else "; reading again each second, logged again only if the error changes"
+                ),
+            )
         for client in list(self.clients.values()):
             self.remove_client(client.correlation_id, notify=True)
 
@@ -396,6 +414,15 @@ class Group:
         if buffer is None or self._closed or not self.state & OUTSTANDING_PAGE_REQUEST:
             return
         self.state &= ~OUTSTANDING_PAGE_REQUEST
+        if self._read_fault is not None:  # a transient fault is over: consumers are taken again
+            self.logger.info(
+                "Persistent subscription %s reads %s again (after %s)",
+                self.key,
+                self.source.stream,
+                self._read_fault,
+            )
+            self._read_fault = None
+            self._faulted = False
         if result.skipped and not result.events and self.source.is_all:
             # a filter left a whole window out: checkpoint where that window started
             self.handle_skipped(self._next_pull, result.skipped)

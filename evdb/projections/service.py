@@ -237,6 +237,9 @@ class SystemProjections:
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._supervisor: asyncio.Task[None] | None = None
+        #: why the projections' registration stream could not be used at the last load (None: it could)
+        self.registration_fault: str | None = None
+        self._start_failure: str | None = None  # the last failure to load, logged when it changes
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -275,11 +278,16 @@ class SystemProjections:
             except (DatabaseClosed, NotLeader):
                 await self._deactivate()
             except Exception as exc:
-                self._log.warning(
-                    "The system projections could not start on this leader (stream %s): %s",
-                    REGISTRATION_STREAM,
-                    exc,
-                )
+                failure = f"{type(exc).__name__}: {exc}"
+                if failure != self._start_failure:  # tried again every poll: logged when it changes
+                    self._start_failure = failure
+                    self._log.warning(
+                        "The system projections could not start on this leader (stream %s): %s; "
+                        "trying again every %g s",
+                        REGISTRATION_STREAM,
+                        exc,
+                        LEADERSHIP_POLL_SECONDS,
+                    )
                 await self._deactivate()
             await self._sleep_or_wake(LEADERSHIP_POLL_SECONDS)
 
@@ -295,6 +303,7 @@ class SystemProjections:
         runtimes = await asyncio.to_thread(self._load, self._database())
         self._runtimes = runtimes
         self._active = True
+        self._start_failure = None
         enabled = [rt.name for rt in runtimes.values() if rt.persisted.enabled]
         self._log.info("System projections loaded on this leader; running: %s", ", ".join(enabled) or "none")
 
@@ -352,12 +361,19 @@ class SystemProjections:
         self._log.error("Projection %s faulted as it loaded: %s", rt.name, reason)
 
     def _register(self, db: Database) -> dict[str, int]:
-        """``$projections-$all``: create it and the missing registrations; answer each projection's id."""
+        """``$projections-$all``: create it and the missing registrations; answer each projection's id.
+
+        A tombstoned ``$projections-$all`` can be neither read nor written again: the subsystem loads
+        anyway (:meth:`_ids_without_registration`), reports it (:attr:`registration_fault`, logged once
+        per load) and every projection runs on from its checkpoint."""
         try:
             records = db.read_stream_forward(REGISTRATION_STREAM, 0, 4096).events
         except StreamNotFound:
             db.append(REGISTRATION_STREAM, [NewEvent("$ProjectionsInitialized", is_json=False)], NO_STREAM)
             records = db.read_stream_forward(REGISTRATION_STREAM, 0, 4096).events
+        except StreamDeleted:
+            return self._ids_without_registration(db)
+        self.registration_fault = None
         ids: dict[str, int] = {}
         for record in records:
             if record.event_type == "$ProjectionCreated":
@@ -369,6 +385,28 @@ class SystemProjections:
             )
             for offset, name in enumerate(missing):
                 ids[name] = result.first_event_number + offset
+        return ids
+
+    def _ids_without_registration(self, db: Database) -> dict[str, int]:
+        """Each projection's id when ``$projections-$all`` is tombstoned: the one its last checkpoint
+        carries (so it goes on from that checkpoint, emitting nothing twice), else the id a first
+        registration gives it (``$ProjectionsInitialized`` is event 0, the standard projections follow
+        in order)."""
+        ids: dict[str, int] = {}
+        for offset, definition in enumerate(STANDARD_PROJECTIONS):
+            ids[definition.name] = offset + 1
+            try:
+                page = db.read_stream_backward(checkpoint_stream(definition.name), None, 1)
+            except (StreamNotFound, StreamDeleted):
+                continue
+            tag = parse_tag(page.events[0].metadata) if page.events else None
+            if tag is not None:
+                ids[definition.name] = tag.projection_id
+        self.registration_fault = (
+            f"The projections' registration stream {REGISTRATION_STREAM} is deleted (tombstoned): "
+            "the projections run on with the ids their checkpoints carry; nothing can be registered again"
+        )
+        self._log.error("System projections: %s", self.registration_fault)
         return ids
 
     def _read_state(self, db: Database, definition: StandardProjection) -> _Persisted:
@@ -812,7 +850,8 @@ class SystemProjections:
             "readsInProgress": 0,
             "partitionsCached": 1,
             "status": status,
-            "stateReason": rt.reason,
+            # a fault of the subsystem (its registration stream tombstoned) shows on every projection
+            "stateReason": rt.reason or self.registration_fault or "",
             "name": rt.name,
             "mode": "Continuous",
             "position": _tfpos(rt.position),

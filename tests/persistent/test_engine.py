@@ -366,3 +366,78 @@ async def test_extra_statistics_measure_the_time_to_an_ack(h: Harness) -> None:
         ("90%", 750), ("95%", 750), ("99%", 750), ("99.5%", 750), ("99.9%", 750), ("Highest", 750),
     ]  # fmt: skip
     assert h.service.info("s", "plain")["connections"][0]["observedMeasurements"] == []
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def errors(self) -> list[str]:
+        return [r.getMessage() for r in self.records if r.levelno >= logging.ERROR]
+
+
+@pytest.fixture
+def lines():
+    handler = _Lines()
+    logger = logging.getLogger("test.persistent")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+async def test_a_group_on_a_hard_deleted_stream_logs_its_fault_once_not_every_second(
+    h: Harness, lines: _Lines
+) -> None:
+    """Issue 33's follow-up: the group logged "A non-recoverable error" at error level at every tick
+    for as long as it existed. As KurrentDB's, it now reads no more once its stream is gone: one line,
+    and a consumer connecting later is dropped (one line for that consumer)."""
+    h.append("gone", 3)
+    h.db.delete_stream("gone", hard=True)
+    await h.service.create(EventSource.of("gone"), "g", settings(), "admin")
+    await until(lambda: len(lines.errors()) == 1, "the fault to be logged")
+    for _ in range(5):
+        await h.tick()
+    assert len(lines.errors()) == 1, lines.errors()
+    assert "A non-recoverable error has occurred in persistent subscription gone::g" in lines.errors()[0]
+    sink = Sink()
+    await h.service.connect("gone", "g", sink, buffer_size=10, connection_name="c", user="admin", from_="x")
+    await until(lambda: sink.dropped_count == 1, "the consumer to be dropped")
+    for _ in range(3):
+        await h.tick()
+    assert len(lines.errors()) == 2 and "since the subscription has faulted" in lines.errors()[1]
+
+
+async def test_a_transient_read_error_is_logged_once_and_its_end_once(
+    h: Harness, lines: _Lines, monkeypatch
+) -> None:
+    """Another read error is read again at each tick, but logged only when it begins (or changes) and
+    when reads succeed again; then consumers are served again."""
+    h.append("flaky", 2)
+    failures = [0]
+    real = DatabaseStore.read_stream
+
+    def read_stream(self, stream, start, count, resolve_links):
+        if stream == "flaky" and failures[0] < 4:
+            failures[0] += 1
+            raise OSError(5, "Input/output error")
+        return real(self, stream, start, count, resolve_links)
+
+    monkeypatch.setattr(DatabaseStore, "read_stream", read_stream)
+    await h.service.create(EventSource.of("flaky"), "g", settings(), "admin")
+    for _ in range(6):
+        await h.tick()
+    assert failures[0] == 4
+    assert len(lines.errors()) == 1, lines.errors()
+    recovered = [r.getMessage() for r in lines.records if "reads flaky again" in r.getMessage()]
+    assert len(recovered) == 1, [r.getMessage() for r in lines.records]
+    sink = Sink()
+    await h.service.connect("flaky", "g", sink, buffer_size=10, connection_name="c", user="admin", from_="x")
+    await until(lambda: len(sink.items) == 2, "the events, once the reads succeed")
+    assert sink.dropped_count == 0

@@ -1,0 +1,139 @@
+"""Requests aiohttp cannot parse: a short answer that repeats none of the client's bytes, and a log
+that a flood cannot grow.
+
+aiohttp refuses a request head past its limits (a request line or one header field over
+:data:`MAX_LINE` bytes, more than :data:`MAX_HEADERS` headers) and any malformed request with a 400
+whose body quotes the offending bytes, and logs "Error handling request" with a traceback at error
+level for each one: any anonymous client could fill a node's log. :class:`HttpRequestHandler` (the
+node's HTTP port and the node-to-node listener: :func:`http_protocol`) answers
+instead:
+
+- a head past a limit: ``431 Request Header Fields Too Large`` (Kestrel's answer, KurrentDB's server,
+  for a header section too large or with too many headers; evdb gives it for an over-long request line
+  too, as aiohttp's parser does not tell the two apart), naming the limits;
+- any other request that does not parse: ``400 Bad Request``, "Malformed HTTP request.";
+
+both ``text/plain``, ``Connection: close``; and logs one warning line naming the client's address at
+most once a second per listener (:class:`RefusedRequests`, in the :class:`ServerLog` the runner gives
+aiohttp), with the count of the refusals not logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
+from aiohttp.web_protocol import RequestHandler
+
+__all__ = [
+    "MAX_HEADERS",
+    "MAX_LINE",
+    "HttpRequestHandler",
+    "RefusedRequests",
+    "ServerLog",
+    "http_protocol",
+    "refusal_answer",
+]
+
+#: aiohttp's limits, which the node keeps (its defaults): a request line or one header field, bytes
+MAX_LINE = 8190
+#: headers in one request
+MAX_HEADERS = 128
+#: a refused request is logged at most this often (per logger, so per node)
+LOG_EVERY_SECONDS = 1.0
+_TOO_MANY_HEADERS = "Too many headers received"  # aiohttp's BadHttpMessage for MAX_HEADERS
+_HEAD_TOO_LARGE = (
+    f"Request header fields too large: a request line or header field over {MAX_LINE} bytes, "
+    f"or more than {MAX_HEADERS} headers."
+)
+
+
+def refusal_answer(exc: BaseException) -> tuple[int, str, str]:
+    """The status, body and what to log for a request aiohttp's parser refused with ``exc``."""
+    if isinstance(exc, LineTooLong) or (
+        isinstance(exc, HttpProcessingError) and exc.message == _TOO_MANY_HEADERS
+    ):
+        return 431, _HEAD_TOO_LARGE, "its request head is past the limits (431)"
+    return 400, "Malformed HTTP request.", f"it does not parse as HTTP/1.1 (400, {type(exc).__name__})"
+
+
+class RefusedRequests:
+    """Counts the requests refused as unparseable and logs them, at most one line a second."""
+
+    def __init__(self, logger: logging.Logger, clock: Callable[[], float] = time.monotonic) -> None:
+        self._log = logger
+        self._clock = clock
+        self.count = 0
+        self._unlogged = 0
+        self._logged_at = float("-inf")
+
+    def note(self, peer: object, what: str) -> None:
+        self.count += 1
+        now = self._clock()
+        if now - self._logged_at < LOG_EVERY_SECONDS:
+            self._unlogged += 1
+            return
+        self._logged_at = now
+        unlogged, self._unlogged = self._unlogged, 0
+        self._log.warning(
+            "Refused a request from %s: %s (%d such refusals not logged since the last line, "
+            "%d in all; one line a second at most)",
+            peer,
+            what,
+            unlogged,
+            self.count,
+        )
+
+
+class ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """The logger a runner gives aiohttp's handlers (``AppRunner(logger=)``): the node's own, with the
+    count of the requests that runner's handlers refused (:class:`RefusedRequests`)."""
+
+    def __init__(self, logger: logging.Logger, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(logger, {})
+        self.refusals = RefusedRequests(logger, clock)
+
+
+#: for a handler whose runner gave no ServerLog
+_AIOHTTP_REFUSALS = RefusedRequests(logging.getLogger("aiohttp.server"))
+
+
+class HttpRequestHandler(RequestHandler):
+    """aiohttp's request handler, answering the requests its parser refuses as the module says.
+
+    Made by :func:`http_protocol` from the handler aiohttp's ``web.Server`` makes (same layout:
+    nothing added), so every option the runner gives aiohttp applies."""
+
+    __slots__ = ()
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if not isinstance(exc, HttpProcessingError):  # an error of a handler: aiohttp's answer
+            return super().handle_error(request, status, exc, message)
+        status, text, what = refusal_answer(exc)
+        log = self.logger
+        refusals = log.refusals if isinstance(log, ServerLog) else _AIOHTTP_REFUSALS
+        refusals.note(request.remote, what)
+        response = web.Response(status=status, text=text, content_type="text/plain")
+        response.force_close()
+        return response
+
+
+def http_protocol(server: web.Server) -> Callable[[], Any]:
+    """A protocol factory for ``server``'s connections: its handlers, as :class:`HttpRequestHandler`."""
+
+    def make() -> RequestHandler:
+        handler = server()
+        handler.__class__ = HttpRequestHandler
+        return handler
+
+    return make
