@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 #: events a demo load writes (``evdb demo-load``'s default)
-DEMO_EVENTS = 1000
+DEMO_EVENTS = 20_000  # about 100 chunks of a new local cluster (64 KiB): a scavenge worth watching
 #: a password in a command line shown on screen
 MASKED = "•••••"
 

@@ -14,6 +14,7 @@ from tests.tui.fake_node import FakeNode
 from tests.tui.pilot import cluster_app, notices, ready, text_of, until
 from tui.app import CHANGING_ACTIONS, LOCAL_JOBS, DashboardApp
 from tui.dialogs import ConfirmCall, HelpScreen, RestoreDialog
+from tui.jobs import DEMO_EVENTS
 from tui.state import RoutineState, RoutineStep
 
 
@@ -104,14 +105,14 @@ async def test_demo_load_writes_through_the_selected_node_and_tells_what_a_scave
         assert isinstance(app.screen, ConfirmCall)
         shown = shown_request(app)
         assert (
-            "$ evdb demo-load --url http://127.0.0.1:2114 --events 1000 --user admin --password •••••"
+            "$ evdb demo-load --url http://127.0.0.1:2114 --events 20000 --user admin --password •••••"
             in shown
         )
         assert "changeit" not in shown
         await pilot.click("#send")
         await until(pilot, lambda: app.state.activity[-1].outcome == "done", "the demo load to end")
         follower = nodes[1]
-        assert sum(follower.written.values()) == 1000 and len(follower.written) == 10
+        assert sum(follower.written.values()) == DEMO_EVENTS and len(follower.written) == 10
         assert all(stream.startswith("demo-") for stream in follower.written)
         assert {r.method for r in follower.requests if r.url.path.startswith("/streams/")} >= {
             "POST",
