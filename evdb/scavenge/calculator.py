@@ -1,16 +1,20 @@
 """Calculation: for each stream with accumulated metadata or a tombstone, find its discard point
 and add the weight of its removable events to their chunks.
 
-A definite removal adds 2 to its chunk's weight; an event that ``$maxAge`` may have expired adds 1
-when its chunk's timestamps straddle the cut-off (the executor then checks the event's own
-timestamp). Discard points never move backwards. The last event of a stream before the scavenge
-point is always kept, and so is a tombstone (unless UnsafeIgnoreHardDelete).
+A removal adds 2 to its chunk's weight, and only while the chunk still holds the record (a scavenged
+chunk's position map says which it kept): an index entry whose record an earlier run removed weighs
+nothing. ``$maxAge`` expires every event of a chunk whose timestamps are all older than the cut-off;
+in a chunk straddling it, those whose own timestamp (read from the log) is older. A stream's discard
+point moves up to its first event that stays, past the ``$maxAge`` removals too, so their index
+entries go with the others. Discard points never move backwards. The last event of a stream before
+the scavenge point is always kept, and so is a tombstone (unless UnsafeIgnoreHardDelete).
 
 Weights are kept in the scavenge database until their chunk is executed (a chunk skipped below one
 run's threshold is executed by a later run whose threshold its weight passes): a removal below a
 discard point is counted once, by the calculation that moves the discard point past it (its index
-entry then goes); a ``$maxAge`` removal is counted afresh by each calculation (its entry stays), see
-``ScavengeState.add_weights``.
+entry then goes); a ``$maxAge`` removal above it (an older event after a younger one: timestamps out
+of order) is counted afresh by each calculation (its entry stays), see ``ScavengeState.add_weights``.
+So a run right after a completed scavenge weighs, and executes, nothing.
 """
 
 from __future__ import annotations
@@ -125,14 +129,28 @@ def _add(
 
 def _calculate_batch(ctx, batch, timestamps, tombstoned_cache) -> tuple[dict[int, float], dict[int, float]]:
     """Each row's last number and discard point (set on the row); the weights its removable entries
-    (``batch``: rows with their entries' numbers and positions) add per chunk: those below discard
-    points (and tombstones under UnsafeIgnoreHardDelete), and those ``$maxAge`` may remove."""
+    (``batch``: rows with their entries' numbers and positions) add per chunk.
+
+    An entry is removable when it is below the stream's discard point (or a tombstone under
+    UnsafeIgnoreHardDelete), or ``$maxAge`` expired its record: every record of a chunk whose
+    timestamps are all older than the cut-off, and, in a chunk straddling the cut-off, a record whose
+    own timestamp (read from the log) is older. It weighs 2 only while its chunk still holds its record:
+    a scavenged chunk's position map says which records it kept, so an entry whose record an earlier
+    run removed (an index-only entry: ``$maxAge`` removals keep theirs until the discard point passes
+    them) weighs nothing. The discard point then moves up to the stream's first entry that is not
+    removable (the last event always stays), so index execution removes the entries below it and no
+    later calculation weighs them again; a removable entry above it (timestamps out of order) weighs
+    in the age weights, counted afresh by every run, until its chunk is executed."""
     if not batch:
         return {}, {}
-    numbers, positions, points, lasts, cutoffs = [], [], [], [], []
-    no_cutoff = np.iinfo(np.int64).min  # nothing is older than it
-    for row, n, p in batch:
-        events = n[n != MAX_EVENT_NUMBER]
+    log = ctx.db.log
+    chunk_size = log.chunk_size
+    weights: dict[int, float] = {}
+    age_weights: dict[int, float] = {}
+    kept_cache: dict[int, np.ndarray | None] = {}
+    plain: list[tuple[np.ndarray, np.ndarray, int]] = []  # streams without a cut-off: judged together
+    for row, number, position in batch:
+        events = number[number != MAX_EVENT_NUMBER]
         last = int(events.max()) if len(events) else -1
         original_tombstoned = False
         if is_metastream(row.stream):
@@ -143,36 +161,84 @@ def _calculate_batch(ctx, batch, timestamps, tombstoned_cache) -> tuple[dict[int
             original_tombstoned = tombstoned_cache[original]
         row.last_number = last
         row.discard_point = discard_point(row, last, original_tombstoned)
-        cutoff = no_cutoff
         # an age too long to count in ticks (saved by an older version) is no limit
-        if row.max_age is not None and row.max_age <= MAX_AGE_SECONDS and not is_metastream(row.stream):
-            cutoff = max(no_cutoff + 1, ctx.point.effective_now - row.max_age * TICKS_PER_SECOND)
-        numbers.append(n)
-        positions.append(p)
-        points.append(np.full(len(n), row.discard_point, dtype=np.int64))
-        lasts.append(np.full(len(n), last, dtype=np.int64))
-        cutoffs.append(np.full(len(n), cutoff, dtype=np.int64))
-    number, position = np.concatenate(numbers), np.concatenate(positions)
-    if not len(number):
-        return {}, {}
-    point, lasts_, cutoffs_ = np.concatenate(points), np.concatenate(lasts), np.concatenate(cutoffs)
+        if row.max_age is None or row.max_age > MAX_AGE_SECONDS or is_metastream(row.stream):
+            plain.append((number, position, row.discard_point))
+        elif len(number):
+            cutoff = ctx.point.effective_now - row.max_age * TICKS_PER_SECOND
+            _add(
+                weights, age_weights, _aged_stream(ctx, row, number, position, cutoff, timestamps, kept_cache)
+            )
+    if plain:
+        number = np.concatenate([n for n, _, _ in plain])
+        position = np.concatenate([p for _, p, _ in plain])
+        point = np.concatenate([np.full(len(n), d, dtype=np.int64) for n, _, d in plain])
+        chunk = position // chunk_size
+        tombstone = number == MAX_EVENT_NUMBER
+        removable = ~tombstone & (number < point)
+        if ctx.unsafe_ignore_hard_delete:
+            removable |= tombstone
+        held = _held(log, chunk, position, removable, kept_cache)
+        _add(weights, age_weights, (_per_chunk(chunk, np.where(held, 2.0, 0.0)), {}))
+    return weights, age_weights
+
+
+def _aged_stream(ctx, row, number, position, cutoff: int, timestamps, kept_cache):
+    """The weights of one stream with ``$maxAge`` (see ``_calculate_batch``), its discard point moved
+    up to its first entry that stays."""
+    order = np.argsort(number, kind="stable")
+    number, position = number[order], position[order]
     chunk = position // ctx.db.log.chunk_size
     tombstone = number == MAX_EVENT_NUMBER
-    weight = np.zeros(len(number), dtype=np.float64)
+    point = row.discard_point
+    removable = ~tombstone & (number < point)
     if ctx.unsafe_ignore_hard_delete:
-        weight[tombstone] = 2
-    definite = ~tombstone & (number < point)
-    weight[definite] = 2
-    age_weight = np.zeros(len(number), dtype=np.float64)
-    maybe = ~tombstone & ~definite & (cutoffs_ != no_cutoff) & (number != lasts_)
-    if maybe.any():
-        # a chunk whose timestamps are all older than the cut-off: a definite removal; straddling it: a
-        # maybe (the executor checks each record's own time); no timestamps known: (0, 0)
-        lo = np.array([timestamps.get(c, (0, 0))[0] for c in chunk.tolist()], dtype=np.int64)
-        hi = np.array([timestamps.get(c, (0, 0))[1] for c in chunk.tolist()], dtype=np.int64)
-        age_weight[maybe & (hi < cutoffs_)] = 2
-        age_weight[maybe & (hi >= cutoffs_) & (lo < cutoffs_)] = 1
-    return _per_chunk(chunk, weight), _per_chunk(chunk, age_weight)
+        removable |= tombstone
+    aged = ~tombstone & ~removable & (number != row.last_number)
+    if aged.any():
+        removable |= _expired(ctx, chunk, position, aged, cutoff, timestamps)
+    held = _held(ctx.db.log, chunk, position, removable, kept_cache)
+    stays = np.flatnonzero(~removable)
+    if len(stays):
+        row.discard_point = point = max(point, int(number[stays[0]]))
+    below = number < point
+    if ctx.unsafe_ignore_hard_delete:
+        below |= tombstone
+    weight = np.where(removable & held, 2.0, 0.0)
+    return _per_chunk(chunk, weight * below), _per_chunk(chunk, weight * ~below)
+
+
+def _expired(
+    ctx, chunk: np.ndarray, position: np.ndarray, aged: np.ndarray, cutoff: int, timestamps
+) -> np.ndarray:
+    """Which of the ``aged`` entries ``$maxAge`` expired: all of a chunk whose timestamps are all older
+    than ``cutoff`` (none known: (0, 0)); in a chunk straddling it, those whose record is older (read
+    from the log; a record no longer there counts as expired: it is gone already)."""
+    lo = np.array([timestamps.get(c, (0, 0))[0] for c in chunk.tolist()], dtype=np.int64)
+    hi = np.array([timestamps.get(c, (0, 0))[1] for c in chunk.tolist()], dtype=np.int64)
+    expired = aged & (hi < cutoff)
+    for i in np.flatnonzero(aged & (hi >= cutoff) & (lo < cutoff)).tolist():
+        record = ctx.db.log.read_record(int(position[i]))
+        expired[i] = record is None or record.timestamp < cutoff
+    return expired
+
+
+def _held(log, chunk: np.ndarray, position: np.ndarray, removable: np.ndarray, kept_cache) -> np.ndarray:
+    """Which of the ``removable`` entries' records their chunk still holds: all of a chunk never
+    scavenged; of a scavenged one, those its position map keeps (``kept_cache``: each physical
+    chunk's kept positions, by logical chunk number)."""
+    held = removable.copy()
+    for c in np.unique(chunk[removable]).tolist():
+        if c not in kept_cache:
+            physical = log.chunk_by_number(c)
+            kept_cache[c] = (
+                physical.posmap_arrays()[0] if physical is not None and physical.is_scavenged else None
+            )
+        kept = kept_cache[c]
+        if kept is not None:
+            mine = removable & (chunk == c)
+            held[mine] = np.isin(position[mine], kept)
+    return held
 
 
 def _per_chunk(chunk: np.ndarray, weight: np.ndarray) -> dict[int, float]:

@@ -44,8 +44,9 @@ class Decider:
         return cutoff is not None and number != row.last_number and record.timestamp < cutoff
 
     def discard_entry(self, stream: str, number: int, position: int) -> bool:
-        """Index execution: discard points and tombstones only (entries ``$maxAge`` may have
-        expired stay; reads check the age of what they find)."""
+        """Index execution: discard points and tombstones only (calculation moves a discard point
+        past the ``$maxAge`` removals up to the first event that stays; an expired entry above it
+        stays, and reads check the age of what they find)."""
         if position >= self.point.position:
             return False
         row = self.rows.get(stream)

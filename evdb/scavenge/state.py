@@ -308,7 +308,8 @@ class ScavengeState:
     # - ``chunk_weights``: removals below a discard point (and tombstones under UnsafeIgnoreHardDelete),
     #   counted once, by the calculation that moved the discard point past them (index execution then
     #   removes their entries, so no later calculation sees them again);
-    # - ``chunk_age_weights``: removals ``$maxAge`` may make, counted afresh by every calculation (the
+    # - ``chunk_age_weights``: removals ``$maxAge`` makes above a stream's discard point (an expired
+    #   event after one that stays: timestamps out of order), counted afresh by every calculation (the
     #   index keeps those entries, and every run calculates the streams with ``$maxAge`` again), so
     #   emptied as each calculation starts rather than added to.
     def add_weights(self, weights: dict[int, float], age_weights: dict[int, float] | None = None) -> None:

@@ -72,17 +72,18 @@ def test_skipped_weights_add_up_across_runs_until_they_pass_the_threshold(harnes
     assert ("a", 1) in survivors and ("b", 1) in survivors
 
 
-def test_max_age_weights_are_counted_afresh_by_each_run_not_added_again(harness, clock):
-    """$maxAge streams are calculated by every run over the same index entries (index execution keeps
-    them): their weight is this run's, never the sum over the runs that skipped the chunk."""
+def test_max_age_weights_are_counted_once_by_the_runs_that_skip_the_chunk(harness, clock):
+    """$maxAge streams are calculated by every run: the expired records are weighed by the run that
+    moves the discard point past them (their index entries then go), never again by the runs after
+    it that skip the chunk too."""
     harness.db.append("a", [ev("a0"), ev("a1")])
     clock.advance(120)
     harness.db.append("a", [ev("a2"), ev("a3")])
     harness.db.set_stream_metadata("a", {"$maxAge": 60})
     for _ in range(3):
         assert harness.scavenge(threshold=1000)[1] == "Success"
-        assert sum(harness.service.last_progress().weights.values()) == 3
-    assert harness.scavenge(threshold=2)[1] == "Success"
+        assert sum(harness.service.last_progress().weights.values()) == 4
+    assert harness.scavenge(threshold=3)[1] == "Success"
     assert ("a", 0) not in harness.survivors()
 
 
