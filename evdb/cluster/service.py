@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from evdb.cluster.advertising import CLIENT_HOST, CLIENT_PORT, cluster_member
-from evdb.cluster.election import LogStanding, VoteRequest, majority
+from evdb.cluster.commit import follower_readable, leader_commit, majority_end
+from evdb.cluster.election import LogStanding, VoteRequest
 from evdb.cluster.elector import Elector, Follow, LeaderLost, Member, Own, Stand, StepDown
 from evdb.cluster.forwarding import RemoteWriter, decode_write, encode_error, encode_result
 from evdb.cluster.replica import ChunkLogReplication, ReplicationLog
@@ -832,7 +833,7 @@ class ClusterService:
             self._leader_commit = commit
         db = self.node.db
         if db is not None:
-            self._advance_commit(min(self._leader_commit, db.committed_position))
+            self._advance_commit(follower_readable(self._leader_commit, db.committed_position))
 
     # -- gossip ----------------------------------------------------------------------------------------
     async def _gossip_loop(self) -> None:
@@ -1145,20 +1146,17 @@ class ClusterService:
                 future.set_result(result)
 
     def majority_position(self) -> int:
-        positions = [self.db.committed_position]
-        positions += [link.acked for link in self._followers.values() if link.voting]
-        positions.sort(reverse=True)
-        needed = majority(self.cluster_size)
-        return positions[needed - 1] if len(positions) >= needed else -1
+        acks = [link.acked for link in self._followers.values() if link.voting]
+        return majority_end(self.db.committed_position, acks, self.cluster_size)
 
     def _release_gate(self) -> None:
         if self.state not in ("Leader", "ResigningLeader"):
             return
         confirmed = self.majority_position()
-        # a leader commits by counting copies only past its own epoch record (Raft's rule: earlier
-        # records are committed by the majority that holds this epoch, never by their count alone)
-        if confirmed > self._own_epoch_position >= 0:
-            self._advance_commit(confirmed)
+        # only past its own epoch record (Raft's rule: evdb/cluster/commit.py)
+        commit = leader_commit(confirmed, self._own_epoch_position)
+        if commit is not None:
+            self._advance_commit(commit)
         if not self._gate:
             return
         ready = []

@@ -18,6 +18,7 @@ import functools
 
 import pytest
 
+from evdb.cluster import commit as cluster_commit
 from evdb.cluster import service as cluster_service
 from evdb.cluster import sim
 
@@ -89,7 +90,7 @@ def test_the_checker_sees_reads_past_the_commit_position(monkeypatch):
 
 
 def test_the_checker_sees_acknowledgements_without_a_majority(monkeypatch):
-    monkeypatch.setattr(cluster_service, "majority", lambda size: 1)
+    monkeypatch.setattr(cluster_commit, "majority", lambda size: 1)
     bad = _bad_seeds(10)
     assert any("no majority" in v for r in bad for v in r.violations)
 
