@@ -20,6 +20,7 @@ aiohttp), with the count of the refusals not logged.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -35,8 +36,10 @@ __all__ = [
     "HttpRequestHandler",
     "RefusedRequests",
     "ServerLog",
+    "head_begun_at",
     "http_protocol",
     "refusal_answer",
+    "waits_for_request",
 ]
 
 #: aiohttp's limits, which the node keeps (its defaults): a request line or one header field, bytes
@@ -101,6 +104,29 @@ class ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 #: for a handler whose runner gave no ServerLog
 _AIOHTTP_REFUSALS = RefusedRequests(logging.getLogger("aiohttp.server"))
 
+#: the handlers partway through receiving a request head: when its first bytes came (event-loop
+#: time). Kept here because a handler has no room for it (aiohttp's ``__slots__``); an entry goes
+#: when the head is complete or the connection ends.
+_HEAD_BEGUN: dict[RequestHandler, float] = {}
+
+
+def waits_for_request(handler: object) -> bool:
+    """Whether an aiohttp request handler has no request in progress or queued (it waits for one);
+    False when that cannot be told (its private state read defensively)."""
+    waiter = getattr(handler, "_waiter", None)
+    return (
+        getattr(handler, "_request_in_progress", True) is False
+        and not getattr(handler, "_messages", True)
+        and waiter is not None
+        and not waiter.done()
+    )
+
+
+def head_begun_at(handler: object) -> float | None:
+    """When the request head ``handler`` is receiving began (event-loop time); None when no head is
+    partway in (the handler is between requests, or in one)."""
+    return _HEAD_BEGUN.get(handler)  # type: ignore[call-overload]
+
 
 class HttpRequestHandler(RequestHandler):
     """aiohttp's request handler, answering the requests its parser refuses as the module says.
@@ -109,6 +135,22 @@ class HttpRequestHandler(RequestHandler):
     nothing added), so every option the runner gives aiohttp applies."""
 
     __slots__ = ()
+
+    def data_received(self, data: bytes) -> None:
+        parsed = getattr(self, "_request_count", 0)
+        super().data_received(data)
+        if (
+            getattr(self, "_request_count", 0) == parsed
+            and getattr(self, "_request_in_progress", True) is False
+            and not getattr(self, "_messages", True)
+        ):  # bytes came, no request is complete, queued or under way: a head partway in
+            _HEAD_BEGUN.setdefault(self, asyncio.get_running_loop().time())
+        else:
+            _HEAD_BEGUN.pop(self, None)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        _HEAD_BEGUN.pop(self, None)
+        super().connection_lost(exc)
 
     def handle_error(
         self,
