@@ -432,7 +432,8 @@ class DispatchSite(web.SockSite):
 
         assert self._runner.server is not None
         # aiohttp's handlers, answering a request they cannot parse briefly (evdb/http/heads.py)
-        http: Callable[[], asyncio.Protocol] = http_protocol(self._runner.server)
+        limit = self._grpc.connections
+        http: Callable[[], asyncio.Protocol] = http_protocol(self._runner.server, lambda: limit.head_timeout)
         if self._lean and isinstance(self._runner, web.AppRunner):
             from evdb.http.lean import LeanServer
 
@@ -490,7 +491,7 @@ class LimitedTCPSite(web.TCPSite):
         assert isinstance(server, web.Server)
         limit = self._limit
         limit.http = server
-        http = http_protocol(server)
+        http = http_protocol(server, lambda: limit.head_timeout)
         self._server = await asyncio.get_running_loop().create_server(
             lambda: _Dispatch(http, limit, None),
             self._host,

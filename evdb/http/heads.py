@@ -108,6 +108,10 @@ _AIOHTTP_REFUSALS = RefusedRequests(logging.getLogger("aiohttp.server"))
 #: time). Kept here because a handler has no room for it (aiohttp's ``__slots__``); an entry goes
 #: when the head is complete or the connection ends.
 _HEAD_BEGUN: dict[RequestHandler, float] = {}
+#: each handler's HttpRequestHeadTimeout (from :func:`http_protocol`) and its armed timer
+_HEAD_TIMEOUT: dict[RequestHandler, float] = {}
+_HEAD_TIMERS: dict[RequestHandler, asyncio.TimerHandle] = {}
+_log = logging.getLogger("evdb.http")
 
 
 def waits_for_request(handler: object) -> bool:
@@ -144,12 +148,42 @@ class HttpRequestHandler(RequestHandler):
             and getattr(self, "_request_in_progress", True) is False
             and not getattr(self, "_messages", True)
         ):  # bytes came, no request is complete, queued or under way: a head partway in
-            _HEAD_BEGUN.setdefault(self, asyncio.get_running_loop().time())
+            if self not in _HEAD_BEGUN:
+                loop = asyncio.get_running_loop()
+                _HEAD_BEGUN[self] = loop.time()
+                timeout = _HEAD_TIMEOUT.get(self)
+                if timeout is not None:
+                    _HEAD_TIMERS[self] = loop.call_later(timeout, self._head_expired)
         else:
-            _HEAD_BEGUN.pop(self, None)
+            self._head_done()
+
+    def _head_done(self) -> None:
+        _HEAD_BEGUN.pop(self, None)
+        timer = _HEAD_TIMERS.pop(self, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _head_expired(self) -> None:
+        """A request head begun HttpRequestHeadTimeout ago is still not complete: close the connection
+        (aiohttp times out only the wait between requests, after a first one)."""
+        _HEAD_TIMERS.pop(self, None)
+        if self not in _HEAD_BEGUN:
+            return
+        transport = self.transport
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        _log.info(
+            "Closed a connection from %s: its request head did not come within %g s (HttpRequestHeadTimeout)",
+            peer,
+            _HEAD_TIMEOUT.get(self, 0.0),
+        )
+        self._head_done()
+        self.force_close()
+        if transport is not None:
+            transport.close()
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        _HEAD_BEGUN.pop(self, None)
+        self._head_done()
+        _HEAD_TIMEOUT.pop(self, None)
         super().connection_lost(exc)
 
     def handle_error(
@@ -170,12 +204,16 @@ class HttpRequestHandler(RequestHandler):
         return response
 
 
-def http_protocol(server: web.Server) -> Callable[[], Any]:
-    """A protocol factory for ``server``'s connections: its handlers, as :class:`HttpRequestHandler`."""
+def http_protocol(server: web.Server, head_timeout: Callable[[], float] | None = None) -> Callable[[], Any]:
+    """A protocol factory for ``server``'s connections: its handlers, as :class:`HttpRequestHandler`;
+    ``head_timeout`` (HttpRequestHeadTimeout, read as each connection comes): a request head begun and
+    not complete this long closes the connection."""
 
     def make() -> RequestHandler:
         handler = server()
         handler.__class__ = HttpRequestHandler
+        if head_timeout is not None:
+            _HEAD_TIMEOUT[handler] = head_timeout()
         return handler
 
     return make

@@ -146,3 +146,14 @@ def _oldest_head_age(connections, now: float) -> float:
     assert connections.http is not None
     begun = [head_begun_at(h) for h in connections.http._connections]
     return max((now - b for b in begun if b is not None), default=0.0)
+
+
+async def test_a_head_never_finished_is_closed_after_the_head_timeout(listener) -> None:
+    """aiohttp's handler has no timer for a request head (only its keep-alive, after a first request):
+    a head begun and never finished is closed after HttpRequestHeadTimeout, as the lean path's is."""
+    transport, _ = listener
+    reader, writer = await asyncio.open_connection("127.0.0.1", transport.port)
+    writer.write(b"POST /internal/vote HTTP/1.1\r\nHost: peer\r\n")
+    await writer.drain()
+    assert await asyncio.wait_for(reader.read(), TIMEOUT) == b""  # closed after 1 s
+    writer.close()
