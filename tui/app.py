@@ -982,7 +982,8 @@ class DashboardApp(App[str | None]):
             if schedule:
                 self.confirm([configure_auto_scavenge(node.url, schedule, self.clock.time())])
 
-        self.push_screen(CronDialog(node.auto_scavenge.schedule, self.clock.time), done)
+        auto = node.auto_scavenge
+        self.push_screen(CronDialog(auto.schedule_as_given or auto.schedule, self.clock.time), done)
 
     # -- jobs of the local cluster, the demo load, the followers-first routine, cycle now ----------------
     def _local_target(self) -> tuple[NodeState, LocalNode]:

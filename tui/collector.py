@@ -624,7 +624,12 @@ class NodeCollector:
         # after a 404, in case the node was upgraded)
         first = before is None or not before.available or not before.state
         ended = before is not None and before.state in _CYCLE_STATES and state not in _CYCLE_STATES
-        if (state in _CYCLE_STATES or first or ended) and (
+        schedule = body.get("schedule") if isinstance(body.get("schedule"), str) else None
+        # the operator's own text of the schedule: kept while the node's normal form stays the same,
+        # read again (with the progress) when it changes
+        given = before.schedule_as_given if before is not None and before.schedule == schedule else None
+        rescheduled = schedule is not None and given is None
+        if (state in _CYCLE_STATES or first or ended or rescheduled) and (
             self._cycle_available is not False or s.polls % 30 == 0
         ):
             progress = await self._get("/auto-scavenge/progress")
@@ -633,6 +638,9 @@ class NodeCollector:
             elif progress.status_code == 200:
                 self._cycle_available = True
                 answer = progress.json()
+                as_given = _object(answer).get("scheduleAsGiven")
+                if schedule is not None and _object(answer).get("schedule") == schedule:
+                    given = as_given if isinstance(as_given, str) and as_given else schedule
                 seen = cycle_from_progress(answer)
                 if state in _CYCLE_STATES:
                     cycle = seen
@@ -666,7 +674,8 @@ class NodeCollector:
             state=state,
             transitions=transitions,
             transitions_from_events=from_events,
-            schedule=body.get("schedule"),
+            schedule=schedule,
+            schedule_as_given=given,
             time_until_next_cycle=parse_timespan(body.get("timeUntilNextCycle")),
             read_at=self.clock.monotonic(),
             cycle=cycle,

@@ -1022,7 +1022,8 @@ def render_auto_scavenge(
         state_cell.append_text(failing)
     grid.add_row("state", state_cell)
     if auto.schedule:
-        grid.add_row("schedule", auto.schedule)
+        # as the operator typed it where the node says (evdb), else the node's normal form
+        grid.add_row("schedule", auto.schedule_as_given or auto.schedule)
     elif auto.state == "NotConfigured":
         grid.add_row("schedule", "not set (press c to configure)")
     else:

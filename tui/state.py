@@ -273,7 +273,10 @@ class AutoScavengeState:
     available: bool  # False: the endpoints are not there (404) on this node
     enabled: bool | None = None
     state: str = ""
-    schedule: str | None = None
+    schedule: str | None = None  # as ``/auto-scavenge/status`` spells it (KurrentDB's normal form)
+    #: the schedule as the operator typed it (evdb's ``/auto-scavenge/progress`` ``scheduleAsGiven``,
+    #: read beside this ``schedule``): ``*/2 * * * * *`` where the normal form lists thirty seconds
+    schedule_as_given: str | None = None
     time_until_next_cycle: float | None = None  # seconds, at ``read_at``
     read_at: float = 0.0  # clock.monotonic() of the read, for the live countdown
     #: the cycle node by node; read only while a cycle can be under way (InProgress, Pausing, Paused)

@@ -269,12 +269,15 @@ class AutoScavengeMachine:
     async def configure(self, schedule: Schedule) -> None:
         now = self.clock.time()
         data = {"schedule": schedule.expression, "updatedAt": to_iso(now)}
+        if schedule.given and schedule.given != schedule.expression:
+            data["given"] = schedule.given  # evdb: the operator's own text, shown by the progress
         await self.store.append(ev.CONFIGURATION_STREAM, ev.CONFIGURATION_UPDATED, data, ANY)
         self.state.apply(ev.CONFIGURATION_UPDATED, data)
         due = self.state.next_due
         self.logger.info(
-            "Auto-scavenge schedule set to '%s'; the next cluster scavenge is due at %s",
+            "Auto-scavenge schedule set to '%s'%s; the next cluster scavenge is due at %s",
             schedule.expression,
+            f" (given as '{schedule.given}')" if schedule.given != schedule.expression else "",
             to_iso(due) if due is not None and math.isfinite(due) else "never (the expression never matches)",
         )
 

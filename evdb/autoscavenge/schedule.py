@@ -15,7 +15,10 @@ NCrontab's normal form (``CrontabSchedule.ToString``). :func:`parse_schedule` ap
 
 The normal form lists the values each field holds, consecutive values as a range, a full field as ``*``:
 ``*/15 * * * *`` → ``0,15,30,45 * * * *``, ``0 6 * * MON-FRI`` → ``0 6 * * 1-5``. That is what
-``GET /auto-scavenge/status`` shows and what ``$configuration-updated`` keeps. Times are then computed by
+``GET /auto-scavenge/status`` shows (KurrentDB's shape: its ``schedule`` is an NCrontab schedule) and
+what ``$configuration-updated`` keeps as ``schedule``. The operator's own text is kept beside it
+(``Schedule.given``, the event's ``given``) and shown by evdb's ``GET /auto-scavenge/progress`` as
+``scheduleAsGiven``: ``*/2 * * * * *`` reads better than thirty listed seconds. Times are then computed by
 croniter from the normal form. With the ``AutoScavengeScheduleSeconds`` option a sixth, leading field
 for seconds (0-59) is accepted (NCrontab's "including seconds" form) for demos and tests.
 """
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 
@@ -154,6 +157,14 @@ class Schedule:
     with_seconds: bool = False
     #: a date matches when its day of month or (True) and (False, NCrontab's rule) its day of week does
     day_or: bool = False
+    #: the expression as the operator typed it (white space collapsed): ``*/2 * * * * *`` where the
+    #: normal form lists thirty seconds; "" when not known (a schedule stored by an older version)
+    given: str = field(default="", compare=False)
+
+    @property
+    def as_given(self) -> str:
+        """The operator's own text, else the normal form."""
+        return self.given or self.expression
 
     def next_after(self, when: float) -> float:
         """The first due time strictly after ``when`` (Unix seconds, UTC)."""
@@ -183,7 +194,8 @@ def parse_schedule(text: object, *, allow_seconds: bool = False, must_fire: bool
         if must_fire:
             raise
         return _stored_by_an_older_version(text)
-    schedule = Schedule(expression, with_seconds=len(expression.split(" ")) == 6)
+    given = " ".join(t for t in text.split(" ") if t)
+    schedule = Schedule(expression, with_seconds=len(expression.split(" ")) == 6, given=given)
     if must_fire and schedule.next_after(0.0) == float("inf"):
         raise InvalidSchedule(f"{INVALID}: '{expression}' never fires (no date matches it)")
     return schedule

@@ -17,6 +17,7 @@ A node id is ``{"address": host, "port": http port}``. Times are ISO 8601 UTC. `
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -160,7 +161,10 @@ class AutoScavengeState:
     # -- events ------------------------------------------------------------------------------------
     def apply(self, event_type: str, data: dict[str, Any]) -> None:
         if event_type == CONFIGURATION_UPDATED:
-            self.schedule = parse_schedule(data["schedule"], allow_seconds=True, must_fire=False)
+            schedule = parse_schedule(data["schedule"], allow_seconds=True, must_fire=False)
+            given = data.get("given")
+            # the operator's text where the event keeps it (evdb); else the normal form is all there is
+            self.schedule = dataclasses.replace(schedule, given=given if isinstance(given, str) else "")
             self.configured_at = from_iso(data["updatedAt"])
         elif event_type == CLUSTER_SCAVENGE_STARTED:
             self.cycle_id = str(data["clusterScavengeId"])
@@ -206,6 +210,7 @@ class AutoScavengeState:
         return {
             "status": str(self.status),
             "schedule": str(self.schedule) if self.schedule else None,
+            "scheduleAsGiven": self.schedule.as_given if self.schedule else None,
             "nextDue": to_iso(self.next_due) if self.next_due not in (None, float("inf")) else None,
             "clusterScavengeId": self.cycle_id,
             "startedAt": to_iso(self.cycle_started_at) if self.in_cycle and self.cycle_started_at else None,

@@ -152,7 +152,9 @@ def _backup(args: argparse.Namespace) -> int:
             guard.close()
     print(
         f"backup {result.kind} complete: {result.files_copied} files copied, {result.files_skipped} "
-        f"unchanged, {result.files_removed} removed, {result.bytes_copied} bytes in {result.seconds:.2f} s; "
+        f"unchanged, {result.files_removed} removed, {result.bytes_copied} bytes copied"
+        + (f" ({result.bytes_unchanged} already in the backup)" if result.bytes_unchanged else "")
+        + f" in {result.seconds:.2f} s; "
         f"a restore serves every event before position {result.chaser}",
         file=sys.stderr,
     )

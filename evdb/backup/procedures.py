@@ -24,7 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from evdb.backup import layout as L
-from evdb.backup.copying import copy_file, copy_files, copy_sqlite, fsync_dir, is_temp_name, remove_files
+from evdb.backup.copying import (
+    copy_file,
+    copy_files,
+    copy_sqlite,
+    fsync_dir,
+    is_temp_name,
+    remove_files,
+)
 from evdb.backup.errors import BackupError, MixedSources, ScavengeDuringBackup, ScavengeRunning
 from evdb.backup.progress import Progress
 from evdb.backup.scavenge_guard import FolderScavengeGuard, ScavengeGuard
@@ -48,10 +55,11 @@ class BackupResult:
     files_copied: int
     files_skipped: int
     files_removed: int
-    bytes_copied: int
+    bytes_copied: int  # bytes of data written into the backup (an active chunk's holes are not)
     seconds: float
     chaser: int
     scavenge_restarted: str | None = None
+    bytes_unchanged: int = 0  # bytes of data a differential found already in the backup
 
 
 class _Backup:
@@ -85,7 +93,14 @@ class _Backup:
     def _copy(self, source: str, target: str, relative: str) -> int:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         # a differential brings the backup's earlier copy up to date: an unchanged file costs no write
-        size = copy_file(source, target, self.p.bytes_moved, update=self.differential)
+        size = copy_file(
+            source,
+            target,
+            self.p.bytes_moved,
+            update=self.differential,
+            unchanged=self.p.bytes_kept,
+            passed=self.p.bytes_passed,
+        )
         self._dirty_dirs.add(os.path.dirname(target))
         self.p.file_copied(relative, size)
         return size
@@ -96,6 +111,8 @@ class _Backup:
             self.p.file_removed(relative)
 
     def _sizes(self, paths: list[str]) -> int:
+        """The files' sizes: a step's ``bytesDone`` counts every byte once, copied, already in the
+        backup, or a hole or zeros not written, so it ends at its ``bytesTotal``."""
         total = 0
         for path in paths:
             try:
@@ -372,6 +389,8 @@ class _Backup:
                 self.p.bytes_moved,
                 lambda target, size: self.p.file_copied(f"db/{os.path.basename(target)}", size),
                 earlier,
+                self.p.bytes_kept,
+                self.p.bytes_passed,
             )
         except FileNotFoundError as exc:
             raise ScavengeDuringBackup(
@@ -526,12 +545,14 @@ def run_backup(
     p.finish("completed")
     seconds = p.clock.monotonic() - started
     p.logger.info(
-        "BACKUP %s completed: %d files copied, %d skipped, %d removed, %d bytes in %.2f s; chaser %d",
+        "BACKUP %s completed: %d files copied, %d skipped, %d removed, %d bytes copied (%d already in the "
+        "backup) in %.2f s; chaser %d",
         kind,
         p.files_copied,
         p.files_skipped,
         p.files_removed,
         p.bytes_copied,
+        p.bytes_unchanged,
         seconds,
         manifest.chaser,
     )
@@ -545,4 +566,5 @@ def run_backup(
         seconds,
         manifest.chaser,
         restarted,
+        p.bytes_unchanged,
     )

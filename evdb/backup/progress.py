@@ -45,7 +45,9 @@ class Progress:
     step: Step | None = None
     files_copied: int = 0
     files_skipped: int = 0
-    bytes_copied: int = 0
+    bytes_copied: int = 0  # bytes written into the backup (or the node's folders): data, not holes
+    #: bytes of data a differential found already in the backup (checked, not written)
+    bytes_unchanged: int = 0
     files_removed: int = 0
     copied: list[str] = field(default_factory=list)  # relative paths, in the order they were copied
     state: str = "running"
@@ -70,6 +72,7 @@ class Progress:
             "filesSkipped": self.files_skipped,
             "filesRemoved": self.files_removed,
             "bytesCopied": self.bytes_copied,
+            "bytesUnchanged": self.bytes_unchanged,
             "bytesPerSecond": round(self.bytes_copied / elapsed),
         }
         if self.step is not None:
@@ -128,6 +131,21 @@ class Progress:
 
     def bytes_moved(self, count: int) -> None:
         self.bytes_copied += count
+        if self.step is not None:
+            self.step.bytes_done += count
+        if self.clock.monotonic() - self._last_report >= self.report_every:
+            self._emit()
+
+    def bytes_kept(self, count: int) -> None:
+        """Bytes of data a differential found already in the backup: the step's work, not copied."""
+        self.bytes_unchanged += count
+        if self.step is not None:
+            self.step.bytes_done += count
+        if self.clock.monotonic() - self._last_report >= self.report_every:
+            self._emit()
+
+    def bytes_passed(self, count: int) -> None:
+        """Holes and blocks of zeros not written (the copy reads zeros there): the step's work only."""
         if self.step is not None:
             self.step.bytes_done += count
         if self.clock.monotonic() - self._last_report >= self.report_every:

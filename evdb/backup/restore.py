@@ -144,7 +144,9 @@ def restore_backup(
             for relative in names:
                 destination = os.path.join(target, relative)
                 os.makedirs(os.path.dirname(destination), exist_ok=True)
-                size = copy_file(os.path.join(root, relative), destination, p.bytes_moved)
+                size = copy_file(
+                    os.path.join(root, relative), destination, p.bytes_moved, passed=p.bytes_passed
+                )
                 dirs.add(os.path.dirname(destination))
                 p.file_copied(f"{label}/{relative}", size)
         for directory in sorted(dirs):

@@ -71,7 +71,8 @@ class ConnectionLimit:
 
     At ``limit`` (HttpMaxConnections) a new connection first closes the connection that has waited
     longest doing nothing (:meth:`_close_one_idle`: one that has sent nothing yet, else an HTTP/1.1 one
-    between requests); when every one is busy it is refused (:data:`REFUSED`, then closed: a client
+    between requests; one partway through sending a request head is busy until HttpRequestHeadTimeout
+    has passed since it began); when every one is busy it is refused (:data:`REFUSED`, then closed: a client
     that had already sent its request may see the connection reset instead). A connection that sends
     nothing for ``head_timeout`` seconds (HttpRequestHeadTimeout) is closed. So silent or idle
     connections cannot take every descriptor, and the clients that talk get in."""
@@ -133,8 +134,9 @@ class ConnectionLimit:
                     (idle.idle_since, f"an idle connection (from {idle.client})", idle.close_idle)
                 )
         if self.http is not None:
+            now = asyncio.get_running_loop().time()
             for handler, transport in self.http._connections.items():
-                if not transport.is_closing() and _aiohttp_idle(handler):
+                if not transport.is_closing() and _aiohttp_idle(handler, now, self.head_timeout):
                     # its keep-alive deadline less the timeout: when it last finished a request
                     since = getattr(handler, "_next_keepalive_close_time", 0.0) - handler.keepalive_timeout
                     candidates.append(
@@ -219,16 +221,17 @@ class GrpcServer:
                 await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), timeout=5)
 
 
-def _aiohttp_idle(handler: object) -> bool:
-    """Whether an aiohttp request handler waits for a request (none in progress or queued); False
-    when that cannot be told (its private state read defensively)."""
-    waiter = getattr(handler, "_waiter", None)
-    return (
-        getattr(handler, "_request_in_progress", True) is False
-        and not getattr(handler, "_messages", True)
-        and waiter is not None
-        and not waiter.done()
-    )
+def _aiohttp_idle(handler: object, now: float, head_timeout: float) -> bool:
+    """Whether an aiohttp request handler may be closed to make room: it waits for a request (none in
+    progress or queued) and receives no request head, or one begun ``head_timeout``
+    (HttpRequestHeadTimeout) or more ago. A head partway in is a request under way: closing it would
+    drop a client that is talking (as the lean path's rule, evdb/http/lean.py ``idle``)."""
+    from evdb.http.heads import head_begun_at, waits_for_request
+
+    if not waits_for_request(handler):
+        return False
+    begun = head_begun_at(handler)
+    return begun is None or now - begun >= head_timeout
 
 
 class _Dispatch(asyncio.Protocol):
@@ -429,7 +432,8 @@ class DispatchSite(web.SockSite):
 
         assert self._runner.server is not None
         # aiohttp's handlers, answering a request they cannot parse briefly (evdb/http/heads.py)
-        http: Callable[[], asyncio.Protocol] = http_protocol(self._runner.server)
+        limit = self._grpc.connections
+        http: Callable[[], asyncio.Protocol] = http_protocol(self._runner.server, lambda: limit.head_timeout)
         if self._lean and isinstance(self._runner, web.AppRunner):
             from evdb.http.lean import LeanServer
 
@@ -487,7 +491,7 @@ class LimitedTCPSite(web.TCPSite):
         assert isinstance(server, web.Server)
         limit = self._limit
         limit.http = server
-        http = http_protocol(server)
+        http = http_protocol(server, lambda: limit.head_timeout)
         self._server = await asyncio.get_running_loop().create_server(
             lambda: _Dispatch(http, limit, None),
             self._host,

@@ -20,6 +20,7 @@ aiohttp), with the count of the refusals not logged.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -35,8 +36,10 @@ __all__ = [
     "HttpRequestHandler",
     "RefusedRequests",
     "ServerLog",
+    "head_begun_at",
     "http_protocol",
     "refusal_answer",
+    "waits_for_request",
 ]
 
 #: aiohttp's limits, which the node keeps (its defaults): a request line or one header field, bytes
@@ -101,6 +104,33 @@ class ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 #: for a handler whose runner gave no ServerLog
 _AIOHTTP_REFUSALS = RefusedRequests(logging.getLogger("aiohttp.server"))
 
+#: the handlers partway through receiving a request head: when its first bytes came (event-loop
+#: time). Kept here because a handler has no room for it (aiohttp's ``__slots__``); an entry goes
+#: when the head is complete or the connection ends.
+_HEAD_BEGUN: dict[RequestHandler, float] = {}
+#: each handler's HttpRequestHeadTimeout (from :func:`http_protocol`) and its armed timer
+_HEAD_TIMEOUT: dict[RequestHandler, float] = {}
+_HEAD_TIMERS: dict[RequestHandler, asyncio.TimerHandle] = {}
+_log = logging.getLogger("evdb.http")
+
+
+def waits_for_request(handler: object) -> bool:
+    """Whether an aiohttp request handler has no request in progress or queued (it waits for one);
+    False when that cannot be told (its private state read defensively)."""
+    waiter = getattr(handler, "_waiter", None)
+    return (
+        getattr(handler, "_request_in_progress", True) is False
+        and not getattr(handler, "_messages", True)
+        and waiter is not None
+        and not waiter.done()
+    )
+
+
+def head_begun_at(handler: object) -> float | None:
+    """When the request head ``handler`` is receiving began (event-loop time); None when no head is
+    partway in (the handler is between requests, or in one)."""
+    return _HEAD_BEGUN.get(handler)  # type: ignore[call-overload]
+
 
 class HttpRequestHandler(RequestHandler):
     """aiohttp's request handler, answering the requests its parser refuses as the module says.
@@ -109,6 +139,52 @@ class HttpRequestHandler(RequestHandler):
     nothing added), so every option the runner gives aiohttp applies."""
 
     __slots__ = ()
+
+    def data_received(self, data: bytes) -> None:
+        parsed = getattr(self, "_request_count", 0)
+        super().data_received(data)
+        if (
+            getattr(self, "_request_count", 0) == parsed
+            and getattr(self, "_request_in_progress", True) is False
+            and not getattr(self, "_messages", True)
+        ):  # bytes came, no request is complete, queued or under way: a head partway in
+            if self not in _HEAD_BEGUN:
+                loop = asyncio.get_running_loop()
+                _HEAD_BEGUN[self] = loop.time()
+                timeout = _HEAD_TIMEOUT.get(self)
+                if timeout is not None:
+                    _HEAD_TIMERS[self] = loop.call_later(timeout, self._head_expired)
+        else:
+            self._head_done()
+
+    def _head_done(self) -> None:
+        _HEAD_BEGUN.pop(self, None)
+        timer = _HEAD_TIMERS.pop(self, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _head_expired(self) -> None:
+        """A request head begun HttpRequestHeadTimeout ago is still not complete: close the connection
+        (aiohttp times out only the wait between requests, after a first one)."""
+        _HEAD_TIMERS.pop(self, None)
+        if self not in _HEAD_BEGUN:
+            return
+        transport = self.transport
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        _log.info(
+            "Closed a connection from %s: its request head did not come within %g s (HttpRequestHeadTimeout)",
+            peer,
+            _HEAD_TIMEOUT.get(self, 0.0),
+        )
+        self._head_done()
+        self.force_close()
+        if transport is not None:
+            transport.close()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._head_done()
+        _HEAD_TIMEOUT.pop(self, None)
+        super().connection_lost(exc)
 
     def handle_error(
         self,
@@ -128,12 +204,16 @@ class HttpRequestHandler(RequestHandler):
         return response
 
 
-def http_protocol(server: web.Server) -> Callable[[], Any]:
-    """A protocol factory for ``server``'s connections: its handlers, as :class:`HttpRequestHandler`."""
+def http_protocol(server: web.Server, head_timeout: Callable[[], float] | None = None) -> Callable[[], Any]:
+    """A protocol factory for ``server``'s connections: its handlers, as :class:`HttpRequestHandler`;
+    ``head_timeout`` (HttpRequestHeadTimeout, read as each connection comes): a request head begun and
+    not complete this long closes the connection."""
 
     def make() -> RequestHandler:
         handler = server()
         handler.__class__ = HttpRequestHandler
+        if head_timeout is not None:
+            _HEAD_TIMEOUT[handler] = head_timeout()
         return handler
 
     return make

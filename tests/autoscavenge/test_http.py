@@ -261,3 +261,31 @@ async def test_a_leader_taking_office_answers_once_it_can_read_its_log_and_no_le
     )
     db = licensed_node.db
     assert [e.event_type for e in db.read_stream_forward(EVENTS_STREAM, 0, 10).events] == ["$paused"]
+
+
+async def test_the_schedule_as_the_operator_gave_it_is_kept_and_shown(tmp_path, clock):
+    """Issue 34: with AutoScavengeScheduleSeconds, ``*/2 * * * * *`` was only ever shown as thirty listed
+    seconds. The status keeps KurrentDB's normal form; evdb's progress shows the operator's own text,
+    also after a restart (it is kept in the configuration event)."""
+    options = options_for(tmp_path, "--auto-scavenge-schedule-seconds", "true", license_at=clock.time())
+    normal = ",".join(str(s) for s in range(0, 60, 2)) + " * * * * *"
+    async with (
+        Node(options, clock=clock, name="given") as node,
+        httpx.AsyncClient(base_url=node.http_url, auth=OPS, timeout=30) as c,
+    ):
+        r = await c.post("/auto-scavenge/configure", json={"schedule": " */2  * * * * *"})
+        assert r.status_code == 200, r.text
+        assert (await c.get("/auto-scavenge/status")).json()["schedule"] == normal
+        progress = (await c.get("/auto-scavenge/progress")).json()
+        assert (progress["schedule"], progress["scheduleAsGiven"]) == (normal, "*/2 * * * * *")
+    async with (
+        Node(options, clock=clock, name="given") as node,
+        httpx.AsyncClient(base_url=node.http_url, auth=OPS, timeout=30) as c,
+    ):
+        assert (await c.get("/auto-scavenge/status")).json()["schedule"] == normal
+        progress = (await c.get("/auto-scavenge/progress")).json()
+        assert progress["scheduleAsGiven"] == "*/2 * * * * *"
+        # a schedule whose normal form is what was typed: the same text twice
+        await c.post("/auto-scavenge/configure", json={"schedule": "0 6 * * 6"})
+        progress = (await c.get("/auto-scavenge/progress")).json()
+        assert (progress["schedule"], progress["scheduleAsGiven"]) == ("0 6 * * 6", "0 6 * * 6")

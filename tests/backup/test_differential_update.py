@@ -25,9 +25,9 @@ def written_ranges(monkeypatch) -> list[tuple[str, int, int]]:
     ranges: list[tuple[str, int, int]] = []
     real = copying._copy_range
 
-    def copy_range(src, dst, offset, length, progress, source):
+    def copy_range(src, dst, offset, length, progress, source, *rest):
         ranges.append((os.readlink(f"/proc/self/fd/{dst}"), offset, length))
-        return real(src, dst, offset, length, progress, source)
+        return real(src, dst, offset, length, progress, source, *rest)
 
     monkeypatch.setattr(copying, "_copy_range", copy_range)
     return ranges

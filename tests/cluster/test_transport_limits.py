@@ -20,6 +20,8 @@ import pytest
 from waiting import until
 
 from evdb.cluster.transport import Channel, HttpTransport, ListenerLimits
+from evdb.grpc.dispatch import REFUSED
+from evdb.http.heads import head_begun_at
 
 TIMEOUT = 30.0
 
@@ -104,6 +106,7 @@ async def test_connections_are_limited_and_silent_ones_closed(listener) -> None:
     port = transport.port
     connections = transport.connections
     assert connections is not None and connections.limit == 4
+    connections.head_timeout = 60.0  # no head expires while the fifth comes, however slow the machine
     held = []
     for _ in range(4):  # four connections at the limit, each with a request head begun
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -111,7 +114,16 @@ async def test_connections_are_limited_and_silent_ones_closed(listener) -> None:
         await writer.drain()
         held.append((reader, writer))
     await until(lambda: connections.open_count() == 4, "four connections counted", TIMEOUT)
-    # a fifth: the one idle longest (aiohttp's, between requests or in an unfinished head) makes room
+    await until(lambda: _heads_begun(connections) == 4, "four heads partway in", TIMEOUT)
+    # a fifth: every one is busy (a head partway in is a request under way): refused with 503
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    assert await asyncio.wait_for(reader.read(), TIMEOUT) == REFUSED
+    writer.close()
+    assert (connections.refused, connections.evicted) == (1, 0)
+    # once HttpRequestHeadTimeout has passed since a head began, its connection may make room
+    connections.head_timeout = 1.0
+    loop = asyncio.get_running_loop()
+    await until(lambda: _oldest_head_age(connections, loop.time()) >= 1.0, "a head a second old", TIMEOUT)
     status, _ = await _post(port, "/internal/vote", b"{}")
     assert status == 200
     assert connections.evicted == 1 and connections.open_count() <= 4
@@ -123,3 +135,25 @@ async def test_connections_are_limited_and_silent_ones_closed(listener) -> None:
     assert await asyncio.wait_for(silent_reader.read(), TIMEOUT) == b""  # closed after 1 s
     assert connections.timed_out == 1
     silent_writer.close()
+
+
+def _heads_begun(connections) -> int:
+    assert connections.http is not None
+    return sum(head_begun_at(h) is not None for h in connections.http._connections)
+
+
+def _oldest_head_age(connections, now: float) -> float:
+    assert connections.http is not None
+    begun = [head_begun_at(h) for h in connections.http._connections]
+    return max((now - b for b in begun if b is not None), default=0.0)
+
+
+async def test_a_head_never_finished_is_closed_after_the_head_timeout(listener) -> None:
+    """aiohttp's handler has no timer for a request head (only its keep-alive, after a first request):
+    a head begun and never finished is closed after HttpRequestHeadTimeout, as the lean path's is."""
+    transport, _ = listener
+    reader, writer = await asyncio.open_connection("127.0.0.1", transport.port)
+    writer.write(b"POST /internal/vote HTTP/1.1\r\nHost: peer\r\n")
+    await writer.drain()
+    assert await asyncio.wait_for(reader.read(), TIMEOUT) == b""  # closed after 1 s
+    writer.close()

@@ -289,3 +289,46 @@ async def test_a_grpc_message_longer_than_the_limit_or_compressed_is_refused_unr
             _raw_grpc_call(node.port, struct.pack(">?I", True, 10), b"\0" * 10), 30
         )
         assert status is Status.UNIMPLEMENTED and "Compressed" in message, message
+
+
+async def test_a_head_partway_in_is_busy_until_the_head_timeout(tmp_path):
+    """A connection partway through sending its request head (to aiohttp's handler, which the lean
+    path hands a connection to after a GET) is a request under way: at the limit the newcomer is refused with
+    503, not let in by closing it (evdb/grpc/dispatch.py ``_aiohttp_idle``)."""
+    options = _options(tmp_path, "--http-max-connections", "4", "--http-request-head-timeout", "60")
+    async with Node(options, clock=SystemClock(), name="heads") as node:
+        held = []
+        for partial in (b"GET /ping HTTP/1.1\r\nHost: x\r\n", b"POST /streams/h HTTP/1.1\r\nHost: x\r\n"):
+            for _ in range(2):
+                reader, writer = await asyncio.open_connection("127.0.0.1", node.port)
+                writer.write(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")  # a first request, answered
+                answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+                assert answer.startswith(b"HTTP/1.1 200"), answer
+                await asyncio.wait_for(reader.readexactly(_content_length(answer)), 30)
+                writer.write(partial)  # then the next request's head, partway
+                await writer.drain()
+                held.append((reader, writer))
+        connections = node.grpc.connections
+        await until(lambda: connections.open_count() == 4, "four connections counted", 30)
+        await until(lambda: _heads_partway(connections) == 4, "four heads partway in", 30)
+        reader, writer = await asyncio.open_connection("127.0.0.1", node.port)
+        assert await _read_all(reader) == REFUSED
+        writer.close()
+        assert (connections.refused, connections.evicted) == (1, 0)
+        for _, w in held:
+            w.close()
+
+
+def _content_length(head: bytes) -> int:
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return int(line.split(b":", 1)[1])
+    return 0
+
+
+def _heads_partway(connections) -> int:
+    from evdb.http.heads import head_begun_at
+
+    if connections.http is None:
+        return 0
+    return sum(head_begun_at(h) is not None for h in connections.http._connections)

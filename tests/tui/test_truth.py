@@ -859,3 +859,44 @@ async def test_the_key_bar_keys_can_be_clicked():
         await pilot.click(KeyBar, offset=(1 + column, row))  # the bar's padding is one column
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
+
+
+async def test_the_auto_scavenge_schedule_reads_as_the_operator_gave_it():
+    """Issue 34: ``*/2 * * * * *`` was shown as the node's normal form, thirty listed seconds. The panel
+    shows the text the operator typed (evdb's progress keeps it), and reads it again when the schedule
+    changes; a node without it (KurrentDB) still shows its own form."""
+    clock = ManualClock()
+    leader = FakeNode(port=2113)
+    normal = ",".join(str(s) for s in range(0, 60, 2)) + " * * * * *"
+    leader.auto_scavenge = {"state": "Waiting", "schedule": normal, "timeUntilNextCycle": "00:00:01"}
+    leader.auto_scavenge_progress = progress_body(
+        status="Waiting",
+        schedule=normal,
+        scheduleAsGiven="*/2 * * * * *",
+        clusterScavengeId=None,
+        members=[],
+        done={},
+        designatedNode=None,
+        nodeScavengeId=None,
+    )
+    app = make_app(leader, clock=clock)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("3")
+        await pilot.pause()
+        text = flat(text_of(app, "auto-panel"))
+        assert "schedule */2 * * * * *" in text and "0,2,4" not in text
+        # configured again elsewhere: the new text is read with the new normal form
+        leader.auto_scavenge["schedule"] = "0,15,30,45 * * * *"
+        leader.auto_scavenge_progress.update(schedule="0,15,30,45 * * * *", scheduleAsGiven="*/15 * * * *")
+        clock.advance(5)
+        await app.poll_all()
+        await pilot.pause()
+        assert "schedule */15 * * * *" in flat(text_of(app, "auto-panel"))
+        # a node that does not keep the given text: its own form, as it says it
+        leader.auto_scavenge["schedule"] = "0 6 * * 6"
+        leader.auto_scavenge_progress = None
+        clock.advance(5)
+        await app.poll_all()
+        await pilot.pause()
+        assert "schedule 0 6 * * 6" in flat(text_of(app, "auto-panel"))
