@@ -920,7 +920,10 @@ def _chunk_table(node: NodeState, width: int, narrow: bool = False) -> Renderabl
     sc = node.scavenge
     threshold = sc.threshold if sc.threshold is not None else 0
     rows = {(c.start, c.end): c for c in sc.chunks}
-    for number in sc.weights:  # weighed but not yet reached in execution
+    done_earlier = range(sc.executed_through + 1) if sc.executed_through is not None else range(0)
+    # weighed but not yet reached in execution, and the chunks a stopped run this one resumes executed
+    # (their weights were spent when they were switched in: they are in no weight table any more)
+    for number in (*sc.weights, *done_earlier):
         if not any(c.start <= number <= c.end for c in sc.chunks):
             rows[(number, number)] = None  # type: ignore[assignment]
     if not rows:

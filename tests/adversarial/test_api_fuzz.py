@@ -111,6 +111,16 @@ class Tracker:
     elections: int = 0
     election_notes: list[str] = field(default_factory=list)
 
+    def _follow_leader(self) -> int | None:
+        """The new leader's log end once the node the cluster names as leader answers as one (a leader
+        that is resigning, or the old one still named, is "not yet")."""
+        assert self.find_leader is not None
+        self.leader.client.base_url = self.find_leader()
+        try:
+            return self.leader.position() + 1  # + 1: a log end of 0 is an answer too
+        except LeaderChanged:
+            return None
+
     def after(
         self, method: str, status: int, label: str, started: float = 0.0, caller: str = ""
     ) -> str | None:
@@ -131,8 +141,15 @@ class Tracker:
             self.election_notes.append(
                 f"{_clock(time.time())} after {self.recent[-3:]} then {label}: {status}"
             )
-            self.leader.client.base_url = self.find_leader()
-            self.last = self.leader.position()
+            self.last = (
+                wait_until(
+                    self._follow_leader,
+                    60,
+                    "a leader that stays after the election",
+                    tolerate=(httpx.HTTPError,),
+                )
+                - 1
+            )
             return None
         self.last = now
         self.recent = [*self.recent[-3:], f"{_clock(started)} {label} as {caller}: {status}"]
