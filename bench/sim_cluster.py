@@ -5,7 +5,7 @@
 Four seeds in five run 3 nodes, one in five 5 nodes (seed numbers from --first; 5-node seeds are
 offset by 10,000,000 so they never repeat a 3-node seed). Prints progress every --report seeds, each
 failing seed with the command that replays it, and a last line with the totals; exits 1 on any
-violation. CI runs 2,000 seeds of the same kind (tests/sim/test_simulation.py).
+violation. CI runs 1,370 seeds of the same kind (tests/sim/test_simulation.py), safety and liveness.
 """
 
 from __future__ import annotations

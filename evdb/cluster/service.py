@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from evdb.cluster.advertising import CLIENT_HOST, CLIENT_PORT, cluster_member
-from evdb.cluster.election import LogStanding, VoteRequest, majority
+from evdb.cluster.catchup import common_point, shared_end
+from evdb.cluster.commit import follower_readable, leader_commit, majority_end
+from evdb.cluster.election import LogStanding, VoteRequest
 from evdb.cluster.elector import Elector, Follow, LeaderLost, Member, Own, Stand, StepDown
 from evdb.cluster.forwarding import RemoteWriter, decode_write, encode_error, encode_result
 from evdb.cluster.replica import ChunkLogReplication, ReplicationLog
@@ -205,21 +207,6 @@ class ChunkFileReceiver:
                 os.unlink(self.path)
 
 
-def _never_committed(follower_epochs: list[dict], leader_epoch: int) -> bool:
-    """True when a follower's whole log is made of epochs this leader never had, every one older than
-    the leader's: the follower's first epoch (no earlier one) starts at position 0 and its numbers are
-    below the leader's. A leader holds every committed record of earlier epochs, so none of those
-    records was committed (two nodes elected in the same instant at the cluster's start, say) and the
-    follower starts again from the beginning. A log with a newer epoch, or records before its first
-    epoch, is not this cluster's history: it is refused, never cut."""
-    oldest = follower_epochs[-1]
-    return (
-        oldest.get("previousEpochPosition") == -1
-        and int(oldest.get("position", -1)) == 0
-        and all(int(e.get("epochNumber", leader_epoch)) < leader_epoch for e in follower_epochs)
-    )
-
-
 def parse_gossip_seeds(text: str) -> list[tuple[str, int]]:
     """``host:port,host:port`` (IPv6 as ``[::1]:2113``) → a list of endpoints; clear errors otherwise."""
     seeds = []
@@ -289,34 +276,6 @@ class ClusterHost(Protocol):
 
 async def _to_thread(fn: Callable[..., _T], *args: Any) -> _T:
     return await asyncio.to_thread(fn, *args)
-
-
-def shared_end(
-    verify: dict,
-    has_record: Callable[[int, int, int], bool],
-    chunk_end_after: Callable[[int], int | None] | None = None,
-    chunk_ends: dict[int, int] | None = None,
-) -> int | None:
-    """A follower's answer to one page of the leader's record checks (newest first): the end of the
-    newest record it holds at the same position, or None. A point of 0 shares nothing: start at 0.
-
-    When that record is the last of a chunk both logs completed at the same end (``chunk_ends``: the
-    leader's data end -> chunk end), the logs agree to the chunk's end: a follower that stops there
-    (after a scavenge point completed the chunk, say) is not cut back into it, again and again."""
-    if int(verify["point"]) == 0:
-        return 0
-    for position, size, fingerprint in verify.get("records") or []:
-        if has_record(int(position), int(size), int(fingerprint)):
-            end = int(position) + int(size)
-            leader_chunk_end = (chunk_ends or {}).get(end)
-            if (
-                leader_chunk_end is not None
-                and chunk_end_after is not None
-                and chunk_end_after(end) == leader_chunk_end
-            ):
-                return leader_chunk_end
-            return end
-    return None
 
 
 def resolve_common_point(leader: Database, follower: Database) -> tuple[str, int]:
@@ -832,7 +791,7 @@ class ClusterService:
             self._leader_commit = commit
         db = self.node.db
         if db is not None:
-            self._advance_commit(min(self._leader_commit, db.committed_position))
+            self._advance_commit(follower_readable(self._leader_commit, db.committed_position))
 
     # -- gossip ----------------------------------------------------------------------------------------
     async def _gossip_loop(self) -> None:
@@ -1145,20 +1104,17 @@ class ClusterService:
                 future.set_result(result)
 
     def majority_position(self) -> int:
-        positions = [self.db.committed_position]
-        positions += [link.acked for link in self._followers.values() if link.voting]
-        positions.sort(reverse=True)
-        needed = majority(self.cluster_size)
-        return positions[needed - 1] if len(positions) >= needed else -1
+        acks = [link.acked for link in self._followers.values() if link.voting]
+        return majority_end(self.db.committed_position, acks, self.cluster_size)
 
     def _release_gate(self) -> None:
         if self.state not in ("Leader", "ResigningLeader"):
             return
         confirmed = self.majority_position()
-        # a leader commits by counting copies only past its own epoch record (Raft's rule: earlier
-        # records are committed by the majority that holds this epoch, never by their count alone)
-        if confirmed > self._own_epoch_position >= 0:
-            self._advance_commit(confirmed)
+        # only past its own epoch record (Raft's rule: evdb/cluster/commit.py)
+        commit = leader_commit(confirmed, self._own_epoch_position)
+        if commit is not None:
+            self._advance_commit(commit)
         if not self._gate:
             return
         ready = []
@@ -1202,28 +1158,9 @@ class ClusterService:
     # -- the common point ------------------------------------------------------------------------------
     @staticmethod
     def _common_point(db: Database, follower_epochs: list[dict], follower_end: int) -> tuple[str, int, int]:
-        """Where a follower's log may stop agreeing with ours, from the epochs alone:
-        ``("check", point, floor)``: the logs can agree at most up to ``point``, and they share the
-        epoch record at ``floor``; the records in between are then compared one by one
-        (_verify_common_point), never assumed. ``("refuse", 0, 0)``: no epoch in common."""
-        ours = db.epochs(64)
-        committed = db.committed_position
-        if not follower_epochs:
-            return ("check", 0, 0) if follower_end == 0 else ("refuse", 0, 0)
-        by_key = {(e["epochId"], e["position"]): i for i, e in enumerate(ours)}
-        for k, epoch in enumerate(follower_epochs):  # newest first
-            index = by_key.get((epoch.get("epochId"), epoch.get("position")))
-            if index is None:
-                continue
-            # the logs can agree from this epoch until the next epoch of either: after ours, the
-            # follower lacks our records; after one of its own we never had, its records are not ours
-            agreed_until = committed if index == 0 else int(ours[index - 1]["position"])
-            if k > 0:
-                agreed_until = min(agreed_until, int(follower_epochs[k - 1]["position"]))
-            return "check", min(agreed_until, follower_end), int(epoch["position"])
-        if ours and _never_committed(follower_epochs, int(ours[0]["epochNumber"])):
-            return "check", 0, 0
-        return "refuse", 0, 0
+        """Where a follower's log may stop agreeing with ours, from the epochs alone
+        (evdb/cluster/catchup.py common_point)."""
+        return common_point(db.epochs(64), db.committed_position, follower_epochs, follower_end)
 
     async def _verify_common_point(self, channel: Channel, point: int, floor: int) -> int | None:
         """The leader's side: send the follower our records' checks, newest first from ``point`` down to

@@ -10,7 +10,9 @@ What is real and what is simulated:
   everything), the network (:class:`SimTransport`: delay, loss, reordering through random delays,
   partitions, paused processes) and the disk (:class:`SimDatabase`: a log of records that are written,
   then synced after a delay; a crash keeps a random prefix of what was not synced, as a power cut or a
-  torn write would).
+  torn write would; chunks of SIM_CHUNK bytes that a record never straddles, completed on followers by
+  the leader's "complete" message, and sent whole as files (:class:`SimChunk`) to a follower with none
+  of a completed chunk, through the service's real chunk-file sender and receiver).
 
 After every step the checker asserts: no acknowledged write is ever lost (a majority of voters hold it
 durably at its position); the parts of the logs that nodes serve to readers are prefixes of one
@@ -26,6 +28,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import gc
+import hashlib
 import json
 import logging
 import random
@@ -43,11 +46,15 @@ from evdb.cluster.election import majority
 from evdb.cluster.service import ClusterService
 from evdb.cluster.transport import Message, PeerError
 from evdb.errors import EvdbError, NotLeader, StorageError, WrongExpectedVersion
+from evdb.storage.chunk import FOOTER_SIZE, HEADER_SIZE
 from evdb.streams import AppendResult, NewEvent
 
 __all__ = ["SimulationResult", "run_seed", "run_seeds"]
 
 ANY = -2
+#: the simulated log's chunk size (bytes of log positions): a record never straddles two chunks; the
+#: writer completes a chunk a record does not fit in, and followers catch up by whole chunk files
+SIM_CHUNK = 2048
 Schedule = Callable[["Simulation", float], Coroutine[Any, Any, None]]
 #: simulated seconds a majority must be connected both ways, undisturbed, before the liveness check
 #: requires it to have exactly one leader that stays and acknowledges writes (about six times the
@@ -111,7 +118,7 @@ class SimLoop(asyncio.SelectorEventLoop):
 class SimRecord:
     position: int
     size: int
-    kind: str  # "event" or "epoch"
+    kind: str  # "event", "epoch", or "pad": the rest of a completed chunk, which holds no record
     stream: str = ""
     number: int = -1
     event_id: str = ""
@@ -156,6 +163,60 @@ class SimRecord:
             out.append(record)
             offset += record.size
         return out
+
+
+@dataclass
+class SimChunk:
+    """A completed chunk of the simulated log as a file, for a follower with none of it: a header, the
+    records' frames, a footer whose last 16 bytes are the checksum of the rest (as the real file's)."""
+
+    start_number: int
+    data: bytes
+    is_scavenged: bool = False
+
+    def __post_init__(self) -> None:
+        body = b"H" * HEADER_SIZE + self.data + b"F" * (FOOTER_SIZE - 16)
+        self.footer = SimpleNamespace(checksum=hashlib.blake2b(body, digest_size=16).digest())
+        self.buffer = body + self.footer.checksum
+
+    @property
+    def end_number(self) -> int:
+        return self.start_number
+
+    @property
+    def file_name(self) -> str:
+        return f"chunk-{self.start_number:06d}.000000"
+
+    @property
+    def file_size(self) -> int:
+        return len(self.buffer)
+
+    @property
+    def start_position(self) -> int:
+        return self.start_number * SIM_CHUNK
+
+    @property
+    def end_position(self) -> int:
+        return self.start_position + SIM_CHUNK
+
+    @staticmethod
+    def records(source: bytes, checksum: bytes | None, start_number: int) -> list[SimRecord]:
+        """The records of a received file, checked as the real install checks one (or ValueError)."""
+        body, footer = source[:-16], source[-16:]
+        if (
+            len(source) < HEADER_SIZE + FOOTER_SIZE
+            or hashlib.blake2b(body, digest_size=16).digest() != footer
+        ):
+            raise ValueError("the footer checksum does not match the file")
+        if checksum is not None and checksum != footer:
+            raise ValueError("the file's checksum is not the one the leader announced")
+        records = SimRecord.parse_frames(source[HEADER_SIZE : len(source) - FOOTER_SIZE])
+        expected = start_number * SIM_CHUNK
+        for record in records:
+            if record.position != expected or record.end > (start_number + 1) * SIM_CHUNK:
+                raise ValueError(f"a record at {record.position} where {expected} was expected")
+            expected = record.end
+        return records
 
 
 class _Checkpoint:
@@ -203,7 +264,7 @@ class SimDatabase:
         self._pending: list[tuple[concurrent.futures.Future, Any]] = []
         self._sync_scheduled = False
         self.closed = False
-        self.config = SimpleNamespace(db_dir=None, chunk_size=1 << 28)
+        self.config = SimpleNamespace(db_dir=None, chunk_size=SIM_CHUNK)
 
     # -- facts
     @property
@@ -319,8 +380,17 @@ class SimDatabase:
         if self.synced < len(self.records) or self._pending:
             self._sync(self.node.incarnation)
 
+    def _place(self, records: list[SimRecord], size: int) -> int:
+        """Where the writer puts a record of ``size`` after ``records`` (already in the log or about to
+        be): the chunk it does not fit in is completed first (a pad record to the chunk's end)."""
+        end = records[-1].end if records else 0
+        if end % SIM_CHUNK + size > SIM_CHUNK:
+            records.append(SimRecord(end, SIM_CHUNK - end % SIM_CHUNK, "pad"))
+            end = records[-1].end
+        return end
+
     def _next(self, kind: str, size: int, **fields: Any) -> SimRecord:
-        return SimRecord(self.end, size, kind, **fields)
+        return SimRecord(self._place(self.records, size), size, kind, **fields)
 
     def write_epoch(self, epoch_number: int, leader_instance_id: uuid.UUID, extra: dict | None = None) -> int:
         self._flush_pending()
@@ -370,14 +440,15 @@ class SimDatabase:
             if expected_version >= -1 and expected_version != last:
                 raise WrongExpectedVersion(stream, expected_version, last)
             records: list[SimRecord] = []
+            placed = list(self.records[-1:])
             for i, event_id in enumerate(ids):
-                record = SimRecord(
-                    self.end + sum(r.size for r in records), 160, "event", stream, last + 1 + i, event_id
-                )
-                records.append(record)
+                record = SimRecord(self._place(placed, 160), 160, "event", stream, last + 1 + i, event_id)
+                placed.append(record)
+            records = placed[1:] if self.records else placed
             self._write(records)
-            result = AppendResult(last + len(ids), records[0].position, last + 1)
-            self.sim.note_write(self.node, self._epoch_number(), records)
+            written = [r for r in records if r.kind == "event"]
+            result = AppendResult(last + len(ids), written[0].position, last + 1)
+            self.sim.note_write(self.node, self._epoch_number(), written)
             self._pending.append((future, result))
         except EvdbError as exc:
             future.set_exception(exc)
@@ -389,8 +460,20 @@ class SimDatabase:
         return future
 
     # -- replication
-    def replication_chunk(self, position: int) -> None:
-        return None
+    def replication_chunk(self, position: int) -> SimChunk | None:
+        """As the real one, for chunks that were never scavenged: a follower whose log ends at the start
+        of a completed, committed chunk takes the whole file."""
+        if position % SIM_CHUNK or position + SIM_CHUNK > self.committed_position:
+            return None
+        start = self._index_at(position)
+        if start is None:
+            return None
+        data = []
+        for record in self.records[start : self.synced]:
+            if record.position >= position + SIM_CHUNK or record.kind == "pad":
+                break
+            data.append(record.frame())
+        return SimChunk(position // SIM_CHUNK, b"".join(data))
 
     def _index_at(self, position: int, count: int | None = None) -> int | None:
         """The index of the record at ``position`` among the first ``count`` (the synced ones)."""
@@ -420,7 +503,10 @@ class SimDatabase:
         index = self._index_at(position, count)
         if index is None:
             raise StorageError(f"{position} is not a record boundary of this log")
+        if self.records[index].kind == "pad":  # the end of a completed chunk: the follower completes its own
+            return self.records[index].end, b"", self.records[index].end
         batch = self.records[index : min(count, index + 1 + self.sim.rng.randrange(8))]
+        batch = batch[: next((i for i, r in enumerate(batch) if r.kind == "pad"), len(batch))]
         self.shipped = max(self.shipped, batch[-1].end)
         # each record framed in exactly its size, as the real log's frames are
         return position, b"".join(r.frame() for r in batch), None
@@ -458,14 +544,49 @@ class SimDatabase:
         return self.committed_position
 
     def complete_replicated_chunk(self, position: int) -> None:
-        raise StorageError("chunks are not simulated")
+        """The leader completed the chunk ending at ``position``: complete ours at the same point."""
+        self._flush_pending()
+        end = self.end
+        if end < position and (end // SIM_CHUNK + 1) * SIM_CHUNK == position:
+            self.records.append(SimRecord(end, position - end, "pad"))
+            self._sync_now()
+            self._notify()
+
+    def install_replicated_chunk(
+        self, source: str | bytes, *, start_number: int, end_number: int, checksum: bytes | None = None
+    ) -> int:
+        """A chunk file from the leader: checked whole (checksums, every record in its place) before
+        anything changes; this log must end at its start. Durable at once (the rename of the real
+        one), the chunk completed as the leader's."""
+        assert isinstance(source, bytes)  # the simulated database is in memory
+        self._flush_pending()
+        try:
+            if end_number != start_number:
+                raise ValueError("merged chunks are not simulated")
+            records = SimChunk.records(source, checksum, start_number)
+        except ValueError as exc:
+            raise StorageError(f"Refused chunk file {start_number}: {exc}") from None
+        if self.end != start_number * SIM_CHUNK:
+            raise StorageError(
+                f"chunk {start_number} starts at {start_number * SIM_CHUNK}, this log ends at {self.end}"
+            )
+        self.records.extend(records)
+        if self.end < (start_number + 1) * SIM_CHUNK:
+            self.records.append(SimRecord(self.end, (start_number + 1) * SIM_CHUNK - self.end, "pad"))
+        self._sync_now()
+        for record in records:
+            if record.kind == "epoch" and record.epoch[0] > self.durable.proposal:
+                self.log.checkpoints.proposal.write(record.epoch[0])
+        self.sim.chunk_files += 1
+        self._notify()
+        return self.committed_position
 
     def record_checks(self, point: int, floor: int, max_count: int) -> list[tuple[int, int, int]]:
         out = []
         for record in reversed(self.records[: self.synced]):
             if record.position < floor:
                 break
-            if record.end > point:
+            if record.end > point or record.kind == "pad":
                 continue
             out.append((record.position, record.size, record.fingerprint()))
             if len(out) >= max_count:
@@ -473,10 +594,16 @@ class SimDatabase:
         return out
 
     def completed_chunk_ends(self, floor: int, point: int) -> list[tuple[int, int]]:
-        return []  # the simulated log has no chunks
+        return [
+            (r.position, r.end)
+            for r in self.records[: self.synced]
+            if r.kind == "pad" and floor < r.end <= point
+        ]
 
     def chunk_end_after(self, position: int) -> int | None:
-        return None
+        index = self._index_at(position)
+        record = None if index is None else self.records[index]
+        return record.end if record is not None and record.kind == "pad" else None
 
     def record_commit_position(self, position: int) -> None:
         pass
@@ -486,7 +613,7 @@ class SimDatabase:
         if index is None:
             return False
         record = self.records[index]
-        return record.size == size and record.fingerprint() == fingerprint
+        return record.kind != "pad" and record.size == size and record.fingerprint() == fingerprint
 
     def truncate(self, position: int) -> None:
         if position != 0 and self._index_at(position) is None and position != self.committed_position:
@@ -796,6 +923,7 @@ class SimulationResult:
     elections: int
     faults: list[str]
     virtual_seconds: float
+    chunk_files: int = 0  # whole chunk files followers installed (catch-up by files)
 
     @property
     def ok(self) -> bool:
@@ -843,6 +971,7 @@ class Simulation:
         self._served_up_to: dict[str, int] = {}
         self.faults: list[str] = []
         self.elections = 0
+        self.chunk_files = 0  # chunk files followers installed
         for i in range(nodes):
             node = SimNode(self, i, f"node{i + 1}", uuid.UUID(int=self.rng.getrandbits(128)))
             self.nodes.append(node)
@@ -1627,7 +1756,14 @@ def run_seed(
             loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
     return SimulationResult(
-        seed, nodes, list(sim.violations), len(sim.acknowledged), sim.elections, sim.faults, loop.time()
+        seed,
+        nodes,
+        list(sim.violations),
+        len(sim.acknowledged),
+        sim.elections,
+        sim.faults,
+        loop.time(),
+        sim.chunk_files,
     )
 
 

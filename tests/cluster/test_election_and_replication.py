@@ -532,3 +532,20 @@ def test_a_chunk_filled_to_its_last_byte_is_completed_on_the_follower_too(tmp_pa
     finally:
         leader.close()
         follower.close()
+
+
+def test_the_commit_rules():
+    from evdb.cluster.commit import follower_readable, leader_commit, majority_end
+
+    # the leader's durable end and the voting followers' acknowledged ends: a majority's end
+    assert majority_end(900, [700, 500], 3) == 700
+    assert majority_end(600, [700, 500], 3) == 600  # the leader counts only what it synced
+    assert majority_end(900, [], 3) == -1  # fewer than a majority report
+    assert majority_end(900, [800, 100, 50, 40], 5) == 100
+    assert majority_end(900, [], 1) == 900
+    # past its own epoch record only (Raft's rule), and never before it wrote one
+    assert leader_commit(700, 640) == 700
+    assert leader_commit(640, 640) is None and leader_commit(500, 640) is None
+    assert leader_commit(700, -1) is None
+    # a follower serves its leader's commit position, as far as it holds it durably
+    assert follower_readable(700, 650) == 650 and follower_readable(700, 900) == 700

@@ -18,6 +18,7 @@ import functools
 
 import pytest
 
+from evdb.cluster import commit as cluster_commit
 from evdb.cluster import service as cluster_service
 from evdb.cluster import sim
 
@@ -43,6 +44,7 @@ def test_seeds_keep_every_invariant(nodes, first, count):
     assert not _failures(results), "\n".join(_failures(results)[:10])
     assert sum(r.acknowledged for r in results) > count * 10  # the clients really wrote
     assert sum(r.elections for r in results) > count  # and the faults really moved leadership
+    assert sum(r.chunk_files for r in results) > count // 10  # followers caught up by chunk files
 
 
 def test_a_seed_replays_exactly():
@@ -88,7 +90,7 @@ def test_the_checker_sees_reads_past_the_commit_position(monkeypatch):
 
 
 def test_the_checker_sees_acknowledgements_without_a_majority(monkeypatch):
-    monkeypatch.setattr(cluster_service, "majority", lambda size: 1)
+    monkeypatch.setattr(cluster_commit, "majority", lambda size: 1)
     bad = _bad_seeds(10)
     assert any("no majority" in v for r in bad for v in r.violations)
 
@@ -120,3 +122,29 @@ def test_a_follower_behind_a_certificate_split_never_moves_the_leader():
     result = sim.run_seed(7, seconds=1.0, schedule=split_one_follower)
     assert result.ok, result.violations
     assert len(seen) > 50 and all(leaders == seen[0] for leaders in seen), seen[0]
+
+
+async def _follower_down_for_chunks(s: sim.Simulation, until: float) -> None:
+    """A follower is down while the leader writes several chunks, then comes back."""
+    leader = await s.wait_for_leader(5.0)
+    assert leader is not None
+    follower = next(n for n in s.nodes if n is not leader)
+    s.log(f"crash {follower.name}")
+    await s.crash(follower)
+    while leader.alive and leader.db.committed_position < 4 * sim.SIM_CHUNK:
+        await asyncio.sleep(0.05)
+    s.log(f"restart {follower.name}")
+    await s.start_node(follower)
+
+
+def test_a_follower_behind_by_whole_chunks_catches_up_by_chunk_files():
+    result = sim.run_seed(5, seconds=2.0, schedule=_follower_down_for_chunks)
+    assert result.ok, result.violations
+    assert result.chunk_files >= 2
+
+
+def test_the_checker_sees_a_chunk_file_that_lost_a_record(monkeypatch):
+    records = sim.SimChunk.records
+    monkeypatch.setattr(sim.SimChunk, "records", staticmethod(lambda *args: records(*args)[:-1]))
+    result = sim.run_seed(5, seconds=2.0, schedule=_follower_down_for_chunks)
+    assert result.chunk_files >= 1 and not result.ok
