@@ -261,6 +261,7 @@ class SimDatabase:
         self.fail_next_sync = False  # the next sync fails (an I/O error): its records are rolled back
         self._read_limit: int | None = None
         self._listeners: list = []
+        self._watches: list = []  # told of a client's writes as they are written (the real writer: at commit)
         self._pending: list[tuple[concurrent.futures.Future, Any]] = []
         self._sync_scheduled = False
         self.closed = False
@@ -306,6 +307,9 @@ class SimDatabase:
     # -- listeners and limits
     def add_commit_listener(self, callback) -> None:  # type: ignore[no-untyped-def]
         self._listeners.append(callback)
+
+    def add_visibility_watch(self, watch: Any) -> None:
+        self._watches.append(watch)
 
     def remove_commit_listener(self, callback) -> None:  # type: ignore[no-untyped-def]
         with contextlib.suppress(ValueError):
@@ -445,6 +449,9 @@ class SimDatabase:
                 record = SimRecord(self._place(placed, 160), 160, "event", stream, last + 1 + i, event_id)
                 placed.append(record)
             records = placed[1:] if self.records else placed
+            for watch in self._watches:
+                if stream.startswith(watch.prefixes):
+                    watch.changing(frozenset([stream]))
             self._write(records)
             written = [r for r in records if r.kind == "event"]
             result = AppendResult(last + len(ids), written[0].position, last + 1)
