@@ -1716,6 +1716,12 @@ class Simulation:
             await asyncio.sleep(0.2)
         else:
             self.violation("no write was acknowledged in 20 s after healing")
+        # the healed cluster is a majority connected both ways: the liveness check must see its one
+        # leader stay and acknowledge writes for a while; then no probe write is left in flight
+        await asyncio.sleep(max(0.0, healed + LIVENESS_GRACE + 2 * PROBE_EVERY - self.loop.time()))
+        liveness.cancel()
+        while self._probing:
+            await asyncio.sleep(0.05)
         deadline = self.loop.time() + 30
         while self.loop.time() < deadline:
             logs = [n.db.records[: n.db.synced] for n in self.nodes]
@@ -1728,11 +1734,7 @@ class Simulation:
                 n.name: (n.db.committed_position, n.db.readable_position, n.service.state) for n in self.nodes
             }
             self.violation(f"the logs did not converge within 30 s of healing: {ends}")
-        # the healed cluster is a majority connected both ways: the liveness check must see its one
-        # leader stay and acknowledge writes for a while
-        await asyncio.sleep(max(0.0, healed + LIVENESS_GRACE + 2 * PROBE_EVERY - self.loop.time()))
         self.elections = sum(n.service.election_count for n in self.nodes)
-        liveness.cancel()
         self.final_check()
         for node in self.nodes:
             await self.crash(node)
