@@ -642,12 +642,12 @@ class ClusterService:
         publishes it: no request may see it without the write permit, forwarding and read limit)."""
         db = db if db is not None else self.db
         db.add_commit_listener(self._on_commit)
-        db.add_visibility_watch(self._security_watch)
         # only a leader under its own epoch writes a client's records (never a node taking office),
         # and not after a failed sync of records it shipped (see _before_sync)
         db.write_permit = lambda: self.state in ("Leader", "ResigningLeader") and not self._sync_failed
         if self.cluster_size > 1:
             db.replication_gate = self._gate_answers
+            db.add_visibility_watch(self._security_watch)  # which gated groups wrote a security stream
             db.before_sync = functools.partial(self._before_sync, db)
             # reads stop at what the cluster committed (never a tail a new leader may cut)
             self.commit_position = min(db.commit_limit_at_open(), db.committed_position)
