@@ -1302,9 +1302,13 @@ class Simulation:
                 continue
             db = node.db
             readable = db.readable_position
-            unseen = any(
-                r.kind == "event" and r.end > readable and is_security_stream(r.stream) for r in db.records
-            )
+            unseen = False  # a user record this node holds and does not show (newest first)
+            for r in reversed(db.records):
+                if r.end <= readable:
+                    break
+                if r.kind == "event" and is_security_stream(r.stream):
+                    unseen = True
+                    break
             self.sign_in_checks += 1
             if node.service.admits_sign_in(unseen) and readable < self.security_acked:
                 self.violation(
