@@ -1191,6 +1191,9 @@ class ClusterService:
             held.extend(self._lease_held)
             self._lease_held = []
             self._security_gated.clear()
+        if self._lease_timer is not None:
+            self._lease_timer.cancel()
+            self._lease_timer = None
         for _, answers in held:
             for future, _ in answers:
                 if not future.done():
