@@ -1,8 +1,9 @@
 """Sign-in leases in a real local cluster (3 nodes and a read-only replica, TLS, one process each; issue
-33's done-when): a follower is stopped (SIGSTOP) while the leader changes a user's password. The leader
-answers the change within a bounded time (the follower's lease lapses: GossipTimeoutMs, 2 s here), no
-node accepts the old password once it has, and the stopped follower, resumed, refuses it from its very
-first answer (503 until it holds a new lease and shows the change, then 401), never 200."""
+33's done-when): a follower, then the read-only replica, is stopped (SIGSTOP) while the leader changes
+a user's password. The leader answers the change within a bounded time (the stopped member's lease
+lapses: GossipTimeoutMs, 2 s here), no node accepts the old password once it has, and the stopped
+member, resumed, refuses it from its very first answer (503 until it holds a new lease and shows the
+change, then 401), never 200."""
 
 from __future__ import annotations
 
@@ -19,32 +20,34 @@ pytestmark = pytest.mark.slow
 OLD, NEW = "lena-old", "lena-new"
 
 
-def _status(client: httpx.Client, password: str) -> int:
-    return client.get("/users/lena", auth=("lena", password)).status_code
+@pytest.mark.parametrize("role", ["Follower", "ReadOnlyReplica"])
+def test_a_stopped_member_refuses_a_changed_password_from_its_first_answer(cluster, role):
+    login = f"lena-{role.lower()}"
 
+    def _status(client: httpx.Client, password: str) -> int:
+        return client.get(f"/users/{login}", auth=(login, password)).status_code
 
-def test_a_stopped_follower_refuses_a_changed_password_from_its_first_answer(cluster):
     leader = cluster.leader()
     cluster.wait_until(lambda: sorted(cluster.states().values()).count("Follower") == 2, 30, "two followers")
     names = [n["name"] for n in cluster.nodes()]
     clients = {name: cluster.client(name, timeout=30) for name in names}
-    stopped = next(name for name, state in cluster.states().items() if state == "Follower")
+    stopped = next(name for name, state in cluster.states().items() if state == role)
     pid = cluster.node(stopped)["pid"]
     try:
         r = clients[leader].post(
-            "/users", json={"loginName": "lena", "password": OLD}, auth=("admin", "changeit")
+            "/users", json={"loginName": login, "password": OLD}, auth=("admin", "changeit")
         )
         assert r.status_code == 201, r.text
-        for name, client in clients.items():  # every node signs lena in and caches it
-            cluster.wait_until(lambda c=client: _status(c, OLD) == 200, 30, f"lena signed in on {name}")
+        for name, client in clients.items():  # every node signs the user in and caches it
+            cluster.wait_until(lambda c=client: _status(c, OLD) == 200, 30, f"{login} signed in on {name}")
         os.kill(pid, signal.SIGSTOP)
         started = time.monotonic()
         r = clients[leader].post(
-            "/users/lena/command/reset-password", json={"newPassword": NEW}, auth=("admin", "changeit")
+            f"/users/{login}/command/reset-password", json={"newPassword": NEW}, auth=("admin", "changeit")
         )
         answered = time.monotonic() - started
         assert r.status_code in (200, 201), r.text
-        # bounded: the stopped follower's lease (2 s) lapses; generous for a loaded machine
+        # bounded: the stopped member's lease (2 s) lapses; generous for a loaded machine
         assert answered < 20, f"the change took {answered:.1f} s to be acknowledged"
         for name, client in clients.items():
             if name != stopped:
@@ -59,7 +62,7 @@ def test_a_stopped_follower_refuses_a_changed_password_from_its_first_answer(clu
         while _status(clients[stopped], NEW) != 200 and time.monotonic() - started < 60:
             answers.append(_status(clients[stopped], OLD))
         assert set(answers) <= {401, 503}, (
-            f"the resumed follower {stopped} answered {answers} to the old password"
+            f"the resumed {role} {stopped} answered {answers} to the old password"
         )
         assert _status(clients[stopped], NEW) == 200
         assert _status(clients[stopped], OLD) == 401
