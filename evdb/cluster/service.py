@@ -77,13 +77,13 @@ _RECORDS = struct.Struct("<qq")
 #: one byte of the file), which is how a follower's reader tells it apart
 _COMMIT = struct.Struct("<q")
 #: the replication stream's wire format: 4 since followers and replicas ask for sign-in leases
-#: (``{"lease": n, "held": m}``, answered ``{"grant": n, "security": S, "for": F}``: evdb/cluster/lease.py;
-#: a leader of 3 would grant none, so no member of it could sign anyone in); 3 since a leader sends each new commit position to every
-#: follower as an 8-byte binary message written before it answers the write's client, and a follower
-#: acknowledges each records write with its durable end in 8 bytes the same way (2: records carry
-#: the commit position, ``<qq`` position|commit then frames, and a leader ships records before its own
-#: sync). A leader and a follower of different protocols refuse each other, each saying why, instead of
-#: misreading bytes.
+#: (``{"lease": n, "held": m}``, answered ``{"grant": n, "security": S, "for": F}``:
+#: evdb/cluster/lease.py; a leader of 3 would grant none, so no member of it could sign anyone in);
+#: 3 since a leader sends each new commit position to every follower as an 8-byte binary message
+#: written before it answers the write's client, and a follower acknowledges each records write with
+#: its durable end in 8 bytes the same way (2: records carry the commit position, ``<qq``
+#: position|commit then frames, and a leader ships records before its own sync). A leader and a
+#: follower of different protocols refuse each other, each saying why, instead of misreading bytes.
 REPLICATION_PROTOCOL = 4
 _MAX_SEND = 1 << 20
 _MAX_BATCH = 16 << 20  # bytes of records messages a follower writes under one sync
