@@ -1437,11 +1437,17 @@ class Simulation:
         """The majority's one leader acknowledges a write within PROBE_TIMEOUT (unless the majority
         stopped being required meanwhile)."""
         try:
+            started = self.loop.time()
             event_id = str(uuid.UUID(int=self.rng.getrandbits(128)))
             result = await self._append(leader, "liveness", event_id, timeout=PROBE_TIMEOUT)
+            untouched = all(self._disturbed.get(i, 0.0) < started for m in required for i in m)
             if result is not None:
                 self._acknowledge(leader, event_id, result)
-            elif self._checking_liveness and all(self._kept_leader.get(m) == key for m in required):
+            elif (
+                self._checking_liveness
+                and untouched  # a fault since the write began (a failed sync, say) may refuse it
+                and all(self._kept_leader.get(m) == key for m in required)
+            ):
                 self.violation(
                     f"liveness: {leader.name}, the leader of a majority connected both ways, did not "
                     f"acknowledge a write within {PROBE_TIMEOUT:.0f}s"
