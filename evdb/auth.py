@@ -19,7 +19,9 @@ import logging
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from evdb.database import Database
 from evdb.errors import EvdbError, InvalidInput, StreamDeleted, StreamNotFound, UsersNotReady
@@ -156,6 +158,20 @@ def _login_of(stream: str) -> str | None:
     return stream[6:] if stream.startswith("$user-") else None
 
 
+class SignInAdmission(Protocol):
+    """Whether a cluster member may judge credentials now (evdb/cluster/lease.py: ClusterService)."""
+
+    def admits_sign_in(self, unseen_user_records: bool) -> bool: ...
+
+    async def wait_sign_in(self, ready: Callable[[], bool]) -> bool: ...
+
+
+_NOT_ADMITTED = (
+    "This node cannot judge credentials now (it holds no current sign-in lease from the cluster's "
+    "leader, or it has not caught up with the leader's last user change); try again in a moment."
+)
+
+
 class UserStore:
     """Reads and writes users in the database; caches successful logins (blocking: call off the loop).
 
@@ -178,7 +194,25 @@ class UserStore:
         #: signed-in ``Authorization`` header values (as received) and their principals: one dict
         #: lookup for a caller that sends the same header again; emptied by every change of a user
         self._headers: dict[str, Principal] = {}
+        #: a cluster member's sign-in lease (None: a single node judges credentials whenever asked)
+        self._admission: SignInAdmission | None = None
         db.add_visibility_watch(self)
+
+    def admit_with(self, admission: SignInAdmission) -> None:
+        """Judge credentials only when ``admission`` allows (a cluster member: see evdb/cluster/lease.py);
+        else sign-ins wait for it (bounded) and answer UsersNotReady (503)."""
+        self._admission = admission
+
+    def _admitted(self) -> bool:
+        admission = self._admission
+        return admission is None or admission.admits_sign_in(self._changing > 0)
+
+    async def _until_admitted(self) -> None:
+        admission = self._admission
+        if admission is None or admission.admits_sign_in(self._changing > 0):
+            return
+        if not await admission.wait_sign_in(self._admitted):
+            raise UsersNotReady(_NOT_ADMITTED)
 
     # -- the database's visibility watch --------------------------------------------------------------
     #: ``$user-<login>``, ``$users`` and their metastreams
@@ -277,7 +311,9 @@ class UserStore:
     async def sign_in(self, login: str, password: str) -> Principal | None:
         """:meth:`authenticate` from the event loop: cached credentials are answered on the loop, and
         only a miss (a read of the user record and a scrypt hash) goes to a worker thread. The one way
-        the node's APIs authenticate a caller's Basic credentials."""
+        the node's APIs authenticate a caller's Basic credentials. A cluster member first waits
+        (bounded) until it may judge credentials (:meth:`admit_with`)."""
+        await self._until_admitted()
         principal = self.cached(login, password)
         if principal is not None:
             return principal
@@ -286,14 +322,19 @@ class UserStore:
     def by_header(self, header: str) -> Principal | None:
         """The principal of an ``Authorization`` header value that :meth:`sign_in_header` or
         :meth:`principal_now` accepted before, with no user changed since; else None. One dict lookup:
-        safe on the event loop."""
+        safe on the event loop. None while this node may not judge credentials (:meth:`admit_with`)."""
+        if self._admission is not None and not self._admitted():
+            return None
         return self._headers.get(header)
 
     def principal_now(self, header: str) -> Principal | None:
         """The principal of a Basic ``Authorization`` header known without waiting: the header signed
         in before (:meth:`by_header`), or its credentials still cached (:meth:`cached`), then
         remembered under the header. None: malformed, or a sign-in is needed (:meth:`sign_in_header`).
-        The one way the node's APIs (HTTP, its lean append path, gRPC) look a caller up on the loop."""
+        The one way the node's APIs (HTTP, its lean append path, gRPC) look a caller up on the loop.
+        None while this node may not judge credentials (:meth:`admit_with`)."""
+        if self._admission is not None and not self._admitted():
+            return None
         principal = self._headers.get(header)
         if principal is not None:
             return principal
@@ -328,7 +369,10 @@ class UserStore:
         """The principal of these credentials, or None (unknown login, disabled, wrong password);
         UsersNotReady while no user was ever written here (the credentials cannot be judged yet).
         Blocking on a cache miss (reads the user's record, hashes the password): call off the loop,
-        or through :meth:`sign_in`."""
+        or through :meth:`sign_in`. UsersNotReady too while this node may not judge credentials
+        (:meth:`admit_with`)."""
+        if not self._admitted():
+            raise UsersNotReady(_NOT_ADMITTED)
         principal = self.cached(login, password)
         if principal is not None:
             return principal

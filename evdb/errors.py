@@ -266,13 +266,14 @@ class DatabaseReopening(DatabaseClosed):
 class UsersNotReady(EvdbError):
     """No user was ever written to this node's database (a fresh cluster's follower before the
     leader's default users reach it, a node before it creates them): no credentials can be judged,
-    right or wrong. Not a fault: the client tries again (HTTP 503 with Retry-After, gRPC UNAVAILABLE)."""
+    right or wrong; also a cluster member without a current sign-in lease (evdb/cluster/lease.py). Not a
+    fault: the client tries again (HTTP 503 with Retry-After, gRPC UNAVAILABLE)."""
 
     #: seconds an HTTP client is told to wait (Retry-After)
     retry_after = 1
 
-    def __init__(self) -> None:
-        super().__init__("The node has no users yet; try again in a moment.")
+    def __init__(self, message: str = "The node has no users yet; try again in a moment.") -> None:
+        super().__init__(message)
 
 
 class PersistentSubscriptionError(EvdbError):

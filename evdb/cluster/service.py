@@ -41,6 +41,7 @@ from evdb.cluster.commit import follower_readable, leader_commit, majority_end
 from evdb.cluster.election import LogStanding, VoteRequest
 from evdb.cluster.elector import Elector, Follow, LeaderLost, Member, Own, Stand, StepDown
 from evdb.cluster.forwarding import RemoteWriter, decode_write, encode_error, encode_result
+from evdb.cluster.lease import LeaseGrantor, LeaseHolder, SecurityWatch
 from evdb.cluster.replica import ChunkLogReplication, ReplicationLog
 from evdb.cluster.transport import Channel, HttpTransport, Message, PeerError, Transport
 from evdb.errors import CorruptedFile, DatabaseReopening, EvdbError, InvalidOption, NotLeader
@@ -75,13 +76,15 @@ _RECORDS = struct.Struct("<qq")
 #: bytes from a leader (a records message has a 16-byte head, a chunk piece an 8-byte offset and at least
 #: one byte of the file), which is how a follower's reader tells it apart
 _COMMIT = struct.Struct("<q")
-#: the replication stream's wire format: 3 since a leader sends each new commit position to every
-#: follower as an 8-byte binary message written before it answers the write's client, and a follower
-#: acknowledges each records write with its durable end in 8 bytes the same way (2: records carry
-#: the commit position, ``<qq`` position|commit then frames, and a leader ships records before its own
-#: sync). A leader and a follower of different protocols refuse each other, each saying why, instead of
-#: misreading bytes.
-REPLICATION_PROTOCOL = 3
+#: the replication stream's wire format: 4 since followers and replicas ask for sign-in leases
+#: (``{"lease": n, "held": m}``, answered ``{"grant": n, "security": S, "for": F}``:
+#: evdb/cluster/lease.py; a leader of 3 would grant none, so no member of it could sign anyone in);
+#: 3 since a leader sends each new commit position to every follower as an 8-byte binary message
+#: written before it answers the write's client, and a follower acknowledges each records write with
+#: its durable end in 8 bytes the same way (2: records carry the commit position, ``<qq``
+#: position|commit then frames, and a leader ships records before its own sync). A leader and a
+#: follower of different protocols refuse each other, each saying why, instead of misreading bytes.
+REPLICATION_PROTOCOL = 4
 _MAX_SEND = 1 << 20
 _MAX_BATCH = 16 << 20  # bytes of records messages a follower writes under one sync
 _CHUNK_PIECE = 1 << 20  # bytes of a chunk file per WebSocket message
@@ -309,12 +312,18 @@ class _Inbox:
     the stream is over. Filled by its own task (:meth:`fill`) so that what arrives while the follower
     writes is there to be taken in one go (:func:`_records_batch`)."""
 
-    def __init__(self, on_commit: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_commit: Callable[[int], None] | None = None,
+        on_grant: Callable[[dict], None] | None = None,
+    ) -> None:
         self.messages: collections.deque[Message | None] = collections.deque()
         self.error: Exception | None = None  # why the stream broke, when it did not just end
         self._arrived = asyncio.Event()
         #: takes each commit message as it arrives (never queued behind a records write in progress)
         self._on_commit = on_commit
+        #: takes each lease grant as it arrives (evdb/cluster/lease.py)
+        self._on_grant = on_grant
 
     async def fill(self, channel: Channel) -> None:
         on_commit = self._on_commit
@@ -323,6 +332,10 @@ class _Inbox:
                 binary = message.binary
                 if on_commit is not None and binary is not None and len(binary) == _COMMIT.size:
                     on_commit(_COMMIT.unpack(binary)[0])
+                    continue
+                text = message.text
+                if self._on_grant is not None and isinstance(text, dict) and "grant" in text:
+                    self._on_grant(text)
                     continue
                 self.messages.append(message)
                 self._arrived.set()
@@ -372,6 +385,8 @@ class _FollowerLink:
     channel: Channel | None = None
     #: the highest commit position this follower was sent in a commit message
     commit_sent: int = -1
+    #: its instance id
+    name: str = ""
 
 
 class ClusterService:
@@ -419,6 +434,14 @@ class ClusterService:
             now=self._now(),
         )
         self._followers: dict[str, _FollowerLink] = {}
+        #: sign-in leases (evdb/cluster/lease.py): those this node grants as leader, the one it holds
+        #: from its leader, and the gate's security writes (found by the database's visibility watch)
+        self.leases = LeaseGrantor(self.gossip_timeout, self.cluster_size)
+        self.lease = LeaseHolder(self.gossip_timeout)
+        self._security_watch = SecurityWatch()
+        self._security_gated: set[int] = set()  # gate positions of security writes
+        self._lease_held: list[tuple[int, list]] = []  # security writes a majority holds, held for leases
+        self._lease_timer: asyncio.TimerHandle | None = None
         #: answers held until a majority has their position, in position order (the writer appends)
         self._gate: collections.deque[tuple[int, list]] = collections.deque()
         #: a follower: the highest commit position its leader sent in this replication stream (reads
@@ -624,6 +647,7 @@ class ClusterService:
         db.write_permit = lambda: self.state in ("Leader", "ResigningLeader") and not self._sync_failed
         if self.cluster_size > 1:
             db.replication_gate = self._gate_answers
+            db.add_visibility_watch(self._security_watch)  # which gated groups wrote a security stream
             db.before_sync = functools.partial(self._before_sync, db)
             # reads stop at what the cluster committed (never a tail a new leader may cut)
             self.commit_position = min(db.commit_limit_at_open(), db.committed_position)
@@ -1044,6 +1068,8 @@ class ClusterService:
         if self.cluster_size > 1:
             self.db.replication_gate = self._gate_answers
         self.leader_id = str(self.node.instance_id)
+        # leases granted by earlier leaders end before this one answers a security write
+        self.leases.take_office(self._now(), self.db.committed_position)
         self.state = "Leader"
         self.db.remote_writer = None
         self.logger.info(
@@ -1090,6 +1116,9 @@ class ClusterService:
         replicated from the leader) are answered at once."""
         with self._gate_lock:
             leading = self.state in ("Leader", "ResigningLeader") and not self._gate_closed
+            if self._security_watch.take() and leading:  # answered once the leases allow it too
+                self._security_gated.add(position)
+                self.leases.security_written(position)
             if leading:
                 self._gate.append((position, answers))
         if leading:
@@ -1116,19 +1145,55 @@ class ClusterService:
         if commit is not None:
             self._advance_commit(commit)
         if not self._gate:
+            if self._lease_held:
+                self._release_leased()
             return
         ready = []
         with self._gate_lock:
             while self._gate and self._gate[0][0] <= confirmed:
                 ready.append(self._gate.popleft())
+            gated = self._security_gated
+            if gated:  # security writes wait for the leases as well (evdb/cluster/lease.py)
+                for entry in [entry for entry in ready if entry[0] in gated]:
+                    gated.discard(entry[0])
+                    ready.remove(entry)
+                    self._lease_held.append(entry)
         for _, answers in ready:
             for future, result in answers:
                 if not future.done():
                     future.set_result(result)
+        if self._lease_held:
+            self._release_leased()
+
+    def _release_leased(self) -> None:
+        """Answer the security writes a majority holds once every member this leader granted a lease
+        holds them too or its lease lapsed; else look again when the next lease lapses."""
+        now = self._now()
+        acked = {name: link.acked for name, link in self._followers.items()}
+        held, self._lease_held = self._lease_held, []
+        for position, answers in held:
+            if not self.leases.releases(position, acked, now):
+                self._lease_held.append((position, answers))
+                continue
+            for future, result in answers:
+                if not future.done():
+                    future.set_result(result)
+        if self._lease_timer is not None:
+            self._lease_timer.cancel()
+            self._lease_timer = None
+        if self._lease_held and self._loop is not None:
+            delay = max(self.leases.next_release_check(now) - now, 0.0) + 0.001
+            self._lease_timer = self._loop.call_later(delay, self._release_gate)
 
     def _fail_gate(self, exc: Exception) -> None:
         with self._gate_lock:
             held, self._gate = self._gate, collections.deque()
+            held.extend(self._lease_held)
+            self._lease_held = []
+            self._security_gated.clear()
+        if self._lease_timer is not None:
+            self._lease_timer.cancel()
+            self._lease_timer = None
         for _, answers in held:
             for future, _ in answers:
                 if not future.done():
@@ -1270,7 +1335,7 @@ class ClusterService:
             await channel.send_json({"error": "not the leader"})
             return
         self.logger.info("Follower %s subscribed from position %d", follower, position)
-        link = self._followers[follower] = _FollowerLink(bool(hello.get("voting")), position)
+        link = self._followers[follower] = _FollowerLink(bool(hello.get("voting")), position, name=follower)
         await channel.send_json(
             {
                 "ok": True,
@@ -1310,12 +1375,49 @@ class ClusterService:
             elif isinstance(message.text, dict) and "ack" in message.text:
                 acked = int(message.text["ack"])
             elif isinstance(message.text, dict):
+                if "lease" in message.text:
+                    await self._grant_lease(channel, link, message.text)
                 continue
             else:
                 return
             link.acked = max(link.acked, acked)
             link.ack_arrived.set()
             self._release_gate()
+
+    async def _grant_lease(self, channel: Channel, link: _FollowerLink, request: dict) -> None:
+        """A member asks for a sign-in lease (evdb/cluster/lease.py): granted while this node leads and
+        holds one itself, and the member holds every security write whose answer waits for it."""
+        if self.state not in ("Leader", "ResigningLeader"):
+            return
+        holding = max((position for position, _ in self._lease_held), default=-1)
+        grant = self.leases.grant(
+            link.name, link.voting, request, self._now(), acked=link.acked, holding=holding
+        )
+        await channel.send_json(grant)
+
+    def admits_sign_in(self, unseen_user_records: bool) -> bool:
+        """Whether this node may judge credentials now (evdb/cluster/lease.py): a leader while it holds
+        a lease from a majority and shows its log as of taking office; any other member while its lease
+        from its leader runs, it shows the leader's last security write, and it holds no user record its
+        readers cannot see yet (``unseen_user_records``). Never blocks."""
+        db = self.node.db
+        if db is None:
+            return False
+        now = self._now()
+        if self.state in ("Leader", "ResigningLeader"):
+            return self.leases.admits(now, db.readable_position)
+        return self.lease.admits(now, db.readable_position, unseen_user_records)
+
+    async def wait_sign_in(self, ready: Callable[[], bool]) -> bool:
+        """Wait until ``ready()`` (at most a lease: a member catching up, or a leader that has just
+        taken office); False if it never was."""
+        deadline = self._now() + self.gossip_timeout
+        while not ready():
+            left = deadline - self._now()
+            if left <= 0:
+                return False
+            await self._wait_for_commit(min(left, 0.05))
+        return True
 
     async def _send_log(self, channel: Channel, position: int, follower: str, link: _FollowerLink) -> None:
         caught_up_sent = False
@@ -1569,15 +1671,32 @@ class ClusterService:
             if not self._past_leader(leader_epoch):  # else _apply_log stops the stream
                 self._take_commit(commit)
 
-        inbox = _Inbox(take_commit)
+        def take_grant(grant: dict) -> None:
+            if not self._past_leader(leader_epoch):
+                self.lease.granted(grant)
+                self._wake_senders()  # sign-ins waiting for it go on (wait_sign_in)
+
+        self.lease.new_stream()
+        inbox = _Inbox(take_commit, take_grant)
         reader = asyncio.create_task(inbox.fill(channel))
+        asker = asyncio.create_task(self._ask_leases(channel, leader_epoch))
         try:
             await self._apply_log(channel, inbox, leader_epoch, resets_at)
         finally:
             reader.cancel()
-            await asyncio.wait((reader,))  # the caller's own cancellation still propagates
+            asker.cancel()
+            await asyncio.wait((reader, asker))  # the caller's own cancellation still propagates
         if inbox.error is not None and not inbox.messages:
             raise inbox.error
+
+    async def _ask_leases(self, channel: Channel, leader_epoch: int) -> None:
+        """Ask the leader for a sign-in lease every quarter of one, while this node follows it (a voter
+        in a newer term asks no more: see evdb/cluster/lease.py)."""
+        with contextlib.suppress(PeerError):
+            while not channel.closed:
+                if not self._past_leader(leader_epoch):
+                    await channel.send_json(self.lease.ask(self._now()))
+                await asyncio.sleep(self.lease.interval)
 
     def _past_leader(self, leader_epoch: int) -> bool:
         """A voting member in a term newer than the epoch of the leader it streams from: it takes

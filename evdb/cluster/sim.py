@@ -31,6 +31,7 @@ import gc
 import hashlib
 import json
 import logging
+import math
 import random
 import selectors
 import sys
@@ -43,6 +44,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from evdb.cluster.election import majority
+from evdb.cluster.lease import is_security_stream
 from evdb.cluster.service import ClusterService
 from evdb.cluster.transport import Message, PeerError
 from evdb.errors import EvdbError, NotLeader, StorageError, WrongExpectedVersion
@@ -60,6 +62,8 @@ Schedule = Callable[["Simulation", float], Coroutine[Any, Any, None]]
 #: requires it to have exactly one leader that stays and acknowledges writes (about six times the
 #: longest wait before a node stands: GossipTimeoutMs 500 + LeaderElectionTimeoutMs 300)
 LIVENESS_GRACE = 5.0
+#: GossipTimeoutMs of the simulated nodes (seconds): also their sign-in lease
+GOSSIP_TIMEOUT = 0.5
 #: how often (simulated seconds) the liveness check has that leader acknowledge a write, and how long
 #: the write may take
 PROBE_EVERY = 1.0
@@ -261,6 +265,7 @@ class SimDatabase:
         self.fail_next_sync = False  # the next sync fails (an I/O error): its records are rolled back
         self._read_limit: int | None = None
         self._listeners: list = []
+        self._watches: list = []  # told of a client's writes as they are written (the real writer: at commit)
         self._pending: list[tuple[concurrent.futures.Future, Any]] = []
         self._sync_scheduled = False
         self.closed = False
@@ -306,6 +311,9 @@ class SimDatabase:
     # -- listeners and limits
     def add_commit_listener(self, callback) -> None:  # type: ignore[no-untyped-def]
         self._listeners.append(callback)
+
+    def add_visibility_watch(self, watch: Any) -> None:
+        self._watches.append(watch)
 
     def remove_commit_listener(self, callback) -> None:  # type: ignore[no-untyped-def]
         with contextlib.suppress(ValueError):
@@ -445,6 +453,9 @@ class SimDatabase:
                 record = SimRecord(self._place(placed, 160), 160, "event", stream, last + 1 + i, event_id)
                 placed.append(record)
             records = placed[1:] if self.records else placed
+            for watch in self._watches:
+                if stream.startswith(watch.prefixes):
+                    watch.changing(frozenset([stream]))
             self._write(records)
             written = [r for r in records if r.kind == "event"]
             result = AppendResult(last + len(ids), written[0].position, last + 1)
@@ -964,6 +975,7 @@ class Simulation:
         self.slow = 0.0
         self.violations: list[str] = []
         self.acknowledged: dict[str, tuple[int, int]] = {}  # event id -> (position, acknowledged at)
+        self._streams: dict[str, str] = {}  # event id -> the stream a client wrote it to
         self.writers_by_epoch: dict[int, set[str]] = {}
         self.written_by: dict[str, tuple[str, int]] = {}  # event id -> (node, epoch) that wrote it first
         self.reads: list[tuple[str, int, str]] = []  # (node, position, event id)
@@ -972,6 +984,12 @@ class Simulation:
         self.faults: list[str] = []
         self.elections = 0
         self.chunk_files = 0  # chunk files followers installed
+        #: sign-in leases (evdb/cluster/lease.py): the end of the last write of a user stream acknowledged,
+        #: when a node's clock last jumped (leases assume clocks that run steadily: check_sign_ins), and
+        #: how many times a node's sign-in decision was checked against the acknowledged user changes
+        self.security_acked = 0
+        self._clock_jumped_at = -math.inf
+        self.sign_in_checks = 0
         for i in range(nodes):
             node = SimNode(self, i, f"node{i + 1}", uuid.UUID(int=self.rng.getrandbits(128)))
             self.nodes.append(node)
@@ -1074,7 +1092,7 @@ class Simulation:
             node_priority=0,
             gossip_seed=seeds,
             gossip_interval_ms=100,
-            gossip_timeout_ms=500,
+            gossip_timeout_ms=int(GOSSIP_TIMEOUT * 1000),
             leader_election_timeout_ms=300,
             connection_reset_interval=1_000_000,
             replication_ip="127.0.0.1",
@@ -1224,7 +1242,9 @@ class Simulation:
         while self.loop.time() < until:
             await asyncio.sleep(self.rng.uniform(0.002, 0.05))
             event_id = str(uuid.UUID(int=self.rng.getrandbits(128)))
-            stream = f"s{k}-{n % 3}"
+            # one write in five changes a user (the leases hold its answer: check_sign_ins)
+            stream = f"$user-c{k}" if n % 5 == 4 else f"s{k}-{n % 3}"
+            self._streams[event_id] = stream
             n += 1
             for _attempt in range(6):
                 node = self.rng.choice(self.nodes)
@@ -1262,8 +1282,39 @@ class Simulation:
             if len(leaders) > 1:
                 self.violation(f"two leaders acknowledged writes in epoch {writer[1]}: {sorted(leaders)}")
         self.check_acknowledged([event_id])
+        if is_security_stream(self._streams.get(event_id, "")):
+            self.security_acked = max(self.security_acked, result.position + 160)
+            self.check_sign_ins()
         if node.service.is_leader:
             self.check_read_your_writes(node, event_id, result.position)
+
+    def check_sign_ins(self) -> None:
+        """Sign-in leases (evdb/cluster/lease.py): once a user change is acknowledged, no node would sign
+        anyone in with the credentials before it: a node whose decision (ClusterService.admits_sign_in,
+        with whether it holds a user record its readers cannot see yet) admits shows the change. Leases
+        assume monotonic clocks that run steadily: for two leases after a node's clock jumped forward
+        (the simulator's clock fault) the check is off (a leader's jump ends its members' leases early
+        in its eyes only)."""
+        if self.security_acked == 0 or self.loop.time() < self._clock_jumped_at + 2 * GOSSIP_TIMEOUT:
+            return
+        for node in self.nodes:
+            if not node.alive or node.service is None or node.db is None:
+                continue
+            db = node.db
+            readable = db.readable_position
+            unseen = False  # a user record this node holds and does not show (newest first)
+            for r in reversed(db.records):
+                if r.end <= readable:
+                    break
+                if r.kind == "event" and is_security_stream(r.stream):
+                    unseen = True
+                    break
+            self.sign_in_checks += 1
+            if node.service.admits_sign_in(unseen) and readable < self.security_acked:
+                self.violation(
+                    f"{node.name} ({node.service.state}) would sign callers in showing up to {readable}, "
+                    f"before the user change acknowledged up to {self.security_acked}"
+                )
 
     def check_read_your_writes(self, leader: SimNode, event_id: str, position: int) -> None:
         """Read your writes on followers (evdb/cluster/service.py, the rule at the top): when a leader
@@ -1411,6 +1462,7 @@ class Simulation:
             while True:
                 await asyncio.sleep(0.05)
                 self.check_liveness()
+                self.check_sign_ins()
         finally:
             self._checking_liveness = False
 
@@ -1579,6 +1631,7 @@ class Simulation:
                 victim = rng.choice(self.nodes)
                 jump = rng.uniform(0.1, 2.0)
                 victim.clock_offset += jump
+                self._clock_jumped_at = self.loop.time()
                 self.disturb(victim)
                 self.log(f"clock of {victim.name} jumps {jump:.2f}s")
             elif kind == "loss":

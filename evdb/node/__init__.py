@@ -265,6 +265,12 @@ class Node:
         self.server_tls = SwappableServerContext(self.tls, require_client_cert=False, alpn_protocols=ALPN)
         return self.server_tls.context
 
+    def _admit_sign_ins(self) -> None:
+        """A cluster member judges credentials only under a sign-in lease (evdb/cluster/lease.py)."""
+        o = self.options
+        if self.cluster is not None and (o.cluster_size > 1 or o.read_only_replica):
+            self.users.admit_with(self.cluster)
+
     async def _open_database(self) -> None:
         """Open the database and the parts built on it (also after a truncation, see below)."""
         o = self.options
@@ -275,6 +281,8 @@ class Node:
         self.db = db
         self.notifier = CommitNotifier(self.db)
         self.users = UserStore(self.db)
+        if self.cluster is not None:
+            self._admit_sign_ins()
         self.scavenge = ScavengeService(
             self.db,
             state_path=ScavengeService.state_path_for(self._db_config.resolved_index_dir),
@@ -395,6 +403,7 @@ class Node:
         sockets = self._bind_sockets()
         self.persistent.logger = self.logger
         self.cluster = ClusterService(self, transport=self._peer_transport())
+        self._admit_sign_ins()
         await self.cluster.start()
         self.persistent.run()
         await self._start_projections()

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from evdb.cluster.lease import SecurityWatch
 from evdb.cluster.service import ClusterService
 from evdb.errors import NotLeader
 from evdb.streams import AppendResult
@@ -23,6 +24,7 @@ def leader(closed: bool) -> SimpleNamespace:
         _gate=[],
         _loop=None,
         _schedule_notify=lambda: None,  # the gate's wake-up of the event loop (none here)
+        _security_watch=SecurityWatch(),  # no security stream written (sign-in leases)
     )
 
 

@@ -1,0 +1,70 @@
+"""A cluster member judges credentials only under its sign-in lease (evdb/cluster/lease.py; the
+UserStore's side, UserStore.admit_with): while the member's admission says no, a remembered header or
+cached credentials are not used, a sign-in waits for it (bounded) and then answers UsersNotReady (HTTP
+503 with Retry-After, gRPC UNAVAILABLE); a user record committed but not yet shown is reported to it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from evdb.auth import UserStore
+from evdb.database import Database
+from evdb.errors import UsersNotReady, status_of
+
+
+class Admission:
+    def __init__(self) -> None:
+        self.open = True
+        self.unseen: list[bool] = []
+        self.waits = 0
+
+    def admits_sign_in(self, unseen_user_records: bool) -> bool:
+        self.unseen.append(unseen_user_records)
+        return self.open
+
+    async def wait_sign_in(self, ready: Callable[[], bool]) -> bool:
+        self.waits += 1
+        return ready()
+
+
+@pytest.fixture
+def users():
+    db = Database.open(None)
+    store = UserStore(db)
+    store.ensure_defaults()
+    yield store
+    db.close()
+
+
+def test_without_a_lease_nothing_cached_is_used_and_a_sign_in_is_not_ready(users: UserStore):
+    admission = Admission()
+    users.admit_with(admission)
+    header = "Basic YWRtaW46Y2hhbmdlaXQ="  # admin:changeit
+    assert asyncio.run(users.sign_in_header(header, "admin", "changeit")) is not None
+    assert users.by_header(header) is not None and users.principal_now(header) is not None
+    admission.open = False
+    assert users.by_header(header) is None and users.principal_now(header) is None
+    with pytest.raises(UsersNotReady) as refused:
+        asyncio.run(users.sign_in_header(header, "admin", "changeit"))
+    assert admission.waits == 1  # it waited for the lease first
+    assert status_of(refused.value)[0] == 503 and "lease" in str(refused.value)
+    with pytest.raises(UsersNotReady):
+        users.authenticate("admin", "changeit")
+    admission.open = True
+    assert users.by_header(header) is not None
+
+
+def test_the_admission_hears_of_user_records_not_yet_shown(users: UserStore):
+    admission = Admission()
+    users.admit_with(admission)
+    users.authenticate("admin", "changeit")
+    assert admission.unseen[-1] is False
+    users.changing(frozenset({"$user-admin"}))  # committed, readers do not see it yet
+    users.authenticate("admin", "changeit")
+    assert admission.unseen[-1] is True
+    users.changed(frozenset({"$user-admin"}))
+    users.authenticate("admin", "changeit")
+    assert admission.unseen[-1] is False
