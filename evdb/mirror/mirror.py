@@ -851,13 +851,20 @@ class Mirror:
             gossip = reply.json() if reply.status == 200 else None
         except (*_CONNECTION_ERRORS, ValueError):
             return
+        self._take_gossip(target, gossip)
+
+    def _take_gossip(self, target: Side, gossip: object) -> bool:
+        """Add the members a gossip answer names to ``target``'s, and follow the leader it names (True when
+        it names one)."""
         scheme = target.base.split("://", 1)[0]
         for url in member_urls(gossip, scheme):
             if url not in target.members:
                 target.members.append(url)
         leader = leader_from_gossip(gossip, scheme)
-        if leader is not None:
-            self._follow(target, leader)
+        if leader is None:
+            return False
+        self._follow(target, leader)
+        return True
 
     async def _wait_for_leader(self, target: Side, retry: LeaderRetry, problem: str) -> bool:
         """After a not-leader answer or a node gone: wait the retry's next pause, then point ``target`` at
@@ -868,7 +875,6 @@ class Mirror:
         self.last_error = problem
         self.logger.debug("%s; asking the members who leads in %.1f s", problem, wait)
         await asyncio.sleep(wait)
-        scheme = target.base.split("://", 1)[0]
         for member in list(target.members):
             try:
                 async with target.session.get(
@@ -877,12 +883,7 @@ class Mirror:
                     gossip = json.loads(await response.read()) if response.status == 200 else None
             except (*_CONNECTION_ERRORS, ValueError):
                 continue
-            for url in member_urls(gossip, scheme):
-                if url not in target.members:
-                    target.members.append(url)
-            leader = leader_from_gossip(gossip, scheme)
-            if leader is not None:
-                self._follow(target, leader)
+            if self._take_gossip(target, gossip):
                 return True
         return True
 
