@@ -308,16 +308,18 @@ class UserStore:
                 self._cache.move_to_end(key)
             return principal
 
-    async def sign_in(self, login: str, password: str) -> Principal | None:
+    async def sign_in(self, login: str, password: str, *, leased: bool = True) -> Principal | None:
         """:meth:`authenticate` from the event loop: cached credentials are answered on the loop, and
         only a miss (a read of the user record and a scrypt hash) goes to a worker thread. The one way
         the node's APIs authenticate a caller's Basic credentials. A cluster member first waits
-        (bounded) until it may judge credentials (:meth:`admit_with`)."""
-        await self._until_admitted()
-        principal = self.cached(login, password)
-        if principal is not None:
-            return principal
-        return await asyncio.to_thread(self.authenticate, login, password)
+        (bounded) until it may judge credentials (:meth:`admit_with`); ``leased=False``: it judges them
+        on its own records (only for ``POST /admin/reloadconfig``: see evdb/http/app.py)."""
+        if leased:
+            await self._until_admitted()
+            principal = self.cached(login, password)
+            if principal is not None:
+                return principal
+        return await asyncio.to_thread(self.authenticate, login, password, leased=leased)
 
     def by_header(self, header: str) -> Principal | None:
         """The principal of an ``Authorization`` header value that :meth:`sign_in_header` or
@@ -347,12 +349,15 @@ class UserStore:
             self._remember_header(header, principal, changes)
         return principal
 
-    async def sign_in_header(self, header: str, login: str, password: str) -> Principal | None:
+    async def sign_in_header(
+        self, header: str, login: str, password: str, *, leased: bool = True
+    ) -> Principal | None:
         """:meth:`sign_in` of the credentials parsed from ``header``; a success is remembered under the
-        header's value for :meth:`by_header` (unless a user changed meanwhile)."""
+        header's value for :meth:`by_header` (unless a user changed meanwhile, or it was judged without a
+        lease)."""
         changes = self._changes
-        principal = await self.sign_in(login, password)
-        if principal is not None:
+        principal = await self.sign_in(login, password, leased=leased)
+        if principal is not None and leased:
             self._remember_header(header, principal, changes)
         return principal
 
@@ -365,17 +370,18 @@ class UserStore:
                     del headers[next(iter(headers))]
                 headers[header] = principal
 
-    def authenticate(self, login: str, password: str) -> Principal | None:
+    def authenticate(self, login: str, password: str, *, leased: bool = True) -> Principal | None:
         """The principal of these credentials, or None (unknown login, disabled, wrong password);
         UsersNotReady while no user was ever written here (the credentials cannot be judged yet).
         Blocking on a cache miss (reads the user's record, hashes the password): call off the loop,
         or through :meth:`sign_in`. UsersNotReady too while this node may not judge credentials
-        (:meth:`admit_with`)."""
-        if not self._admitted():
-            raise UsersNotReady(_NOT_ADMITTED)
-        principal = self.cached(login, password)
-        if principal is not None:
-            return principal
+        (:meth:`admit_with`), unless ``leased`` is False (then the cache is not used either)."""
+        if leased:
+            if not self._admitted():
+                raise UsersNotReady(_NOT_ADMITTED)
+            principal = self.cached(login, password)
+            if principal is not None:
+                return principal
         key = self._cache_key(login, password)
         with self._lock:
             changes = self._changes
@@ -392,8 +398,8 @@ class UserStore:
         if self._db.stream_state(f"$user-{login}").metadata.max_age is not None:
             return principal  # the record expires with time alone, no record telling: never cached
         with self._lock:
-            if self._changes != changes or self._changing:  # a user changed meanwhile: not cached
-                return principal
+            if self._changes != changes or self._changing or not leased:
+                return principal  # a user changed meanwhile, or judged without a lease: not cached
             self._cache[key] = principal
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)

@@ -210,6 +210,19 @@ async def test_with_no_leader_a_signed_in_caller_is_not_judged_and_told_to_retry
                     assert r.status_code == 503, (path, r.text)
                     assert r.headers["Retry-After"] == "1"
                     assert "sign-in lease" in r.text
+        # a reload and its outcome are judged on the node's own records all the same: the spec's rolling
+        # certificate update reloads nodes that cannot reach the others (evdb/http/app.py _WITHOUT_LEASE)
+        async with httpx.AsyncClient(base_url=node.http_url, auth=ADMIN, timeout=30) as c:
+            assert (await c.post("/admin/reloadconfig")).status_code == 200
+            assert (await c.get("/admin/certificates")).json()["lastReload"]["result"] in (
+                "Success",
+                "Failed",
+            )
+        async with httpx.AsyncClient(base_url=node.http_url, auth=("admin", "wrong"), timeout=30) as c:
+            assert (await c.post("/admin/reloadconfig")).status_code == 401
+            assert (await c.get("/admin/certificates")).status_code == 401
+        async with httpx.AsyncClient(base_url=node.http_url, auth=("admin", "changeit"), timeout=30) as c:
+            assert (await c.get("/streams/any")).status_code == 503  # data: still under the lease rule
 
 
 async def test_a_request_during_an_election_waits_for_the_new_leader():
