@@ -135,8 +135,12 @@ def _check(response: httpx.Response, what: str) -> httpx.Response:
 
 
 def _not_leader(response: httpx.Response) -> bool:
-    """A node's answer that it cannot take a write now: no leader, or a leader that stepped down."""
-    return response.status_code == 503 and "not the leader" in response.text
+    """A node's answer that it cannot take a write now: no leader, a leader that stepped down, or a node
+    not ready yet (503 with Retry-After: a new leader taking office, a member waiting for its sign-in
+    lease after an election)."""
+    return response.status_code == 503 and (
+        "not the leader" in response.text or "Retry-After" in response.headers
+    )
 
 
 class _Target:
