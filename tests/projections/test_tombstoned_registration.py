@@ -88,6 +88,7 @@ async def test_a_tombstoned_registration_stream_leaves_the_projections_running(t
             assert r.status_code == 200, r.text
             await _append(client, "cart-4")
             await until(lambda: _links(node, "$ce-cart") >= 4, "the projections after the restart", 30)
+            await until(lambda: _links(node, "$et-Made") >= 4, "the projections after the restart", 30)
             # from their checkpoints: no link written twice
             assert _links(node, "$ce-cart") == 4 and _links(node, "$et-Made") == 4
         finally:
