@@ -74,8 +74,8 @@ async def test_a_change_during_the_sign_in_is_not_remembered_and_the_cache_is_bo
     header = basic("alice", "alice-password")
     real = users.authenticate
 
-    def changed_meanwhile(login: str, password: str):
-        principal = real(login, password)
+    def changed_meanwhile(login: str, password: str, *, leased: bool = True):
+        principal = real(login, password, leased=leased)
         users.update("admin", "Administrator", ["$admins"])  # a change that lands during the sign-in
         return principal
 
