@@ -6,37 +6,15 @@ checkpoint (nothing emitted twice); restarting the subsystem works."""
 
 from __future__ import annotations
 
-import json
 import logging
-import uuid
 
 import httpx
 from waiting import until
 
 from evdb.clock import SystemClock
 from evdb.node import Node
-from evdb.options import load_options
 from evdb.projections.service import REGISTRATION_STREAM
-
-ADMIN = ("admin", "changeit")
-EVENTS = "application/vnd.eventstore.events+json"
-
-
-def _options(tmp_path):
-    return load_options(
-        [
-            "--db", str(tmp_path / "db"), "--log", str(tmp_path / "log"), "--insecure",
-            "--http-port", "0", "--stats-period-sec", "0", "--run-projections", "System",
-            "--start-standard-projections",
-        ],
-        {},
-    )  # fmt: skip
-
-
-async def _append(client: httpx.AsyncClient, stream: str) -> None:
-    body = json.dumps([{"eventId": str(uuid.uuid4()), "eventType": "Made", "data": {}}])
-    r = await client.post(f"/streams/{stream}", content=body, headers={"Content-Type": EVENTS})
-    assert r.status_code == 201, r.text
+from tests.projections.test_tombstoned_checkpoint_http import ADMIN, _append, _options
 
 
 def _links(node: Node, stream: str) -> int:
