@@ -1019,15 +1019,7 @@ class ClusterService:
             ),
         )
         granted, reason = answer.granted, answer.reason
-        if vote.pre_vote:  # a pre-vote changes nothing here
-            self.logger.info(
-                "Pre-vote for %s in term %d: %s",
-                vote.candidate_id,
-                vote.term,
-                "granted" if granted else f"refused ({reason})",
-            )
-            return {"granted": granted, "reason": reason, "term": self.term}
-        if answer.record:
+        if answer.record and not vote.pre_vote:  # a pre-vote changes nothing here
             # a voter in a new term takes nothing more from an older leader (its acks could confirm writes
             # the new leader does not have): the term is recorded first, so the gossip loop cannot
             # start following the old leader again while the replication session is being stopped
@@ -1035,7 +1027,8 @@ class ClusterService:
             self.voted_for = vote.candidate_id
             await self._stop_following()
         self.logger.info(
-            "Vote for %s in term %d: %s",
+            "%s for %s in term %d: %s",
+            "Pre-vote" if vote.pre_vote else "Vote",
             vote.candidate_id,
             vote.term,
             "granted" if granted else f"refused ({reason})",
