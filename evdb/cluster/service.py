@@ -477,13 +477,12 @@ class ClusterService:
             from evdb.cluster.peers import PeerClient
 
             client = getattr(node, "peer_client", None) or PeerClient(
-                lambda: node.tls, reset_interval=self.reset_interval, logger=self.logger, monotonic=monotonic
+                node, logger=self.logger, clock=node.clock
             )
             transport = HttpTransport(
                 host=self.replication_host,
                 port=self.replication_port,
-                tls=lambda: node.tls,
-                reserved_common_name=o.certificate_reserved_node_common_name,
+                settings=node,
                 logger=self.logger,
                 client=client,
             )

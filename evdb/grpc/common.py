@@ -214,13 +214,13 @@ def grpc_error(services: ApiServices, exc: BaseException) -> GRPCError:
         return access_denied()
     if isinstance(exc, EventTooLarge) and exc.limit is None:
         # KurrentDB's trailer names the limit (the Node.js client reads it): the database's MaxAppendSize
-        db = getattr(services, "db", None)
+        db = services.database.db
         if db is not None:
             exc = EventTooLarge(str(exc), limit=min(db.config.max_append_size, 2**31 - 1))
     known = status_of(exc)  # the one table of statuses (evdb/errors.py), shared with HTTP
     if known is not None:
         return kurrent_error(Status[known[1]], str(exc), trailers_of(exc))
-    if getattr(services, "db", None) is None:  # a follower cutting a diverged tail: a moment, not a fault
+    if services.database.db is None:  # a follower cutting a diverged tail: a moment, not a fault
         return GRPCError(Status.UNAVAILABLE, DatabaseReopening.MESSAGE)
     resource = resource_status(exc)  # a full disk, no descriptor left: the same rule as HTTP's
     if resource is not None:

@@ -178,8 +178,7 @@ class Node:
         return HttpTransport(
             host=o.replication_ip or self.host,
             port=o.replication_port,
-            tls=lambda: self.settings.tls,
-            reserved_common_name=lambda: self.settings.options.certificate_reserved_node_common_name,
+            settings=self.settings,
             logger=self.logger,
             client=self.peer_client,
             # the HTTP port's connection options hold on the node-to-node listener too
@@ -191,12 +190,10 @@ class Node:
         )
 
     def _settings_changed(self, options: Options, tls: NodeTls | None) -> None:
-        """A reload's new settings reach the parts that keep a copy: ConnectionResetInterval."""
-        interval = float(options.connection_reset_interval)
-        if self.peer_client is not None:
-            self.peer_client.reset_interval = interval
+        """A reload's new settings reach the part that keeps a copy: the replication stream's
+        ConnectionResetInterval (the peer client and the node-to-node listener read theirs at use)."""
         if self.cluster is not None:
-            self.cluster.reset_interval = interval
+            self.cluster.reset_interval = float(options.connection_reset_interval)
 
     # -- addresses -------------------------------------------------------------------------------------
     @property
@@ -403,9 +400,7 @@ class Node:
             "Opening the database %s", "in memory" if o.mem_db else f"in {o.db} (index {o.index})"
         )
         # the node's one client for calls to other nodes (cluster, auto-scavenge): a reload reaches it
-        self.peer_client = PeerClient(
-            lambda: self.tls, reset_interval=float(o.connection_reset_interval), logger=self.logger
-        )
+        self.peer_client = PeerClient(self.settings, logger=self.logger, clock=self.clock)
         self.license = load_license(o, self.logger, self.clock.time())
         # may refuse to start (earlier plugin form)
         auto_scavenge = self.auto_scavenge = create_auto_scavenge(

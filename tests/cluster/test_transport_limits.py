@@ -15,6 +15,7 @@ import gzip
 import json
 import logging
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 
 import pytest
 from waiting import until
@@ -46,8 +47,9 @@ async def listener() -> AsyncIterator[tuple[HttpTransport, Handlers]]:
     transport = HttpTransport(
         host="127.0.0.1",
         port=0,
-        tls=lambda: None,
-        reserved_common_name="node",
+        settings=SimpleNamespace(
+            tls=None, options=SimpleNamespace(certificate_reserved_node_common_name="node")
+        ),
         logger=logging.getLogger("test.transport"),
         client=None,  # type: ignore[arg-type]  # only the listener is used
         limits=ListenerLimits(max_connections=4, head_timeout=1.0, keepalive_timeout=130.0),
