@@ -26,6 +26,7 @@ from evdb.http.bodies import read_body
 if TYPE_CHECKING:
     import logging
 
+    from evdb.clock import Clock
     from evdb.cluster.peers import PeerClient
     from evdb.grpc.dispatch import ConnectionLimit
     from evdb.tls.reload import ReloadableSettings, SwappableServerContext
@@ -186,6 +187,7 @@ class HttpTransport:
         host: str,
         port: int,
         settings: ReloadableSettings,
+        clock: Clock,
         logger: logging.Logger,
         client: PeerClient,
         limits: ListenerLimits | None = None,
@@ -195,6 +197,7 @@ class HttpTransport:
         self.host = host
         self.port = port
         self._settings = settings
+        self._clock = clock
         self.logger = logger
         self.client = client  # the node's one node-to-node client (evdb/cluster/peers.py)
         self.limits = limits or ListenerLimits()
@@ -234,7 +237,7 @@ class HttpTransport:
             handler_cancellation=True,
             auto_decompress=False,
             keepalive_timeout=limits.keepalive_timeout,
-            logger=ServerLog(self.logger),
+            logger=ServerLog(self.logger, self._clock),
         )
         await self._runner.setup()
         self.connections = ConnectionLimit(

@@ -45,7 +45,6 @@ import logging
 import os
 import ssl
 import threading
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -55,6 +54,7 @@ from urllib.parse import quote
 import aiohttp
 
 from evdb.client_retry import REQUIRE_LEADER, LeaderRetry, leader_from_gossip, member_urls, not_leader
+from evdb.clock import Clock, SystemClock
 from evdb.mirror.state import Checkpoint, CheckpointError, MirrorLock, MirrorPaths, utc_now, write_status
 from evdb.streams import MAX_EVENT_NUMBER, is_metastream, original_stream_of
 
@@ -295,9 +295,13 @@ class _Segment:
 class Mirror:
     """One mirror process: subscription, appends, checkpoint, status file, metrics endpoint."""
 
-    def __init__(self, settings: MirrorSettings, logger: logging.Logger | None = None) -> None:
+    def __init__(
+        self, settings: MirrorSettings, logger: logging.Logger | None = None, *, clock: Clock | None = None
+    ) -> None:
+        """``clock``: what paces checkpoints, status lines and retries (the real one unless given)."""
         self.settings = settings
         self.logger = logger or _log
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self.paths = settings.paths
         self.lock = MirrorLock(self.paths.lock)
         self.checkpoint: Checkpoint | None = None
@@ -327,10 +331,10 @@ class Mirror:
         self._saving: asyncio.Future | None = None  # the checkpoint save under way in a worker thread
         self._file_lock = threading.Lock()
         self._written_position = -1
-        self._saved_at = time.monotonic()
+        self._saved_at = self.clock.monotonic()
         self._saved_events = 0
         self._start_events = 0
-        self._started = time.monotonic()
+        self._started = self.clock.monotonic()
 
     # -- status ----------------------------------------------------------------------------------------
     @property
@@ -353,7 +357,7 @@ class Mirror:
         return max(0.0, self.primary_head_time - self.last_event_time)
 
     def events_per_second(self) -> float:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         samples = [s for s in self._rate_samples if now - s[0] <= 10.0]
         if not samples:
             return 0.0
@@ -384,7 +388,7 @@ class Mirror:
             "tombstones": self.tombstones,
             "appends": self.appends,
             "eventsPerSecond": round(self.events_per_second(), 1),
-            "uptimeSeconds": round(time.monotonic() - self._started, 1),
+            "uptimeSeconds": round(self.clock.monotonic() - self._started, 1),
             "lastError": self.last_error,
             "metricsUrl": self.metrics_url,
             "checkpoint": str(self.paths.checkpoint),
@@ -457,7 +461,7 @@ class Mirror:
         )
         self._saved_position = self.position
         self._saved_events = self.events_copied
-        self._saved_at = time.monotonic()
+        self._saved_at = self.clock.monotonic()
         return self.checkpoint
 
     def _write_checkpoint(self, checkpoint: Checkpoint) -> None:
@@ -480,7 +484,7 @@ class Mirror:
             return
         s = self.settings
         by_count = self.events_copied - self._saved_events >= s.checkpoint_events
-        if not (by_count or time.monotonic() - self._saved_at >= s.checkpoint_seconds):
+        if not (by_count or self.clock.monotonic() - self._saved_at >= s.checkpoint_seconds):
             return
         if self._saving is not None:
             if not self._saving.done() and not by_count:
@@ -798,7 +802,7 @@ class Mirror:
         self.events_skipped += skipped
         self.position = done.last["position"]
         self.last_event_time = _event_time(done.last) or self.last_event_time
-        self._rate_samples.append((time.monotonic(), self.events_copied))
+        self._rate_samples.append((self.clock.monotonic(), self.events_copied))
 
     async def _request(self, target: Side, method: str, url: str, **kwargs) -> Reply:
         """One request to the secondary, at its leader: a write asks for the leader
@@ -807,7 +811,7 @@ class Mirror:
         (evdb/client_retry.py); past that it is a transient problem (the mirror reconnects)."""
         if method != "GET":
             kwargs["headers"] = {**kwargs.get("headers", {}), **REQUIRE_LEADER}
-        retry = LeaderRetry(self.settings.leader_retry_seconds)
+        retry = LeaderRetry(self.settings.leader_retry_seconds, clock=self.clock)
         while True:
             try:
                 response = await target.request(method, url, **kwargs)
@@ -1002,15 +1006,15 @@ class Mirror:
     # -- status loop and metrics endpoint --------------------------------------------------------------
     async def _status_loop(self, stop: asyncio.Event) -> None:
         s = self.settings
-        last_line = time.monotonic()
+        last_line = self.clock.monotonic()
         async with s.source.side(read_timeout=5.0) as source:
             while True:
                 await self._poll_primary_head(source)
                 if self.checkpoint is not None:
                     await self._maybe_save_checkpoint()
                 self._write_status()
-                if s.status_line_seconds and time.monotonic() - last_line >= s.status_line_seconds:
-                    last_line = time.monotonic()
+                if s.status_line_seconds and self.clock.monotonic() - last_line >= s.status_line_seconds:
+                    last_line = self.clock.monotonic()
                     self.logger.info("%s", self.status_line())
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=s.status_seconds)

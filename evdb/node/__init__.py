@@ -114,6 +114,7 @@ class Node:
                 projections=lambda: self.projections,
             ),
             load_metrics_config(options.config),
+            clock=self.clock,
         )
         self.server_tls: SwappableServerContext | None = None  # the HTTP port's (evdb/tls/reload.py)
         # POST /admin/reloadconfig and SIGHUP
@@ -179,6 +180,7 @@ class Node:
             host=o.replication_ip or self.host,
             port=o.replication_port,
             settings=self.settings,
+            clock=self.clock,
             logger=self.logger,
             client=self.peer_client,
             # the HTTP port's connection options hold on the node-to-node listener too
@@ -321,7 +323,7 @@ class Node:
             page_size_kib=o.scavenge_backend_page_size // 1024,  # the option is in bytes, as KurrentDB
             cache_size_bytes=o.scavenge_backend_cache_size,
             set_status=lambda status: self.set_status("Scavenge", status),
-            wall_clock=self.clock.time,
+            clock=self.clock,
         )
         await asyncio.to_thread(scavenge.mark_interrupted)
 
@@ -484,7 +486,9 @@ class Node:
             handler_cancellation=True,
             auto_decompress=False,
             keepalive_timeout=float(self.options.http_keep_alive_timeout),  # the lean path's too
-            logger=ServerLog(self.logger),  # aiohttp's lines name the node; refusals counted (heads.py)
+            logger=ServerLog(
+                self.logger, self.clock
+            ),  # aiohttp's lines name the node; refusals counted (heads.py)
         )
         await self._runner.setup()
         for sock in sockets:

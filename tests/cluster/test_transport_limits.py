@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import pytest
 from waiting import until
 
+from evdb.clock import SystemClock
 from evdb.cluster.transport import Channel, HttpTransport, ListenerLimits
 from evdb.grpc.dispatch import REFUSED
 from evdb.http.heads import head_begun_at
@@ -50,6 +51,7 @@ async def listener() -> AsyncIterator[tuple[HttpTransport, Handlers]]:
         settings=SimpleNamespace(
             tls=None, options=SimpleNamespace(certificate_reserved_node_common_name="node")
         ),
+        clock=SystemClock(),
         logger=logging.getLogger("test.transport"),
         client=None,  # type: ignore[arg-type]  # only the listener is used
         limits=ListenerLimits(max_connections=4, head_timeout=1.0, keepalive_timeout=130.0),
