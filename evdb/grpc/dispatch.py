@@ -166,8 +166,8 @@ class GrpcServer:
 
     def __init__(self, services: ApiServices) -> None:
         from evdb.grpc.cluster import GossipService, OperationsService
-        from evdb.grpc.common import KurrentServer
         from evdb.grpc.persistent import PersistentSubscriptionsService
+        from evdb.grpc.server import KurrentServer
         from evdb.grpc.streams import StreamsService
 
         self.services = services

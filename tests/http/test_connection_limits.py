@@ -28,8 +28,8 @@ from grpclib.const import Status
 from waiting import until, wait_until
 
 from evdb.clock import SystemClock
-from evdb.grpc.common import grpc_error
 from evdb.grpc.dispatch import REFUSED, connection_limit
+from evdb.grpc.errors import grpc_error
 from evdb.http.answers import error_answer
 from evdb.node import Node
 from evdb.options import load_options
