@@ -43,13 +43,13 @@ import json
 import logging
 import os
 import threading
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import aiohttp
 
+from evdb.clock import Clock, SystemClock
 from evdb.mirror.metrics import start_metrics
 from evdb.mirror.plan import Action, is_barrier, is_primary_own_stream, plan_actions, plan_segments
 from evdb.mirror.secondary import SecondaryWriter
@@ -102,9 +102,13 @@ class _Segment:
 class Mirror:
     """One mirror process: subscription, appends, checkpoint, status file, metrics endpoint."""
 
-    def __init__(self, settings: MirrorSettings, logger: logging.Logger | None = None) -> None:
+    def __init__(
+        self, settings: MirrorSettings, logger: logging.Logger | None = None, *, clock: Clock | None = None
+    ) -> None:
+        """``clock``: what paces checkpoints, status lines and retries (the real one unless given)."""
         self.settings = settings
         self.logger = logger or _log
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self.paths = settings.paths
         self.lock = MirrorLock(self.paths.lock)
         self.checkpoint: Checkpoint | None = None
@@ -133,11 +137,13 @@ class Mirror:
         self._saving: asyncio.Future | None = None  # the checkpoint save under way in a worker thread
         self._file_lock = threading.Lock()
         self._written_position = -1
-        self._saved_at = time.monotonic()
+        self._saved_at = self.clock.monotonic()
         self._saved_events = 0
         self._start_events = 0
-        self._started = time.monotonic()
-        self.secondary = SecondaryWriter(settings, self.logger, self._replaying, self._note_problem)
+        self._started = self.clock.monotonic()
+        self.secondary = SecondaryWriter(
+            settings, self.logger, self.clock, self._replaying, self._note_problem
+        )
 
     def _note_problem(self, problem: str) -> None:
         self.last_error = problem
@@ -163,7 +169,7 @@ class Mirror:
         return max(0.0, self.primary_head_time - self.last_event_time)
 
     def events_per_second(self) -> float:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         samples = [s for s in self._rate_samples if now - s[0] <= 10.0]
         if not samples:
             return 0.0
@@ -194,7 +200,7 @@ class Mirror:
             "tombstones": self.tombstones,
             "appends": self.appends,
             "eventsPerSecond": round(self.events_per_second(), 1),
-            "uptimeSeconds": round(time.monotonic() - self._started, 1),
+            "uptimeSeconds": round(self.clock.monotonic() - self._started, 1),
             "lastError": self.last_error,
             "metricsUrl": self.metrics_url,
             "checkpoint": str(self.paths.checkpoint),
@@ -267,7 +273,7 @@ class Mirror:
         )
         self._saved_position = self.position
         self._saved_events = self.events_copied
-        self._saved_at = time.monotonic()
+        self._saved_at = self.clock.monotonic()
         return self.checkpoint
 
     def _write_checkpoint(self, checkpoint: Checkpoint) -> None:
@@ -290,7 +296,7 @@ class Mirror:
             return
         s = self.settings
         by_count = self.events_copied - self._saved_events >= s.checkpoint_events
-        if not (by_count or time.monotonic() - self._saved_at >= s.checkpoint_seconds):
+        if not (by_count or self.clock.monotonic() - self._saved_at >= s.checkpoint_seconds):
             return
         if self._saving is not None:
             if not self._saving.done() and not by_count:
@@ -610,7 +616,7 @@ class Mirror:
         self.events_skipped += skipped
         self.position = done.last["position"]
         self.last_event_time = _event_time(done.last) or self.last_event_time
-        self._rate_samples.append((time.monotonic(), self.events_copied))
+        self._rate_samples.append((self.clock.monotonic(), self.events_copied))
 
     def _replaying(self) -> bool:
         """Whether the events now copied may have been copied by an earlier run: a save starts at
@@ -625,15 +631,15 @@ class Mirror:
     # -- status loop and metrics endpoint --------------------------------------------------------------
     async def _status_loop(self, stop: asyncio.Event) -> None:
         s = self.settings
-        last_line = time.monotonic()
+        last_line = self.clock.monotonic()
         async with s.source.side(read_timeout=5.0) as source:
             while True:
                 await self._poll_primary_head(source)
                 if self.checkpoint is not None:
                     await self._maybe_save_checkpoint()
                 self._write_status()
-                if s.status_line_seconds and time.monotonic() - last_line >= s.status_line_seconds:
-                    last_line = time.monotonic()
+                if s.status_line_seconds and self.clock.monotonic() - last_line >= s.status_line_seconds:
+                    last_line = self.clock.monotonic()
                     self.logger.info("%s", self.status_line())
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=s.status_seconds)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from urllib.parse import quote
 
 from evdb.client_retry import REQUIRE_LEADER, LeaderRetry, leader_from_gossip, member_urls, not_leader
+from evdb.clock import Clock
 from evdb.mirror.sides import CONNECTION_ERRORS, MirrorError, MirrorSettings, Reply, Side, Transient
 from evdb.streams import MAX_EVENT_NUMBER, is_metastream, original_stream_of
 
@@ -28,11 +29,13 @@ class SecondaryWriter:
         self,
         settings: MirrorSettings,
         logger: logging.Logger,
+        clock: Clock,
         replaying: Callable[[], bool],
         note_problem: Callable[[str], None],
     ) -> None:
         self.settings = settings
         self.logger = logger
+        self.clock = clock
         self._replaying = replaying
         self._note_problem = note_problem
         self.writing_to: str | None = None  # the secondary's node the appends go to (its leader)
@@ -44,7 +47,7 @@ class SecondaryWriter:
         (evdb/client_retry.py); past that it is a transient problem (the mirror reconnects)."""
         if method != "GET":
             kwargs["headers"] = {**kwargs.get("headers", {}), **REQUIRE_LEADER}
-        retry = LeaderRetry(self.settings.leader_retry_seconds)
+        retry = LeaderRetry(self.settings.leader_retry_seconds, clock=self.clock)
         while True:
             try:
                 response = await target.request(method, url, **kwargs)
