@@ -35,6 +35,7 @@ from tui.calls import (
     resume_auto_scavenge,
     stop_scavenge,
 )
+from tui.client import HttpNodeClient, NodeClient
 from tui.collector import MirrorCollector, NodeCollector, json_or_text, member_url, normalise_url
 from tui.dialogs import (
     BackupDialog,
@@ -282,7 +283,8 @@ class DashboardApp(App[str | None]):
         #: ``--mirror``: evdb mirror processes shown under the cluster members (URL or status file)
         self.mirror_sources = list(dict.fromkeys(mirrors))
         self.mirror_collectors: list[MirrorCollector] = []
-        self.client: httpx.AsyncClient | None = None
+        #: the one way to the nodes (tui/client.py), made when the app mounts
+        self.client: NodeClient | None = None
         self._specs = list(nodes)
         self._extra_log_dirs = list(log_dirs)
         self._rendered: dict[str, Any] = {}
@@ -367,7 +369,7 @@ class DashboardApp(App[str | None]):
         return max(40, self.size.width - 4)
 
     async def on_mount(self) -> None:
-        self.client = self.connection.client()
+        self.client = HttpNodeClient(self.connection.client(), timeout=self.connection.timeout)
         self._refresh_local(force=True)
         self.sub_title = "read-only" if self.state.readonly else ""
         for node in self.state.ordered():
@@ -1124,10 +1126,11 @@ class DashboardApp(App[str | None]):
         )
 
     def _start_routine(self, items: list[RoutineItem]) -> None:
+        assert self.client is not None
         routine = FollowersFirst(
             items,
             send=self._request,
-            get=self._get,
+            client=self.client,
             clock=self.clock,
             interval=min(self.interval, 1.0),
             on_change=self._routine_changed,
@@ -1167,12 +1170,6 @@ class DashboardApp(App[str | None]):
 
     def _label_of(self, endpoint: str) -> str:
         return endpoint_labels(self.state).get(endpoint, (endpoint, ""))[0]
-
-    async def _get(self, url: str) -> httpx.Response:
-        assert self.client is not None
-        return await self.client.get(
-            url, headers={"Accept": "application/json"}, timeout=self.connection.timeout
-        )
 
     def action_quit_dashboard(self) -> None:
         if self.cluster_dir is None:
@@ -1276,13 +1273,7 @@ class DashboardApp(App[str | None]):
         node = self.state.nodes.get(call.node_url)
         label = node.label if node else call.node_url
         try:
-            response = await self.client.request(
-                call.method,
-                call.url,
-                headers=dict(call.headers),
-                json=call.json_body,
-                timeout=max(self.connection.timeout, 120.0),
-            )
+            response = await self.client.send(call)
         except httpx.HTTPError as exc:
             self.state.add_activity(
                 Activity(self.clock.time(), label, call.request_line(), None, str(exc) or type(exc).__name__)
