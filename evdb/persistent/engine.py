@@ -21,7 +21,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from evdb.clock import Clock
@@ -31,6 +31,7 @@ from evdb.persistent.model import (
     LIVE,
     EventSource,
     GroupSettings,
+    OutstandingMessage,
     ResolvedEvent,
     checkpoint_stream,
     group_key,
@@ -98,20 +99,6 @@ class Io:
     @property
     def busy(self) -> int:
         return len(self._tasks)
-
-
-@dataclass(frozen=True, slots=True)
-class OutstandingMessage:
-    resolved: ResolvedEvent
-    retry_count: int = 0
-    is_replayed: bool = False  # a parked message being replayed
-    sequence: int | None = None
-    position: int | None = None
-    previous_position: int | None = None
-
-    @property
-    def event_id(self) -> bytes:
-        return self.resolved.event_id
 
 
 class StreamBuffer:
