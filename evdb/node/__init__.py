@@ -37,6 +37,7 @@ from evdb.licensing.loading import check_license
 from evdb.logs import close_node_logging, configure_node_logging
 from evdb.metrics import NodeMetrics, NodeSources
 from evdb.metrics_config import load_metrics_config
+from evdb.node.cluster_host import NodeClusterHost
 from evdb.options import Options, deprecation_warnings, effective_configuration
 from evdb.persistent import DatabaseStore, PersistentSubscriptionService
 from evdb.projections import SystemProjections
@@ -189,6 +190,21 @@ class Node:
                 float(o.http_request_head_timeout),
                 float(o.http_keep_alive_timeout),
             ),
+        )
+
+    def _cluster_host(self) -> NodeClusterHost:
+        """What the cluster service is given of this node (once the HTTP port is bound)."""
+        return NodeClusterHost(
+            name=self.name,
+            instance_id=self.instance_id,
+            logger=self.logger,
+            clock=self.clock,
+            settings=self.settings,
+            addresses=self.addresses,
+            database=self.opened,
+            replication_log=self.replication_log,
+            on_became_leader=self.on_became_leader,
+            truncate_and_reopen=self.truncate_and_reopen,
         )
 
     def _settings_changed(self, options: Options, tls: NodeTls | None) -> None:
@@ -421,7 +437,8 @@ class Node:
         await self._open_database()
         sockets = self._bind_sockets()
         self.persistent.logger = self.logger
-        self.cluster = ClusterService(self, transport=self._peer_transport())
+        # the node-to-node side gets its own port, not the node (evdb/node/cluster_host.py)
+        self.cluster = ClusterService(self._cluster_host(), transport=self._peer_transport())
         self._admit_sign_ins()
         await self.cluster.start()
         self.persistent.run()
