@@ -37,10 +37,11 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from evdb.cluster.advertising import CLIENT_HOST, CLIENT_PORT, cluster_member
 from evdb.cluster.catchup import common_point, shared_end
-from evdb.cluster.commit import follower_readable, leader_commit, majority_end
+from evdb.cluster.commit import follower_readable
 from evdb.cluster.election import LogStanding, VoteRequest
 from evdb.cluster.elector import Elector, Follow, LeaderLost, Member, Own, Stand, StepDown
 from evdb.cluster.forwarding import RemoteWriter, decode_write, encode_error, encode_result
+from evdb.cluster.leadership import Leadership, Progress, unacked_window
 from evdb.cluster.lease import LeaseGrantor, LeaseHolder, SecurityWatch
 from evdb.cluster.replica import ChunkLogReplication, ReplicationLog
 from evdb.cluster.transport import Channel, HttpTransport, Message, PeerError, Transport
@@ -376,17 +377,13 @@ def _records_batch(first: bytes, inbox: _Inbox) -> tuple[list[tuple[int, bytes]]
 
 
 @dataclass
-class _FollowerLink:
-    voting: bool
-    acked: int
+class _FollowerLink(Progress):
+    """A subscribed follower: its progress (the leadership machine's) and its stream."""
+
     #: set at each acknowledgement: wakes a sender whose SEND_WINDOW is full
     ack_arrived: asyncio.Event = field(default_factory=asyncio.Event)
     #: the stream, once the follower was told it is subscribed (commit messages go to it from then on)
     channel: Channel | None = None
-    #: the highest commit position this follower was sent in a commit message
-    commit_sent: int = -1
-    #: its instance id
-    name: str = ""
 
 
 class ClusterService:
@@ -433,24 +430,21 @@ class ClusterService:
             rng=self.rng,
             now=self._now(),
         )
-        self._followers: dict[str, _FollowerLink] = {}
         #: sign-in leases (evdb/cluster/lease.py): those this node grants as leader, the one it holds
         #: from its leader, and the gate's security writes (found by the database's visibility watch)
         self.leases = LeaseGrantor(self.gossip_timeout, self.cluster_size)
         self.lease = LeaseHolder(self.gossip_timeout)
         self._security_watch = SecurityWatch()
-        self._security_gated: set[int] = set()  # gate positions of security writes
-        self._lease_held: list[tuple[int, list]] = []  # security writes a majority holds, held for leases
         self._lease_timer: asyncio.TimerHandle | None = None
-        #: answers held until a majority has their position, in position order (the writer appends)
-        self._gate: collections.deque[tuple[int, list]] = collections.deque()
+        #: the leader's decisions (pure): followers' progress, the write gate, the commit position,
+        #: shipping before the sync (evdb/cluster/leadership.py)
+        self.leadership = Leadership(self.cluster_size, self.leases)
         #: a follower: the highest commit position its leader sent in this replication stream (reads
         #: see up to it, or up to this log's durable end when that is lower: see _take_commit)
         self._leader_commit = -1
         self._readable_heard = -1  # the readable position the commit listener last passed on
         self._notify_pending = False  # a _notify_commit is scheduled and has not started
-        #: set by :meth:`stop`: answers gated afterwards are refused at once (none would release them)
-        self._gate_closed = False
+        #: held around the leadership machine's gate (the writer thread and the event loop use it)
         self._gate_lock = threading.Lock()
         self._committed = asyncio.Event()
         self._follow_task: asyncio.Task | None = None
@@ -465,14 +459,6 @@ class ClusterService:
         #: the cluster-wide commit position as this node knows it (a leader: what a majority holds
         #: since its epoch; a follower: what its leader said); reads never go past it
         self.commit_position = -1
-        self._own_epoch_position = -1  # the epoch record this node wrote on taking office
-        #: a leader's records written and being synced, shipped to followers meanwhile: (the database,
-        #: the end its writer announced through Database.before_sync), or None
-        self._ship_upto: tuple[Any, int] | None = None
-        #: a sync of records already shipped failed (they are rolled back here): this node writes
-        #: nothing more until it takes office again, and steps down
-        self._sync_failed = False
-        self._sync_failures = 0
         if transport is None:
             from evdb.cluster.peers import PeerClient
 
@@ -492,6 +478,23 @@ class ClusterService:
         self._reopening: asyncio.Future | None = None  # a truncate-and-reopen under way
 
     # -- facts -----------------------------------------------------------------------------------------
+    @property
+    def _followers(self) -> dict[str, Any]:
+        """The subscribed followers' links by instance id (the leadership machine's)."""
+        return self.leadership.followers
+
+    @property
+    def _own_epoch_position(self) -> int:
+        return self.leadership.own_epoch_position
+
+    @_own_epoch_position.setter
+    def _own_epoch_position(self, position: int) -> None:
+        self.leadership.own_epoch_position = position
+
+    @property
+    def _leading(self) -> bool:
+        return self.state in ("Leader", "ResigningLeader")
+
     @property
     def db(self) -> Database:
         db = self.node.db
@@ -629,7 +632,7 @@ class ClusterService:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._notify_pending = False
-        self._gate_closed = False
+        self.leadership.closed = False
         self.replication_port = await self.transport.start(self)
         self._attach()
         self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)
@@ -644,7 +647,7 @@ class ClusterService:
         db.add_commit_listener(self._on_commit)
         # only a leader under its own epoch writes a client's records (never a node taking office),
         # and not after a failed sync of records it shipped (see _before_sync)
-        db.write_permit = lambda: self.state in ("Leader", "ResigningLeader") and not self._sync_failed
+        db.write_permit = lambda: self.leadership.may_write(self._leading)
         if self.cluster_size > 1:
             db.replication_gate = self._gate_answers
             db.add_visibility_watch(self._security_watch)  # which gated groups wrote a security stream
@@ -664,7 +667,7 @@ class ClusterService:
         self._tasks.clear()
         self._follow_task = None
         with self._gate_lock:
-            self._gate_closed = True
+            self.leadership.closed = True
         self._fail_gate(NotLeader())
         if self.node.db is not None:
             self.db.remove_commit_listener(self._on_commit)
@@ -714,16 +717,13 @@ class ClusterService:
         keeps whatever a majority holds (a voter refuses a candidate whose log is behind its own)."""
         loop = self._loop
         if end < 0:
-            self._sync_failed = True
-            self._ship_upto = None
-            self._sync_failures += 1
+            self.leadership.shipped_sync_failed()
             if loop is not None and not loop.is_closed():
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(self._after_failed_sync)
             return
-        if self.state not in ("Leader", "ResigningLeader"):
+        if not self.leadership.written(db, end, self._leading):
             return
-        self._ship_upto = (db, end)
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._wake_senders)
@@ -744,15 +744,8 @@ class ClusterService:
 
     def _notify_commit(self) -> None:
         self._notify_pending = False  # first: a commit from now on schedules another run
-        ship = self._ship_upto
         db = self.node.db
-        if (
-            ship is None
-            or db is None
-            or ship[0] is not db
-            or db.committed_position > ship[1]
-            or self.state not in ("Leader", "ResigningLeader")
-        ):
+        if db is None or not self.leadership.senders_wait_for(db, db.committed_position, self._leading):
             self._wake_senders()
         # else a leader's sync ended of records its senders were woken for before it (_before_sync):
         # waking them again would find nothing new to ship
@@ -800,7 +793,7 @@ class ClusterService:
         message = _COMMIT.pack(position)
         for link in self._followers.values():
             channel = link.channel
-            if channel is None or link.commit_sent >= position or channel.closed:
+            if channel is None or not self.leadership.commit_due(link, position) or channel.closed:
                 continue
             try:
                 channel.post_bytes(message)
@@ -1042,8 +1035,7 @@ class ClusterService:
         # before it would sit between the previous epoch's records and this one, where no follower's
         # log has it, and the common point would be computed wrong
         self.state = "PreLeader"
-        self._ship_upto = None
-        self._sync_failed = False  # a new office: its epoch record goes after what this log holds
+        self.leadership.taking_office()
         try:
             await self._stop_following()
             self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)  # type: ignore[arg-type]
@@ -1088,7 +1080,7 @@ class ClusterService:
         # the state first: from here on the gate refuses the writes still in the writer's pipeline,
         # and _fail_gate refuses those it holds (see _gate_answers)
         self.state = "Unknown"
-        self._ship_upto = None
+        self.leadership.left_office()
         self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)  # type: ignore[arg-type]
         if self.cluster_size == 1:
             self.db.replication_gate = None
@@ -1108,12 +1100,10 @@ class ClusterService:
         NotLeader (answering it would acknowledge a write no majority holds); other results (records
         replicated from the leader) are answered at once."""
         with self._gate_lock:
-            leading = self.state in ("Leader", "ResigningLeader") and not self._gate_closed
-            if self._security_watch.take() and leading:  # answered once the leases allow it too
-                self._security_gated.add(position)
-                self.leases.security_written(position)
+            leading = self._leading and not self.leadership.closed
+            security = self._security_watch.take()  # answered once the leases allow it too
             if leading:
-                self._gate.append((position, answers))
+                self.leadership.hold(position, answers, security)
         if leading:
             self._schedule_notify()  # releases the gate (one wake-up with the commit listener's)
             return
@@ -1126,68 +1116,36 @@ class ClusterService:
                 future.set_result(result)
 
     def majority_position(self) -> int:
-        acks = [link.acked for link in self._followers.values() if link.voting]
-        return majority_end(self.db.committed_position, acks, self.cluster_size)
+        return self.leadership.majority_position(self.db.committed_position)
 
     def _release_gate(self) -> None:
-        if self.state not in ("Leader", "ResigningLeader"):
+        """Give the answers a majority (and the leases) now allow, after telling the followers the new
+        commit position (read your writes on followers: see the rule at the top)."""
+        if not self._leading:
             return
-        confirmed = self.majority_position()
-        # only past its own epoch record (Raft's rule: evdb/cluster/commit.py)
-        commit = leader_commit(confirmed, self._own_epoch_position)
-        if commit is not None:
-            self._advance_commit(commit)
-        if not self._gate:
-            if self._lease_held:
-                self._release_leased()
-            return
-        ready = []
         with self._gate_lock:
-            while self._gate and self._gate[0][0] <= confirmed:
-                ready.append(self._gate.popleft())
-            gated = self._security_gated
-            if gated:  # security writes wait for the leases as well (evdb/cluster/lease.py)
-                for entry in [entry for entry in ready if entry[0] in gated]:
-                    gated.discard(entry[0])
-                    ready.remove(entry)
-                    self._lease_held.append(entry)
-        for _, answers in ready:
+            release = self.leadership.release(self.db.committed_position, self._now())
+        if release.commit is not None:
+            self._advance_commit(release.commit)
+        for answers in release.answers:
             for future, result in answers:
                 if not future.done():
                     future.set_result(result)
-        if self._lease_held:
-            self._release_leased()
+        if release.leases_checked:
+            self._cancel_lease_timer()
+        if release.recheck_in is not None and self._loop is not None:
+            self._lease_timer = self._loop.call_later(release.recheck_in, self._release_gate)
 
-    def _release_leased(self) -> None:
-        """Answer the security writes a majority holds once every member this leader granted a lease
-        holds them too or its lease lapsed; else look again when the next lease lapses."""
-        now = self._now()
-        acked = {name: link.acked for name, link in self._followers.items()}
-        held, self._lease_held = self._lease_held, []
-        for position, answers in held:
-            if not self.leases.releases(position, acked, now):
-                self._lease_held.append((position, answers))
-                continue
-            for future, result in answers:
-                if not future.done():
-                    future.set_result(result)
+    def _cancel_lease_timer(self) -> None:
         if self._lease_timer is not None:
             self._lease_timer.cancel()
             self._lease_timer = None
-        if self._lease_held and self._loop is not None:
-            delay = max(self.leases.next_release_check(now) - now, 0.0) + 0.001
-            self._lease_timer = self._loop.call_later(delay, self._release_gate)
 
     def _fail_gate(self, exc: Exception) -> None:
         with self._gate_lock:
-            held, self._gate = self._gate, collections.deque()
-            held.extend(self._lease_held)
-            self._lease_held = []
-            self._security_gated.clear()
-        if self._lease_timer is not None:
-            self._lease_timer.cancel()
-            self._lease_timer = None
-        for _, answers in held:
+            held = self.leadership.fail()
+        self._cancel_lease_timer()
+        for answers in held:
             for future, _ in answers:
                 if not future.done():
                     future.set_exception(
@@ -1206,9 +1164,7 @@ class ClusterService:
         self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)  # type: ignore[arg-type]
         deadline = self._now() + 5
         end = self.db.committed_position
-        while self._now() < deadline and any(
-            link.acked < end for link in self._followers.values() if link.voting
-        ):
+        while self._now() < deadline and self.leadership.followers_behind(end):
             await self._wait_for_commit(0.1)
         await self._step_down(resigning=True)
         return True
@@ -1328,7 +1284,8 @@ class ClusterService:
             await channel.send_json({"error": "not the leader"})
             return
         self.logger.info("Follower %s subscribed from position %d", follower, position)
-        link = self._followers[follower] = _FollowerLink(bool(hello.get("voting")), position, name=follower)
+        link = _FollowerLink(bool(hello.get("voting")), position, name=follower)
+        self.leadership.subscribed(link)
         await channel.send_json(
             {
                 "ok": True,
@@ -1353,8 +1310,7 @@ class ClusterService:
                 if not task.cancelled() and task.exception() is not None:
                     self.logger.warning("Replication to follower %s failed: %s", follower, task.exception())
             await channel.close()
-            if self._followers.get(follower) is link:
-                del self._followers[follower]
+            self.leadership.gone(link)
             self.logger.info("Follower %s disconnected", follower)
 
     async def _receive_acks(self, channel: Channel, link: _FollowerLink) -> None:
@@ -1373,7 +1329,7 @@ class ClusterService:
                 continue
             else:
                 return
-            link.acked = max(link.acked, acked)
+            self.leadership.acknowledged(link, acked)
             link.ack_arrived.set()
             self._release_gate()
 
@@ -1382,11 +1338,7 @@ class ClusterService:
         holds one itself, and the member holds every security write whose answer waits for it."""
         if self.state not in ("Leader", "ResigningLeader"):
             return
-        holding = max((position for position, _ in self._lease_held), default=-1)
-        grant = self.leases.grant(
-            link.name, link.voting, request, self._now(), acked=link.acked, holding=holding
-        )
-        await channel.send_json(grant)
+        await channel.send_json(self.leadership.grant_lease(link, request, self._now()))
 
     def admits_sign_in(self, unseen_user_records: bool) -> bool:
         """Whether this node may judge credentials now (evdb/cluster/lease.py): a leader while it holds
@@ -1415,11 +1367,10 @@ class ClusterService:
     async def _send_log(self, channel: Channel, position: int, follower: str, link: _FollowerLink) -> None:
         caught_up_sent = False
         unacked: collections.deque[int] = collections.deque()  # ends of the records messages out
-        while not channel.closed and self.state in ("Leader", "ResigningLeader") and not self._sync_failed:
+        leadership = self.leadership
+        while not channel.closed and leadership.may_write(self._leading):
             waiter = self._committed
-            while unacked and unacked[0] <= link.acked:
-                unacked.popleft()
-            if len(unacked) >= SEND_WINDOW:
+            if unacked_window(unacked, link.acked, SEND_WINDOW):
                 # the follower has enough to write: what comes meanwhile goes in one message at its
                 # next acknowledgement (after a second without one, it goes anyway)
                 link.ack_arrived.clear()
@@ -1435,10 +1386,9 @@ class ClusterService:
                 position = chunk.end_position
                 continue
             # what the writer has written and is syncing goes too (see _before_sync)
-            failures, ship = self._sync_failures, self._ship_upto
-            upto = ship[1] if ship is not None and ship[0] is self.node.db else None
+            failures, upto = leadership.sync_failures, leadership.ship_limit(self.node.db)
             start, frames, completed = self.replica.read_raw(position, _MAX_SEND, upto)
-            if self._sync_failures != failures:
+            if leadership.sync_failures != failures:
                 break  # a sync failed while the records were read: they may be being rolled back
             if completed is not None:
                 await channel.send_json({"complete": completed})
@@ -1760,7 +1710,7 @@ class ClusterService:
             "leaderId": self.leader_id,
             "term": self.term,
             "commitPosition": self.commit_position,
-            "followers": {k: {"voting": v.voting, "acked": v.acked} for k, v in self._followers.items()},
+            "followers": self.leadership.describe(),
             "elections": self.election_count,
             "lastElectionSeconds": self.last_election_seconds,
             "nodeId": str(uuid.UUID(str(self.node.instance_id))),
