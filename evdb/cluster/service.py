@@ -37,16 +37,24 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from evdb.cluster.advertising import CLIENT_HOST, CLIENT_PORT, cluster_member
 from evdb.cluster.catchup import common_point, shared_end
-from evdb.cluster.commit import follower_readable
 from evdb.cluster.election import LogStanding, VoteRequest
 from evdb.cluster.elector import Elector, Follow, LeaderLost, Member, Own, Stand, StepDown
+from evdb.cluster.following import (
+    MAX_BATCH,
+    RECORDS,
+    ChunkTransfer,
+    FollowerStream,
+    catch_up_verdict,
+    records_batch,
+    subscription,
+)
 from evdb.cluster.forwarding import RemoteWriter, decode_write, encode_error, encode_result
 from evdb.cluster.leadership import Leadership, Progress, unacked_window
 from evdb.cluster.lease import LeaseGrantor, LeaseHolder, SecurityWatch
 from evdb.cluster.replica import ChunkLogReplication, ReplicationLog
 from evdb.cluster.transport import Channel, HttpTransport, Message, PeerError, Transport
 from evdb.errors import CorruptedFile, DatabaseReopening, EvdbError, InvalidOption, NotLeader
-from evdb.storage.chunk import FOOTER_SIZE, HEADER_SIZE, Chunk
+from evdb.storage.chunk import Chunk
 from evdb.streams import AppendResult
 
 if TYPE_CHECKING:
@@ -72,7 +80,7 @@ _CHECKS_PER_MESSAGE = 2048
 
 _POSITION = struct.Struct("<q")
 #: a records message: ``int64 position | int64 the leader's commit position | framed records``
-_RECORDS = struct.Struct("<qq")
+_RECORDS = RECORDS
 #: a commit message: ``int64 the leader's commit position`` alone: the only binary message of exactly 8
 #: bytes from a leader (a records message has a 16-byte head, a chunk piece an 8-byte offset and at least
 #: one byte of the file), which is how a follower's reader tells it apart
@@ -87,7 +95,7 @@ _COMMIT = struct.Struct("<q")
 #: follower of different protocols refuse each other, each saying why, instead of misreading bytes.
 REPLICATION_PROTOCOL = 4
 _MAX_SEND = 1 << 20
-_MAX_BATCH = 16 << 20  # bytes of records messages a follower writes under one sync
+_MAX_BATCH = MAX_BATCH  # bytes of records messages a follower writes under one sync
 _CHUNK_PIECE = 1 << 20  # bytes of a chunk file per WebSocket message
 # Read your writes on followers (the rule): once the leader has answered a write, every follower that
 # held a durable copy of it when the leader answered shows it to any read that reaches it after the
@@ -139,23 +147,11 @@ class ChunkFileReceiver:
     database folder (or memory, for an in-memory database) until all have come."""
 
     def __init__(self, db: Database, header: dict, replica: ReplicationLog | None = None) -> None:
-        try:
-            info = header["chunkFile"]
-            self.file_name = str(info["fileName"])
-            self.start_number = int(info["startNumber"])
-            self.end_number = int(info["endNumber"])
-            self.size = int(info["size"])
-            self.checksum = bytes.fromhex(info["checksum"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"bad chunk file header from the leader: {header}") from exc
-        chunks = self.end_number - self.start_number + 1
-        # data plus a position map of 16 bytes per record (a record takes more than 16 bytes)
-        largest = HEADER_SIZE + 2 * chunks * db.config.chunk_size + FOOTER_SIZE
-        if self.start_number < 0 or chunks < 1 or not HEADER_SIZE + FOOTER_SIZE <= self.size <= largest:
-            raise ValueError(f"bad chunk file header from the leader: {header}")
+        self.transfer = transfer = ChunkTransfer(header, db.config.chunk_size)
+        self.file_name, self.size, self.checksum = transfer.file_name, transfer.size, transfer.checksum
+        self.start_number, self.end_number = transfer.start_number, transfer.end_number
         self.db = db
         self.replica: ReplicationLog = replica if replica is not None else ChunkLogReplication(db)
-        self.received = 0
         self.path: str | None = None
         self._file = None
         self._memory = bytearray()
@@ -164,27 +160,25 @@ class ChunkFileReceiver:
             self._file = open(self.path, "xb")  # noqa: SIM115 - closed by install/abort
 
     @property
+    def received(self) -> int:
+        return self.transfer.received
+
+    @property
     def done(self) -> bool:
-        return self.received == self.size
+        return self.transfer.done
 
     def add(self, message: bytes) -> None:
         (offset,) = _POSITION.unpack_from(message)
         data = memoryview(message)[_POSITION.size :]
-        if offset != self.received or self.received + len(data) > self.size:
-            raise ValueError(
-                f"chunk file {self.file_name}: piece at offset {offset} with {len(data)} bytes does not "
-                f"follow the {self.received} of {self.size} bytes received"
-            )
+        self.transfer.piece(offset, len(data))
         if self._file is not None:
             self._file.write(data)
         else:
             self._memory += data
-        self.received += len(data)
 
     def install(self) -> int:
         """Make the file durable, then verify and install it; returns the new committed end."""
-        if not self.done:
-            raise ValueError(f"chunk file {self.file_name}: {self.received} of {self.size} bytes received")
+        self.transfer.must_be_done()
         source: str | bytes
         if self._file is not None:
             file, self._file = self._file, None
@@ -354,26 +348,10 @@ class _Inbox:
 
 
 def _records_batch(first: bytes, inbox: _Inbox) -> tuple[list[tuple[int, bytes]], int]:
-    """The leader's records message ``first`` and the records messages queued right behind it, as
-    ``(position, frames)`` pieces for one durable write, with the highest commit position the leader
-    sent with them. Stops at anything else (a chunk's completion, a caught-up mark, the end of the
-    stream): those are handled in their order after the write. (Commit messages never queue: the
-    inbox's reader takes them as they arrive.)"""
-    position, commit = _RECORDS.unpack_from(first)
-    pieces = [(position, bytes(memoryview(first)[_RECORDS.size :]))]
-    queued = inbox.messages
-    size = len(first)
-    while queued and size < _MAX_BATCH:
-        message = queued[0]
-        if message is not None and message.binary is not None:
-            position, sent_commit = _RECORDS.unpack_from(message.binary)
-            pieces.append((position, bytes(memoryview(message.binary)[_RECORDS.size :])))
-            commit = max(commit, sent_commit)
-            size += len(message.binary)
-        else:
-            break
-        queued.popleft()
-    return pieces, commit
+    """The records messages to write under one sync: ``first`` and those queued right behind it
+    (evdb/cluster/following.py ``records_batch``). (Commit messages never queue: the inbox's reader
+    takes them as they arrive.)"""
+    return records_batch(first, inbox.messages)
 
 
 @dataclass
@@ -439,9 +417,6 @@ class ClusterService:
         #: the leader's decisions (pure): followers' progress, the write gate, the commit position,
         #: shipping before the sync (evdb/cluster/leadership.py)
         self.leadership = Leadership(self.cluster_size, self.leases)
-        #: a follower: the highest commit position its leader sent in this replication stream (reads
-        #: see up to it, or up to this log's durable end when that is lower: see _take_commit)
-        self._leader_commit = -1
         self._readable_heard = -1  # the readable position the commit listener last passed on
         self._notify_pending = False  # a _notify_commit is scheduled and has not started
         #: held around the leadership machine's gate (the writer thread and the event loop use it)
@@ -801,14 +776,13 @@ class ClusterService:
                 continue  # the stream is closing: its session ends and the follower subscribes again
             link.commit_sent = position
 
-    def _take_commit(self, commit: int) -> None:
+    def _take_commit(self, stream: FollowerStream, commit: int) -> None:
         """(follower, event loop) The leader's commit position ``commit`` arrived: reads here see up to
         it, as far as this log holds it durably; the rest when this node's write of it ends."""
-        if commit > self._leader_commit:
-            self._leader_commit = commit
         db = self.node.db
+        readable = stream.commit(commit, db.committed_position if db is not None else -1)
         if db is not None:
-            self._advance_commit(follower_readable(self._leader_commit, db.committed_position))
+            self._advance_commit(readable)
 
     # -- gossip ----------------------------------------------------------------------------------------
     async def _gossip_loop(self) -> None:
@@ -1525,7 +1499,8 @@ class ClusterService:
             if isinstance(body, dict) and "verify" in body:
                 common = await self._find_common_point(channel, body["verify"])
                 end = self.db.committed_position
-                if common is None:
+                verdict = catch_up_verdict(common, end, self.commit_position)
+                if verdict == "unrelated":
                     self.logger.error(
                         "This node's log (ending at %d) shares no record with the leader's back to their "
                         "common epoch at %d: it is not replicating, and it will not take this leader's "
@@ -1535,17 +1510,19 @@ class ClusterService:
                     )
                     await channel.close()
                     raise EvdbError("no common record with the leader's log")
-                if common < end:
+                if verdict == "diverged":
                     await channel.close()
-                    if common < self.commit_position:
-                        # never cut what the cluster committed: something is wrong, say so and wait
-                        self.logger.error(
-                            "The leader's log and this node's differ at %d, below the commit position %d "
-                            "this node knows: not truncating; it takes nothing from this leader",
-                            common,
-                            self.commit_position,
-                        )
-                        raise EvdbError("the logs differ below the commit position")
+                    # never cut what the cluster committed: something is wrong, say so and wait
+                    self.logger.error(
+                        "The leader's log and this node's differ at %d, below the commit position %d "
+                        "this node knows: not truncating; it takes nothing from this leader",
+                        common,
+                        self.commit_position,
+                    )
+                    raise EvdbError("the logs differ below the commit position")
+                if verdict == "truncate":
+                    assert common is not None
+                    await channel.close()
                     # shielded: a cancelled follower still finishes reopening its database (else the
                     # node would be left without one); _stop_following waits for it
                     self._reopening = asyncio.ensure_future(self.node.truncate_and_reopen(common))
@@ -1554,31 +1531,32 @@ class ClusterService:
                 await channel.send_json({"from": end})
                 first = await channel.receive(timeout=10)
                 body = first.text if first is not None else None
-            if not isinstance(body, dict) or "ok" not in body:
-                raise EvdbError(f"the leader refused to replicate: {body}")
-            if body.get("protocol") != REPLICATION_PROTOCOL:
-                await channel.close()
-                raise EvdbError(
-                    f"the leader at {endpoint[0]}:{endpoint[1]} speaks replication protocol "
-                    f"{body.get('protocol', 1)}, this node {REPLICATION_PROTOCOL}: run one evdb version in a cluster"
-                )
-            leader_epoch = int(body.get("epoch", -1))
-            resets_at = self._now() + self.reset_interval
+            accepted = subscription(body, REPLICATION_PROTOCOL, endpoint)
+            if accepted.refused is not None:
+                if accepted.protocol:
+                    await channel.close()
+                raise EvdbError(accepted.refused)
+            stream = FollowerStream(
+                leader_epoch=accepted.epoch,
+                read_only=self.read_only,
+                resets_at=self._now() + self.reset_interval,
+            )
             try:
-                await self._receive_log(channel, leader_epoch, resets_at)
+                await self._receive_log(channel, stream)
             finally:
                 receiver = self._receiver
                 self._receiver = None
                 if receiver is not None:
                     await self._blocking(receiver.abort)
 
-    async def _receive_chunk_piece(self, channel: Channel, data: bytes) -> None:
+    async def _receive_chunk_piece(self, channel: Channel, stream: FollowerStream, data: bytes) -> None:
         receiver = self._receiver
         assert receiver is not None
         await self._blocking(receiver.add, data)
         if not receiver.done:
             return
         self._receiver = None
+        stream.receiving = None
         try:
             committed = await self._blocking(receiver.install)
         except (EvdbError, ValueError, OSError) as exc:
@@ -1602,29 +1580,28 @@ class ClusterService:
         )
         await channel.send_json({"ack": committed})
 
-    async def _receive_log(self, channel: Channel, leader_epoch: int, resets_at: float) -> None:
+    async def _receive_log(self, channel: Channel, stream: FollowerStream) -> None:
         """Take the leader's messages in order. The stream is read by its own task into an inbox, so
         the records messages that arrive while this node writes and syncs the previous ones are written
         next together: one writer call and one fdatasync for all of them, acknowledged once with the
         highest durable position. The leader's commit messages are taken as they arrive, ahead of
         the records queued or being written (read your writes on followers: see the rule at the top)."""
-        self._leader_commit = -1
 
         def take_commit(commit: int) -> None:
-            if not self._past_leader(leader_epoch):  # else _apply_log stops the stream
-                self._take_commit(commit)
+            if not stream.past_leader(self.term):  # else _apply_log stops the stream
+                self._take_commit(stream, commit)
 
         def take_grant(grant: dict) -> None:
-            if not self._past_leader(leader_epoch):
+            if not stream.past_leader(self.term):
                 self.lease.granted(grant)
                 self._wake_senders()  # sign-ins waiting for it go on (wait_sign_in)
 
         self.lease.new_stream()
         inbox = _Inbox(take_commit, take_grant)
         reader = asyncio.create_task(inbox.fill(channel))
-        asker = asyncio.create_task(self._ask_leases(channel, leader_epoch))
+        asker = asyncio.create_task(self._ask_leases(channel, stream))
         try:
-            await self._apply_log(channel, inbox, leader_epoch, resets_at)
+            await self._apply_log(channel, inbox, stream)
         finally:
             reader.cancel()
             asker.cancel()
@@ -1632,73 +1609,71 @@ class ClusterService:
         if inbox.error is not None and not inbox.messages:
             raise inbox.error
 
-    async def _ask_leases(self, channel: Channel, leader_epoch: int) -> None:
+    async def _ask_leases(self, channel: Channel, stream: FollowerStream) -> None:
         """Ask the leader for a sign-in lease every quarter of one, while this node follows it (a voter
         in a newer term asks no more: see evdb/cluster/lease.py)."""
         with contextlib.suppress(PeerError):
             while not channel.closed:
-                if not self._past_leader(leader_epoch):
+                if not stream.past_leader(self.term):
                     await channel.send_json(self.lease.ask(self._now()))
                 await asyncio.sleep(self.lease.interval)
 
-    def _past_leader(self, leader_epoch: int) -> bool:
-        """A voting member in a term newer than the epoch of the leader it streams from: it takes
-        nothing more from that leader (a read-only replica follows whoever leads)."""
-        return not self.read_only and self.term > leader_epoch
-
-    async def _apply_log(self, channel: Channel, inbox: _Inbox, leader_epoch: int, resets_at: float) -> None:
+    async def _apply_log(self, channel: Channel, inbox: _Inbox, stream: FollowerStream) -> None:
+        """Do what the stream's machine (evdb/cluster/following.py) says with each message."""
         while True:
             message = await inbox.get()
             if message is None:
                 break
-            if self._past_leader(leader_epoch):
+            route = stream.route(message.binary is not None, message.text, self.term)
+            if route == "past leader":
                 self.logger.warning(
                     "This node is in term %d, newer than the leader's epoch %d: "
                     "no longer replicating from it",
                     self.term,
-                    leader_epoch,
+                    stream.leader_epoch,
                 )
                 await channel.close()
                 return
-            if message.binary is not None and self._receiver is not None:
-                await self._receive_chunk_piece(channel, message.binary)
-            elif message.binary is not None:
+            if route == "piece":
+                assert message.binary is not None
+                await self._receive_chunk_piece(channel, stream, message.binary)
+            elif route == "records":
+                assert message.binary is not None
                 pieces, commit = _records_batch(message.binary, inbox)
                 committed = await self._blocking(self.replica.apply_replicated_batch, pieces)
                 channel.post_bytes(_POSITION.pack(committed))  # the acknowledgement: 8 bytes
                 # what the leader's majority holds: reads here go no further (nor past this log)
-                self._take_commit(commit)
-            elif isinstance(message.text, dict):
+                self._take_commit(stream, commit)
+            elif route == "text":
                 body = message.text
-                if self._receiver is not None:
-                    raise ValueError(
-                        f"the leader sent {str(body)[:100]!r} in the middle of chunk file "
-                        f"{self._receiver.file_name}"
-                    )
-                if "chunkFile" in body:
+                assert isinstance(body, dict)
+                step = stream.text(body)
+                if step.chunk_file is not None:
                     self._receiver = await self._blocking(ChunkFileReceiver, self.db, body, self.replica)
-                elif "complete" in body:
-                    await self._blocking(self.replica.complete_replicated_chunk, int(body["complete"]))
+                    stream.receiving = self._receiver.file_name
+                elif step.complete is not None:
+                    await self._blocking(self.replica.complete_replicated_chunk, step.complete)
                     await channel.send_json({"ack": self.db.committed_position})
-                if "commit" in body:
+                readable, caught_up = stream.settled(body, self.db.committed_position, self.state)
+                if readable is not None:
                     # what the leader's majority holds: reads here go no further (nor past this log)
-                    self._take_commit(int(body["commit"]))
-                if (
-                    "caughtUp" in body
-                    and self.db.committed_position >= int(body["caughtUp"])
-                    and self.state in ("CatchingUp", "PreReadOnlyReplica")
-                ):
-                    self.state = "ReadOnlyReplica" if self.read_only else "Follower"
+                    self._advance_commit(readable)
+                if caught_up is not None:
+                    self.state = caught_up
                     self.logger.info(
                         "Caught up with the leader at position %d: now %s", body["caughtUp"], self.state
                     )
             else:
                 break
-            if self._leader_commit > self.commit_position:
-                # records this node made durable since the leader's commit position arrived (a chunk
-                # file installed, a chunk completed): readers see them now, not at the next commit
-                self._take_commit(self._leader_commit)
-            if self._now() > resets_at:
+            # records this node made durable since the leader's commit position arrived (a chunk
+            # file installed, a chunk completed): readers see them now, not at the next commit
+            db = self.node.db
+            readable = (
+                None if db is None else stream.after_message(self.commit_position, db.committed_position)
+            )
+            if readable is not None:
+                self._advance_commit(readable)
+            if stream.resets(self._now()):
                 self.logger.info("Resetting the replication connection (ConnectionResetInterval)")
                 await channel.close()
                 await self.transport.reset()
