@@ -9,12 +9,12 @@ takes other parameters for it."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from port_members import drift, port_members
 
 from evdb.cluster import sim
 from evdb.cluster.ports import ClusterDatabase
@@ -304,26 +304,6 @@ class TestSimDatabase(DatabasePortContract):
 
 
 # -- the meta-test ----------------------------------------------------------------------------------
-def _port_members(port: type) -> list[str]:
-    own = {name for name in vars(port) if not name.startswith("_")}
-    return sorted(own | set(getattr(port, "__annotations__", {})))
-
-
-def _drift(port: type, real: type, fake: type) -> list[str]:
-    """What ``fake`` lacks of the members of ``port`` that ``real`` has, or takes otherwise."""
-    out = []
-    for name in _port_members(port):
-        assert hasattr(real, name) or name in _instance_attributes(real), f"{real.__name__} lacks {name}"
-        if not (hasattr(fake, name) or name in _instance_attributes(fake)):
-            out.append(f"{fake.__name__} lacks {port.__name__}.{name}")
-            continue
-        method = getattr(port, name, None)
-        callable_member = callable(method) and not isinstance(method, property)
-        if callable_member and _parameters(getattr(fake, name)) != _parameters(getattr(real, name)):
-            out.append(f"{fake.__name__}.{name} takes {_parameters(getattr(fake, name))}")
-    return out
-
-
 PORTS = [
     (ClusterDatabase, Database, sim.SimDatabase),
     (ReplicationLog, ChunkLogReplication, sim.SimDatabase),
@@ -332,15 +312,15 @@ PORTS = [
 
 @pytest.mark.parametrize(("port", "real", "fake"), PORTS, ids=["ClusterDatabase", "ReplicationLog"])
 def test_the_fake_has_every_member_of_the_port_that_the_real_one_has(port, real, fake):
-    assert _port_members(port)
-    assert not _drift(port, real, fake)
+    assert port_members(port)
+    assert not drift(port, real, fake)
 
 
 def test_the_meta_test_sees_a_missing_or_different_member():
     members = dict(vars(sim.SimDatabase))
     del members["install_replicated_chunk"]
     lacking = type("Lacking", (), members)
-    assert _drift(ReplicationLog, ChunkLogReplication, lacking) == [
+    assert drift(ReplicationLog, ChunkLogReplication, lacking) == [
         "Lacking lacks ReplicationLog.install_replicated_chunk"
     ]
 
@@ -348,18 +328,7 @@ def test_the_meta_test_sees_a_missing_or_different_member():
         return []
 
     other = type("Other", (sim.SimDatabase,), {"epochs": epochs})
-    assert _drift(ClusterDatabase, Database, other) == [
+    assert drift(ClusterDatabase, Database, other) == [
         "Other.epochs takes [('self', <_ParameterKind.POSITIONAL_OR_KEYWORD: 1>), "
         "('count', <_ParameterKind.POSITIONAL_OR_KEYWORD: 1>)]"
     ]
-
-
-def _instance_attributes(cls: type) -> set[str]:
-    """The attributes an instance sets in ``__init__`` (self.name = ...)."""
-    source = inspect.getsource(cls.__init__)  # type: ignore[misc]
-    return {line.split("self.", 1)[1].split(":")[0].split("=")[0].strip() for line in source.splitlines()
-            if line.strip().startswith("self.") and "=" in line}  # fmt: skip
-
-
-def _parameters(method: Any) -> list[tuple[str, Any]]:
-    return [(p.name, p.kind) for p in inspect.signature(method).parameters.values()]
