@@ -441,3 +441,34 @@ async def test_a_transient_read_error_is_logged_once_and_its_end_once(
     await h.service.connect("flaky", "g", sink, buffer_size=10, connection_name="c", user="admin", from_="x")
     await until(lambda: len(sink.items) == 2, "the events, once the reads succeed")
     assert sink.dropped_count == 0
+
+
+async def test_a_retry_goes_out_before_newer_events_when_answers_come_together(h: Harness) -> None:
+    """The Node.js client's nack tests: 20 events skipped, 20 retried once, then a finishing event,
+    with a window of 10, the consumer answering each delivery in order. Answers read together from
+    the call (here: one, then ten at once, as a loaded node read them) are each followed by their
+    push, as KurrentDB queues a push after each ack or nack it handles: the finishing event comes
+    after all 60 other deliveries. Pushing once after the ten put the retries of the nacked events
+    before the event the ack had made room for, and that event's own retry then came after the end."""
+    h.append("s", 41)
+    await h.service.create(EventSource.of("s"), "g", settings(), None)
+    await until(lambda: h.service.info("s", "g")["readBufferCount"] == 41, "the history to be read")
+    sink = Sink()
+    conn = await h.service.connect("s", "g", sink, buffer_size=10, connection_name="c", user="u", from_="x")
+    bursts = iter([1] * 24 + [10] + [1] * 5 + [10])
+    answered = 0
+    seen: set[int] = set()
+    while 40 not in sink.numbers():
+        await until(lambda done=answered: len(sink.items) > done, "more deliveries")
+        burst = sink.items[answered : answered + next(bursts, 1)]
+        answered += len(burst)
+        for resolved, _ in burst:
+            number = resolved.original.event_number
+            if number in seen:
+                h.service.ack(conn.key, [resolved.event_id])
+            else:
+                seen.add(number)
+                h.service.nack(conn.key, [resolved.event_id], "Skip" if number < 20 else "Retry", "")
+        await asyncio.sleep(0)  # the node reads the call again: what the answers scheduled runs first
+    delivered = [f"{r.original.event_number}{'r' if retries else ''}" for r, retries in sink.items]
+    assert delivered.index("40") == 60, delivered
