@@ -276,6 +276,8 @@ class _WritebackDisk:
             if end - started >= self._STEP:
                 started = self._paced_step(fd, end, ratio)
         elif end - started >= (self._FLAT_STEP if auto else self._STEP):
+            if pace is not None:
+                pace.writing(self._now())
             if self._start_writeback(fd, started, end - started):
                 if started:  # every step before this one (all but the last are on the disk already)
                     self._wait_writeback(fd, 0, started)
@@ -288,14 +290,17 @@ class _WritebackDisk:
 
     def _paced_step(self, fd: int, end: int, ratio: float) -> int:
         """All of the copy written so far onto the disk, then a rest in proportion to that wait."""
-        assert self.pace is not None
+        pace = self.pace
+        assert pace is not None
         began = self._now()
+        pace.writing(began)
         if not self._wait_writeback(fd, 0, end):
             os.fdatasync(fd)
-        rest = min(self._MAX_REST, ratio * (self._now() - began))
+        done = self._now()
+        rest = min(self._MAX_REST, ratio * (done - began))
+        pace.resting(done, rest)
         if rest > 0:
             self._sleep(rest)
-            self.pace.add_rest(rest)
         return end
 
     def fsync(self, fd: int) -> None:

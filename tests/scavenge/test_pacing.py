@@ -24,42 +24,55 @@ class Time:
         return self.now
 
 
-def test_flushes_at_the_disk_s_own_pace_leave_the_copies_unpaced_until_one_is_slowed():
+def _rest(values: PaceValues, t: Time) -> None:
+    """A copy wrote, waited for its writes and rests from now."""
+    values.writing(t.now - 0.01)
+    values.resting(t.now, 0.005)
+
+
+def test_flushes_are_judged_against_the_ones_made_while_the_copies_rested():
     t = Time()
     values = PaceValues.local()
     pacer = Pacer(values, now=t)
     assert values.auto and values.paced(t.now) is None  # nobody has flushed: flat out
-    for _ in range(50):
-        pacer.flushed(0.001)
+    values.writing(t.now)
+    for _ in range(50):  # while a copy writes, and nothing to judge them against yet
+        pacer.flushed(t.now, 0.05)
         t.now += 0.01
-    assert pacer.rest_ratio == 0.0 and pacer.base() == 0.001
-    assert values.paced(t.now) == 0.0  # clients are writing: paced, with no rest yet
-    pacer.flushed(0.0021 + pace.SLOW_MARGIN)  # over twice the disk's own flush time
+    assert pacer.reference() is None and pacer.rest_ratio == 0.0 and pacer.slow_flushes == 0
+    # clients are writing: paced, with the least rest
+    assert values.paced(t.now) == pace.MIN_REST_RATIO
+    _rest(values, t)
+    for k in range(pace.MIN_BASE_SAMPLES):  # uncontended: begun during the rest
+        pacer.flushed(t.now, 0.001 if k < 18 else 0.002)
+        t.now += 0.001
+    assert pacer.reference() == 0.002  # the 90th percentile of the uncontended ones
+    values.writing(t.now)
+    # begun during the rest, but the copy wrote before it ended: judged, and over twice the reference
+    pacer.flushed(t.now - 0.0005, 0.0041 + pace.SLOW_MARGIN)
     slowed = pacer.rest_ratio
-    assert slowed > 0 and values.paced(t.now) == slowed
-    pacer.flushed(0.005)
+    assert slowed > 0 and values.paced(t.now) == max(slowed, pace.MIN_REST_RATIO)
+    pacer.flushed(t.now, 0.01)
     assert pacer.rest_ratio > slowed and pacer.slow_flushes == 2
+    assert len(pacer._base) == pace.MIN_BASE_SAMPLES
     while pacer.rest_ratio < pace.MAX_REST_RATIO:
-        pacer.flushed(0.05)
+        pacer.flushed(t.now, 0.05)
     assert pacer.rest_ratio == pace.MAX_REST_RATIO
-    eased = [pacer.flushed(0.001) or pacer.rest_ratio for _ in range(3)]
+    eased = [pacer.flushed(t.now, 0.003) or pacer.rest_ratio for _ in range(3)]
     assert eased == pytest.approx([pace.MAX_REST_RATIO - pace.EASE * k for k in (1, 2, 3)])
     # nobody flushes for a moment: flat out again
     t.now += pace.QUIET + 0.001
     assert values.paced(t.now) is None
 
 
-def test_the_scavenge_s_own_flushes_are_not_clients_and_the_base_forgets_a_quieter_past():
+def test_the_scavenge_s_own_flushes_are_not_clients():
     t = Time()
     values = PaceValues.local()
     pacer = Pacer(values, now=t, own_thread=7)
-    pacer.flushed(0.5, thread=7)
+    pacer.flushed(t.now, 0.5, thread=7)
     assert pacer.client_flushes == 0 and values.paced(t.now) is None
-    pacer.flushed(0.0001, thread=8)
-    assert pacer.base() == 0.0001
-    t.now += pace.BASE_WINDOW + 1  # that fast flush is older than the window now
-    pacer.flushed(0.002)
-    assert pacer.base() == 0.002 and pacer.rest_ratio == 0.0
+    pacer.flushed(t.now, 0.5, thread=8)
+    assert pacer.client_flushes == 1 and values.paced(t.now) == pace.MIN_REST_RATIO
 
 
 class _Calls:
@@ -100,9 +113,12 @@ def test_a_paced_copy_has_nothing_in_flight_and_rests_in_proportion_to_its_waits
     t = Time()
     values = PaceValues.local()
     pacer = Pacer(values, now=t)
-    pacer.flushed(0.001)
+    _rest(values, t)
+    for _ in range(pace.MIN_BASE_SAMPLES):
+        pacer.flushed(t.now, 0.001)
+    values.writing(t.now)
     for _ in range(3):
-        pacer.flushed(0.01)  # slowed: the rest ratio rises
+        pacer.flushed(t.now, 0.01)  # slowed: the rest ratio rises
     ratio = pacer.rest_ratio
     calls = _Calls(t)
     _write(tmp_path, _disk(values, calls), 3)
@@ -111,7 +127,10 @@ def test_a_paced_copy_has_nothing_in_flight_and_rests_in_proportion_to_its_waits
     assert calls.log == [
         ("wait", 0, MIB), ("rest", rest), ("wait", 0, 2 * MIB), ("rest", rest), ("wait", 0, 3 * MIB), ("rest", rest),
     ]  # fmt: skip
-    assert pacer.rested == pytest.approx(3 * ratio * calls.wait_takes)
+    assert pacer.rested == pytest.approx(3 * ratio * calls.wait_takes + 0.005)
+    # the marks: the copy's writes went to the device at the last wait, and were all on it after it
+    assert values.values[PaceValues.BUSY_SINCE] == pytest.approx(t.now - rest - calls.wait_takes)
+    assert values.values[PaceValues.IDLE_SINCE] == pytest.approx(t.now - rest)
 
 
 def test_a_copy_nobody_waits_for_runs_in_big_steps_and_one_without_pacing_in_the_fixed_ones(tmp_path):
@@ -133,7 +152,7 @@ def test_a_copy_nobody_waits_for_runs_in_big_steps_and_one_without_pacing_in_the
 def test_without_sync_file_range_a_paced_copy_syncs_each_step(tmp_path, monkeypatch):
     t = Time()
     values = PaceValues.local()
-    Pacer(values, now=t).flushed(0.001)
+    Pacer(values, now=t).flushed(t.now, 0.001)
     synced = []
     monkeypatch.setattr(os, "fdatasync", lambda fd: synced.append(fd))
     calls = _Calls(t, supported=False)
@@ -172,7 +191,9 @@ def test_the_tap_feeds_the_pacer_and_the_observer_it_stands_in_front_of():
     tap.group_processed(0.003)
     tap.read([1, 2], 0.001, 0, 0)
     assert inner.seen == [("flushed", 300), ("group", 0.003), ("read", 2)]
-    assert tap.figure == 42 and pacer.client_flushes == 1 and pacer.base() == pytest.approx(0.002)
+    assert (
+        tap.figure == 42 and pacer.client_flushes == 1 and values.paced(values.values[PaceValues.LAST_CLIENT])
+    )
     tap.remove(db)
     assert db.observer is inner
     empty = Db()  # a database nobody observes: the tap has no one to pass calls to
