@@ -333,6 +333,7 @@ class Node:
             logger=self.logger,
             node_endpoint=self.endpoint,
             merging=not o.disable_scavenge_merging,
+            auto_pacing=not o.disable_scavenge_auto_pacing,
             unsafe_ignore_hard_delete=o.unsafe_ignore_hard_delete,
             hash_users_cache_capacity=o.scavenge_hash_users_cache_capacity,
             history_max_age_days=o.scavenge_history_max_age,
