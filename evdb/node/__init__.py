@@ -21,6 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
+from evdb.archive.settings import starting_archive
 from evdb.auth import UserStore
 from evdb.clock import Clock, SystemClock
 from evdb.cluster import ClusterService
@@ -383,6 +384,10 @@ class Node:
             lambda: self.tls, reset_interval=float(o.connection_reset_interval), logger=self.logger
         )
         self.license = load_license(o, self.logger, self.clock.time())
+        # the archive's options and licence, before anything opens (evdb/archive/settings.py)
+        self.archive_settings = starting_archive(
+            o, check_license(o, self.clock.time()), self.clock.time(), self.logger
+        )
         from evdb.autoscavenge.service import MembershipView, create_auto_scavenge
 
         # may refuse to start (earlier plugin form)
