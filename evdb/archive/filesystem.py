@@ -51,18 +51,24 @@ class FileSystemStore(ArchiveStore):
         return ObjectInfo(name, st.st_size, f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}")
 
     @contextlib.contextmanager
-    def _errors(self, what: str, name: str) -> Iterator[None]:
-        """OSErrors as the port's errors, naming the folder and the object."""
+    def _errors(self, what: str, name: str, local: str | None = None) -> Iterator[None]:
+        """OSErrors as the port's errors, naming the folder and the object; an error of the local
+        file ``local`` (the file a put uploads, gone, say) stays the OSError it is."""
         try:
             yield
-        except FileNotFoundError as exc:
-            if not os.path.isdir(self.folder):
-                raise ArchiveError(f"The archive folder {self.folder} does not exist") from exc
-            raise ObjectMissing(f"The archive {self.description} holds no object {name}") from exc
         except OSError as exc:
-            if exc.errno in _UNAVAILABLE:
-                raise unavailable(self, f"{what} {name}", exc) from exc
-            raise ArchiveError(f"The archive {self.description} failed to {what} {name}: {exc}") from exc
+            if local is not None and exc.filename == local:
+                raise
+            raise self._archive_error(exc, what, name) from exc
+
+    def _archive_error(self, exc: OSError, what: str, name: str) -> ArchiveError:
+        if isinstance(exc, FileNotFoundError):
+            if not os.path.isdir(self.folder):
+                return ArchiveError(f"The archive folder {self.folder} does not exist")
+            return ObjectMissing(f"The archive {self.description} holds no object {name}")
+        if exc.errno in _UNAVAILABLE:
+            return unavailable(self, f"{what} {name}", exc)
+        return ArchiveError(f"The archive {self.description} failed to {what} {name}: {exc}")
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -82,7 +88,7 @@ class FileSystemStore(ArchiveStore):
 
     def put_file(self, name: str, path: str) -> ObjectInfo:
         target = self._path(name)
-        with self._errors("store", name):
+        with self._errors("store", name, local=path):
             os.makedirs(os.path.dirname(target), exist_ok=True)
             copy_file(path, target)
             fsync_dir(os.path.dirname(target))

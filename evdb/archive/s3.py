@@ -127,7 +127,7 @@ class S3Store(ArchiveStore):
 
     def put_file(self, name: str, path: str) -> ObjectInfo:
         check_name(name)
-        with self._errors("store", name), open(path, "rb") as f:
+        with open(path, "rb") as f, self._errors("store", name):  # a local file gone: its OSError
             size = os.fstat(f.fileno()).st_size
             result = obstore.put(self._store, name, f)
         return ObjectInfo(name, size, str(result["e_tag"]))

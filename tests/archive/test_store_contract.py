@@ -181,3 +181,11 @@ def test_a_store_answering_500_is_unavailable_after_its_retries(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_local_file_gone_before_its_upload_is_the_local_error(store, tmp_path):
+    gone = str(tmp_path / "chunk-000001.000000")  # switched out by a scavenge, say
+    with pytest.raises(FileNotFoundError) as raised:
+        store.put_file("chunk-000001.000001", gone)
+    assert not isinstance(raised.value, ArchiveError) and raised.value.filename == gone
+    assert store.head("chunk-000001.000001") is None
