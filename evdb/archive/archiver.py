@@ -38,7 +38,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import xxhash
 
@@ -52,11 +52,13 @@ __all__ = [
     "ArchiveCheckpoint",
     "ArchiveClaimed",
     "Archiver",
+    "ArchiverService",
     "ChunkSource",
     "DatabaseChunks",
     "backoff_seconds",
     "chunk_object_name",
     "read_checkpoint",
+    "start_archiver",
 ]
 
 CHECKPOINT = "archive.chk"
@@ -95,20 +97,24 @@ class ChunkSource(Protocol):
 
 
 class DatabaseChunks:
-    """The node's database as a :class:`ChunkSource`."""
+    """The node's database as a :class:`ChunkSource`; ``db`` gives the open one (None while a
+    follower reopens it: nothing to upload then)."""
 
-    def __init__(self, db: object) -> None:
+    def __init__(self, db: Callable[[], Any], chunk_size: int) -> None:
         self._db = db
+        self._chunk_size = chunk_size
 
     @property
     def chunk_size(self) -> int:
-        return int(self._db.log.chunk_size)  # type: ignore[attr-defined]
+        return self._chunk_size
 
     def readable_position(self) -> int:
-        return int(self._db.readable_position)  # type: ignore[attr-defined]
+        db = self._db()
+        return 0 if db is None else int(db.readable_position)
 
     def chunk(self, number: int) -> Chunk | None:
-        return self._db.log.chunk_by_number(number)  # type: ignore[attr-defined,no-any-return]
+        db = self._db()
+        return None if db is None else db.log.chunk_by_number(number)
 
     def log_identity(self) -> str | None:
         first = self.chunk(0)
@@ -295,3 +301,35 @@ class Archiver:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+class ArchiverService:
+    """The archiver node's :class:`Archiver`, on its own thread (``evdb-archiver``): uploads and the
+    waits between them never touch the event loop or the threads that serve local reads."""
+
+    def __init__(self, archiver: Archiver, idle_seconds: float = 1.0) -> None:
+        self.archiver = archiver
+        self._thread = threading.Thread(
+            target=archiver.run, args=(idle_seconds,), name="evdb-archiver", daemon=True
+        )
+
+    def start(self) -> ArchiverService:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop after the current request (an upload in flight finishes or fails first)."""
+        self.archiver.stop()
+        self._thread.join()
+        self.archiver.store.close()
+
+
+def start_archiver(
+    settings: Any, db: Callable[[], Any], chunk_size: int, *, name: str, logger: logging.Logger
+) -> ArchiverService | None:
+    """The running archiver of an archiver node (``Archiver: true``), else None."""
+    if not settings.archiver:
+        return None
+    store = settings.open_store()
+    logger.info("Archiver started: uploading completed chunks to %s", store.description)
+    return ArchiverService(Archiver(store, DatabaseChunks(db, chunk_size), name=name, logger=logger)).start()

@@ -21,6 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
+from evdb.archive.archiver import start_archiver
 from evdb.archive.settings import starting_archive
 from evdb.auth import UserStore
 from evdb.clock import Clock, SystemClock
@@ -89,6 +90,7 @@ class Node:
         self.db_generation = 0
         self.license: License | None = None
         self.redaction: Any = None  # the unix-socket redaction service (EnableUnixSocket)
+        self.archiver: Any = None  # the archiver node's uploads (Archiver: true; evdb/archive)
         self.auto_scavenge: Any = None  # evdb.autoscavenge.AutoScavengeService (mapped or not)
         #: the system projections (evdb/projections; RunProjections System or All), run by the leader
         self.projections: SystemProjections | None = None
@@ -421,6 +423,10 @@ class Node:
             # the node logged its licence check at start (load_license): the service checks quietly
             license_check=lambda: check_license(self.options, self.clock.time()),
         )
+        # the archiver node's uploads, on their own thread (evdb/archive/archiver.py)
+        self.archiver = start_archiver(
+            self.archive_settings, lambda: self.db, o.chunk_size, name=self.name, logger=self.logger
+        )
         await self._start_http(ssl_context, sockets)
         self.metrics.set_live(True)
         if o.stats_period_sec > 0:
@@ -497,6 +503,9 @@ class Node:
         if self.redaction is not None:
             await self.redaction.close()
             self.redaction = None
+        if self.archiver is not None:
+            await asyncio.to_thread(self.archiver.close)
+            self.archiver = None
         await self.persistent.close()
         if self.projections is not None:
             await self.projections.stop()

@@ -46,7 +46,7 @@ def database(tmp_path, clock):
 
 
 def _archiver(store, db, name="archiver", **kw) -> Archiver:
-    return Archiver(store, DatabaseChunks(db), name=name, logger=LOGGER, **kw)
+    return Archiver(store, DatabaseChunks(lambda: db, CHUNK), name=name, logger=LOGGER, **kw)
 
 
 def _drain(archiver: Archiver) -> int:
@@ -66,7 +66,10 @@ def test_every_completed_committed_chunk_is_uploaded_verified_and_checkpointed(s
         with open(database.log.chunk_by_number(n).path, "rb") as f:
             assert store.get_bytes(chunk_object_name(n)) == f.read()
     checkpoint = json.loads(store.get_bytes(CHECKPOINT))
-    assert checkpoint["chunkSize"] == CHUNK and checkpoint["log"] == DatabaseChunks(database).log_identity()
+    assert (
+        checkpoint["chunkSize"] == CHUNK
+        and checkpoint["log"] == DatabaseChunks(lambda: database, CHUNK).log_identity()
+    )
     # the next chunk goes once it is completed
     database.call_in_writer(lambda ctx: ctx.complete_active_chunk())
     assert _drain(archiver) == 1 and read_checkpoint(store).position == 4 * CHUNK
