@@ -49,7 +49,7 @@ def test_no_user_written_yet_is_not_ready_then_passwords_are_judged(users: UserS
 
 async def test_grpc_answers_unavailable_while_no_user_is_written(users: UserStore):
     header = "Basic " + base64.b64encode(b"admin:changeit").decode()
-    node = SimpleNamespace(users=users, options=SimpleNamespace(insecure=False))
+    node = SimpleNamespace(database=SimpleNamespace(users=users), options=SimpleNamespace(insecure=False))
     call = SimpleNamespace(metadata={"authorization": header})
     with pytest.raises(GRPCError) as refused:
         await call_context(node, call)  # type: ignore[arg-type]

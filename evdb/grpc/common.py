@@ -66,8 +66,8 @@ from evdb.tls.user_certificates import certificate_principal
 
 if TYPE_CHECKING:
     from evdb.database import Database
-    from evdb.node import Node
     from evdb.scavenge.service import ScavengeService
+    from evdb.services import ApiServices
 
 __all__ = [
     "SYSTEM",
@@ -107,7 +107,7 @@ class CallContext:
         self.requires_leader = requires_leader
 
 
-async def call_context(node: Node, stream: Stream) -> CallContext:
+async def call_context(services: ApiServices, stream: Stream) -> CallContext:
     """Authenticate the call (``authorization: Basic``); wrong credentials are UNAUTHENTICATED."""
     metadata: Mapping[str, Any] = stream.metadata or {}
     header = metadata.get("authorization")
@@ -115,7 +115,7 @@ async def call_context(node: Node, stream: Stream) -> CallContext:
     if isinstance(header, bytes):
         header = header.decode("latin-1")
     if header:
-        users = node.users
+        users = services.database.users
         principal = users.principal_now(header)  # signed in before: no wait (as the HTTP API)
         if principal is None:
             parsed = parse_basic_authorization(header)
@@ -129,36 +129,36 @@ async def call_context(node: Node, stream: Stream) -> CallContext:
             if principal is None:
                 raise GRPCError(Status.UNAUTHENTICATED, "Bad credentials.")
         return CallContext(principal, requires_leader)
-    if node.options.user_certificates_enabled and stream.peer is not None:  # X.509 user certificates
-        by_certificate = await certificate_principal(node, stream.peer._transport)
+    if services.options.user_certificates_enabled and stream.peer is not None:  # X.509 user certificates
+        by_certificate = await certificate_principal(services, stream.peer._transport)
         if by_certificate is not None:
             return CallContext(by_certificate, requires_leader)
-    return CallContext(SYSTEM if node.options.insecure else _ANONYMOUS, requires_leader)
+    return CallContext(SYSTEM if services.options.insecure else _ANONYMOUS, requires_leader)
 
 
-def check_stream_access(node: Node, principal: Principal, stream: str, action: str) -> None:
+def check_stream_access(services: ApiServices, principal: Principal, stream: str, action: str) -> None:
     """The HTTP API's stream access rules (evdb.auth.stream_access), on the event loop as the HTTP API
     checks them: the stream's metadata is read through the index and the chunks' maps (``mmap``), which
     hold the GIL in a worker thread as much as on the loop, so a thread hop would only add wake-ups."""
-    verdict = stream_access(database(node), principal, stream, action)
+    verdict = stream_access(database(services), principal, stream, action)
     if verdict == "unauthenticated":
         raise GRPCError(Status.UNAUTHENTICATED, "Authentication is required.")
     if verdict == "denied":
         raise access_denied()
 
 
-def database(node: Node) -> Database:
+def database(services: ApiServices) -> Database:
     """The node's open database (Node.open_db); UNAVAILABLE while a follower reopens it."""
     try:
-        return node.open_db()
+        return services.database.open_db()
     except DatabaseReopening as exc:
         raise GRPCError(Status.UNAVAILABLE, str(exc)) from None
 
 
-def scavenge_service(node: Node) -> ScavengeService:
+def scavenge_service(services: ApiServices) -> ScavengeService:
     """The node's scavenge service (Node.open_scavenge); UNAVAILABLE while a follower reopens it."""
     try:
-        return node.open_scavenge()
+        return services.database.open_scavenge()
     except DatabaseReopening as exc:
         raise GRPCError(Status.UNAVAILABLE, str(exc)) from None
 
@@ -175,11 +175,11 @@ def access_denied() -> GRPCError:
     return kurrent_error(Status.PERMISSION_DENIED, "Access Denied", trailers_of(AccessDenied()))
 
 
-def not_leader_error(node: Node) -> GRPCError:
+def not_leader_error(services: ApiServices) -> GRPCError:
     """KurrentDB's ``RpcExceptions.LeaderInfo``: NOT_FOUND "Leader info available" with the
     ``not-leader`` trailers naming the leader's address, as KurrentDB answers a requires-leader call on
     a follower; UNAVAILABLE "Server Is Not Ready" when no leader is known."""
-    cluster = node.cluster
+    cluster = services.cluster
     # the leader's address as clients are told it (AdvertiseHostToClientAs), as KurrentDB
     leader = cluster.leader_client_endpoint() if cluster is not None else None
     if leader is None:
@@ -188,44 +188,44 @@ def not_leader_error(node: Node) -> GRPCError:
     return kurrent_error(Status.NOT_FOUND, "Leader info available", trailers_of(NotLeader(host, port)))
 
 
-def check_leader(node: Node, ctx: CallContext) -> None:
+def check_leader(services: ApiServices, ctx: CallContext) -> None:
     """A call that requires the leader, on a node that is not: the not-leader answer."""
-    cluster = node.cluster
+    cluster = services.cluster
     if ctx.requires_leader and cluster is not None and not cluster.is_leader:
-        raise not_leader_error(node)
+        raise not_leader_error(services)
 
 
-def require_leader(node: Node) -> None:
+def require_leader(services: ApiServices) -> None:
     """A call only the leader serves, whatever the ``requires-leader`` header says (KurrentDB's
     persistent-subscription Create/Update/Delete/Read/ReplayParked on any other node): the not-leader
     answer, or "Server Is Not Ready" while no leader is known."""
-    cluster = node.cluster
+    cluster = services.cluster
     if cluster is not None and not cluster.is_leader:
-        raise not_leader_error(node)
+        raise not_leader_error(services)
 
 
-def grpc_error(node: Node, exc: BaseException) -> GRPCError:
+def grpc_error(services: ApiServices, exc: BaseException) -> GRPCError:
     """evdb's errors as the gRPC statuses KurrentDB answers with (messages and trailers included)."""
     if isinstance(exc, GRPCError):
         return exc
     if isinstance(exc, NotLeader):
-        return not_leader_error(node)  # with the leader's endpoint, as KurrentDB's clients expect
+        return not_leader_error(services)  # with the leader's endpoint, as KurrentDB's clients expect
     if isinstance(exc, AccessDenied):
         return access_denied()
     if isinstance(exc, EventTooLarge) and exc.limit is None:
         # KurrentDB's trailer names the limit (the Node.js client reads it): the database's MaxAppendSize
-        db = getattr(node, "db", None)
+        db = services.database.db
         if db is not None:
             exc = EventTooLarge(str(exc), limit=min(db.config.max_append_size, 2**31 - 1))
     known = status_of(exc)  # the one table of statuses (evdb/errors.py), shared with HTTP
     if known is not None:
         return kurrent_error(Status[known[1]], str(exc), trailers_of(exc))
-    if getattr(node, "db", None) is None:  # a follower cutting a diverged tail: a moment, not a fault
+    if services.database.db is None:  # a follower cutting a diverged tail: a moment, not a fault
         return GRPCError(Status.UNAVAILABLE, DatabaseReopening.MESSAGE)
     resource = resource_status(exc)  # a full disk, no descriptor left: the same rule as HTTP's
     if resource is not None:
         return GRPCError(Status[resource[1]], resource[2])
-    node.logger.exception("gRPC call failed unexpectedly", exc_info=exc)
+    services.logger.exception("gRPC call failed unexpectedly", exc_info=exc)
     return GRPCError(Status.INTERNAL, f"Internal error: {exc}")
 
 
@@ -283,9 +283,9 @@ def parse_uuid(message: shared_pb2.UUID) -> uuid.UUID:
     raise GRPCError(Status.INVALID_ARGUMENT, "Every event needs a valid id (a UUID).")
 
 
-def timestamp_now(node: Node) -> timestamp_pb2.Timestamp:
+def timestamp_now(services: ApiServices) -> timestamp_pb2.Timestamp:
     ts = timestamp_pb2.Timestamp()
-    ts.FromNanoseconds(int(node.clock.time() * 1_000_000_000))
+    ts.FromNanoseconds(int(services.clock.time() * 1_000_000_000))
     return ts
 
 

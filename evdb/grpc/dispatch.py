@@ -29,7 +29,7 @@ from aiohttp import web
 
 if TYPE_CHECKING:
     from evdb.http.lean import LeanServer
-    from evdb.node import Node
+    from evdb.services import ApiServices
 
 __all__ = ["PREFACE", "ConnectionLimit", "DispatchSite", "GrpcServer", "LimitedTCPSite", "connection_limit"]
 
@@ -164,35 +164,37 @@ class ConnectionLimit:
 class GrpcServer:
     """The node's gRPC services (grpclib handlers) and the live gRPC connections."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, services: ApiServices) -> None:
         from evdb.grpc.cluster import GossipService, OperationsService
         from evdb.grpc.common import KurrentServer
         from evdb.grpc.persistent import PersistentSubscriptionsService
         from evdb.grpc.streams import StreamsService
 
-        self.node = node
-        services: list[object] = [
-            StreamsService(node),
-            GossipService(node),
-            PersistentSubscriptionsService(node),
-            OperationsService(node),
+        self.services = services
+        handlers: list[object] = [
+            StreamsService(services),
+            GossipService(services),
+            PersistentSubscriptionsService(services),
+            OperationsService(services),
         ]
-        if node.projections is not None:  # RunProjections System or All, as KurrentDB serves it
+        if services.projections is not None:  # RunProjections System or All, as KurrentDB serves it
             from evdb.grpc.projections import ProjectionsService
 
-            services.append(ProjectionsService(node))
+            handlers.append(ProjectionsService(services))
         # KurrentServer: grpclib's, with KurrentDB's error trailers, deadlines and ServerFeatures
         self._server = KurrentServer(
-            services, max_message=node.options.http_max_request_body_size, calls=node.metrics.grpc_calls
+            handlers,
+            max_message=services.options.http_max_request_body_size,
+            calls=services.metrics.grpc_calls,
         )
         self._transports: set[asyncio.BaseTransport] = set()
         self._closed = False
-        options = node.options
+        options = services.options
         #: the node's one count of its HTTP port's connections, shared by its listening sites
         self.connections = ConnectionLimit(
             connection_limit(options.http_max_connections),
             float(options.http_request_head_timeout),
-            node.logger,
+            services.logger,
         )
         self.connections.grpc = self
 

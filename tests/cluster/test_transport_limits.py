@@ -15,10 +15,12 @@ import gzip
 import json
 import logging
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 
 import pytest
 from waiting import until
 
+from evdb.clock import SystemClock
 from evdb.cluster.transport import Channel, HttpTransport, ListenerLimits
 from evdb.grpc.dispatch import REFUSED
 from evdb.http.heads import head_begun_at
@@ -46,8 +48,10 @@ async def listener() -> AsyncIterator[tuple[HttpTransport, Handlers]]:
     transport = HttpTransport(
         host="127.0.0.1",
         port=0,
-        tls=lambda: None,
-        reserved_common_name="node",
+        settings=SimpleNamespace(
+            tls=None, options=SimpleNamespace(certificate_reserved_node_common_name="node")
+        ),
+        clock=SystemClock(),
         logger=logging.getLogger("test.transport"),
         client=None,  # type: ignore[arg-type]  # only the listener is used
         limits=ListenerLimits(max_connections=4, head_timeout=1.0, keepalive_timeout=130.0),

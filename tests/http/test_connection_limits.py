@@ -216,10 +216,11 @@ def test_the_default_limit_is_half_the_open_file_limit():
 
 
 class _Node:
-    """What error_answer and grpc_error read of a node."""
+    """What error_answer and grpc_error read of the node's services."""
 
-    db = object()
-    db_generation = 0
+    class database:
+        db = object()
+        generation = 0
 
     class logger:
         @staticmethod
