@@ -8,7 +8,10 @@ from __future__ import annotations
 import json
 import logging
 
+import boto3
 import pytest
+from conftest import KEYS, REGION, free_port
+from moto.server import ThreadedMotoServer
 
 from evdb.archive.archiver import (
     CHECKPOINT,
@@ -21,6 +24,7 @@ from evdb.archive.archiver import (
     read_checkpoint,
 )
 from evdb.archive.filesystem import FileSystemStore
+from evdb.archive.s3 import S3Store
 from evdb.database import Database
 from evdb.errors import ArchiveUnavailable
 from evdb.streams import NewEvent
@@ -182,3 +186,34 @@ def test_an_unavailable_archive_is_retried_with_backoff_until_it_is_back(tmp_pat
 
 def test_backoff_doubles_to_a_minute():
     assert [backoff_seconds(n) for n in (1, 2, 3, 6, 7, 20)] == [1, 2, 4, 32, 60, 60]
+
+
+def test_an_s3_endpoint_that_is_down_is_waited_out_and_archiving_goes_on_when_it_is_up(tmp_path, database):
+    port = free_port()  # nothing listens there yet
+    environ = {**KEYS, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "HOME": str(tmp_path)}
+    store = S3Store("evdb-archive-late", REGION, environ, max_retries=0, connect_timeout_seconds=1)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    waits: list[float] = []
+    archiver: Archiver
+
+    def wait(seconds: float) -> bool:
+        waits.append(seconds)
+        if len(waits) == 2:  # the store comes up after two failed attempts
+            server.start()
+            boto3.client(
+                "s3",
+                endpoint_url=f"http://127.0.0.1:{port}",
+                region_name=REGION,
+                aws_access_key_id=KEYS["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=KEYS["AWS_SECRET_ACCESS_KEY"],
+            ).create_bucket(
+                Bucket="evdb-archive-late", CreateBucketConfiguration={"LocationConstraint": REGION}
+            )
+        return archiver.checkpoint == 3 * CHUNK
+
+    archiver = _archiver(store, database, wait=wait)
+    try:
+        archiver.run(idle_seconds=5)
+    finally:
+        server.stop()
+    assert waits == [1, 2, 5] and archiver.uploaded == 3

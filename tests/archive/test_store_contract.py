@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import http.server
 import os
+import socket
 import threading
+import time
 
 import pytest
 from conftest import REGION, free_port
@@ -189,3 +191,23 @@ def test_a_local_file_gone_before_its_upload_is_the_local_error(store, tmp_path)
         store.put_file("chunk-000001.000001", gone)
     assert not isinstance(raised.value, ArchiveError) and raised.value.filename == gone
     assert store.head("chunk-000001.000001") is None
+
+
+def test_a_store_that_does_not_answer_is_unavailable_within_its_timeout(tmp_path):
+    silent = socket.socket()  # accepts connections (the kernel does), never answers a request
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        environ = {
+            "AWS_ACCESS_KEY_ID": "k",
+            "AWS_SECRET_ACCESS_KEY": "s",
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{silent.getsockname()[1]}",
+            "HOME": str(tmp_path),
+        }
+        store = S3Store("evdb-archive", REGION, environ, timeout_seconds=1, max_retries=0)
+        started = time.monotonic()
+        with pytest.raises(ArchiveUnavailable, match="s3://evdb-archive"):
+            store.get_range("chunk-000000.000001", 0, 10)
+        assert time.monotonic() - started < 30  # its timeout, not forever (1 s asked; bound generous)
+    finally:
+        silent.close()
