@@ -15,9 +15,11 @@ One :meth:`Archiver.step` uploads at most one chunk:
 1. the claim: absent, it is created (create-only, so of two racing archivers one wins); naming
    another log, the archiver refuses the bucket (:class:`ArchiveClaimed`) and stops, loudly;
 2. the checkpoint is read (absent: 0) with its entity tag;
-3. the next chunk is the one the checkpoint points at; it must be completed, committed (its records
-   end at or before what the cluster committed) and hold one logical chunk (a merged chunk is not
-   split back yet: the archiver waits and says so);
+3. the next chunk is the one the checkpoint points at; it must be completed and committed (its
+   records end at or before what the cluster committed); a merged local chunk is split back: the
+   records of the one logical chunk are written, as a scavenged chunk of that number, to
+   ``<Db>/archiving/unmerged-NNNNNN`` (fsynced, kept until the checkpoint passes it, so a restart
+   uploads the same bytes and finds them verified);
 4. an object already there with the local file's size and footer checksum (an upload a kill -9
    interrupted before its checkpoint) is kept; otherwise the file is uploaded;
 5. the object is verified: its size and its last 16 bytes (the footer's xxh3-128 checksum of all the
@@ -35,16 +37,19 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
 import xxhash
 
 from evdb.archive.store import ArchiveStore, ObjectChanged, ObjectExists, ObjectMissing
-from evdb.errors import ArchiveError, ArchiveUnavailable
-from evdb.storage.chunk import Chunk
+from evdb.errors import ArchiveError, ArchiveUnavailable, CorruptedFile
+from evdb.index.durable import remove_durably, replace_durably
+from evdb.storage.chunk import HEADER_SIZE, Chunk, ChunkBuilder
 
 __all__ = [
     "CHECKPOINT",
@@ -161,8 +166,11 @@ class Archiver:
         name: str,
         logger: logging.Logger,
         wait: Callable[[float], bool] | None = None,
+        work_dir: str | None = None,
     ) -> None:
         self.store = store
+        #: where merged chunks are split for upload (``<Db>/archiving``)
+        self.work_dir = work_dir
         self.source = source
         self.name = name
         self.logger = logger
@@ -175,7 +183,6 @@ class Archiver:
         self.kept = 0  # chunks found already uploaded and verified (after a crash)
         self.failures = 0  # failed steps in a row
         self.last_error: str | None = None
-        self._waiting_for: int | None = None  # the merged chunk it said it waits for
 
     # -- one step --------------------------------------------------------------------------------------
     def _claim(self) -> bool:
@@ -220,19 +227,19 @@ class Archiver:
             return False
         if chunk.data_end_position > self.source.readable_position():
             return False
+        unmerged = None
         if chunk.start_number != chunk.end_number:
-            if self._waiting_for != number:
-                self._waiting_for = number
-                self.logger.warning(
-                    "Archiving waits at chunk %d: the local %s is merged (%d-%d), and merged chunks are "
-                    "not split back for upload yet",
-                    number,
-                    chunk.file_name,
-                    chunk.start_number,
-                    chunk.end_number,
+            if self.work_dir is None:
+                raise ArchiveError(
+                    f"Chunk {number} is merged locally ({chunk.file_name}) and there is no folder to split it in"
                 )
-            return False
-        self._upload(number, chunk)
+            unmerged = self._unmerged(number, chunk)
+            chunk = unmerged
+        try:
+            self._upload(number, chunk)
+        finally:
+            if unmerged is not None:
+                unmerged.close()
         end = chunk.end_position
         body = json.dumps(
             {"position": end, "chunkSize": size, "log": self.source.log_identity(), "archiver": self.name}
@@ -242,7 +249,60 @@ class Archiver:
         else:
             self.store.put_bytes(CHECKPOINT, body, if_match=checkpoint.etag)
         self.checkpoint = end
+        if unmerged is not None and unmerged.path is not None:
+            remove_durably([unmerged.path])
         return True
+
+    def _unmerged(self, number: int, merged: Chunk) -> Chunk:
+        """Logical chunk ``number`` of a merged chunk as a chunk file of its own (see the module):
+        the one made earlier when it is whole, else a new one."""
+        assert self.work_dir is not None
+        path = os.path.join(self.work_dir, f"unmerged-{number:06d}")
+        if os.path.exists(path):
+            try:
+                made = Chunk.open(path, verify=True)
+                if made.start_number == made.end_number == number:
+                    return made
+                made.close()
+            except CorruptedFile as exc:
+                self.logger.warning("Making %s again: %s", path, exc)
+        os.makedirs(self.work_dir, exist_ok=True)
+        size = merged.chunk_size
+        positions, offsets = merged.posmap_arrays()
+        first, last = np.searchsorted(positions, [number * size, (number + 1) * size])
+        ends = np.append(offsets[1:], merged.physical_end)
+        builder = ChunkBuilder(
+            self.work_dir,
+            chunk_size=size,
+            start_number=number,
+            end_number=number,
+            version=merged.version,
+            data_end_position=merged.data_end_position
+            if number == merged.end_number
+            else (number + 1) * size,
+            temp_suffix=".unmerge.tmp",
+        )
+        try:
+            builder.add_records(
+                merged.buffer,
+                offsets[first:last] + HEADER_SIZE,
+                ends[first:last] - offsets[first:last],
+                positions[first:last],
+            )
+            made = builder.finish()
+        except BaseException:
+            builder.abort()
+            raise
+        assert made.path is not None
+        made.close()
+        replace_durably(made.path, path)
+        self.logger.info(
+            "Chunk %d split from the merged %s for upload (%d records)",
+            number,
+            merged.file_name,
+            last - first,
+        )
+        return Chunk.open(path, verify=False)
 
     def _upload(self, number: int, chunk: Chunk) -> None:
         name = chunk_object_name(number)
@@ -325,11 +385,18 @@ class ArchiverService:
 
 
 def start_archiver(
-    settings: Any, db: Callable[[], Any], chunk_size: int, *, name: str, logger: logging.Logger
+    settings: Any, db: Callable[[], Any], chunk_size: int, *, name: str, logger: logging.Logger, db_dir: str
 ) -> ArchiverService | None:
     """The running archiver of an archiver node (``Archiver: true``), else None."""
     if not settings.archiver:
         return None
     store = settings.open_store()
     logger.info("Archiver started: uploading completed chunks to %s", store.description)
-    return ArchiverService(Archiver(store, DatabaseChunks(db, chunk_size), name=name, logger=logger)).start()
+    archiver = Archiver(
+        store,
+        DatabaseChunks(db, chunk_size),
+        name=name,
+        logger=logger,
+        work_dir=os.path.join(db_dir, "archiving"),
+    )
+    return ArchiverService(archiver).start()

@@ -446,7 +446,12 @@ class Node:
         )
         # the archiver node's uploads, on their own thread (evdb/archive/archiver.py)
         self.archiver = start_archiver(
-            self.archive_settings, lambda: self.db, o.chunk_size, name=self.name, logger=self.logger
+            self.archive_settings,
+            lambda: self.db,
+            o.chunk_size,
+            name=self.name,
+            logger=self.logger,
+            db_dir=o.db,
         )
         await self._start_http(ssl_context, sockets)
         self.metrics.set_live(True)

@@ -45,9 +45,14 @@ def s3_endpoint() -> Iterator[str]:
         server.stop()
 
 
+def environ_for(endpoint: str, home) -> dict[str, str]:
+    """An S3 store's environment: the test keys, ``endpoint``, and a HOME with no AWS files."""
+    return {**KEYS, "AWS_ENDPOINT_URL": endpoint, "HOME": str(home)}
+
+
 @pytest.fixture
 def s3_environ(s3_endpoint, tmp_path) -> dict[str, str]:
-    return {**KEYS, "AWS_ENDPOINT_URL": s3_endpoint, "HOME": str(tmp_path / "home")}
+    return environ_for(s3_endpoint, tmp_path / "home")
 
 
 _buckets = iter(range(1, 1_000_000))

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 import boto3
 import pytest
-from conftest import KEYS, REGION, free_port
+from conftest import KEYS, REGION, environ_for, free_port
 from moto.server import ThreadedMotoServer
 
 from evdb.archive.archiver import (
@@ -27,6 +28,7 @@ from evdb.archive.filesystem import FileSystemStore
 from evdb.archive.s3 import S3Store
 from evdb.database import Database
 from evdb.errors import ArchiveUnavailable
+from evdb.storage.chunk import Chunk
 from evdb.streams import NewEvent
 
 CHUNK = 64 * 1024
@@ -190,7 +192,7 @@ def test_backoff_doubles_to_a_minute():
 
 def test_an_s3_endpoint_that_is_down_is_waited_out_and_archiving_goes_on_when_it_is_up(tmp_path, database):
     port = free_port()  # nothing listens there yet
-    environ = {**KEYS, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "HOME": str(tmp_path)}
+    environ = environ_for(f"http://127.0.0.1:{port}", tmp_path)
     store = S3Store("evdb-archive-late", REGION, environ, max_retries=0, connect_timeout_seconds=1)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     waits: list[float] = []
@@ -217,3 +219,47 @@ def test_an_s3_endpoint_that_is_down_is_waited_out_and_archiving_goes_on_when_it
     finally:
         server.stop()
     assert waits == [1, 2, 5] and archiver.uploaded == 3
+
+
+def _merge_first_two(db: Database) -> None:
+    """Chunks 0 and 1 as one merged chunk, as a scavenge's merge leaves them (every record kept)."""
+    log = db.log
+    builder = log.new_chunk_builder(0, 1, temp_suffix=".merge.scavenge.tmp")
+    for n in (0, 1):
+        chunk = log.chunk_by_number(n)
+        offset = 0
+        while offset < chunk.physical_end:
+            _, after = chunk.read_at(offset)
+            builder.add(chunk.raw_frame(offset), chunk.start_position + offset)
+            offset = after
+    merged = builder.finish()
+    with log.chunk_lock:
+        log.switch_chunk(merged)
+
+
+def _records(chunk) -> list:
+    return list(chunk.iter_records())
+
+
+def test_a_merged_chunk_is_split_back_for_upload_once_even_across_a_crash(tmp_path, database):
+    originals = {n: _records(database.log.chunk_by_number(n)) for n in (0, 1)}
+    _merge_first_two(database)
+    assert database.log.chunk_by_number(0).end_number == 1
+    (tmp_path / "archive").mkdir()
+    store = _Crashing(str(tmp_path / "archive"), crash_at_checkpoint=True)
+    work = tmp_path / "db" / "archiving"
+    first = _archiver(store, database, work_dir=str(work))
+    with pytest.raises(KeyboardInterrupt):
+        first.step()  # chunk 0 split and uploaded, then the process dies before its checkpoint
+    assert os.listdir(work) == ["unmerged-000000"]  # kept for the restart
+    store.crash_at_checkpoint = False
+    restarted = _archiver(store, database, work_dir=str(work))
+    assert _drain(restarted) == 3
+    assert restarted.kept == 1 and store.uploads == [chunk_object_name(n) for n in range(3)]
+    assert os.listdir(work) == []  # each split file removed once its checkpoint moved
+    for n in (0, 1):  # each archived chunk holds exactly its logical chunk's records
+        (tmp_path / "copy").write_bytes(store.get_bytes(chunk_object_name(n)))
+        copy = Chunk.open(str(tmp_path / "copy"))
+        assert (copy.start_number, copy.end_number) == (n, n)
+        assert _records(copy) == originals[n]
+        copy.close()

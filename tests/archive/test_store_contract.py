@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from conftest import REGION, free_port
+from conftest import REGION, environ_for, free_port
 
 from evdb.archive.filesystem import FileSystemStore
 from evdb.archive.s3 import S3Store
@@ -127,12 +127,7 @@ def test_a_missing_bucket_or_folder_is_an_error_that_names_it(tmp_path, s3_envir
 
 def test_an_unreachable_store_is_unavailable(tmp_path):
     closed = free_port()  # nothing listens there
-    environ = {
-        "AWS_ACCESS_KEY_ID": "k",
-        "AWS_SECRET_ACCESS_KEY": "s",
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{closed}",
-        "HOME": str(tmp_path),
-    }
+    environ = environ_for(f"http://127.0.0.1:{closed}", tmp_path)
     store = S3Store("evdb-archive", REGION, environ, max_retries=1, connect_timeout_seconds=1)
     for call in (store.check, lambda: store.get_range("chunks/chunk-000000.000001", 0, 10)):
         with pytest.raises(ArchiveUnavailable, match=rf"s3://evdb-archive at http://127.0.0.1:{closed}"):
@@ -168,12 +163,7 @@ def test_a_store_answering_500_is_unavailable_after_its_retries(tmp_path):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        environ = {
-            "AWS_ACCESS_KEY_ID": "k",
-            "AWS_SECRET_ACCESS_KEY": "s",
-            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.server_address[1]}",
-            "HOME": str(tmp_path),
-        }
+        environ = environ_for(f"http://127.0.0.1:{server.server_address[1]}", tmp_path)
         store = S3Store("evdb-archive", REGION, environ, max_retries=2)
         with pytest.raises(ArchiveUnavailable, match="500"):
             store.put_bytes("checkpoint", b"1")
@@ -198,12 +188,7 @@ def test_a_store_that_does_not_answer_is_unavailable_within_its_timeout(tmp_path
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)
     try:
-        environ = {
-            "AWS_ACCESS_KEY_ID": "k",
-            "AWS_SECRET_ACCESS_KEY": "s",
-            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{silent.getsockname()[1]}",
-            "HOME": str(tmp_path),
-        }
+        environ = environ_for(f"http://127.0.0.1:{silent.getsockname()[1]}", tmp_path)
         store = S3Store("evdb-archive", REGION, environ, timeout_seconds=1, max_retries=0)
         started = time.monotonic()
         with pytest.raises(ArchiveUnavailable, match="s3://evdb-archive"):
