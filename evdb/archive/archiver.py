@@ -7,13 +7,16 @@ used as a local file):
 - ``chunk-NNNNNN.000001``: logical chunk NNNNNN, the exact bytes of the local file;
 - ``archive.chk``: the archive checkpoint, JSON ``{"position": P, "chunkSize": S, "log": ID}``: every
   chunk before log position P is uploaded and verified;
-- ``archive.claim``: which log the bucket belongs to (``{"log": ID, "archiver": NAME}``, ID being a
-  hash of the log's first record, the same on every member of a cluster), written once, create-only.
+- ``archive.claim``: which log the bucket belongs to and which archiver writes it (``{"log": ID,
+  "archiver": AID, "name": NAME}``, ID being a hash of the log's first record, the same on every member
+  of a cluster, AID the archiver's own id, kept in ``<Db>/archiving/archiver-id``), written once,
+  create-only.
 
 One :meth:`Archiver.step` uploads at most one chunk:
 
 1. the claim: absent, it is created (create-only, so of two racing archivers one wins); naming
-   another log, the archiver refuses the bucket (:class:`ArchiveClaimed`) and stops, loudly;
+   another log (another cluster's bucket) or another archiver of this cluster (one archiver per
+   cluster), the archiver refuses the bucket (:class:`ArchiveClaimed`) and stops, loudly;
 2. the checkpoint is read (absent: 0) with its entity tag;
 3. the next chunk is the one the checkpoint points at; it must be completed and committed (its
    records end at or before what the cluster committed); a merged local chunk is split back: the
@@ -39,6 +42,7 @@ import json
 import logging
 import os
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -48,7 +52,7 @@ import xxhash
 
 from evdb.archive.store import ArchiveStore, ObjectChanged, ObjectExists, ObjectMissing
 from evdb.errors import ArchiveError, ArchiveUnavailable, CorruptedFile
-from evdb.index.durable import remove_durably, replace_durably
+from evdb.index.durable import remove_durably, replace_durably, write_durably
 from evdb.storage.chunk import HEADER_SIZE, Chunk, ChunkBuilder
 
 __all__ = [
@@ -60,6 +64,7 @@ __all__ = [
     "ArchiverService",
     "ChunkSource",
     "DatabaseChunks",
+    "archiver_identity",
     "backoff_seconds",
     "chunk_object_name",
     "read_checkpoint",
@@ -167,12 +172,15 @@ class Archiver:
         logger: logging.Logger,
         wait: Callable[[float], bool] | None = None,
         work_dir: str | None = None,
+        archiver_id: str | None = None,
     ) -> None:
         self.store = store
         #: where merged chunks are split for upload (``<Db>/archiving``)
         self.work_dir = work_dir
         self.source = source
         self.name = name
+        #: this archiver's own identity in the claim (``<Db>/archiving/archiver-id``); the name by default
+        self.archiver_id = archiver_id or name
         self.logger = logger
         self._stop = threading.Event()
         #: sleeps up to the seconds given, or until stopped (True); tests pass their own
@@ -189,21 +197,28 @@ class Archiver:
         identity = self.source.log_identity()
         if identity is None:
             return False
-        claim = json.dumps({"log": identity, "archiver": self.name}).encode()
+        claim = json.dumps({"log": identity, "archiver": self.archiver_id, "name": self.name}).encode()
         try:
             self.store.put_bytes(CLAIM, claim, if_absent=True)
             self.logger.info("Archive %s claimed for this cluster's log %s", self.store.description, identity)
         except ObjectExists:
             try:
-                found = json.loads(self.store.get_bytes(CLAIM)).get("log")
-            except (ValueError, AttributeError) as exc:
+                found = json.loads(self.store.get_bytes(CLAIM))
+                log, archiver = found["log"], found["archiver"]
+            except (ValueError, KeyError, TypeError) as exc:
                 raise ArchiveError(
                     f"The archive claim {CLAIM} in {self.store.description} is damaged: {exc}"
                 ) from exc
-            if found != identity:
+            if log != identity:
                 raise ArchiveClaimed(
                     f"The archive {self.store.description} belongs to another cluster (its {CLAIM} names the "
-                    f"log {found}, this cluster's log is {identity}): use one bucket per cluster"
+                    f"log {log}, this cluster's log is {identity}): use one bucket per cluster"
+                ) from None
+            if archiver != self.archiver_id:
+                raise ArchiveClaimed(
+                    f"Another archiver of this cluster ({found.get('name', '?')}, id {archiver}) archives to "
+                    f"{self.store.description}: one archiver per cluster. To move archiving to this node "
+                    f"(id {self.archiver_id}), stop that one and delete {CLAIM} from the archive"
                 ) from None
         self._claimed = True
         return True
@@ -242,7 +257,12 @@ class Archiver:
                 unmerged.close()
         end = chunk.end_position
         body = json.dumps(
-            {"position": end, "chunkSize": size, "log": self.source.log_identity(), "archiver": self.name}
+            {
+                "position": end,
+                "chunkSize": size,
+                "log": self.source.log_identity(),
+                "archiver": self.archiver_id,
+            }
         ).encode()
         if checkpoint.etag is None:
             self.store.put_bytes(CHECKPOINT, body, if_absent=True)
@@ -384,6 +404,22 @@ class ArchiverService:
         self.archiver.store.close()
 
 
+def archiver_identity(work_dir: str) -> str:
+    """This archiver's id, made once and kept in ``<work_dir>/archiver-id`` (written durably)."""
+    path = os.path.join(work_dir, "archiver-id")
+    try:
+        with open(path, encoding="ascii") as f:
+            found = f.read().strip()
+        if found:
+            return found
+    except FileNotFoundError:
+        pass
+    os.makedirs(work_dir, exist_ok=True)
+    made = uuid.uuid4().hex
+    write_durably(path, [made.encode()])
+    return made
+
+
 def start_archiver(
     settings: Any, db: Callable[[], Any], chunk_size: int, *, name: str, logger: logging.Logger, db_dir: str
 ) -> ArchiverService | None:
@@ -392,11 +428,13 @@ def start_archiver(
         return None
     store = settings.open_store()
     logger.info("Archiver started: uploading completed chunks to %s", store.description)
+    work_dir = os.path.join(db_dir, "archiving")
     archiver = Archiver(
         store,
         DatabaseChunks(db, chunk_size),
         name=name,
         logger=logger,
-        work_dir=os.path.join(db_dir, "archiving"),
+        work_dir=work_dir,
+        archiver_id=archiver_identity(work_dir),
     )
     return ArchiverService(archiver).start()

@@ -20,6 +20,7 @@ from evdb.archive.archiver import (
     ArchiveClaimed,
     Archiver,
     DatabaseChunks,
+    archiver_identity,
     backoff_seconds,
     chunk_object_name,
     read_checkpoint,
@@ -263,3 +264,19 @@ def test_a_merged_chunk_is_split_back_for_upload_once_even_across_a_crash(tmp_pa
         assert (copy.start_number, copy.end_number) == (n, n)
         assert _records(copy) == originals[n]
         copy.close()
+
+
+def test_a_second_archiver_of_the_same_cluster_is_refused_loudly(store, database, tmp_path):
+    first_id = archiver_identity(str(tmp_path / "first"))
+    assert archiver_identity(str(tmp_path / "first")) == first_id  # kept across restarts
+    assert _archiver(store, database, name="replica1", archiver_id=first_id).step()
+    second = _archiver(
+        store, database, name="replica2", archiver_id=archiver_identity(str(tmp_path / "second"))
+    )
+    with pytest.raises(
+        ArchiveClaimed, match=r"Another archiver of this cluster \(replica1, id [0-9a-f]{32}\)"
+    ):
+        second.step()
+    assert read_checkpoint(store).position == CHUNK
+    # the first one, restarted under another node name, is still the cluster's archiver
+    assert _archiver(store, database, name="replica1-again", archiver_id=first_id).step()
