@@ -31,6 +31,7 @@ from evdb.archive.archiver import (
 )
 from evdb.archive.filesystem import FileSystemStore
 from evdb.archive.s3 import S3Store
+from evdb.archive.store import ObjectChanged
 from evdb.database import Database
 from evdb.errors import ArchiveUnavailable
 from evdb.storage.chunk import Chunk
@@ -256,3 +257,14 @@ def test_a_second_archiver_of_the_same_cluster_is_refused_loudly(store, database
     assert read_checkpoint(store).position == CHUNK
     # the first one, restarted under another node name, is still the cluster's archiver
     assert _archiver(store, database, name="replica1-again", archiver_id=first_id).step()
+
+
+def test_a_checkpoint_changed_by_another_writer_is_read_again_not_overwritten(store, database):
+    archiver = _archiver(store, database)
+    assert archiver.step() and read_checkpoint(store).position == CHUNK
+    ours = json.loads(store.get_bytes(CHECKPOINT))
+    store.put_bytes(CHECKPOINT, json.dumps({**ours, "position": 2 * CHUNK}).encode())  # someone else moved it
+    with pytest.raises(ObjectChanged):
+        archiver.step()  # its own last write is stale: the If-Match refuses it
+    assert read_checkpoint(store).position == 2 * CHUNK
+    assert archiver.step() and read_checkpoint(store).position == 3 * CHUNK  # read again, went on from there
