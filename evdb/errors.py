@@ -388,7 +388,7 @@ class UserProjectionsNotSupported(ProjectionError):
 
 
 #: The one table of what each error answers: its HTTP status and its gRPC status name, most specific
-#: first. evdb/http/app.py and evdb/grpc/common.py both read it (bodies and headers stay theirs); a gRPC
+#: first. evdb/http/app.py and evdb/grpc/errors.py both read it (bodies and headers stay theirs); a gRPC
 #: answer also carries the error's KurrentDB trailers (each class's ``exception``: :func:`trailers_of`).
 STATUSES: tuple[tuple[type[EvdbError], int, str], ...] = (
     (WrongExpectedVersion, 400, "FAILED_PRECONDITION"),

@@ -105,7 +105,7 @@ def _recent_max_buckets(interval: int) -> tuple[int, int]:
 
 
 class GrpcCalls:
-    """The node's gRPC calls (counted on its event loop by evdb.grpc.common._handle_call): started,
+    """The node's gRPC calls (counted on its event loop by evdb.grpc.server._handle_call): started,
     running now, and ended with a status other than OK (of which UNIMPLEMENTED: no such method, and
     DEADLINE_EXCEEDED)."""
 
@@ -775,7 +775,7 @@ class NodeMetrics:
         interval = self.config.expected_scrape_interval_seconds
         #: given to each database the node opens (Database.observer)
         self.observer = DatabaseObserver(self.config, clock.monotonic)
-        #: given to the node's gRPC server (evdb.grpc.common.KurrentServer)
+        #: given to the node's gRPC server (evdb.grpc.server.KurrentServer)
         self.grpc_calls = GrpcCalls()
         #: how late the event loop ran a callback it was asked to run (sampled, see _watch_loop)
         self.loop_lag = RecentMax(interval, clock.monotonic)

@@ -20,7 +20,7 @@ from grpclib.exceptions import GRPCError
 from evdb.auth import UserStore
 from evdb.database import Database
 from evdb.errors import UsersNotReady, status_of
-from evdb.grpc.common import call_context
+from evdb.grpc.context import call_context
 
 NodeThread, node_options = (
     user_changes.clients_conftest().NodeThread,

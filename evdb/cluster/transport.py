@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from evdb.clock import Clock
     from evdb.cluster.peers import PeerClient
-    from evdb.grpc.dispatch import ConnectionLimit
+    from evdb.http.connections import ConnectionLimit
     from evdb.tls.reload import ReloadableSettings, SwappableServerContext
 
 __all__ = [
@@ -218,7 +218,7 @@ class HttpTransport:
     # -- serving -----------------------------------------------------------------------------------
     async def start(self, handlers: PeerHandlers) -> int:
         self._handlers = handlers
-        from evdb.grpc.dispatch import ConnectionLimit, LimitedTCPSite, connection_limit
+        from evdb.http.connections import ConnectionLimit, LimitedTCPSite, connection_limit
         from evdb.http.heads import ServerLog
 
         app = web.Application(
@@ -229,7 +229,7 @@ class HttpTransport:
         app.router.add_get("/internal/replicate", self._replicate)
         # the client port's rules, through the same code: bodies inflated with a bound by
         # evdb/http/bodies.py (not whole by aiohttp), unparseable requests answered by evdb/http/heads.py,
-        # connections limited and timed out by evdb/grpc/dispatch.py's ConnectionLimit
+        # connections limited and timed out by evdb/http/connections.py's ConnectionLimit
         limits = self.limits
         self._runner = web.AppRunner(
             app,

@@ -26,13 +26,9 @@ from evdb.errors import (
     ScavengeNotFound,
 )
 from evdb.grpc import operations_pb2
-from evdb.grpc.common import (
-    call_context,
-    database,
-    grpc_error,
-    require_ops,
-    scavenge_service,
-)
+from evdb.grpc.access import require_ops
+from evdb.grpc.context import call_context, database, scavenge_service
+from evdb.grpc.errors import grpc_error
 from evdb.scavenge.params import parse_scavenge_request
 
 if TYPE_CHECKING:

@@ -27,17 +27,11 @@ from evdb.errors import (
     PersistentSubscriptionDropped,
     PersistentSubscriptionsNotReady,
 )
-from evdb.grpc.common import (
-    CallContext,
-    MessageWriter,
-    access_denied,
-    call_context,
-    check_leader,
-    check_stream_access,
-    grpc_error,
-    require_leader,
-    stream_name,
-)
+from evdb.grpc.access import check_leader, check_stream_access, require_leader
+from evdb.grpc.context import CallContext, call_context
+from evdb.grpc.convert import stream_name
+from evdb.grpc.errors import access_denied, grpc_error
+from evdb.grpc.server import MessageWriter
 from evdb.persistent import ALL, EventFilterSpec, EventSource, GroupSettings
 from evdb.persistent.model import LIVE, ResolvedEvent
 from evdb.persistent.service import PersistentSubscriptionService

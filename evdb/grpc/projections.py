@@ -25,7 +25,9 @@ from grpclib.server import Stream
 from kurrentdbclient.protos.v1 import projections_pb2, shared_pb2
 
 from evdb.errors import EvdbError, UserProjectionsNotSupported
-from evdb.grpc.common import CallContext, call_context, check_leader, grpc_error
+from evdb.grpc.access import check_leader
+from evdb.grpc.context import CallContext, call_context
+from evdb.grpc.errors import grpc_error
 
 if TYPE_CHECKING:
     from evdb.projections import SystemProjections

@@ -7,7 +7,7 @@ thread would hold the GIL through the same reads, and the hop costs two wake-ups
 filtered ``$all`` read (which may look at many events to find a page) and link resolution go to a
 worker thread. Subscriptions follow :mod:`evdb.subscriptions`. The messages of a page (and of a
 subscription's catch-up page or live commit) are written to the connection together
-(:class:`evdb.grpc.common.MessageWriter`), not one write per event.
+(:class:`evdb.grpc.server.MessageWriter`), not one write per event.
 
 A filtered ``$all`` subscription sends checkpoints as KurrentDB's ``AllSubscriptionFiltered`` does
 (:class:`_FilterCheckpoints`): its search window is the filter's ``max`` or, sent as ``count`` (the
@@ -43,21 +43,11 @@ from evdb.errors import (
     StreamNotFound,
     WrongExpectedVersion,
 )
-from evdb.grpc.common import (
-    CallContext,
-    MessageWriter,
-    call_context,
-    check_leader,
-    check_stream_access,
-    database,
-    expected_version,
-    grpc_error,
-    parse_uuid,
-    send_messages,
-    stream_name,
-    timestamp_now,
-    uuid_message,
-)
+from evdb.grpc.access import check_leader, check_stream_access
+from evdb.grpc.context import CallContext, call_context, database
+from evdb.grpc.convert import expected_version, parse_uuid, stream_name, timestamp_now, uuid_message
+from evdb.grpc.errors import grpc_error
+from evdb.grpc.server import MessageWriter, send_messages
 from evdb.projections.links import LINK_TYPE, Resolved, resolve_link, resolve_links
 from evdb.storage.records import EventRecord
 from evdb.streams import (

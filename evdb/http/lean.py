@@ -187,7 +187,7 @@ class LeanServer:
 
     def idle_connection(self) -> LeanAppends | None:
         """The connection idle longest (no request in progress, nothing unanswered), if any: the one
-        evdb/grpc/dispatch.py's ConnectionLimit closes to make room at HttpMaxConnections."""
+        evdb/http/connections.py's ConnectionLimit closes to make room at HttpMaxConnections."""
         idle = [c for c in self.connections if c.idle]
         return min(idle, key=lambda c: c.idle_since) if idle else None
 

@@ -39,6 +39,7 @@ from evdb.licensing.loading import check_license
 from evdb.logs import close_node_logging, configure_node_logging
 from evdb.metrics import NodeMetrics, NodeSources
 from evdb.metrics_config import load_metrics_config
+from evdb.node.cluster_host import NodeClusterHost
 from evdb.options import Options, deprecation_warnings, effective_configuration
 from evdb.persistent import DatabaseStore, PersistentSubscriptionService
 from evdb.projections import SystemProjections
@@ -196,6 +197,21 @@ class Node:
             ),
         )
 
+    def _cluster_host(self) -> NodeClusterHost:
+        """What the cluster service is given of this node (once the HTTP port is bound)."""
+        return NodeClusterHost(
+            name=self.name,
+            instance_id=self.instance_id,
+            logger=self.logger,
+            clock=self.clock,
+            settings=self.settings,
+            addresses=self.addresses,
+            database=self.opened,
+            replication_log=self.replication_log,
+            on_became_leader=self.on_became_leader,
+            truncate_and_reopen=self.truncate_and_reopen,
+        )
+
     def _settings_changed(self, options: Options, tls: NodeTls | None) -> None:
         """A reload's new settings reach the part that keeps a copy: the replication stream's
         ConnectionResetInterval (the peer client and the node-to-node listener read theirs at use)."""
@@ -322,6 +338,7 @@ class Node:
             logger=self.logger,
             node_endpoint=self.endpoint,
             merging=not o.disable_scavenge_merging,
+            auto_pacing=not o.disable_scavenge_auto_pacing,
             unsafe_ignore_hard_delete=o.unsafe_ignore_hard_delete,
             hash_users_cache_capacity=o.scavenge_hash_users_cache_capacity,
             history_max_age_days=o.scavenge_history_max_age,
@@ -430,7 +447,8 @@ class Node:
         await self._open_database()
         sockets = self._bind_sockets()
         self.persistent.logger = self.logger
-        self.cluster = ClusterService(self, transport=self._peer_transport())
+        # the node-to-node side gets its own port, not the node (evdb/node/cluster_host.py)
+        self.cluster = ClusterService(self._cluster_host(), transport=self._peer_transport())
         self._admit_sign_ins()
         await self.cluster.start()
         self.persistent.run()

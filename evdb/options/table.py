@@ -441,6 +441,18 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "Scavenging",
     ),
     OptionSpec(
+        "DisableScavengeAutoPacing",
+        "bool",
+        False,
+        "When true, a scavenge at throttlePercent 100 does not slow its disk writes while clients write.",
+        "Scavenging",
+        details=(
+            "An evdb option, not KurrentDB's. By default a scavenge at throttlePercent 100 watches the "
+            "time of the group commits' flushes and slows its copies while clients wait behind them, "
+            "running flat out when nobody writes: docs/operations/scavenge.md, Automatic pacing."
+        ),
+    ),
+    OptionSpec(
         "ScavengeHistoryMaxAge",
         "int",
         30,

@@ -1,6 +1,6 @@
 """The node-to-node listener keeps the client port's rules (issue 33's follow-up): request bodies by
 evdb/http/bodies.py (a compressed body inflated with a bound, garbage 400, another coding 415),
-unparseable requests by evdb/http/heads.py (a short 431), connections by evdb/grpc/dispatch.py's
+unparseable requests by evdb/http/heads.py (a short 431), connections by evdb/http/connections.py's
 ConnectionLimit (at most HttpMaxConnections, a silent one closed after HttpRequestHeadTimeout).
 
 Before, its own aiohttp runner inflated a compressed body whole (a 2 MiB JSON body sent as 2 KiB of
@@ -22,7 +22,7 @@ from waiting import until
 
 from evdb.clock import SystemClock
 from evdb.cluster.transport import Channel, HttpTransport, ListenerLimits
-from evdb.grpc.dispatch import REFUSED
+from evdb.http.connections import REFUSED
 from evdb.http.heads import head_begun_at
 
 TIMEOUT = 30.0
