@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from evdb.cluster.advertising import CLIENT_HOST, CLIENT_PORT, cluster_member
+from evdb.cluster.advertising import CLIENT_HOST, CLIENT_PORT
 from evdb.cluster.catchup import common_point, shared_end
 from evdb.cluster.election import LogStanding, VoteRequest
 from evdb.cluster.elector import Elector, Follow, LeaderLost, Member, Own, Stand, StepDown
@@ -49,6 +49,7 @@ from evdb.cluster.following import (
     subscription,
 )
 from evdb.cluster.forwarding import RemoteWriter, decode_write, encode_error, encode_result
+from evdb.cluster.gossip import GossipView, Peer, parse_gossip_seeds
 from evdb.cluster.leadership import Leadership, Progress, unacked_window
 from evdb.cluster.lease import LeaseGrantor, LeaseHolder, SecurityWatch
 from evdb.cluster.replica import ChunkLogReplication, ReplicationLog
@@ -203,37 +204,6 @@ class ChunkFileReceiver:
         if self.path is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
-
-
-def parse_gossip_seeds(text: str) -> list[tuple[str, int]]:
-    """``host:port,host:port`` (IPv6 as ``[::1]:2113``) → a list of endpoints; clear errors otherwise."""
-    seeds = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        host, sep, port = item.rpartition(":")
-        host = host.strip("[]")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InvalidOption(f"GossipSeed: {item!r} is not host:port (for example 127.0.0.1:2113).")
-        seeds.append((host, int(port)))
-    return seeds
-
-
-@dataclass
-class Peer:
-    """What gossip last said about another member (its own entry of its /gossip answer)."""
-
-    seed: tuple[str, int]
-    info: dict = field(default_factory=dict)
-    last_seen: float = -1.0  # monotonic seconds; -1 = never
-    last_error: str | None = None  # why the last call to it failed (names the peer; shown in /cluster/info)
-
-    def alive(self, now: float, timeout: float) -> bool:
-        return self.last_seen >= 0 and now - self.last_seen <= timeout
-
-    @property
-    def replication_endpoint(self) -> tuple[str, int] | None:
-        port = self.info.get("internalSecureTcpPort") or self.info.get("internalTcpPort")
-        host = self.info.get("internalTcpIp") or self.seed[0]
-        return (host, int(port)) if port else None
 
 
 class ClusterHost(Protocol):
@@ -393,7 +363,9 @@ class ClusterService:
         self.election_timeout = o.leader_election_timeout_ms / 1000
         self.reset_interval = float(o.connection_reset_interval)
         self.state = "PreReadOnlyReplica" if self.read_only else "Unknown"
-        self.peers = {seed: Peer(seed) for seed in self.seeds}
+        #: what gossip says of the other members (evdb/cluster/gossip.py)
+        self.gossip = GossipView(self.seeds, self.gossip_timeout)
+        self.peers = self.gossip.peers
         self.leader_id: str | None = None
         self.voted_for: str | None = None
         self.election_count = 0
@@ -505,12 +477,7 @@ class ClusterService:
         return self.db.log.checkpoints.proposal.value
 
     def leader_peer(self) -> Peer | None:
-        if self.leader_id is None:  # no leader known (else a never-seen peer, with no info, would match)
-            return None
-        for peer in self.peers.values():
-            if peer.info.get("instanceId") == self.leader_id:
-                return peer
-        return None
+        return self.gossip.by_instance(self.leader_id)  # None while no leader is known
 
     def leader_http_endpoint(self) -> tuple[str, int] | None:
         if self.is_leader:
@@ -581,27 +548,7 @@ class ClusterService:
 
     def members(self) -> list[dict]:
         """This node's view of the cluster, in KurrentDB's gossip member shape."""
-        now = self._now()
-        out = [self.own_member()]
-        for peer in self.peers.values():
-            if peer.info:
-                info = dict(peer.info)
-                info["isAlive"] = peer.alive(now, self.gossip_timeout)
-                if not info["isAlive"]:
-                    info["state"] = "Unknown" if info.get("state") != "Shutdown" else "Shutdown"
-                out.append(info)
-            else:
-                host, port = peer.seed
-                out.append(
-                    {
-                        "instanceId": "00000000-0000-0000-0000-000000000000",
-                        "state": "Unknown",
-                        "isAlive": False,
-                        "httpEndPointIp": host,
-                        "httpEndPointPort": port,
-                    }
-                )
-        return out
+        return [self.own_member(), *self.gossip.answer(self._now())]
 
     # -- lifecycle -------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -805,49 +752,16 @@ class ClusterService:
         try:
             body = await self.transport.gossip(peer.seed, max(self.gossip_interval, 0.5))
         except PeerError as exc:
-            peer.last_error = str(exc)
-            if exc.certificate:  # logged by the peer client, naming the peer (evdb/cluster/peers.py)
-                peer.last_seen = min(peer.last_seen, self._now() - self.gossip_timeout - 1)
-            elif peer.alive(self._now(), self.gossip_timeout):
+            # a certificate failure is logged by the peer client, naming the peer (evdb/cluster/peers.py)
+            if self.gossip.failed(peer, str(exc), certificate=exc.certificate, now=self._now()):
                 self.logger.warning("Gossip with %s:%d failed: %s", *peer.seed, exc)
             return
-        if not isinstance(body, dict):
-            return
-        own = next(
-            (
-                m
-                for m in body.get("members", [])
-                if isinstance(m, dict)
-                and (m.get("httpEndPointIp"), m.get("httpEndPointPort"))
-                == (body.get("serverIp"), body.get("serverPort"))
-            ),
-            None,
-        )
-        if own is None or own.get("instanceId") == str(self.node.instance_id):
-            return
-        own = cluster_member(own)  # the addresses nodes use, not those clients are told
-        if not peer.alive(self._now(), self.gossip_timeout):
-            self.logger.info("Member %s:%d is alive (%s)", *peer.seed, own.get("state"))
-        peer.info = own
-        peer.last_seen = self._now()
-        peer.last_error = None
-
-    def _alive_peers(self) -> list[Peer]:
-        now = self._now()
-        return [p for p in self.peers.values() if p.alive(now, self.gossip_timeout)]
+        came_alive = self.gossip.heard(peer, body, str(self.node.instance_id), self._now())
+        if came_alive is not None:
+            self.logger.info("Member %s:%d is alive (%s)", *peer.seed, came_alive)
 
     def _members(self) -> list[Member]:
-        now = self._now()
-        return [
-            Member.from_gossip(
-                f"{p.seed[0]}:{p.seed[1]}",
-                p.alive(now, self.gossip_timeout),
-                p.info,
-                can_vote=p.replication_endpoint is not None,
-            )
-            for p in self.peers.values()
-            if p.info
-        ]
+        return self.gossip.members(self._now())
 
     def _own(self) -> Own:
         return Own(
@@ -867,9 +781,8 @@ class ClusterService:
             self.logger.warning("%s", decision.reason)
             await self._step_down()
         elif isinstance(decision, Follow):
-            peer = next(
-                p for p in self.peers.values() if p.info.get("instanceId") == decision.leader.instance_id
-            )
+            peer = self.gossip.by_instance(decision.leader.instance_id)
+            assert peer is not None  # the elector chose it from these members
             await self._follow(peer)
         elif isinstance(decision, LeaderLost):
             self.logger.warning("Lost the leader %s; no leader is known", decision.leader_id)
@@ -879,9 +792,7 @@ class ClusterService:
 
     # -- elections (the decisions: evdb/cluster/elector.py) ---------------------------------------------
     def _voters(self) -> list[Peer]:
-        return [
-            p for p in self._alive_peers() if not p.info.get("isReadOnlyReplica") and p.replication_endpoint
-        ]
+        return self.gossip.voters(self._now())
 
     async def _pre_vote(self) -> bool:
         """Raft's pre-vote: whether a majority would grant this node its vote in the next term. Nothing
@@ -976,14 +887,7 @@ class ClusterService:
             self._now(),
             vote,
             self._own(),
-            None
-            if leader is None
-            else Member.from_gossip(
-                f"{leader.seed[0]}:{leader.seed[1]}",
-                leader.alive(self._now(), self.gossip_timeout),
-                leader.info,
-                can_vote=True,
-            ),
+            None if leader is None else leader.member(self._now(), self.gossip_timeout, can_vote=True),
         )
         granted, reason = answer.granted, answer.reason
         if answer.record and not vote.pre_vote:  # a pre-vote changes nothing here
@@ -1689,7 +1593,5 @@ class ClusterService:
             "elections": self.election_count,
             "lastElectionSeconds": self.last_election_seconds,
             "nodeId": str(uuid.UUID(str(self.node.instance_id))),
-            "peerErrors": {
-                f"{h}:{p}": peer.last_error for (h, p), peer in self.peers.items() if peer.last_error
-            },
+            "peerErrors": self.gossip.errors(),
         }
