@@ -32,7 +32,6 @@ import contextlib
 import functools
 import random
 import threading
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -122,14 +121,14 @@ class ClusterService:
         node: ClusterHost,
         *,
         transport: Transport | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] | None = None,
         rng: random.Random | None = None,
         run_blocking: Callable[..., Awaitable[Any]] = _to_thread,
     ) -> None:
         o = node.options
         self.node = node
         self.logger = node.logger
-        self._now = monotonic
+        self._now = monotonic if monotonic is not None else node.clock.monotonic  # the host's clock
         self.rng = rng if rng is not None else random.Random()
         self._blocking = run_blocking
         self.cluster_size = o.cluster_size
@@ -191,13 +190,13 @@ class ClusterService:
             from evdb.cluster.peers import PeerClient
 
             client = getattr(node, "peer_client", None) or PeerClient(
-                lambda: node.tls, reset_interval=self.reset_interval, logger=self.logger, monotonic=monotonic
+                node, logger=self.logger, clock=node.clock
             )
             transport = HttpTransport(
                 host=self.replication_host,
                 port=self.replication_port,
-                tls=lambda: node.tls,
-                reserved_common_name=o.certificate_reserved_node_common_name,
+                settings=node,
+                clock=node.clock,
                 logger=self.logger,
                 client=client,
             )
