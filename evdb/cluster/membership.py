@@ -17,7 +17,7 @@ from evdb.cluster.gossip import Peer
 from evdb.cluster.transport import PeerError
 
 if TYPE_CHECKING:
-    from evdb.cluster.service import ClusterService
+    from evdb.cluster.shell import ClusterShell
 
 __all__ = ["Membership"]
 
@@ -25,7 +25,7 @@ __all__ = ["Membership"]
 class Membership:
     """One node's gossip rounds and elections."""
 
-    def __init__(self, service: ClusterService) -> None:
+    def __init__(self, service: ClusterShell) -> None:
         self.service = service
         self.logger = service.logger
         self._now = service._now

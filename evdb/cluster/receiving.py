@@ -31,7 +31,7 @@ from evdb.cluster.wire import COMMIT, POSITION, REPLICATION_PROTOCOL
 from evdb.errors import CorruptedFile, EvdbError, NotLeader
 
 if TYPE_CHECKING:
-    from evdb.cluster.service import ClusterService
+    from evdb.cluster.shell import ClusterShell
     from evdb.database import Database
 
 __all__ = ["ChunkFileReceiver", "ReplicationSink", "records_batch_of"]
@@ -162,7 +162,7 @@ def records_batch_of(first: bytes, inbox: Inbox) -> tuple[list[tuple[int, bytes]
 class ReplicationSink:
     """A follower's replication from its leader: one session after another while it follows."""
 
-    def __init__(self, service: ClusterService) -> None:
+    def __init__(self, service: ClusterShell) -> None:
         self.service = service
         self.logger = service.logger
         self._now = service._now

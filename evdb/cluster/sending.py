@@ -36,7 +36,7 @@ from evdb.errors import EvdbError
 from evdb.storage.chunk import Chunk
 
 if TYPE_CHECKING:
-    from evdb.cluster.service import ClusterService
+    from evdb.cluster.shell import ClusterShell
     from evdb.database import Database
 
 __all__ = [
@@ -122,7 +122,7 @@ class FollowerLink(Progress):
 class ReplicationSource:
     """A leader's replication streams, one session per subscribed follower."""
 
-    def __init__(self, service: ClusterService) -> None:
+    def __init__(self, service: ClusterShell) -> None:
         self.service = service
         self.logger = service.logger
         self._now = service._now

@@ -34,7 +34,7 @@ import random
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from evdb.cluster.advertising import CLIENT_HOST, CLIENT_PORT
 from evdb.cluster.election import LogStanding
@@ -45,20 +45,28 @@ from evdb.cluster.gossip import GossipView, Peer, parse_gossip_seeds
 from evdb.cluster.leadership import Leadership
 from evdb.cluster.lease import LeaseGrantor, LeaseHolder, SecurityWatch
 from evdb.cluster.membership import Membership
-from evdb.cluster.receiving import ReplicationSink
+from evdb.cluster.receiving import ChunkFileReceiver, ReplicationSink
 from evdb.cluster.replica import ReplicationLog
-from evdb.cluster.sending import ReplicationSource
+from evdb.cluster.sending import ReplicationSource, chunk_file_header, chunk_file_pieces, resolve_common_point
+from evdb.cluster.shell import ClusterHost
 from evdb.cluster.transport import Channel, HttpTransport, PeerError, Transport
 from evdb.cluster.wire import COMMIT
 from evdb.errors import DatabaseReopening, EvdbError, InvalidOption, NotLeader
 from evdb.streams import AppendResult
 
 if TYPE_CHECKING:
-    import logging
-
     from evdb.database import Database
 
-__all__ = ["ClusterHost", "ClusterService"]
+#: also here, where they were before the shell was split (callers may import them from either place)
+__all__ = [
+    "ChunkFileReceiver",
+    "ClusterHost",
+    "ClusterService",
+    "chunk_file_header",
+    "chunk_file_pieces",
+    "parse_gossip_seeds",
+    "resolve_common_point",
+]
 
 _T = TypeVar("_T")
 
@@ -73,42 +81,6 @@ _T = TypeVar("_T")
 # followers learn the replication checkpoint from the leader's ReplicatedTo messages, sent with no
 # order against the client's answer, and index records only then: they promise no more than eventual
 # visibility.
-
-
-class ClusterHost(Protocol):
-    """What the cluster needs of its node (evdb.node.Node is one; the simulator has its own)."""
-
-    logger: logging.Logger
-    instance_id: uuid.UUID
-    host: str
-    port: int
-    name: str
-    clock: Any
-
-    @property
-    def options(self) -> Any: ...
-
-    @property
-    def tls(self) -> Any: ...
-
-    @property
-    def advertised_host(self) -> str: ...
-
-    @property
-    def advertised_port(self) -> int: ...
-
-    @property
-    def client_endpoint(self) -> tuple[str, int]: ...
-
-    @property
-    def db(self) -> Database | None: ...
-
-    def replication_log(self) -> ReplicationLog:
-        """The replication side of the database open now (evdb/cluster/replica.py)."""
-
-    async def on_became_leader(self) -> None: ...
-
-    async def truncate_and_reopen(self, position: int) -> None: ...
 
 
 async def _to_thread(fn: Callable[..., _T], *args: Any) -> _T:
