@@ -71,7 +71,13 @@ async def call_context(services: ApiServices, stream: Stream) -> CallContext:
                 raise GRPCError(Status.UNAUTHENTICATED, "Bad credentials.")
         return CallContext(principal, requires_leader)
     if services.options.user_certificates_enabled and stream.peer is not None:  # X.509 user certificates
-        by_certificate = await certificate_principal(services, stream.peer._transport)
+        by_certificate = await certificate_principal(
+            stream.peer._transport,
+            settings=services.settings,
+            license=services.license,
+            clock=services.clock,
+            users=services.database.users,
+        )
         if by_certificate is not None:
             return CallContext(by_certificate, requires_leader)
     return CallContext(SYSTEM if services.options.insecure else _ANONYMOUS, requires_leader)
