@@ -599,7 +599,8 @@ class SimDatabase:
             seen = self.sim.find_in_log(self, stream, ids)
             if seen is not None:  # a retry of an append this log holds: the original answer, once
                 # a majority holds the log (the real writer's duplicates wait in the gate too)
-                result = AppendResult(seen.number + len(ids) - 1, seen.position, seen.number, True)
+                last_seen = self.sim.find_in_log(self, stream, ids[-1:]) or seen
+                result = AppendResult(seen.number + len(ids) - 1, last_seen.position, seen.number, True)
                 self._pending.append((future, result))
                 self._write([])
                 return future
@@ -617,7 +618,8 @@ class SimDatabase:
                     watch.changing(frozenset([stream]))
             self._write(records)
             written = [r for r in records if r.kind == "event"]
-            result = AppendResult(last + len(ids), written[0].position, last + 1)
+            # the position of the last record written, as the real writer's answer
+            result = AppendResult(last + len(ids), written[-1].position, last + 1)
             self.sim.note_write(self.node, self._epoch_number(), written)
             self._pending.append((future, result))
         except EvdbError as exc:
@@ -713,12 +715,12 @@ class SimDatabase:
             self._notify()
         return self.committed_position
 
-    def complete_replicated_chunk(self, position: int) -> None:
-        """The leader completed the chunk ending at ``position``: complete ours at the same point."""
+    def complete_replicated_chunk(self, chunk_end: int) -> None:
+        """The leader completed the chunk ending at ``chunk_end``: complete ours at the same point."""
         self._flush_pending()
         end = self.end
-        if end < position and (end // SIM_CHUNK + 1) * SIM_CHUNK == position:
-            self.records.append(SimRecord(end, position - end, "pad"))
+        if end < chunk_end and (end // SIM_CHUNK + 1) * SIM_CHUNK == chunk_end:
+            self.records.append(SimRecord(end, chunk_end - end, "pad"))
             self._sync_now()
             self._notify()
 

@@ -21,6 +21,8 @@ from typing import Any
 
 from aiohttp import web
 
+from evdb.archive.archiver import ArchiverService, start_archiver
+from evdb.archive.settings import starting_archive
 from evdb.auth import UserStore
 from evdb.autoscavenge.service import AutoScavengeService, MembershipView, create_auto_scavenge
 from evdb.clock import Clock, SystemClock
@@ -90,6 +92,9 @@ class Node:
         self._replica: ChunkLogReplication | None = None
         self.license: License | None = None
         self.redaction: RedactionService | None = None  # the unix-socket redaction service (EnableUnixSocket)
+        self.archiver: ArchiverService | None = (
+            None  # the archiver node's uploads (Archiver: true; evdb/archive)
+        )
         self.auto_scavenge: AutoScavengeService | None = None
         #: the database of the node (on disk or in memory), decided at start
         self.db_config: DatabaseConfig | None = None
@@ -326,6 +331,7 @@ class Node:
             logger=self.logger,
             node_endpoint=self.endpoint,
             merging=not o.disable_scavenge_merging,
+            auto_pacing=not o.disable_scavenge_auto_pacing,
             unsafe_ignore_hard_delete=o.unsafe_ignore_hard_delete,
             hash_users_cache_capacity=o.scavenge_hash_users_cache_capacity,
             history_max_age_days=o.scavenge_history_max_age,
@@ -413,6 +419,10 @@ class Node:
         # the node's one client for calls to other nodes (cluster, auto-scavenge): a reload reaches it
         self.peer_client = PeerClient(self.settings, logger=self.logger, clock=self.clock)
         self.license = load_license(o, self.logger, self.clock.time())
+        # the archive's options and licence, before anything opens (evdb/archive/settings.py)
+        self.archive_settings = starting_archive(
+            o, check_license(o, self.clock.time()), self.clock.time(), self.logger
+        )
         # may refuse to start (earlier plugin form)
         auto_scavenge = self.auto_scavenge = create_auto_scavenge(
             o,
@@ -444,6 +454,15 @@ class Node:
             db=lambda: self.db,
             # the node logged its licence check at start (load_license): the service checks quietly
             license_check=lambda: check_license(self.options, self.clock.time()),
+        )
+        # the archiver node's uploads, on their own thread (evdb/archive/archiver.py)
+        self.archiver = start_archiver(
+            self.archive_settings,
+            lambda: self.db,
+            o.chunk_size,
+            name=self.name,
+            logger=self.logger,
+            db_dir=o.db,
         )
         await self._start_http(ssl_context, sockets)
         self.metrics.set_live(True)
@@ -543,6 +562,9 @@ class Node:
         if self.redaction is not None:
             await self.redaction.close()
             self.redaction = None
+        if self.archiver is not None:
+            await asyncio.to_thread(self.archiver.close)
+            self.archiver = None
         await self.persistent.close()
         if self.projections is not None:
             await self.projections.stop()

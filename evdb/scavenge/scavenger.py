@@ -21,6 +21,7 @@ from evdb.scavenge.executor import execute_chunks
 from evdb.scavenge.handoff import clear_folder
 from evdb.scavenge.index_executor import execute_index
 from evdb.scavenge.merger import merge_chunks
+from evdb.scavenge.pace import FlushTap, Pacer
 from evdb.scavenge.point import ScavengePoint, latest_point, write_point
 from evdb.scavenge.run import Progress, RunContext, ScavengeStopped, Throttle, timespan
 from evdb.scavenge.state import ScavengeState
@@ -56,6 +57,9 @@ class ScavengeOptions:
     unsafe_ignore_hard_delete: bool = False
     hash_users_cache_capacity: int = 100_000
     history_max_age_days: int = 30
+    #: automatic pacing (evdb/scavenge/pace.py) when throttle_percent is 100; off with the option
+    #: DisableScavengeAutoPacing
+    auto_pacing: bool = True
 
 
 class Scavenger:
@@ -208,6 +212,14 @@ class Scavenger:
         error: str | None = None
         ctx.workers = ChunkWorkers(self.options.threads, self.stop_event, self.logger, self.workers)
         ctx.handoff_dir = self._clear_handoffs()  # (a killed run's are never read)
+        pace = ctx.workers.pool.pace
+        pacer: Pacer | None = None
+        tap: FlushTap | None = None
+        if self.options.auto_pacing and self.options.throttle_percent >= 100:
+            pacer = Pacer(pace, own_thread=threading.get_ident())
+            tap = FlushTap.install(self.db, pacer)
+        else:
+            pace.begin(auto=False)
         try:
             self._run_stages(ctx)
             result = ScavengeResult.SUCCESS
@@ -218,10 +230,23 @@ class Scavenger:
             error = str(exc)
             result = ScavengeResult.ERRORED
         finally:
+            if tap is not None:
+                tap.remove(self.db)
+            rested = pacer.rested if pacer is not None else 0.0
+            pace.begin(auto=False)  # (the pool's processes copy for nobody now)
             ctx.workers.close()
             ctx.handoffs.clear()
             self._clear_handoffs(keep=False)
         took = time.perf_counter() - started
+        if pacer is not None:
+            self.logger.info(
+                "SCAVENGING: Automatic pacing: %d client flushes, %d of them slowed (rest ratio %.2f at the end); "
+                "the copies rested %.3f s.",
+                pacer.client_flushes,
+                pacer.slow_flushes,
+                pacer.rest_ratio,
+                rested,
+            )
         saved = self.progress.bytes_reclaimed
         max_chunk = max((c.end_number for c in self.progress.chunks if c.executed), default=-1)
         self.state.update_checkpoint(running=None)

@@ -48,6 +48,7 @@ class ScavengeService:
         set_status: Callable[[str], None] = lambda status: None,
         clock: Clock,
         workers: WorkerPool | None = None,
+        auto_pacing: bool = True,
     ) -> None:
         self.db = db
         self.logger = logger
@@ -61,6 +62,7 @@ class ScavengeService:
             unsafe_ignore_hard_delete=unsafe_ignore_hard_delete,
             hash_users_cache_capacity=hash_users_cache_capacity,
             history_max_age_days=history_max_age_days,
+            auto_pacing=auto_pacing,
         )
         self.state = ScavengeState(state_path, page_size_kib=page_size_kib, cache_size_bytes=cache_size_bytes)
         if state_path is not None and self.state.journal_mode != "delete":
@@ -140,6 +142,7 @@ class ScavengeService:
                 unsafe_ignore_hard_delete=self.defaults.unsafe_ignore_hard_delete,
                 hash_users_cache_capacity=self.defaults.hash_users_cache_capacity,
                 history_max_age_days=self.defaults.history_max_age_days,
+                auto_pacing=self.defaults.auto_pacing,
             )
             scavenger = Scavenger(
                 self.db,
