@@ -151,11 +151,28 @@ class ApiServices:
         return self.settings.options
 
 
-class GrpcServices(Protocol):
-    """What the gRPC API reads of :class:`ApiServices` (its services are typed with this smaller set)."""
+class _NodeFacts(Protocol):
+    """What every API surface reads: the node's identity, addresses, open database, cluster and
+    persistent subscriptions."""
 
     @property
     def instance_id(self) -> uuid.UUID: ...
+
+    @property
+    def addresses(self) -> NodeAddresses: ...
+
+    @property
+    def database(self) -> OpenDatabase: ...
+
+    @property
+    def cluster(self) -> ClusterService | None: ...
+
+    @property
+    def persistent(self) -> PersistentSubscriptionService: ...
+
+
+class GrpcServices(_NodeFacts, Protocol):
+    """What the gRPC API reads of :class:`ApiServices` (its services are typed with this smaller set)."""
 
     @property
     def logger(self) -> logging.Logger: ...
@@ -170,18 +187,6 @@ class GrpcServices(Protocol):
     def options(self) -> Options: ...
 
     @property
-    def addresses(self) -> NodeAddresses: ...
-
-    @property
-    def database(self) -> OpenDatabase: ...
-
-    @property
-    def cluster(self) -> ClusterService | None: ...
-
-    @property
-    def persistent(self) -> PersistentSubscriptionService: ...
-
-    @property
     def projections(self) -> SystemProjections | None: ...
 
     @property
@@ -194,23 +199,8 @@ class GrpcServices(Protocol):
     def shutdown_requested(self) -> asyncio.Event: ...
 
 
-class WebUiServices(Protocol):
+class WebUiServices(_NodeFacts, Protocol):
     """What the web Admin UI reads of :class:`ApiServices`."""
 
     @property
     def name(self) -> str: ...
-
-    @property
-    def instance_id(self) -> uuid.UUID: ...
-
-    @property
-    def addresses(self) -> NodeAddresses: ...
-
-    @property
-    def database(self) -> OpenDatabase: ...
-
-    @property
-    def cluster(self) -> ClusterService | None: ...
-
-    @property
-    def persistent(self) -> PersistentSubscriptionService: ...
