@@ -114,7 +114,6 @@ class ClusterService:
         self.gossip_interval = o.gossip_interval_ms / 1000
         self.gossip_timeout = o.gossip_timeout_ms / 1000
         self.election_timeout = o.leader_election_timeout_ms / 1000
-        self.reset_interval = float(o.connection_reset_interval)
         self.state = "PreReadOnlyReplica" if self.read_only else "Unknown"
         #: what gossip says of the other members (evdb/cluster/gossip.py)
         self.gossip = GossipView(self.seeds, self.gossip_timeout)
@@ -181,6 +180,12 @@ class ClusterService:
         self._reopening: asyncio.Future | None = None  # a truncate-and-reopen under way
 
     # -- facts -----------------------------------------------------------------------------------------
+    @property
+    def reset_interval(self) -> float:
+        """ConnectionResetInterval in effect (a reload may change it): a replication stream is remade
+        that often. Read from the host's settings at each use."""
+        return float(self.node.options.connection_reset_interval)
+
     @property
     def _followers(self) -> dict[str, Any]:
         """The subscribed followers' links by instance id (the leadership machine's)."""

@@ -61,7 +61,7 @@ from evdb.streams import (
 from evdb.subscriptions import CaughtUp, FilterCheckpoint, subscribe_to_all, subscribe_to_stream
 
 if TYPE_CHECKING:
-    from evdb.services import ApiServices
+    from evdb.services import GrpcServices
 
 __all__ = ["StreamsService"]
 
@@ -229,7 +229,7 @@ def _new_event(message: Any) -> NewEvent:
 class StreamsService:
     """The Streams service of one node (a grpclib handler: see ``__mapping__``)."""
 
-    def __init__(self, services: ApiServices) -> None:
+    def __init__(self, services: GrpcServices) -> None:
         self.services = services
 
     def __mapping__(self) -> dict[str, Handler]:
