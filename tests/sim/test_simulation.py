@@ -1,4 +1,4 @@
-"""The deterministic cluster simulation (evdb/cluster/sim.py) in CI: the real ClusterService of every
+"""The deterministic cluster simulation (evdb/cluster/sim/) in CI: the real ClusterService of every
 node under seeded crashes, restarts, partitions, pauses, message loss and delay, clock jumps and resigns.
 
 Each seed is checked for safety and for liveness (Simulation.check_liveness: once a majority has been
