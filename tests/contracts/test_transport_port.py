@@ -15,11 +15,13 @@ import asyncio
 import logging
 import socket
 from collections.abc import Awaitable, Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from port_members import drift
 
+from evdb.clock import SystemClock
 from evdb.cluster import sim
 from evdb.cluster.peers import PeerClient, PeerError
 from evdb.cluster.transport import Channel, HttpTransport, Message, Transport, _WebSocketChannel
@@ -154,9 +156,16 @@ class TestHttpTransport(TransportPortContract):
             logger = logging.getLogger("test.contracts.transport")
 
             def transport() -> HttpTransport:
-                client = PeerClient(lambda: None, reset_interval=1e9, logger=logger)
+                settings = SimpleNamespace(
+                    tls=None,
+                    options=SimpleNamespace(
+                        certificate_reserved_node_common_name="node", connection_reset_interval=600
+                    ),
+                )
+                clock = SystemClock()
+                client = PeerClient(settings, logger=logger, clock=clock)  # type: ignore[arg-type]
                 return HttpTransport(
-                    host="127.0.0.1", port=0, tls=lambda: None, reserved_common_name="node", logger=logger,
+                    host="127.0.0.1", port=0, settings=settings, clock=clock, logger=logger,  # type: ignore[arg-type]
                     client=client,
                 )  # fmt: skip
 

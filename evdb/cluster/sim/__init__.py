@@ -24,10 +24,11 @@ is the same. A seed replays exactly: ``python -m evdb.cluster.sim --seed N --ver
 from __future__ import annotations
 
 from evdb.cluster.sim.checks import GOSSIP_TIMEOUT, LIVENESS_GRACE, PROBE_EVERY, PROBE_TIMEOUT
-from evdb.cluster.sim.disk import ANY, SIM_CHUNK, SimChunk, SimDatabase, SimRecord
+from evdb.cluster.sim.disk import ANY, SimDatabase
 from evdb.cluster.sim.loop import SimDeadlock, SimLoop
 from evdb.cluster.sim.network import SimChannel, SimTransport
 from evdb.cluster.sim.nodes import SimNode
+from evdb.cluster.sim.records import SIM_CHUNK, SimChunk, SimRecord
 from evdb.cluster.sim.runner import SimulationResult, run_seed, run_seeds
 from evdb.cluster.sim.simulation import Schedule, Simulation
 

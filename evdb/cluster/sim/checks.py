@@ -10,9 +10,10 @@ from itertools import combinations
 
 from evdb.cluster.election import majority
 from evdb.cluster.lease import is_security_stream
-from evdb.cluster.sim.disk import SimDatabase, SimRecord
+from evdb.cluster.sim.disk import SimDatabase
 from evdb.cluster.sim.network import SimChannel
 from evdb.cluster.sim.nodes import SimNode
+from evdb.cluster.sim.records import SimRecord
 from evdb.cluster.sim.state import SimulationState
 from evdb.streams import AppendResult
 
@@ -77,6 +78,13 @@ class Checks(SimulationState):
                         f"{node.name} cut acknowledged event {record.event_id[:8]} at {record.position}; "
                         f"only {holders} nodes still hold it"
                     )
+
+    def check_cut_below_served(self, node: SimNode, position: int) -> None:
+        """A node never cuts its log below what it served to readers."""
+        served = self._served_up_to.get(node.name, 0)
+        if served > position:
+            self.violation(f"{node.name} cut its log to {position}, below what it served ({served})")
+            self._served_up_to[node.name] = position
 
     def _holders(self, record: SimRecord, exclude: SimNode | None = None) -> int:
         count = 0

@@ -7,19 +7,17 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from evdb.cluster.sim.nodes import SimNode
+from evdb.cluster.sim.world import NetWorld
 from evdb.cluster.transport import Message, PeerError
-
-if TYPE_CHECKING:
-    from evdb.cluster.sim.nodes import SimNode
-    from evdb.cluster.sim.state import SimulationState
 
 
 class SimChannel:
     """One end of a replication stream; messages arrive after the network's delay, in order."""
 
-    def __init__(self, sim: SimulationState, owner: SimNode, opener: SimNode) -> None:
+    def __init__(self, sim: NetWorld, owner: SimNode, opener: SimNode) -> None:
         self.sim = sim
         self.owner = owner
         #: the node that opened the connection, and when (a certificate split lets connections opened
@@ -107,7 +105,7 @@ class SimChannel:
 
 
 class SimTransport:
-    def __init__(self, sim: SimulationState, node: SimNode) -> None:
+    def __init__(self, sim: NetWorld, node: SimNode) -> None:
         self.sim = sim
         self.node = node
         self.channels: list[SimChannel] = []

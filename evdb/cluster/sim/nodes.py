@@ -6,17 +6,15 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from evdb.cluster.sim.disk import SimDatabase, _Durable
-
-if TYPE_CHECKING:
-    from evdb.cluster.sim.state import SimulationState
+from evdb.cluster.sim.world import NetWorld
 
 
 @dataclass
 class SimNode:
-    sim: SimulationState
+    sim: NetWorld
     index: int
     name: str
     instance_id: uuid.UUID

@@ -12,9 +12,10 @@ import uuid
 from itertools import combinations
 
 from evdb.cluster.election import majority
-from evdb.cluster.sim.disk import ANY, SimRecord
+from evdb.cluster.sim.disk import ANY
 from evdb.cluster.sim.loop import SimLoop
 from evdb.cluster.sim.nodes import SimNode
+from evdb.cluster.sim.records import SimRecord
 from evdb.cluster.transport import PeerError
 from evdb.errors import EvdbError
 from evdb.streams import AppendResult, NewEvent
