@@ -50,6 +50,8 @@ class Faults(Checks):
             logger.addFilter(self._stamp)
         host = _Host(node, self._options(node), logger)
         node.service = ClusterService(
+            # ClusterHost.db is typed as the real Database, not yet as its port (evdb/cluster/ports.py
+            # ClusterDatabase, which tests/contracts holds SimDatabase to)
             host,  # type: ignore[arg-type]
             transport=node.transport,
             monotonic=node.monotonic,
