@@ -24,6 +24,15 @@ before), polled every 2 ms.
     .venv/bin/python bench/bench_scavenge.py --size-gib 2 --chunk-mib 256 --runs 3 --threads 1,2,4
     .venv/bin/python bench/bench_scavenge.py --near-empty 20
 
+``--steady on,off`` instead measures a scavenge under a steady append load at half the node's
+capacity (this process's rate of single appends one after another, halved; each append's latency
+counted from the moment it was due): per run, the scavenge's time with no load on one fresh copy,
+then for each mode of automatic pacing, in a fresh process on a fresh copy, the appends' p99 for 5 s
+without a scavenge, during it, and 5 s after, and the scavenge's time (issue 38's goals: p99 during
+≤ 2× without, the scavenge within 3× its time with no load).
+
+    .venv/bin/python bench/bench_scavenge.py --size-gib 2 --chunk-mib 256 --runs 3 --steady on,off
+
 ``--before DIR`` also scavenges, in each run, a fresh ``cp -r; sync`` copy with the ``evdb`` package in
 DIR (an earlier version), for before/after figures measured in the same runs.
 """
@@ -42,9 +51,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 
 import psutil
 
+from evdb.clock import SystemClock
 from evdb.database import Database
 from evdb.scavenge.service import ScavengeRequest, ScavengeService
 from evdb.streams import NewEvent
@@ -148,6 +159,7 @@ def scavenge_here(directory: str, chunk_size: int, threads: int) -> dict:
     startup = pool.start(threads) if pool is not None else 0.0
     service = ScavengeService(
         db,
+        clock=SystemClock(),
         state_path=ScavengeService.state_path_for(os.path.join(db_dir, "index")),
         logger=logging.getLogger("bench"),
         **({"workers": pool} if pool is not None else {}),
@@ -198,6 +210,7 @@ def latency(directory: str, chunk_size: int) -> dict[str, float]:
     db = Database.open(os.path.join(directory, "db"), chunk_size=chunk_size)
     service = ScavengeService(
         db,
+        clock=SystemClock(),
         state_path=ScavengeService.state_path_for(os.path.join(directory, "db", "index")),
         logger=logging.getLogger("bench"),
     )
@@ -237,6 +250,130 @@ def latency(directory: str, chunk_size: int) -> dict[str, float]:
         "appends over 10 ms during scavenge": sum(x > 0.010 for x in busy),
         "appends during scavenge": len(busy),
     }
+
+
+def steady(directory: str, chunk_size: int, auto_pacing: bool, seconds: float = 5.0) -> dict[str, float]:
+    """Appends at a steady rate of half the node's capacity (this process's single-append rate,
+    measured first): their latency without a scavenge for ``seconds``, then while a scavenge runs
+    (timed), then without one again. Each append's latency is counted from the moment it was due
+    (an append that waits behind a slow one is as slow as the client sees it)."""
+    db = Database.open(os.path.join(directory, "db"), chunk_size=chunk_size)
+    service = ScavengeService(
+        db,
+        state_path=ScavengeService.state_path_for(os.path.join(directory, "db", "index")),
+        logger=logging.getLogger("bench"),
+        **({} if auto_pacing else {"auto_pacing": False}),
+    )
+    service.workers.start()
+    payload = [NewEvent("E", b"x" * 200)]
+    count, started = 0, time.perf_counter()
+    while time.perf_counter() - started < 2.0:  # capacity: appends one after another
+        db.append("steady", payload)
+        count += 1
+    capacity = count / (time.perf_counter() - started)
+    every = 2.0 / capacity
+
+    slow: list[tuple[str, float]] = []  # (wall-clock time due, ms) of appends over 50 ms: for the log
+
+    def load(until: Callable[[], bool]) -> list[float]:
+        out = []
+        due = time.perf_counter()
+        while not until():
+            now = time.perf_counter()
+            if now < due:
+                time.sleep(due - now)
+            db.append("steady", payload)
+            took = time.perf_counter() - due
+            out.append(took)
+            if took > 0.05:
+                slow.append((time.strftime("%H:%M:%S", time.localtime(time.time() - took)), took * 1000))
+            due += every
+        return out
+
+    def for_seconds(length: float) -> Callable[[], bool]:
+        end = time.perf_counter() + length
+        return lambda: time.perf_counter() >= end
+
+    before = load(for_seconds(seconds))
+    done = threading.Event()
+    began = time.perf_counter()
+    service.start(ScavengeRequest())
+    took = [0.0]
+    waiter = threading.Thread(
+        target=lambda: (service.wait(), took.__setitem__(0, time.perf_counter() - began), done.set())
+    )
+    waiter.start()
+    during = load(done.is_set)
+    waiter.join()
+    assert service.last()[1] == "Success", service.last()
+    after = load(for_seconds(seconds))
+    service.close()
+    db.close()
+
+    def pct(xs: list[float], p: float) -> float:
+        return sorted(xs)[min(len(xs) - 1, int(len(xs) * p))] * 1000
+
+    return {
+        "capacity": capacity,
+        "rate": 1 / every,
+        "took": took[0],
+        "before p50 ms": pct(before, 0.5),
+        "before p99 ms": pct(before, 0.99),
+        "during p50 ms": pct(during, 0.5),
+        "during p99 ms": pct(during, 0.99),
+        "during p99.9 ms": pct(during, 0.999),
+        "during max ms": max(during) * 1000,
+        "after p99 ms": pct(after, 0.99),
+        "appends during": len(during),
+        "slow": slow,
+    }
+
+
+def run_steady(source: str, base: str, chunk_size: int, runs: int, modes: list[bool]) -> None:
+    """--steady: per run, a scavenge with no load (its idle time) and, for each pacing mode, one under
+    a steady append load at half capacity, each on a fresh ``cp -r; sync`` copy in a fresh process."""
+    copy = os.path.join(base, "steady")
+    rows: dict[bool, list[tuple[float, dict]]] = {mode: [] for mode in modes}
+    for run in range(runs):
+        subprocess.run(["cp", "-r", source, copy], check=True)
+        subprocess.run(["sync"], check=True)
+        idle = scavenge(copy, chunk_size, 1)["took"]
+        shutil.rmtree(copy)
+        print(f"run {run + 1}: scavenge with no load {idle:.2f} s, load {os.getloadavg()[0]:.1f}", flush=True)
+        for mode in modes:
+            subprocess.run(["cp", "-r", source, copy], check=True)
+            subprocess.run(["sync"], check=True)
+            out = subprocess.run(
+                [sys.executable, __file__, "--steady-one", copy, "--chunk-mib", str(chunk_size >> 20)]
+                + ([] if mode else ["--no-auto-pacing"]),
+                check=True, capture_output=True, text=True,
+            )  # fmt: skip
+            got = json.loads(out.stdout.strip().splitlines()[-1])
+            shutil.rmtree(copy)
+            rows[mode].append((idle, got))
+            print(
+                f"run {run + 1}, automatic pacing {'on' if mode else 'off'}: {got['rate']:.0f} appends/s "
+                f"(capacity {got['capacity']:.0f}/s); p99 {got['before p99 ms']:.2f} ms without a scavenge, "
+                f"{got['during p99 ms']:.2f} ms during it ({got['during p99 ms'] / got['before p99 ms']:.2f}×; "
+                f"p50 {got['during p50 ms']:.2f} ms, p99.9 {got['during p99.9 ms']:.2f} ms, max "
+                f"{got['during max ms']:.1f} ms, {got['appends during']} appends), {got['after p99 ms']:.2f} ms "
+                f"after; scavenge {got['took']:.2f} s ({got['took'] / idle:.2f}× its time with no load), "
+                f"load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+    med = statistics.median
+    print()
+    print(
+        "| automatic pacing | appends/s | p99 without a scavenge | p99 during | × (goal 2) | scavenge | × with no load (goal 3) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for mode, got in rows.items():
+        print(
+            f"| {'on' if mode else 'off'} | {med(g['rate'] for _, g in got):.0f} | "
+            f"{med(g['before p99 ms'] for _, g in got):.2f} ms | {med(g['during p99 ms'] for _, g in got):.2f} ms | "
+            f"{med(g['during p99 ms'] / g['before p99 ms'] for _, g in got):.2f} | "
+            f"{med(g['took'] for _, g in got):.2f} s | {med(g['took'] / i for i, g in got):.2f} |"
+        )
 
 
 def latency_in_child(directory: str, chunk_size: int, evdb_from: str | None = None) -> dict[str, float]:
@@ -343,6 +480,15 @@ def main() -> None:
         default=1,
         help="append latency measurements (each alternated with --before's)",
     )
+    parser.add_argument(
+        "--steady",
+        default="",
+        metavar="MODES",
+        help="instead of the copy and latency figures: a steady append load at half capacity during a "
+        "scavenge, with automatic pacing 'on', 'off' or 'on,off' (alternated in each run)",
+    )
+    parser.add_argument("--steady-one", default=None, help=argparse.SUPPRESS)  # steady, in a child
+    parser.add_argument("--no-auto-pacing", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # scavenge_here, in a child
     parser.add_argument("--latency-one", default=None, help=argparse.SUPPRESS)  # latency, in a child
     args = parser.parse_args()
@@ -357,12 +503,19 @@ def main() -> None:
     if args.latency_one:
         print(json.dumps(latency(args.latency_one, chunk_size)))
         return
+    if args.steady_one:
+        print(json.dumps(steady(args.steady_one, chunk_size, not args.no_auto_pacing)))
+        return
     base = tempfile.mkdtemp(dir=args.dir, prefix="bench-scavenge-")
     try:
         source = os.path.join(base, "source")
         started = time.perf_counter()
         written = build(source, int(args.size_gib * 1024**3), chunk_size)
         print(f"built {written / 1024**3:.2f} GiB in {time.perf_counter() - started:.0f} s", flush=True)
+        if args.steady:
+            modes = [mode.strip() == "on" for mode in args.steady.split(",")]
+            run_steady(source, base, chunk_size, args.runs, modes)
+            return
         results: dict[int, list[tuple[float, float, dict]]] = {t: [] for t in thread_counts}
         befores: dict[int, list[tuple[float, dict]]] = {t: [] for t in thread_counts}
         for run in range(args.runs):

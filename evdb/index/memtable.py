@@ -115,10 +115,50 @@ class MemTable:
             self._unordered.add(h)
 
     def add_arrays(self, hashes: np.ndarray, numbers: np.ndarray, positions: np.ndarray) -> None:
-        """Append column-wise entries (in log order) without moving ``last_position``."""
-        if len(hashes):
-            entries = zip(hashes.tolist(), numbers.tolist(), positions.tolist(), strict=True)
-            self.add(list(entries), self.last_position)
+        """Append column-wise entries (in log order) without moving ``last_position``: what
+        :meth:`add` does, with the columns copied whole and the per-hash lists built a hash at a
+        time (grouped with numpy) instead of an entry at a time."""
+        count_new = len(hashes)
+        if not count_new:
+            return
+        hashes = np.ascontiguousarray(hashes, dtype=np.uint64)
+        numbers_new = np.ascontiguousarray(numbers, dtype=np.int64)
+        positions = np.ascontiguousarray(positions, dtype=np.int64)
+        if not len(numbers_new) == len(positions) == count_new:
+            raise ValueError("index entry columns of different lengths")
+        order = np.argsort(hashes, kind="stable")  # each hash's entries stay in log order
+        grouped = hashes[order]
+        firsts = np.flatnonzero(np.concatenate(([True], grouped[1:] != grouped[:-1])))
+        lasts = np.append(firsts[1:], count_new)
+        in_order = numbers_new[order]
+        # a number below the one before it, within one hash's entries: that hash is unordered
+        falls = np.flatnonzero((in_order[1:] < in_order[:-1]) & (grouped[1:] == grouped[:-1])) + 1
+        falling_groups = set((np.searchsorted(firsts, falls, side="right") - 1).tolist())
+        streams, unordered, column = self._streams, self._unordered, self._numbers
+        with self._lock:
+            base = len(self._hashes)
+            self._hashes.frombytes(hashes.tobytes())
+            column.frombytes(numbers_new.tobytes())
+            self._positions.frombytes(positions.tobytes())
+            indexes = (order + base).astype(np.intc)
+            for g, (h, a, b) in enumerate(
+                zip(grouped[firsts].tolist(), firsts.tolist(), lasts.tolist(), strict=True)
+            ):
+                slot = streams.get(h)
+                previous = None
+                if slot is None:
+                    if b - a == 1:
+                        streams[h] = int(indexes[a])
+                        continue
+                    slot = streams[h] = array("i")
+                elif isinstance(slot, int):
+                    previous = column[slot]
+                    slot = streams[h] = array("i", (slot,))
+                else:
+                    previous = column[slot[-1]]
+                slot.frombytes(indexes[a:b].tobytes())
+                if g in falling_groups or (previous is not None and int(in_order[a]) < previous):
+                    unordered.add(h)
 
     # -- reading ---------------------------------------------------------------------------------------
     def _slot(self, h: int) -> tuple[Sequence[int], int, bool] | None:
@@ -131,6 +171,15 @@ class MemTable:
                 return (slot,), 1, True
             return slot, len(slot), h not in self._unordered
 
+    def _entries(self, h: int) -> tuple[Sequence[int], int, list[tuple[int, int]] | None] | None:
+        """(entry indexes, how many to use, and when they are out of order their (number, position)
+        pairs sorted, else None); None when the hash is absent."""
+        found = self._slot(h)
+        if found is None:
+            return None
+        indexes, count, ordered = found
+        return indexes, count, None if ordered else self._sorted_pairs(indexes, count)
+
     def _sorted_pairs(self, indexes: Sequence[int], count: int) -> list[tuple[int, int]]:
         numbers, positions = self._numbers, self._positions
         return sorted((numbers[i], positions[i]) for i in indexes[:count])
@@ -140,12 +189,11 @@ class MemTable:
 
     def iter_forward(self, h: int, from_number: int) -> Iterator[tuple[int, int]] | None:
         """(number, position) with number >= ``from_number``, ascending; None when the hash is absent."""
-        found = self._slot(h)
+        found = self._entries(h)
         if found is None:
             return None
-        indexes, count, ordered = found
-        if not ordered:
-            pairs = self._sorted_pairs(indexes, count)
+        indexes, count, pairs = found
+        if pairs is not None:
             start = bisect.bisect_left(pairs, from_number, key=_number_of)
             return iter(pairs[start:]) if start < len(pairs) else None
         numbers = self._numbers
@@ -156,12 +204,11 @@ class MemTable:
 
     def iter_backward(self, h: int, before_number: int | None) -> Iterator[tuple[int, int]] | None:
         """(number, position) with number < ``before_number``, descending; None when there are none."""
-        found = self._slot(h)
+        found = self._entries(h)
         if found is None:
             return None
-        indexes, count, ordered = found
-        if not ordered:
-            pairs = self._sorted_pairs(indexes, count)
+        indexes, count, pairs = found
+        if pairs is not None:
             end = (
                 len(pairs)
                 if before_number is None
@@ -180,6 +227,32 @@ class MemTable:
         for k in order:
             i = indexes[k]
             yield numbers[i], positions[i]
+
+    def entry_arrays(self, h: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(event numbers, log positions) of every entry of hash ``h`` in arrival order, as int64
+        arrays (None: the hash is absent). A stream's entries come in runs (an append's events are
+        consecutive), so the columns are copied a run at a time rather than read an entry at a time."""
+        found = self._slot(h)
+        if found is None:
+            return None
+        indexes, count, _ = found
+        numbers, positions = self._numbers, self._positions
+        if count == 1:
+            i = indexes[0]
+            return np.array([numbers[i]], dtype=np.int64), np.array([positions[i]], dtype=np.int64)
+        assert isinstance(indexes, array)  # several entries: the hash's list
+        where = np.frombuffer(indexes[:count], dtype=np.intc)  # (a copy of the slot: never the live array)
+        cuts = np.flatnonzero(np.diff(where) != 1) + 1
+        starts = where[np.concatenate(([0], cuts))].tolist()
+        ends = (where[np.append(cuts - 1, count - 1)] + 1).tolist()
+        return (
+            np.frombuffer(
+                b"".join(numbers[a:b].tobytes() for a, b in zip(starts, ends, strict=True)), np.int64
+            ),
+            np.frombuffer(
+                b"".join(positions[a:b].tobytes() for a, b in zip(starts, ends, strict=True)), np.int64
+            ),
+        )
 
     def get(self, h: int, number: int) -> list[int]:
         """Positions of the entries (h, number), ascending."""

@@ -294,11 +294,10 @@ class TableIndex:
         numbers: list[np.ndarray] = []
         positions: list[np.ndarray] = []
         for memtable in (view.live, view.frozen):
-            pairs = memtable.iter_forward(h, INT64_MIN) if memtable is not None else None
-            if pairs is not None:
-                both = np.array(list(pairs), dtype=np.int64).reshape(-1, 2)
-                numbers.append(both[:, 0])
-                positions.append(both[:, 1])
+            found = memtable.entry_arrays(h) if memtable is not None else None
+            if found is not None:
+                numbers.append(found[0])
+                positions.append(found[1])
         for table in view.tables:
             lo, hi = table.range_of(h)
             if lo < hi:

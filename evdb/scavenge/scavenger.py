@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from evdb.clock import Clock
 from evdb.database import Database
 from evdb.errors import ScavengeError
 from evdb.scavenge.accumulator import accumulate
@@ -20,6 +21,7 @@ from evdb.scavenge.executor import execute_chunks
 from evdb.scavenge.handoff import clear_folder
 from evdb.scavenge.index_executor import execute_index
 from evdb.scavenge.merger import merge_chunks
+from evdb.scavenge.pace import FlushTap, Pacer
 from evdb.scavenge.point import ScavengePoint, latest_point, write_point
 from evdb.scavenge.run import Progress, RunContext, ScavengeStopped, Throttle, timespan
 from evdb.scavenge.state import ScavengeState
@@ -55,6 +57,9 @@ class ScavengeOptions:
     unsafe_ignore_hard_delete: bool = False
     hash_users_cache_capacity: int = 100_000
     history_max_age_days: int = 30
+    #: automatic pacing (evdb/scavenge/pace.py) when throttle_percent is 100; off with the option
+    #: DisableScavengeAutoPacing
+    auto_pacing: bool = True
 
 
 class Scavenger:
@@ -70,7 +75,7 @@ class Scavenger:
         logger: logging.Logger,
         node_endpoint: str = "",
         set_status: Callable[[str], None] = lambda status: None,
-        wall_clock: Callable[[], float] = time.time,
+        clock: Clock,
         workers: WorkerPool | None = None,
         handoffs: bool = True,
     ) -> None:
@@ -88,14 +93,14 @@ class Scavenger:
         self.logger = logger
         self.node_endpoint = node_endpoint
         self.set_status = set_status
-        self.wall_clock = wall_clock
+        self.clock = clock
         self.stop_event = threading.Event()
         self.progress = Progress(
             scavenge_id=scavenge_id,
             threads=options.threads,
             threshold=options.threshold,
             throttle_percent=options.throttle_percent,
-            started=wall_clock(),
+            started=clock.time(),
         )
         self.result: ScavengeResult | None = None
         self.nothing_to_do = False
@@ -174,13 +179,13 @@ class Scavenger:
         except Exception as exc:
             self.logger.exception("SCAVENGING: Scavenge failed while beginning")
             self.result = ScavengeResult.ERRORED
-            self.progress.finish(str(self.result), self.wall_clock(), str(exc))
+            self.progress.finish(str(self.result), self.clock.time(), str(exc))
             self.set_status("Idle")
             return self.result
         if point is None:
             self.nothing_to_do = True
             self.result = ScavengeResult.SUCCESS
-            self.progress.finish(str(self.result), self.wall_clock())
+            self.progress.finish(str(self.result), self.clock.time())
             self.set_status("Idle")
             return self.result
         self.state.update_checkpoint(running=self.scavenge_id)
@@ -202,11 +207,19 @@ class Scavenger:
             unsafe_ignore_hard_delete=self.options.unsafe_ignore_hard_delete,
             hash_users_cache_capacity=self.options.hash_users_cache_capacity,
             emit=events,
-            clock_time=self.wall_clock,
+            clock=self.clock,
         )
         error: str | None = None
         ctx.workers = ChunkWorkers(self.options.threads, self.stop_event, self.logger, self.workers)
         ctx.handoff_dir = self._clear_handoffs()  # (a killed run's are never read)
+        pace = ctx.workers.pool.pace
+        pacer: Pacer | None = None
+        tap: FlushTap | None = None
+        if self.options.auto_pacing and self.options.throttle_percent >= 100:
+            pacer = Pacer(pace, own_thread=threading.get_ident())
+            tap = FlushTap.install(self.db, pacer)
+        else:
+            pace.begin(auto=False)
         try:
             self._run_stages(ctx)
             result = ScavengeResult.SUCCESS
@@ -217,10 +230,23 @@ class Scavenger:
             error = str(exc)
             result = ScavengeResult.ERRORED
         finally:
+            if tap is not None:
+                tap.remove(self.db)
+            rested = pacer.rested if pacer is not None else 0.0
+            pace.begin(auto=False)  # (the pool's processes copy for nobody now)
             ctx.workers.close()
             ctx.handoffs.clear()
             self._clear_handoffs(keep=False)
         took = time.perf_counter() - started
+        if pacer is not None:
+            self.logger.info(
+                "SCAVENGING: Automatic pacing: %d client flushes, %d of them slowed (rest ratio %.2f at the end); "
+                "the copies rested %.3f s.",
+                pacer.client_flushes,
+                pacer.slow_flushes,
+                pacer.rest_ratio,
+                rested,
+            )
         saved = self.progress.bytes_reclaimed
         max_chunk = max((c.end_number for c in self.progress.chunks if c.executed), default=-1)
         self.state.update_checkpoint(running=None)
@@ -244,7 +270,7 @@ class Scavenger:
             events.completed(str(result), error, took, saved, max_chunk)
         except Exception:
             self.logger.exception("SCAVENGING: could not write the $scavengeCompleted event")
-        self.progress.finish(str(result), self.wall_clock(), error)
+        self.progress.finish(str(result), self.clock.time(), error)
         self.result = result
         self.set_status("Idle")
         return result

@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import concurrent.futures.process
+import ctypes
 import itertools
 import logging
 import multiprocessing
 import os
+import platform
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -41,6 +44,7 @@ from evdb.errors import CorruptedFile
 from evdb.scavenge import chunkscan
 from evdb.scavenge.chunkscan import DecisionTable, RecordTable, discard_mask, load_compiled, record_table
 from evdb.scavenge.handoff import CopyTable, HandoffUnusable, read_handoff, write_handoff
+from evdb.scavenge.pace import PaceValues
 from evdb.storage import disk
 from evdb.storage.chunk import Chunk, ChunkBuilder
 from evdb.storage.disk import OsDisk
@@ -207,18 +211,29 @@ class _Corrupted(Exception):
 
 
 class _WritebackDisk:
-    """The worker processes' disk: a copy's writes reach the disk as they are made, at most
-    ``_STEP`` bytes in flight at a time. Each time another ``_STEP`` has been written, the kernel is
-    asked to start writing it back (``disk.start_writeback``) and the writer waits until the step
-    before it is on the disk (``disk.wait_writeback``). So the copy's fsync finds little left to do,
-    and the device never holds more than two steps of the copy in front of the node's appends: an
-    append's ``fdatasync`` (a device cache flush) waits for what is in flight, so 8 MiB in flight
-    cost an append about 2 ms, 1 MiB about 0.5 ms (docs/performance.md, issue 23). Without
-    ``sync_file_range`` (not Linux) a copy ``fdatasync``s every ``_FALLBACK_STEP`` bytes instead.
-    Everything else is the plain OS disk."""
+    """The worker processes' disk: a copy's writes reach the disk as they are made, in steps, so the
+    copy's fsync finds little left to do and the device never holds much of the copy in front of the
+    node's appends (an append's ``fdatasync``, a device cache flush, waits for what is in flight).
+    How big the steps are and what the writer waits for follows the run's pacing
+    (evdb/scavenge/pace.py, ``pace``):
+
+    - paced (a client flushed a moment ago): every ``_STEP`` written, the writer waits until all of
+      the copy so far is on the disk (``disk.wait_writeback``), then rests the pacer's rest ratio
+      times what that wait took: nothing of the copy stays queued in front of an append;
+    - flat out (automatic pacing on and nobody waiting): every ``_FLAT_STEP``, writeback of it starts
+      (``disk.start_writeback``) and the writer waits for the step before it;
+    - automatic pacing off (``DisableScavengeAutoPacing``, a ``throttlePercent`` below 100): the fixed
+      steps of issue 23, ``_STEP`` at a time, waiting for the step before (8 MiB in flight cost an
+      append about 2 ms, 1 MiB about 0.5 ms: docs/performance.md).
+
+    Without ``sync_file_range`` (not Linux) a copy ``fdatasync``s every ``_FALLBACK_STEP`` bytes
+    instead (every ``_STEP`` when paced). Everything else is the plain OS disk."""
 
     _STEP = 1 << 20
+    _FLAT_STEP = 8 << 20
     _FALLBACK_STEP = 8 << 20
+    #: the longest rest after one step (a stop request is seen between steps)
+    _MAX_REST = 0.1
 
     ftruncate = staticmethod(os.ftruncate)
     fallocate = staticmethod(OsDisk.fallocate)
@@ -228,7 +243,20 @@ class _WritebackDisk:
     unlink = staticmethod(os.unlink)
     fsync_dir = staticmethod(OsDisk.fsync_dir)
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        pace: PaceValues | None = None,
+        *,
+        now: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        start_writeback: Callable[[int, int, int], bool] | None = None,
+        wait_writeback: Callable[[int, int, int], bool] | None = None,
+    ) -> None:
+        self.pace = pace
+        self._now = now
+        self._sleep = sleep
+        self._start_writeback = start_writeback or disk.start_writeback
+        self._wait_writeback = wait_writeback or disk.wait_writeback
         # fd -> (where writeback was last started, where the bytes written so far end)
         self._ranges: dict[int, tuple[int, int]] = {}
 
@@ -241,10 +269,18 @@ class _WritebackDisk:
         count = os.pwrite(fd, data, offset)
         started, end = self._ranges.get(fd, (0, 0))
         end = max(end, offset + count)
-        if end - started >= self._STEP:
-            if disk.start_writeback(fd, started, end - started):
+        pace = self.pace
+        auto = pace is not None and pace.auto
+        ratio = pace.paced(self._now()) if pace is not None and auto else None
+        if ratio is not None:
+            if end - started >= self._STEP:
+                started = self._paced_step(fd, end, ratio)
+        elif end - started >= (self._FLAT_STEP if auto else self._STEP):
+            if pace is not None:
+                pace.writing(self._now())
+            if self._start_writeback(fd, started, end - started):
                 if started:  # every step before this one (all but the last are on the disk already)
-                    disk.wait_writeback(fd, 0, started)
+                    self._wait_writeback(fd, 0, started)
                 started = end
             elif end - started >= self._FALLBACK_STEP:
                 os.fdatasync(fd)
@@ -252,18 +288,55 @@ class _WritebackDisk:
         self._ranges[fd] = (started, end)
         return count
 
+    def _paced_step(self, fd: int, end: int, ratio: float) -> int:
+        """All of the copy written so far onto the disk, then a rest in proportion to that wait."""
+        pace = self.pace
+        assert pace is not None
+        began = self._now()
+        pace.writing(began)
+        if not self._wait_writeback(fd, 0, end):
+            os.fdatasync(fd)
+        done = self._now()
+        rest = min(self._MAX_REST, ratio * (done - began))
+        pace.resting(done, rest)
+        if rest > 0:
+            self._sleep(rest)
+        return end
+
     def fsync(self, fd: int) -> None:
         self._ranges.pop(fd, None)
         os.fsync(fd)
 
 
-def _init(stop: Event, parent: int, lifeline) -> None:
+def _init(stop: Event, parent: int, lifeline, pace=None) -> None:
     global _stop, _parent
     _stop, _parent = stop, parent
     os.nice(4)  # background work: the node's request threads come first when the CPUs are busy
-    disk.current = _WritebackDisk()
+    set_idle_io_priority()
+    disk.current = _WritebackDisk(PaceValues(pace) if pace is not None else None)
     threading.Thread(target=_watch_parent, args=(lifeline,), name="evdb-parent-watch", daemon=True).start()
     load_compiled()  # compile the record walk (or load it from numba's cache) before any chunk waits
+
+
+#: Linux's ioprio_set system call number, by machine; IOPRIO_WHO_PROCESS; IOPRIO_CLASS_IDLE
+_IOPRIO_SET = {"x86_64": 251, "aarch64": 30}
+_IOPRIO_WHO_PROCESS = 1
+_IOPRIO_CLASS_IDLE = 3
+
+
+def set_idle_io_priority() -> bool:
+    """Put this process's I/O in the idle class (Linux ``ioprio_set``): the disk's scheduler serves
+    it when no other request waits (``mq-deadline`` and ``bfq`` do; requests waiting longer than the
+    scheduler's ``prio_aging_expire``, 10 s by default, are served anyway). False where the call is
+    missing or refused (then nothing changed)."""
+    number = _IOPRIO_SET.get(platform.machine())
+    if not sys.platform.startswith("linux") or number is None:
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return False
+    return libc.syscall(number, _IOPRIO_WHO_PROCESS, 0, _IOPRIO_CLASS_IDLE << 13) == 0
 
 
 def _watch_parent(lifeline) -> None:
@@ -345,6 +418,10 @@ class WorkerPool:
         self._lifeline: tuple[Connection, Connection] | None = None
         self._closed = False
         self.starts = 0  # how many times worker processes were started afresh (tests, the log)
+        #: what a run's pacing shares with the processes (evdb/scavenge/pace.py), kept for the
+        #: processes the pool starts again after one died
+        self.pace = PaceValues(multiprocessing.get_context("spawn").RawArray("d", PaceValues.SIZE))
+        self.pace.begin(auto=False)
 
     def begin_run(self) -> None:
         with self._lock:
@@ -363,7 +440,7 @@ class WorkerPool:
                     max_workers=MAX_WORKERS,
                     mp_context=context,
                     initializer=_init,
-                    initargs=(self._shared_stop, os.getpid(), lifeline[0]),
+                    initargs=(self._shared_stop, os.getpid(), lifeline[0], self.pace.values),
                 )
                 self.starts += 1
             assert self._shared_stop is not None  # made with the executor

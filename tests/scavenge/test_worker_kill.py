@@ -1,4 +1,5 @@
-"""kill -9 of a node whose scavenge runs in its worker processes (chunks of 16 MiB: the default path).
+"""kill -9 of a node whose scavenge runs in its worker processes (chunks of 16 MiB: the default path),
+also while a client appends and the scavenge paces its copies (issue 38).
 
 A real ``evdb node`` process scavenges a database of 16 MiB chunks; it is killed with SIGKILL while a
 worker writes a scavenged copy (a ``*.scavenge.tmp`` file exists). Then: every worker process (and
@@ -282,4 +283,110 @@ def test_kill_9_during_worker_copies_leaves_no_orphans_and_no_temp_files(tmp_pat
             assert [(n, i, d) for n, (i, d) in enumerate(events)] == read_stream(node.client, stream)
         node.stop()
     finally:
+        node.close()
+
+
+class Appender:
+    """A client appending one small event at a time over HTTP while it runs (so the scavenge's
+    automatic pacing sees client flushes); remembers the ids the node acknowledged."""
+
+    def __init__(self, base_url: str, stream: str) -> None:
+        self.acknowledged: list[str] = []
+        self._stop = threading.Event()
+        self._client = httpx.Client(base_url=base_url, auth=ADMIN, timeout=10)
+        self._stream = stream
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.003):
+            event_id = str(uuid.uuid4())
+            try:
+                r = self._client.post(
+                    f"/streams/{self._stream}",
+                    json=[{"eventId": event_id, "eventType": "Load", "data": {"n": len(self.acknowledged)}}],
+                    headers={"Content-Type": "application/vnd.kurrent.events+json"},
+                )
+            except httpx.HTTPError:
+                return  # the node was killed
+            if r.status_code == 201:
+                self.acknowledged.append(event_id)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(15)
+        self._client.close()
+
+
+def _kill_during_a_paced_scavenge(tmp_path: Path, name: str, moment: float | None) -> list[str]:
+    """Start a node and a client appending to it, start a scavenge of every chunk and kill -9 the
+    node ``moment`` seconds later (None: as soon as a copy is being written); check every worker
+    process exits. Returns the ids of the events the node acknowledged."""
+    db_dir = tmp_path / "db"
+    node = NodeProcess(tmp_path, name)
+    seen: list[psutil.Process] = []
+    appender = Appender(str(node.client.base_url), "load")
+    try:
+        r = node.client.post(
+            "/admin/scavenge", params={"threshold": "-1"}, headers={"Accept": "application/json"}
+        )
+        assert r.status_code == 200, r.text
+
+        def look() -> None:
+            seen.extend(w for w, _ in workers_of(node.proc.pid) if w not in seen)
+
+        def copying() -> bool:
+            look()
+            return any(p.endswith(".scavenge.tmp") for p in temp_files(db_dir)) or bool(
+                scavenge_result(node.client)
+            )
+
+        if moment is None:
+            wait_until(copying, 120, "a copy being written (or the scavenge's end)")
+        else:
+            deadline = time.monotonic() + moment
+            while time.monotonic() < deadline:
+                look()
+                time.sleep(0.02)
+        look()
+        node.kill()
+        try:
+            wait_until(lambda: not [w for w in seen if alive(w)], 15, "the orphaned workers to exit")
+        finally:
+            for w in seen:  # never leave an orphan on the machine, even when the check fails
+                if alive(w):
+                    w.kill()
+    finally:
+        appender.stop()
+        node.close()
+    return appender.acknowledged
+
+
+def test_kill_9_at_moments_of_a_paced_scavenge_leaves_no_orphan_and_the_next_one_completes(tmp_path):
+    """A client appends throughout, so the copies are paced (each waits for its writes and rests);
+    the node is killed once while a copy is written and once at a random moment after a start; after
+    each kill no worker is left running; the restarted node removes what the kills left, every
+    acknowledged event reads back, and a paced scavenge completes."""
+    kept, _ = build_database(str(tmp_path / "db"))
+    moment = random.Random(38).uniform(0.0, 1.5)
+    acknowledged = _kill_during_a_paced_scavenge(tmp_path, "first", None)
+    acknowledged += _kill_during_a_paced_scavenge(tmp_path, "second", moment)
+    node = NodeProcess(tmp_path, "last")
+    appender = Appender(str(node.client.base_url), "load")
+    try:
+        assert not temp_files(tmp_path)
+        r = node.client.post("/admin/scavenge", headers={"Accept": "application/json"})
+        assert r.status_code == 200, r.text
+        assert wait_until(lambda: scavenge_result(node.client), 120, "the scavenge to end", 0.1) == "Success"
+        appender.stop()
+        acknowledged += appender.acknowledged
+        paced = [line for line in node.output().splitlines() if "Automatic pacing:" in line]
+        assert paced and " 0 client flushes" not in paced[-1], paced
+        assert not temp_files(tmp_path)
+        for stream, events in kept.items():
+            assert [(n, i, d) for n, (i, d) in enumerate(events)] == read_stream(node.client, stream)
+        assert set(acknowledged) <= {e[1] for e in read_stream(node.client, "load")}
+        node.stop()
+    finally:
+        appender.stop()
         node.close()
