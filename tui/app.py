@@ -18,6 +18,7 @@ from textual.widgets import Header, Static, TabbedContent, TabPane
 
 from evdb.clock import Clock, SystemClock
 from tui.actions import NodeActions
+from tui.calls import PlannedCall
 from tui.client import HttpNodeClient, NodeClient
 from tui.collector import MirrorCollector, NodeCollector, member_url, normalise_url
 from tui.connection import Connection, NodeSpec
@@ -625,6 +626,10 @@ class DashboardApp(App[str | None]):
         self.jobs._restored(node)
 
     # -- what the action objects ask of the app (tui/host.py) -------------------------------------------
+    def confirm(self, calls: list[PlannedCall], note: str = "") -> None:
+        """Confirm the calls, then send them one after the other (tui/sending.py)."""
+        self.sender.confirm(calls, note)
+
     def spawn(self, work: Coroutine[Any, Any, None], group: str) -> None:
         self.run_worker(work, group=group, exit_on_error=False)
 

@@ -381,7 +381,7 @@ class SubscriptionsScreen(Screen[None]):
         stream, group = self.chosen
         chosen = next(g for g in view.groups if g.key == self.chosen)
         count = "its parked message" if chosen.parked == 1 else f"its {number(chosen.parked)} parked messages"
-        self.dashboard.sender.confirm(
+        self.dashboard.confirm(
             [replay_parked(view.source.url, stream, group)],
             note=f"The leader sends {count} to the group's consumers again, oldest first, and then "
             "truncates the parked stream ($persistentsubscription-…-parked); messages parked from now on "
