@@ -9,6 +9,7 @@ import pytest
 from evdb.clock import ManualClock
 from tests.tui.conftest import PROGRESS, make_app
 from tests.tui.fake_node import FakeMirror, FakeNode, mirror_status
+from tests.tui.pilot import until
 from tui.state import CertificateState
 
 
@@ -220,7 +221,11 @@ def test_every_panel(snap_compare, tmp_path, size, state, panel):
         if panel == "activity":
             await pilot.press("l")
             await pilot.pause()
+            calls = len(app.state.activity)
             await pilot.click("#send")
+            # the dialog's answer reaches the app a message later, and only then is the call's worker
+            # started: waiting for the workers before that cleared the notices too early on a busy machine
+            await until(pilot, lambda: len(app.state.activity) > calls, "the reload's answer")
             await app.workers.wait_for_complete()
             app.clear_notifications()
         await pilot.press(PANELS[panel])
