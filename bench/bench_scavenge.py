@@ -55,6 +55,7 @@ from collections.abc import Callable
 
 import psutil
 
+from evdb.clock import SystemClock
 from evdb.database import Database
 from evdb.scavenge.service import ScavengeRequest, ScavengeService
 from evdb.streams import NewEvent
@@ -158,6 +159,7 @@ def scavenge_here(directory: str, chunk_size: int, threads: int) -> dict:
     startup = pool.start(threads) if pool is not None else 0.0
     service = ScavengeService(
         db,
+        clock=SystemClock(),
         state_path=ScavengeService.state_path_for(os.path.join(db_dir, "index")),
         logger=logging.getLogger("bench"),
         **({"workers": pool} if pool is not None else {}),
@@ -208,6 +210,7 @@ def latency(directory: str, chunk_size: int) -> dict[str, float]:
     db = Database.open(os.path.join(directory, "db"), chunk_size=chunk_size)
     service = ScavengeService(
         db,
+        clock=SystemClock(),
         state_path=ScavengeService.state_path_for(os.path.join(directory, "db", "index")),
         logger=logging.getLogger("bench"),
     )

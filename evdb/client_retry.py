@@ -12,11 +12,12 @@ with aiohttp, ``evdb certs rotate`` with httpx).
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+from evdb.clock import Clock
 
 __all__ = [
     "REQUIRE_LEADER",
@@ -102,13 +103,13 @@ class LeaderRetry:
         first: float = 0.1,
         most: float = 1.0,
         follows: int = 5,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock,
     ) -> None:
         self.limit = limit
         self.first = first
         self.most = most
         self.follows = follows
-        self._monotonic = monotonic
+        self._clock = clock
         self._started: float | None = None
         self._wait = first
         self._followed = 0
@@ -120,7 +121,7 @@ class LeaderRetry:
 
     def next_wait(self) -> float | None:
         """Seconds to wait before the next try; None once the time is spent."""
-        now = self._monotonic()
+        now = self._clock.monotonic()
         if self._started is None:
             self._started = now
         if now - self._started >= self.limit:
@@ -133,4 +134,4 @@ class LeaderRetry:
     @property
     def spent(self) -> float:
         """Seconds since the first not-leader answer (0 before it)."""
-        return 0.0 if self._started is None else self._monotonic() - self._started
+        return 0.0 if self._started is None else self._clock.monotonic() - self._started

@@ -82,9 +82,10 @@ def run(args: argparse.Namespace) -> int:
     app, cluster = prepared
     recorder = None
     if args.record:
+        from evdb.clock import SystemClock
         from evdb.scenario.recorder import Recorder
 
-        recorder = app.recorder = Recorder()
+        recorder = app.recorder = Recorder(SystemClock())
     choice = app.run()
     if recorder is not None:
         from evdb.scenario.recorder import cluster_settings

@@ -35,6 +35,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
+from evdb.clock import Clock, SystemClock
 from evdb.errors import EvdbError, InvalidInput
 from evdb.storage.records import event_frame_size
 
@@ -250,7 +251,7 @@ def write_demo_data(
     progress: Callable[[int, int], None] | None = None,
     notice: Callable[[str], None] | None = None,
     patience: float = FOLLOW_LEADER_FOR,
-    monotonic: Callable[[], float] = time.monotonic,
+    clock: Clock,
     sleep: Callable[[float], None] = time.sleep,
 ) -> DemoReport:
     """Write ``events`` demo events (10 to 1,000,000) with ``client`` (base URL and credentials of a
@@ -266,7 +267,7 @@ def write_demo_data(
         for i, (short, _, _) in enumerate(STREAMS)
     }
     frames: dict[str, list[int]] = {short: [] for short in names}
-    target = _Target(client, patience=patience, monotonic=monotonic, sleep=sleep, notice=notice)
+    target = _Target(client, patience=patience, monotonic=clock.monotonic, sleep=sleep, notice=notice)
     done = 0
     # a batch of each stream in turn, so that a chunk holds several streams' events: its weight (what a
     # scavenge removes from it) lies anywhere from none to all, to read against a threshold
@@ -472,7 +473,10 @@ def _demo_load(args: argparse.Namespace) -> int:
     try:
         with settings.client() as client:
             report = write_demo_data(
-                client, events=events, notice=lambda text: print(f"evdb demo-load: {text}", file=sys.stderr)
+                client,
+                events=events,
+                clock=SystemClock(),  # the command's own real clock
+                notice=lambda text: print(f"evdb demo-load: {text}", file=sys.stderr),
             )
     except DemoLoadError as exc:
         print(f"evdb demo-load: {exc}", file=sys.stderr)

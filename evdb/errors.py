@@ -24,6 +24,8 @@ Every error evdb raises on purpose derives from :class:`EvdbError`::
     ├── DatabaseClosed                the database was closed while a call was under way
     │   └── DatabaseReopening         a follower is reopening it after cutting a diverged tail
     ├── BackupError                   (evdb.backup.errors) a refused or failed backup, verify or restore
+    ├── ArchiveError                  the archive (object storage) refused or failed a request; names the store
+    │   └── ArchiveUnavailable        the archive cannot be reached, is too slow or answers 5xx (503)
     ├── LicenseError                  (evdb.licensing) missing, malformed, tampered, wrong issuer, expired, not entitled
     ├── PersistentSubscriptionError   carries the stream and the group (evdb.persistent)
     │   ├── PersistentSubscriptionNotFound, PersistentSubscriptionExists, PersistentSubscriptionFailed
@@ -43,6 +45,8 @@ from typing import ClassVar
 __all__ = [
     "STATUSES",
     "AccessDenied",
+    "ArchiveError",
+    "ArchiveUnavailable",
     "BodyTooLarge",
     "CorruptedFile",
     "DatabaseClosed",
@@ -276,6 +280,19 @@ class UsersNotReady(EvdbError):
         super().__init__(message)
 
 
+class ArchiveError(EvdbError):
+    """The archive (object storage, evdb/archive) refused or failed a request; the message names the
+    store (``s3://bucket`` or the folder) and the object."""
+
+
+class ArchiveUnavailable(ArchiveError):
+    """The archive cannot be reached, timed out or answered a server error: a read that needs it gets
+    this (HTTP 503, gRPC UNAVAILABLE), never other data; the archiver retries with backoff."""
+
+    #: seconds an HTTP client is told to wait (Retry-After)
+    retry_after = 1
+
+
 class PersistentSubscriptionError(EvdbError):
     """A persistent subscription group's failure, with KurrentDB's message (and gRPC trailers)."""
 
@@ -371,7 +388,7 @@ class UserProjectionsNotSupported(ProjectionError):
 
 
 #: The one table of what each error answers: its HTTP status and its gRPC status name, most specific
-#: first. evdb/http/app.py and evdb/grpc/common.py both read it (bodies and headers stay theirs); a gRPC
+#: first. evdb/http/app.py and evdb/grpc/errors.py both read it (bodies and headers stay theirs); a gRPC
 #: answer also carries the error's KurrentDB trailers (each class's ``exception``: :func:`trailers_of`).
 STATUSES: tuple[tuple[type[EvdbError], int, str], ...] = (
     (WrongExpectedVersion, 400, "FAILED_PRECONDITION"),
@@ -396,6 +413,7 @@ STATUSES: tuple[tuple[type[EvdbError], int, str], ...] = (
     (ProjectionOperationFailed, 500, "FAILED_PRECONDITION"),  # KurrentDB: HTTP 500 "Failed"
     (DatabaseClosed, 503, "UNAVAILABLE"),
     (UsersNotReady, 503, "UNAVAILABLE"),
+    (ArchiveUnavailable, 503, "UNAVAILABLE"),
     (DiskFull, 507, "RESOURCE_EXHAUSTED"),
 )
 

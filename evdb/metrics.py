@@ -24,6 +24,7 @@ from evdb.metrics_config import MetricsConfig
 if TYPE_CHECKING:
     from aiohttp import web
 
+    from evdb.clock import Clock
     from evdb.database import Database
     from evdb.scavenge.service import ScavengeService
 
@@ -104,7 +105,7 @@ def _recent_max_buckets(interval: int) -> tuple[int, int]:
 
 
 class GrpcCalls:
-    """The node's gRPC calls (counted on its event loop by evdb.grpc.common._handle_call): started,
+    """The node's gRPC calls (counted on its event loop by evdb.grpc.server._handle_call): started,
     running now, and ended with a status other than OK (of which UNIMPLEMENTED: no such method, and
     DEADLINE_EXCEEDED)."""
 
@@ -255,7 +256,7 @@ class _GcWatch:
             self._started = now
             return
         pause = now - self._started
-        self.pauses.record(pause, time.monotonic())
+        self.pauses.record(pause)  # at the recent maximum's own clock
         since = now - self._previous_end
         self.time_in_gc = 100.0 * pause / since if since > 0 else 0.0
         self._previous_end = now
@@ -765,20 +766,22 @@ class NodeMetrics:
         self,
         sources: NodeSources,
         config: MetricsConfig | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
+        *,
+        clock: Clock,
     ) -> None:
+        """``clock``: the node's; its monotonic time paces the recent maxima, its wall time dates the
+        statuses."""
         self.config = config if config is not None else MetricsConfig()
         interval = self.config.expected_scrape_interval_seconds
         #: given to each database the node opens (Database.observer)
-        self.observer = DatabaseObserver(self.config, clock)
-        #: given to the node's gRPC server (evdb.grpc.common.KurrentServer)
+        self.observer = DatabaseObserver(self.config, clock.monotonic)
+        #: given to the node's gRPC server (evdb.grpc.server.KurrentServer)
         self.grpc_calls = GrpcCalls()
         #: how late the event loop ran a callback it was asked to run (sampled, see _watch_loop)
-        self.loop_lag = RecentMax(interval, clock)
-        self.gc_watch = _GcWatch(RecentMax(interval, clock))
+        self.loop_lag = RecentMax(interval, clock.monotonic)
+        self.gc_watch = _GcWatch(RecentMax(interval, clock.monotonic))
         self._sources = sources
-        self._since = _StatusSince(wall)  # Unix time, as kurrentdb_statuses gives it
+        self._since = _StatusSince(clock.time)  # Unix time, as kurrentdb_statuses gives it
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lag_task: asyncio.Task | None = None
         self.registry = CollectorRegistry(auto_describe=True)

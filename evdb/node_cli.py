@@ -36,12 +36,14 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 def _main(args: argparse.Namespace) -> int:
     import os
 
+    from evdb.archive.settings import archive_settings
     from evdb.metrics_config import load_metrics_config
     from evdb.options import options_from_namespace
 
     try:
         options = options_from_namespace(args, os.environ)
         load_metrics_config(options.config)  # checked here too: a bad file is a usage error, not a crash
+        archive_settings(options)  # the archive's options together (evdb/archive/settings.py)
     except EvdbError as exc:
         print(f"evdb node: {exc}", file=sys.stderr)
         return 2

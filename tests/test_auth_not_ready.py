@@ -20,7 +20,7 @@ from grpclib.exceptions import GRPCError
 from evdb.auth import UserStore
 from evdb.database import Database
 from evdb.errors import UsersNotReady, status_of
-from evdb.grpc.common import call_context
+from evdb.grpc.context import call_context
 
 NodeThread, node_options = (
     user_changes.clients_conftest().NodeThread,
@@ -49,7 +49,7 @@ def test_no_user_written_yet_is_not_ready_then_passwords_are_judged(users: UserS
 
 async def test_grpc_answers_unavailable_while_no_user_is_written(users: UserStore):
     header = "Basic " + base64.b64encode(b"admin:changeit").decode()
-    node = SimpleNamespace(users=users, options=SimpleNamespace(insecure=False))
+    node = SimpleNamespace(database=SimpleNamespace(users=users), options=SimpleNamespace(insecure=False))
     call = SimpleNamespace(metadata={"authorization": header})
     with pytest.raises(GRPCError) as refused:
         await call_context(node, call)  # type: ignore[arg-type]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from evdb.client_retry import LeaderRetry, NotLeaderAnswer, leader_from_gossip, member_urls, not_leader
+from evdb.clock import ManualClock
 
 
 def test_not_leader_answers_and_the_leader_they_name():
@@ -32,15 +33,15 @@ def test_the_leader_and_the_members_of_a_gossip_answer():
 
 
 def test_waits_double_up_to_the_most_and_end_at_the_limit():
-    now = [100.0]
-    retry = LeaderRetry(2.0, first=0.25, most=1.0, follows=2, monotonic=lambda: now[0])
+    clock = ManualClock()
+    retry = LeaderRetry(2.0, first=0.25, most=1.0, follows=2, clock=clock)
     waits = []
     while (wait := retry.next_wait()) is not None:
         waits.append(wait)
-        now[0] += wait
+        clock.advance(wait)
     assert waits == [0.25, 0.5, 1.0, 0.25]  # the last one cut at the limit
     assert retry.spent == 2.0
-    fresh = LeaderRetry(10.0, follows=2, monotonic=lambda: now[0])
+    fresh = LeaderRetry(10.0, follows=2, clock=clock)
     assert [fresh.follow(), fresh.follow(), fresh.follow()] == [True, True, False]  # a redirect loop ends
     fresh.next_wait()
     assert fresh.follow()  # after a wait the node may be followed again

@@ -11,6 +11,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from evdb.clock import SystemClock
 from evdb.cluster.launcher import LocalCluster
 from evdb.demo import MAX_COUNT, DemoLoadError, write_demo_data
 
@@ -53,7 +54,11 @@ def test_demo_load_follows_the_leader_across_a_resign(tmp_path):
         notices: list[str] = []
         with local.client(old_leader, timeout=30) as client:
             report = write_demo_data(
-                client, events=2000, progress=resign_after_the_first_batch, notice=notices.append
+                client,
+                events=2000,
+                progress=resign_after_the_first_batch,
+                notice=notices.append,
+                clock=SystemClock(),
             )
         assert resigned == [100] and report.events_written == 2000
         # a node answered "not the leader" and the writes moved to the leader its gossip named
@@ -82,4 +87,4 @@ def test_demo_load_gives_up_on_a_node_that_never_answers(tmp_path):
     """Nothing to follow when no node ever answered: the first failure is the answer, at once."""
     refused = pytest.raises(DemoLoadError, match=r"The node at http://127\.0\.0\.1:9 did not answer")
     with httpx.Client(base_url="http://127.0.0.1:9", timeout=5) as client, refused:  # the discard port
-        write_demo_data(client, events=10, sleep=lambda _: pytest.fail("it waited"))
+        write_demo_data(client, events=10, clock=SystemClock(), sleep=lambda _: pytest.fail("it waited"))

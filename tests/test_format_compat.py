@@ -116,7 +116,7 @@ def test_a_v1_database_reads_scavenges_and_appends(db_dir, manifest):
             state_path=ScavengeService.state_path_for(str(db_dir / "index")),
             logger=logging.getLogger("test.format_compat"),
             merging=True,
-            wall_clock=clock.time,
+            clock=clock,
         )
         try:
             assert service.mark_interrupted() is None  # the v1 scavenge had completed

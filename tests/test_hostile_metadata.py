@@ -151,11 +151,11 @@ def test_one_table_gives_each_error_its_http_and_grpc_status():
     assert errors.status_of(errors.EvdbError("?")) is None
     import inspect
 
-    from evdb.grpc import common as grpc_common
+    from evdb.grpc import errors as grpc_errors
     from evdb.http import answers as http_answers
     from evdb.http import app as http_app
 
     # both HTTP paths (aiohttp's error middleware and the lean append path) answer through error_answer
     assert "error_answer" in inspect.getsource(http_app.error_middleware)
     assert "status_of" in inspect.getsource(http_answers.error_answer)
-    assert "status_of" in inspect.getsource(grpc_common.grpc_error)
+    assert "status_of" in inspect.getsource(grpc_errors.grpc_error)

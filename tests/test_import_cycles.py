@@ -1,6 +1,7 @@
-"""No import cycle among evdb's and the dashboard's modules: walked with the standard library's ast, over
-every import (at module level or inside a function; those under ``if TYPE_CHECKING`` excepted, as they
-never run). ``from package import submodule`` counts as an import of the submodule."""
+"""No import cycle among evdb's and the dashboard's modules, and no arrow from a lower layer into the node:
+walked with the standard library's ast, over every import (at module level, inside a function, or under
+``if TYPE_CHECKING``: an import made for typing ties the modules as much as one that runs).
+``from package import submodule`` counts as an import of the submodule."""
 
 from __future__ import annotations
 
@@ -25,9 +26,6 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     stack: list[ast.AST] = list(ast.parse(path.read_text()).body)
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            stack.extend(node.orelse)
-            continue
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name in modules)
         elif isinstance(node, ast.ImportFrom):
@@ -84,6 +82,31 @@ def test_no_import_cycle():
     modules = _modules()
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     assert not _cycles(graph), _cycles(graph)
+
+
+#: the composition root and what stands above it: the only modules that may import evdb.node
+ABOVE_THE_NODE = {"evdb", "evdb.node_cli"}
+
+
+def test_no_lower_layer_imports_the_node():
+    """The node builds the services and hands each layer (HTTP, gRPC, web UI, node-to-node) its own typed
+    set of them: none of those layers, nor any below them, names the Node, even for typing."""
+    modules = _modules()
+    importers = sorted(
+        name
+        for name, path in modules.items()
+        if not name.startswith("evdb.node") and name not in ABOVE_THE_NODE
+        if any(
+            found == "evdb.node" or found.startswith("evdb.node.") for found in _imports(name, path, modules)
+        )
+    )
+    assert not importers, importers
+
+
+def test_the_walk_counts_imports_made_for_typing(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from evdb.node import Node\n")
+    assert _imports("evdb.m", path, {"evdb.node": path, "evdb.m": path}) == {"evdb.node"}
 
 
 def test_the_walk_sees_a_cycle():

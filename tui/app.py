@@ -35,6 +35,7 @@ from tui.calls import (
     resume_auto_scavenge,
     stop_scavenge,
 )
+from tui.client import HttpNodeClient, NodeClient
 from tui.collector import MirrorCollector, NodeCollector, json_or_text, member_url, normalise_url
 from tui.dialogs import (
     BackupDialog,
@@ -48,6 +49,7 @@ from tui.dialogs import (
     ScavengeDialog,
 )
 from tui.event_browser import EventBrowser, EventSource
+from tui.gating import CHANGING_ACTIONS, GATED_ACTIONS, LOCAL_JOBS, Situation, why_not
 from tui.jobs import (
     DEMO_EVENTS,
     LocalNode,
@@ -80,7 +82,6 @@ from tui.routine import (
     FollowersFirst,
     RoutineItem,
     plan_followers_first,
-    why_not_followers_first,
 )
 from tui.state import Activity, DashboardState, NodeState
 from tui.subscriptions import SubscriptionsScreen
@@ -91,32 +92,10 @@ if TYPE_CHECKING:
 
 __all__ = ["CHANGING_ACTIONS", "LOCAL_JOBS", "DashboardApp", "NodeSpec"]
 
-#: jobs on one node of the local cluster (its process): they act on a stopped node too
-LOCAL_JOBS = frozenset({"stop_node", "start_node", "restore_node"})
-
-#: Actions that send a call which changes something: confirmed first, refused in read-only mode.
-CHANGING_ACTIONS = frozenset(
-    {
-        "start_scavenge",
-        "stop_scavenge",
-        "resign",
-        "reload",
-        "reload_all",
-        "pause_resume_auto",
-        "configure_auto",
-        "start_backup",
-        "cycle_now",
-        "followers_first",
-        "demo_load",
-        *LOCAL_JOBS,
-    }
-)
 TABS = ("scavenge", "chunks", "auto", "backup", "certs", "logs", "activity")
 #: the tabs' labels, and shorter ones where the terminal is narrow (below 100 columns)
 TAB_LABELS = ("Scavenge", "Chunks", "Auto-scavenge", "Backup", "Certificates", "Logs", "Activity")
 SHORT_TAB_LABELS = ("Scavenge", "Chunks", "Auto", "Backup", "Certs", "Logs", "Activity")
-#: actions whose key can be refused now: the refusal is told (a notice saying why)
-GATED_ACTIONS = CHANGING_ACTIONS | {"next_node", "filter_logs", "browse_events"}
 _BACKUP_ENDED = ("completed", "failed", "stopped")
 
 
@@ -304,7 +283,8 @@ class DashboardApp(App[str | None]):
         #: ``--mirror``: evdb mirror processes shown under the cluster members (URL or status file)
         self.mirror_sources = list(dict.fromkeys(mirrors))
         self.mirror_collectors: list[MirrorCollector] = []
-        self.client: httpx.AsyncClient | None = None
+        #: the one way to the nodes (tui/client.py), made when the app mounts
+        self.client: NodeClient | None = None
         self._specs = list(nodes)
         self._extra_log_dirs = list(log_dirs)
         self._rendered: dict[str, Any] = {}
@@ -389,7 +369,7 @@ class DashboardApp(App[str | None]):
         return max(40, self.size.width - 4)
 
     async def on_mount(self) -> None:
-        self.client = self.connection.client()
+        self.client = HttpNodeClient(self.connection.client(), timeout=self.connection.timeout)
         self._refresh_local(force=True)
         self.sub_title = "read-only" if self.state.readonly else ""
         for node in self.state.ordered():
@@ -647,85 +627,10 @@ class DashboardApp(App[str | None]):
     # -- what can act now ------------------------------------------------------------------------------
     def why_not(self, action: str) -> str | None:
         """None when the action can act now, else the reason, naming the node (shown in help, and as a
-        notice when its key is pressed)."""
-        node = self.state.node()
-        if action in CHANGING_ACTIONS and self.state.readonly:
-            return "read-only mode"
-        if action in LOCAL_JOBS:
-            return self._why_not_local(action, node)
-        if action == "followers_first":
-            if self._routine is not None and self._routine.state.running:
-                return None  # the key stops it
-            return why_not_followers_first(self.state.ordered())
-        if action in CHANGING_ACTIONS and (node is None or not node.reachable):
-            return f"{node.label if node else 'the selected node'} is not reachable"
-        assert node is not None or action not in CHANGING_ACTIONS
-        label = node.label if node else ""
-        if action == "demo_load" and node and node.job:
-            return f"{label} is busy: {node.job}"
-        if action == "cycle_now" and node:
-            auto = node.auto_scavenge
-            failing = node.errors.get("auto-scavenge")
-            if auto is None and failing is not None:
-                return f"the auto-scavenge state of {label} is not known ({failing.detail})"
-            if auto is None or not auto.available:
-                return f"auto-scavenge is not available on {label}"
-            if auto.cycle_available is False:
-                return f"cycle now is an evdb extension, which {label} does not have"
-            if auto.state in ("InProgress", "Pausing"):
-                return f"a cluster scavenge is {auto.state} (as {label} says)"
-            if auto.state == "Paused":
-                return f"auto-scavenge is Paused on {label}: resume it first (p)"
-        if action == "start_scavenge" and node and (node.scavenge.current_id or node.scavenge.starting_id):
-            return f"a scavenge is running on {label}"
-        if action == "stop_scavenge" and node and not (node.scavenge.current_id or node.scavenge.starting_id):
-            return f"no scavenge is running on {label}"
-        if action == "resign" and node and node.role != "Leader":
-            return f"{label} is not the leader"
-        if action in ("pause_resume_auto", "configure_auto") and node:
-            auto = node.auto_scavenge
-            failing = node.errors.get("auto-scavenge")
-            if auto is None and failing is not None:
-                return f"the auto-scavenge state of {label} is not known ({failing.detail})"
-            if auto is None or not auto.available:
-                return f"auto-scavenge is not available on {label}"
-            if action == "pause_resume_auto" and auto.state in ("NotConfigured", "Pausing", ""):
-                return f"auto-scavenge is {auto.state or 'unknown'} on {label}"
-        if action == "start_backup" and node:
-            if node.backup is not None and not node.backup.available:
-                return f"backups are not available on {label}"
-            if node.backup is not None and node.backup.body.get("state") == "running":
-                return f"a backup is running on {label}"
-        if action == "browse_events" and (node is None or not node.reachable):
-            return f"{label or 'the selected node'} is not reachable"
-        if action == "next_node" and len(self.state.nodes) < 2:
-            return "only one node"
-        if action == "filter_logs" and not self.logbook.tails:
-            return "no log files are followed"
-        return None
-
-    def _why_not_local(self, action: str, node: NodeState | None) -> str | None:
-        """Why a job on one node of the local cluster cannot act now (None: it can)."""
-        if self.state.readonly:
-            return "read-only mode"
-        if self.local is None:
-            return "only on the local cluster (evdb dashboard without --attach)"
-        if node is None:
-            return "no node is selected"
-        if self.local.error:
-            return self.local.error
-        local = self.local.node(node.url)
-        if local is None:
-            return f"{node.label} is not a node of the local cluster in {self.local.data_dir}"
-        if node.job:
-            return f"{node.label} is busy: {node.job}"
-        if action == "stop_node" and not local.running:
-            return f"{local.name} is not running"
-        if action == "start_node" and local.running:
-            return f"{local.name} is running (pid {local.pid})"
-        if action == "restore_node" and local.running:
-            return f"{local.name} is running (pid {local.pid}): stop it first (o)"
-        return None
+        notice when its key is pressed): ``tui.gating.why_not`` of what the dashboard knows now."""
+        routine_running = self._routine is not None and self._routine.state.running
+        situation = Situation(self.state, self.local, routine_running, bool(self.logbook.tails))
+        return why_not(action, situation)
 
     async def run_action(self, action: Any, default_namespace: Any = None, namespaces: Any = None) -> bool:
         """As App.run_action; a key of the dashboard that cannot act now says why instead of nothing."""
@@ -1221,10 +1126,11 @@ class DashboardApp(App[str | None]):
         )
 
     def _start_routine(self, items: list[RoutineItem]) -> None:
+        assert self.client is not None
         routine = FollowersFirst(
             items,
             send=self._request,
-            get=self._get,
+            client=self.client,
             clock=self.clock,
             interval=min(self.interval, 1.0),
             on_change=self._routine_changed,
@@ -1264,12 +1170,6 @@ class DashboardApp(App[str | None]):
 
     def _label_of(self, endpoint: str) -> str:
         return endpoint_labels(self.state).get(endpoint, (endpoint, ""))[0]
-
-    async def _get(self, url: str) -> httpx.Response:
-        assert self.client is not None
-        return await self.client.get(
-            url, headers={"Accept": "application/json"}, timeout=self.connection.timeout
-        )
 
     def action_quit_dashboard(self) -> None:
         if self.cluster_dir is None:
@@ -1373,13 +1273,7 @@ class DashboardApp(App[str | None]):
         node = self.state.nodes.get(call.node_url)
         label = node.label if node else call.node_url
         try:
-            response = await self.client.request(
-                call.method,
-                call.url,
-                headers=dict(call.headers),
-                json=call.json_body,
-                timeout=max(self.connection.timeout, 120.0),
-            )
+            response = await self.client.send(call)
         except httpx.HTTPError as exc:
             self.state.add_activity(
                 Activity(self.clock.time(), label, call.request_line(), None, str(exc) or type(exc).__name__)

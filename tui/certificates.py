@@ -11,19 +11,19 @@ from urllib.parse import urlsplit
 from tui.state import CertificateState
 
 if TYPE_CHECKING:
-    import httpx
+    from tui.client import NodeClient
 
-__all__ = ["read_certificate", "reload_failure", "reload_outcome"]
+__all__ = ["read_certificate", "reload_outcome"]
 
 
-async def reload_outcome(client: httpx.AsyncClient, node_url: str) -> tuple[str | None, str]:
+async def reload_outcome(client: NodeClient, node_url: str) -> tuple[str | None, str]:
     """The outcome of the reload the node just answered, from evdb's ``lastReload`` of
     ``GET /admin/certificates``: ("Success", ""), ("Failed", why), or (None, why it cannot be known:
     KurrentDB has no such endpoint and only logs the outcome)."""
     import httpx
 
     try:
-        response = await client.get(f"{node_url.rstrip('/')}/admin/certificates")
+        response = await client.certificates(node_url)
         body = response.json() if response.status_code == 200 else None
     except (httpx.HTTPError, ValueError) as exc:
         return None, f"GET /admin/certificates failed ({exc or type(exc).__name__})"
@@ -35,25 +35,6 @@ async def reload_outcome(client: httpx.AsyncClient, node_url: str) -> tuple[str 
     if last["result"] == "Failed":
         return "Failed", str(last.get("error") or "the node did not say why")
     return "Success", ""
-
-
-async def reload_failure(client: httpx.AsyncClient, node_url: str) -> str | None:
-    """Why the reload the node just answered failed, or None when it did not (or cannot be known).
-
-    ``POST /admin/reloadconfig`` answers 200 whatever the outcome, as KurrentDB's does; an evdb node
-    answers once the reload is over and keeps its outcome as ``lastReload`` in ``GET /admin/certificates``.
-    A node without it (KurrentDB: 404) only logs the outcome, so there is nothing more to tell here."""
-    import httpx
-
-    try:
-        response = await client.get(f"{node_url.rstrip('/')}/admin/certificates")
-        body = response.json() if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
-        return None
-    last = body.get("lastReload") if isinstance(body, dict) else None
-    if not isinstance(last, dict) or last.get("result") != "Failed":
-        return None
-    return str(last.get("error") or "the node did not say why")
 
 
 async def _peer_certificate(host: str, port: int, context: ssl.SSLContext, timeout: float) -> bytes:

@@ -22,6 +22,7 @@ import httpx
 
 from evdb.clock import Clock
 from tui.certificates import read_certificate
+from tui.client import NodeClient, as_node_client
 from tui.state import (
     AutoScavengeCycle,
     AutoScavengeState,
@@ -58,8 +59,6 @@ __all__ = [
     "parse_timespan",
 ]
 
-_JSON = {"Accept": "application/json"}
-_ATOM = {"Accept": "application/vnd.kurrent.atom+json"}
 #: auto-scavenge states in which a cluster scavenge can be under way (its progress is read then)
 _CYCLE_STATES = ("InProgress", "Pausing", "Paused")
 _TIMESPAN = re.compile(r"^(?:(\d+)\.)?(\d+):(\d+):(\d+)(?:\.(\d+))?$")
@@ -125,7 +124,7 @@ class NodeCollector:
     def __init__(
         self,
         state: NodeState,
-        client: httpx.AsyncClient,
+        client: NodeClient | httpx.AsyncClient,
         clock: Clock,
         *,
         interval: float = 1.0,
@@ -137,7 +136,7 @@ class NodeCollector:
         on_members: Callable[[NodeState], None] | None = None,
     ) -> None:
         self.state = state
-        self.client = client
+        self.client = as_node_client(client, timeout)
         self.clock = clock
         self.interval = interval
         self.timeout = timeout
@@ -192,18 +191,13 @@ class NodeCollector:
         finally:
             self._in_flight = False
 
-    async def _get(self, path: str, headers: dict[str, str] | None = None, **params: Any) -> httpx.Response:
-        return await self.client.get(
-            f"{self.state.url}{path}", headers=headers or _JSON, params=params or None, timeout=self.timeout
-        )
-
     async def _poll(self) -> None:
         s = self.state
         before = self._fingerprint()
         s.polls += 1
         full, self.full_poll_next = self.full_poll_next, False
         try:
-            gossip = await self._get("/gossip")
+            gossip = await self.client.gossip(self.state.url)
             _check(gossip)
             body = gossip.json()
         except (httpx.HTTPError, ValueError) as exc:
@@ -324,7 +318,7 @@ class NodeCollector:
             self._mark_writer(own)
 
     async def _read_info(self) -> None:
-        response = await self._get("/info")
+        response = await self.client.info(self.state.url)
         if response.status_code == 200:
             self.state.info = response.json()
             self.state.is_evdb = bool(self.state.info.get("features", {}).get("evdb"))
@@ -332,7 +326,7 @@ class NodeCollector:
     async def _read_options(self) -> None:
         """evdb's ``GET /info/options``: each option's value in effect and whether it waits for a
         restart (KurrentDB and older evdb nodes answer 404: nothing is shown of them)."""
-        response = await self._get("/info/options")
+        response = await self.client.options(self.state.url)
         if response.status_code in (404, 405):
             self.state.options, self.state.options_available = None, False
             return
@@ -362,7 +356,7 @@ class NodeCollector:
         s = self.state
         sc = s.scavenge
         if sc.progress_available:  # evdb's progress names the running scavenge: one request suffices
-            progress = await self._get("/admin/scavenge/progress")
+            progress = await self.client.scavenge_progress(self.state.url)
             if progress.status_code == 200:
                 body = progress.json()
                 current = str(body.get("scavengeId") or "") if body.get("running") else ""
@@ -378,7 +372,7 @@ class NodeCollector:
             if progress.status_code not in (404, 405):
                 raise _status_error(progress)  # the figures read before stay, marked stale
             sc.progress_available = None  # ask both again
-        response = await self._get("/admin/scavenge/current")
+        response = await self.client.scavenge_current(self.state.url)
         if response.status_code == 401:
             raise PermissionError(
                 "401 from /admin/scavenge/current: give --user/--password of an admin or ops user"
@@ -387,7 +381,7 @@ class NodeCollector:
         current = json_or_text(response).get("scavengeId", "") or ""
         changed = current != sc.current_id
         if sc.progress_available is not False:
-            progress = await self._get("/admin/scavenge/progress")
+            progress = await self.client.scavenge_progress(self.state.url)
             if progress.status_code in (404, 405):
                 sc.progress_available = False
             elif progress.status_code == 200:
@@ -415,7 +409,7 @@ class NodeCollector:
     async def _reread_progress(self, sc: ScavengeState) -> None:
         """Read the progress again, so that the panel never shows a run as running below a history
         that says it ended; if the node still says running, the history's end is believed."""
-        progress = await self._get("/admin/scavenge/progress")
+        progress = await self.client.scavenge_progress(self.state.url)
         if progress.status_code == 200:
             body = progress.json()
             sc.current_id = str(body.get("scavengeId") or "") if body.get("running") else ""
@@ -487,8 +481,7 @@ class NodeCollector:
 
     async def _read_events(self, stream: str, start: int, count: int = 100) -> list[dict[str, Any]]:
         """Events of a stream, oldest first (KurrentDB's AtomPub feed with ``embed=body``)."""
-        path = f"/streams/{quote(stream, safe='')}/{start}/forward/{count}"
-        response = await self._get(path, headers=_ATOM, embed="body")
+        response = await self.client.read_stream(self.state.url, stream, start, "forward", count)
         if response.status_code in (404, 410):
             return []
         response.raise_for_status()
@@ -536,16 +529,14 @@ class NodeCollector:
         sc.phase = await self._phase_from_metrics() or ("Chunk execution" if rows else "")
 
     async def _phase_from_metrics(self) -> str:
-        response = await self._get("/metrics", headers={"Accept": "text/plain"})
+        response = await self.client.metrics(self.state.url)
         if response.status_code != 200:
             return ""
         latest = max(((float(v), name) for name, v in _STATUS.findall(response.text)), default=None)
         return _METRIC_PHASES.get(latest[1], "") if latest else ""
 
     async def _read_history(self, sc: ScavengeState) -> None:
-        response = await self._get(
-            f"/streams/%24scavenges/head/backward/{_HISTORY_LINKS}", headers=_ATOM, embed="body"
-        )
+        response = await self.client.read_stream(self.state.url, "$scavenges", count=_HISTORY_LINKS)
         if response.status_code in (401, 403, 404, 410):
             sc.history = []
             self._history_ids = ()
@@ -586,9 +577,9 @@ class NodeCollector:
         sc.history = [self._history_detail[i] for i in ids]
 
     async def _history_from_stream(self, scavenge_id: str) -> ScavengeHistoryEntry:
-        stream = quote(f"$scavenges-{scavenge_id}", safe="")
-        first = await self._get(f"/streams/{stream}/0/forward/1", headers=_ATOM, embed="body")
-        last = await self._get(f"/streams/{stream}/head/backward/1", headers=_ATOM, embed="body")
+        stream = f"$scavenges-{scavenge_id}"
+        first = await self.client.read_stream(self.state.url, stream, 0, "forward", 1)
+        last = await self.client.read_stream(self.state.url, stream, count=1)
         started = ""
         node = ""
         if first.status_code == 200 and first.json().get("entries"):
@@ -608,7 +599,7 @@ class NodeCollector:
     async def _read_auto_scavenge(self) -> None:
         s = self.state
         before = s.auto_scavenge
-        response = await self._get("/auto-scavenge/status")
+        response = await self.client.auto_scavenge_status(self.state.url)
         if response.status_code in (404, 405):
             s.auto_scavenge = AutoScavengeState(available=False)
             return
@@ -632,7 +623,7 @@ class NodeCollector:
         if (state in _CYCLE_STATES or first or ended or rescheduled) and (
             self._cycle_available is not False or s.polls % 30 == 0
         ):
-            progress = await self._get("/auto-scavenge/progress")
+            progress = await self.client.auto_scavenge_progress(self.state.url)
             if progress.status_code in (404, 405):
                 self._cycle_available = False
             elif progress.status_code == 200:
@@ -688,9 +679,7 @@ class NodeCollector:
     async def _auto_scavenge_events(self) -> tuple[AutoScavengeTransition, ...] | None:
         """The newest ``$auto-scavenges`` events (the leader writes every step there, replicated to every
         node) as transitions, newest first; None where the stream cannot be read (not there, no rights)."""
-        response = await self._get(
-            f"/streams/%24auto-scavenges/head/backward/{_TRANSITIONS}", headers=_ATOM, embed="body"
-        )
+        response = await self.client.read_stream(self.state.url, "$auto-scavenges", count=_TRANSITIONS)
         if response.status_code != 200:
             return None
         out = []
@@ -717,7 +706,7 @@ class NodeCollector:
         KurrentDB's do; one that knows no leader answers 503 "Server Is Not Ready"): kept as its
         answer, not as a failure. Any other failure keeps what was read before, marked stale."""
         s = self.state
-        response = await self._get("/subscriptions")
+        response = await self.client.subscriptions(self.state.url)
         if response.status_code in (404, 405):
             s.subscriptions = SubscriptionsState(available=False)
             return
@@ -745,10 +734,9 @@ class NodeCollector:
 
     async def _subscription_info(self, summary: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
         """A group's ``/info`` answer, or why it could not be read."""
-        stream = quote(str(summary.get("eventStreamId", "")), safe="")
-        group = quote(str(summary.get("groupName", "")), safe="")
+        stream, group = str(summary.get("eventStreamId", "")), str(summary.get("groupName", ""))
         try:
-            response = await self._get(f"/subscriptions/{stream}/{group}/info")
+            response = await self.client.subscription_info(self.state.url, stream, group)
         except httpx.HTTPError as exc:
             return None, _describe(exc)
         if response.status_code != 200:
@@ -756,12 +744,15 @@ class NodeCollector:
         try:
             body = response.json()
         except ValueError:
-            return None, f"/subscriptions/{stream}/{group}/info did not answer JSON"
+            return (
+                None,
+                f"/subscriptions/{quote(stream, safe='')}/{quote(group, safe='')}/info did not answer JSON",
+            )
         return (body, None) if isinstance(body, dict) else (None, "the group's info is not a JSON object")
 
     async def _read_backup(self) -> None:
         s = self.state
-        response = await self._get("/admin/backup/current")
+        response = await self.client.backup_current(self.state.url)
         if response.status_code in (404, 405):
             s.backup = BackupState(available=False)
         elif response.status_code == 200:
@@ -786,7 +777,7 @@ class NodeCollector:
     async def _read_node_certificates(self) -> None:
         """evdb's ``/admin/certificates``: the CA in use and the last reload (KurrentDB: 404)."""
         try:
-            response = await self._get("/admin/certificates")
+            response = await self.client.certificates(self.state.url)
         except httpx.HTTPError:
             self._certificates_at = None  # try again on the next poll
             raise
@@ -838,7 +829,7 @@ class MirrorCollector:
         self,
         source: str,
         state: DashboardState,
-        client: httpx.AsyncClient,
+        client: NodeClient | httpx.AsyncClient,
         clock: Clock,
         *,
         interval: float = 1.0,
@@ -847,7 +838,7 @@ class MirrorCollector:
     ) -> None:
         self.source = source
         self.state = state
-        self.client = client
+        self.client = as_node_client(client, timeout)
         self.clock = clock
         self.interval = interval
         self.timeout = timeout
@@ -893,10 +884,7 @@ class MirrorCollector:
     async def _read(self) -> MirrorState:
         if self.is_url:
             try:
-                # no credentials: the mirror's status endpoint has none, and the nodes' are not its business
-                response = await self.client.get(
-                    self.status_url(), headers=_JSON, timeout=self.timeout, auth=None
-                )
+                response = await self.client.mirror_status(self.source)
             except httpx.HTTPError as exc:
                 return MirrorState(self.source, error=_describe(exc))
             if response.status_code != 200:

@@ -22,6 +22,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Label, OptionList, Static
 
+from tui.client import NodeClient
 from tui.widgets import KeyBar, TickBox
 
 __all__ = ["DELETED_MARK", "PAGE", "EventBrowser", "EventPage", "EventRow", "EventSource", "payload_text"]
@@ -29,7 +30,6 @@ __all__ = ["DELETED_MARK", "PAGE", "EventBrowser", "EventPage", "EventRow", "Eve
 PAGE = 20
 #: how the stream list names a hard-deleted stream (cut off again when it is opened)
 DELETED_MARK = "  (deleted)"
-_JSON = {"Accept": "application/json"}
 _MAX_SHOWN = 2000
 
 
@@ -95,15 +95,23 @@ class EventPage:
 class EventSource:
     """Stream reads of one node, over any httpx client (a MockTransport in tests, a real node too)."""
 
-    def __init__(self, client: httpx.AsyncClient, node_url: str, *, timeout: float = 10.0) -> None:
+    def __init__(self, client: NodeClient, node_url: str, *, timeout: float = 10.0) -> None:
         self.client = client
         self.node_url = node_url.rstrip("/")
         self.timeout = timeout
 
-    async def _get(self, path: str) -> tuple[httpx.Response | None, str | None]:
-        url = f"{self.node_url}{path}"
+    async def _get(
+        self, stream: str, start: int | None, count: int, *, embed: bool
+    ) -> tuple[httpx.Response | None, str | None]:
+        """A page read backward from ``start`` (None: the head); or the node's answer when it is none."""
+        where = "head" if start is None else str(start)
+        path = f"/streams/{quote(stream, safe='')}/{where}/backward/{count}" + (
+            "?embed=body" if embed else ""
+        )
         try:
-            response = await self.client.get(url, headers=_JSON, timeout=self.timeout)
+            response = await self.client.read_stream(
+                self.node_url, stream, where, "backward", count, embed=embed, timeout=self.timeout
+            )
         except httpx.HTTPError as exc:
             return None, f"GET {path} → no answer: {exc or type(exc).__name__}"
         if response.status_code != 200:
@@ -117,7 +125,7 @@ class EventSource:
         """Streams by their newest event, from the newest ``scan`` events of ``$all`` (the most one
         read of it gives), the streams that can be read first: a hard-deleted stream (its newest event
         the ``$streamDeleted`` tombstone) after them, named so (``DELETED_MARK``)."""
-        response, error = await self._get(f"/streams/%24all/head/backward/{scan}")
+        response, error = await self._get("$all", None, scan, embed=False)
         if response is None:
             return [], error
         names: list[str] = []
@@ -132,10 +140,7 @@ class EventSource:
         return live + [n + DELETED_MARK for n in names if n in deleted], None
 
     async def page(self, stream: str, start: int | None = None, count: int = PAGE) -> EventPage:
-        where = "head" if start is None else str(start)
-        response, error = await self._get(
-            f"/streams/{quote(stream, safe='')}/{where}/backward/{count}?embed=body"
-        )
+        response, error = await self._get(stream, start, count, embed=True)
         if response is None:
             return EventPage(stream, start=start, error=error)
         body = response.json()

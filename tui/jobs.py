@@ -203,9 +203,10 @@ def run_demo_load(
     client: httpx.Client, events: int, progress: Callable[[int, int], None] | None = None
 ) -> DemoReport:
     """The demo load (blocking: run it in a worker thread)."""
+    from evdb.clock import SystemClock
     from evdb.demo import write_demo_data
 
-    return write_demo_data(client, events=events, progress=progress)
+    return write_demo_data(client, events=events, progress=progress, clock=SystemClock())
 
 
 def restore_summary(result: RestoreResult) -> str:

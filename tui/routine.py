@@ -20,6 +20,7 @@ import httpx
 
 from evdb.clock import Clock
 from tui.calls import PlannedCall, ScavengeForm, resign_leader
+from tui.client import NodeClient
 from tui.state import NodeState, RoutineState, RoutineStep
 
 __all__ = [
@@ -113,14 +114,14 @@ def plan_followers_first(nodes: list[NodeState], form: ScavengeForm) -> list[Rou
 
 class FollowersFirst:
     """Runs the planned steps: ``send`` makes a call as the dashboard does (activity, notices) and
-    returns the answer (None: no answer); ``get`` reads a URL; ``label_of`` names a host:port."""
+    returns the answer (None: no answer); ``client`` reads the nodes; ``label_of`` names a host:port."""
 
     def __init__(
         self,
         items: list[RoutineItem],
         *,
         send: Callable[[PlannedCall], Awaitable[httpx.Response | None]],
-        get: Callable[[str], Awaitable[httpx.Response]],
+        client: NodeClient,
         clock: Clock,
         interval: float,
         on_change: Callable[[], None],
@@ -130,7 +131,7 @@ class FollowersFirst:
     ) -> None:
         self.items = items
         self.send = send
-        self.get = get
+        self.client = client
         self.clock = clock
         self.interval = interval
         self.on_change = on_change
@@ -213,11 +214,10 @@ class FollowersFirst:
         """The scavenge's result; None when the routine was stopped; "!why" when the node stopped
         answering for too long."""
         failing_since: float | None = None
-        url = f"{item.node_url}/admin/scavenge/last"
         while not self.stop_reason:
             problem = ""
             try:
-                response = await self.get(url)
+                response = await self.client.scavenge_last(item.node_url)
                 body = _json(response)
                 if response.status_code == 200 and body.get("scavengeId") == scavenge_id:
                     result = str(body.get("scavengeResult") or "")
@@ -243,7 +243,7 @@ class FollowersFirst:
         own_address = item.node_url.split("://", 1)[-1]
         while not self.stop_reason:
             try:
-                response = await self.get(f"{item.node_url}/gossip")
+                response = await self.client.gossip(item.node_url)
                 members = _json(response).get("members") or []
                 own = next((m for m in members if _endpoint(m) == own_address), members[0] if members else {})
                 leaders = [

@@ -11,7 +11,7 @@ them only while this screen is open (``DashboardApp.want_subscriptions``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from rich.console import Group, RenderableType
@@ -23,13 +23,11 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Label, Static
 
+from evdb.clock import Clock
 from tui.calls import PlannedCall
 from tui.panels import NOT_AVAILABLE, ago, number, size, stale_lines
 from tui.state import DashboardState, NodeState, SubscriptionGroup
 from tui.widgets import KeyBar
-
-if TYPE_CHECKING:
-    from tui.app import DashboardApp
 
 __all__ = ["SubscriptionsScreen", "SubscriptionsView", "render_subscriptions", "replay_parked", "view_of"]
 
@@ -265,6 +263,19 @@ def _is_stale_of(part: RenderableType, detail: str) -> bool:
     return isinstance(part, Text) and part.plain.startswith("⚠ stale") and detail in part.plain
 
 
+class Dashboard(Protocol):
+    """What this screen asks of the dashboard app (tui/app.py DashboardApp is it)."""
+
+    state: DashboardState
+    clock: Clock
+
+    def want_subscriptions(self, wanted: bool) -> None: ...
+
+    def confirm(self, calls: list[PlannedCall], note: str = "") -> None: ...
+
+    def action_next_node(self) -> None: ...
+
+
 class SubscriptionsScreen(Screen[None]):
     """``S``: the persistent subscription groups of the selected node (or of the leader), polled while
     the screen is open; ↑/↓ choose a group, ``p`` replays its parked messages (confirmed first)."""
@@ -287,7 +298,7 @@ class SubscriptionsScreen(Screen[None]):
         self._drawn: Any = None
 
     @property
-    def dashboard(self) -> DashboardApp:
+    def dashboard(self) -> Dashboard:
         return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:

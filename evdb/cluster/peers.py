@@ -5,8 +5,9 @@ the node scavenges it starts) goes through :class:`PeerClient`: it holds the nod
 (its certificate and key) and trusted roots, as loaded at this moment, and one connection pool.
 
 - A reload (``POST /admin/reloadconfig``, SIGHUP) replaces the node's certificates; the next call
-  notices and makes a new pool with them, so no path keeps an old trusted root. A reload that changes
-  ``ConnectionResetInterval`` sets :attr:`PeerClient.reset_interval` (evdb/tls/reload.py).
+  notices and makes a new pool with them, so no path keeps an old trusted root. The certificates and
+  ``ConnectionResetInterval`` are read at each use from the node's settings (the
+  :class:`~evdb.tls.reload.ReloadableSettings` port): no copy to keep up to date.
 - ``ConnectionResetInterval`` applies to all of it: the pool is remade that often.
 - Nothing else in evdb makes an SSL context for talking to peers.
 - Every failed call becomes a :class:`PeerError` naming the peer and the reason; the client keeps the
@@ -20,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
+
+if TYPE_CHECKING:
+    from evdb.clock import Clock
+    from evdb.tls.reload import ReloadableSettings
 
 __all__ = ["PeerAnswer", "PeerClient", "PeerError", "PeerFailure", "peer_name", "tls_failure"]
 
@@ -111,20 +114,11 @@ def _is_certificate_failure(exc: BaseException) -> bool:
 
 
 class PeerClient:
-    def __init__(
-        self,
-        tls: Callable[[], Any],
-        *,
-        reset_interval: float,
-        logger: logging.Logger,
-        monotonic: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
-    ) -> None:
-        self._tls = tls
-        self.reset_interval = reset_interval
+    def __init__(self, settings: ReloadableSettings, *, logger: logging.Logger, clock: Clock) -> None:
+        """``settings``: the certificates and ConnectionResetInterval in effect, read at each call."""
+        self._settings = settings
         self.logger = logger
-        self._monotonic = monotonic
-        self._wall = wall
+        self._clock = clock
         self._failures: dict[str, PeerFailure] = {}
         self._ssl: ssl.SSLContext | bool = False
         self._ssl_for: Any = None
@@ -134,8 +128,13 @@ class PeerClient:
         self._session_made = 0.0
 
     @property
+    def reset_interval(self) -> float:
+        """ConnectionResetInterval in effect: the pool is remade that often."""
+        return float(self._settings.options.connection_reset_interval)
+
+    @property
     def secure(self) -> bool:
-        return self._tls() is not None
+        return self._settings.tls is not None
 
     @property
     def scheme(self) -> str:
@@ -144,7 +143,7 @@ class PeerClient:
     def ssl(self) -> ssl.SSLContext | bool:
         """The client TLS context of the certificates in use now (False without TLS): it verifies the
         other node against the trusted roots and presents this node's certificate."""
-        tls = self._tls()
+        tls = self._settings.tls
         if tls is None:
             return False
         if self._ssl_for is not tls:
@@ -155,8 +154,8 @@ class PeerClient:
     async def session(self) -> aiohttp.ClientSession:
         """The connection pool for node-to-node calls: remade when the certificates were reloaded and
         every ConnectionResetInterval."""
-        tls = self._tls()
-        now = self._monotonic()
+        tls = self._settings.tls
+        now = self._clock.monotonic()
         reason = None
         if self._session is None or self._session.closed:
             reason = "new"
@@ -252,7 +251,7 @@ class PeerClient:
             reason = f"certificate validation error: {tls_failure(exc)}"
         else:
             reason = str(exc) or type(exc).__name__
-        now = self._wall()
+        now = self._clock.time()
         failure = self._failures.get(peer)
         changed = failure is None or failure.reason != reason
         if failure is None or changed:

@@ -29,7 +29,6 @@ import os
 import random
 import struct
 import threading
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,15 +36,24 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from evdb.cluster.advertising import CLIENT_HOST, CLIENT_PORT, cluster_member
 from evdb.cluster.catchup import common_point, shared_end
-from evdb.cluster.commit import follower_readable, leader_commit, majority_end
 from evdb.cluster.election import LogStanding, VoteRequest
 from evdb.cluster.elector import Elector, Follow, LeaderLost, Member, Own, Stand, StepDown
+from evdb.cluster.following import (
+    MAX_BATCH,
+    RECORDS,
+    ChunkTransfer,
+    FollowerStream,
+    catch_up_verdict,
+    records_batch,
+    subscription,
+)
 from evdb.cluster.forwarding import RemoteWriter, decode_write, encode_error, encode_result
+from evdb.cluster.leadership import Leadership, Progress, unacked_window
 from evdb.cluster.lease import LeaseGrantor, LeaseHolder, SecurityWatch
 from evdb.cluster.replica import ChunkLogReplication, ReplicationLog
 from evdb.cluster.transport import Channel, HttpTransport, Message, PeerError, Transport
 from evdb.errors import CorruptedFile, DatabaseReopening, EvdbError, InvalidOption, NotLeader
-from evdb.storage.chunk import FOOTER_SIZE, HEADER_SIZE, Chunk
+from evdb.storage.chunk import Chunk
 from evdb.streams import AppendResult
 
 if TYPE_CHECKING:
@@ -71,7 +79,7 @@ _CHECKS_PER_MESSAGE = 2048
 
 _POSITION = struct.Struct("<q")
 #: a records message: ``int64 position | int64 the leader's commit position | framed records``
-_RECORDS = struct.Struct("<qq")
+_RECORDS = RECORDS
 #: a commit message: ``int64 the leader's commit position`` alone: the only binary message of exactly 8
 #: bytes from a leader (a records message has a 16-byte head, a chunk piece an 8-byte offset and at least
 #: one byte of the file), which is how a follower's reader tells it apart
@@ -86,7 +94,7 @@ _COMMIT = struct.Struct("<q")
 #: follower of different protocols refuse each other, each saying why, instead of misreading bytes.
 REPLICATION_PROTOCOL = 4
 _MAX_SEND = 1 << 20
-_MAX_BATCH = 16 << 20  # bytes of records messages a follower writes under one sync
+_MAX_BATCH = MAX_BATCH  # bytes of records messages a follower writes under one sync
 _CHUNK_PIECE = 1 << 20  # bytes of a chunk file per WebSocket message
 # Read your writes on followers (the rule): once the leader has answered a write, every follower that
 # held a durable copy of it when the leader answered shows it to any read that reaches it after the
@@ -138,23 +146,11 @@ class ChunkFileReceiver:
     database folder (or memory, for an in-memory database) until all have come."""
 
     def __init__(self, db: Database, header: dict, replica: ReplicationLog | None = None) -> None:
-        try:
-            info = header["chunkFile"]
-            self.file_name = str(info["fileName"])
-            self.start_number = int(info["startNumber"])
-            self.end_number = int(info["endNumber"])
-            self.size = int(info["size"])
-            self.checksum = bytes.fromhex(info["checksum"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"bad chunk file header from the leader: {header}") from exc
-        chunks = self.end_number - self.start_number + 1
-        # data plus a position map of 16 bytes per record (a record takes more than 16 bytes)
-        largest = HEADER_SIZE + 2 * chunks * db.config.chunk_size + FOOTER_SIZE
-        if self.start_number < 0 or chunks < 1 or not HEADER_SIZE + FOOTER_SIZE <= self.size <= largest:
-            raise ValueError(f"bad chunk file header from the leader: {header}")
+        self.transfer = transfer = ChunkTransfer(header, db.config.chunk_size)
+        self.file_name, self.size, self.checksum = transfer.file_name, transfer.size, transfer.checksum
+        self.start_number, self.end_number = transfer.start_number, transfer.end_number
         self.db = db
         self.replica: ReplicationLog = replica if replica is not None else ChunkLogReplication(db)
-        self.received = 0
         self.path: str | None = None
         self._file = None
         self._memory = bytearray()
@@ -163,27 +159,25 @@ class ChunkFileReceiver:
             self._file = open(self.path, "xb")  # noqa: SIM115 - closed by install/abort
 
     @property
+    def received(self) -> int:
+        return self.transfer.received
+
+    @property
     def done(self) -> bool:
-        return self.received == self.size
+        return self.transfer.done
 
     def add(self, message: bytes) -> None:
         (offset,) = _POSITION.unpack_from(message)
         data = memoryview(message)[_POSITION.size :]
-        if offset != self.received or self.received + len(data) > self.size:
-            raise ValueError(
-                f"chunk file {self.file_name}: piece at offset {offset} with {len(data)} bytes does not "
-                f"follow the {self.received} of {self.size} bytes received"
-            )
+        self.transfer.piece(offset, len(data))
         if self._file is not None:
             self._file.write(data)
         else:
             self._memory += data
-        self.received += len(data)
 
     def install(self) -> int:
         """Make the file durable, then verify and install it; returns the new committed end."""
-        if not self.done:
-            raise ValueError(f"chunk file {self.file_name}: {self.received} of {self.size} bytes received")
+        self.transfer.must_be_done()
         source: str | bytes
         if self._file is not None:
             file, self._file = self._file, None
@@ -353,40 +347,20 @@ class _Inbox:
 
 
 def _records_batch(first: bytes, inbox: _Inbox) -> tuple[list[tuple[int, bytes]], int]:
-    """The leader's records message ``first`` and the records messages queued right behind it, as
-    ``(position, frames)`` pieces for one durable write, with the highest commit position the leader
-    sent with them. Stops at anything else (a chunk's completion, a caught-up mark, the end of the
-    stream): those are handled in their order after the write. (Commit messages never queue: the
-    inbox's reader takes them as they arrive.)"""
-    position, commit = _RECORDS.unpack_from(first)
-    pieces = [(position, bytes(memoryview(first)[_RECORDS.size :]))]
-    queued = inbox.messages
-    size = len(first)
-    while queued and size < _MAX_BATCH:
-        message = queued[0]
-        if message is not None and message.binary is not None:
-            position, sent_commit = _RECORDS.unpack_from(message.binary)
-            pieces.append((position, bytes(memoryview(message.binary)[_RECORDS.size :])))
-            commit = max(commit, sent_commit)
-            size += len(message.binary)
-        else:
-            break
-        queued.popleft()
-    return pieces, commit
+    """The records messages to write under one sync: ``first`` and those queued right behind it
+    (evdb/cluster/following.py ``records_batch``). (Commit messages never queue: the inbox's reader
+    takes them as they arrive.)"""
+    return records_batch(first, inbox.messages)
 
 
 @dataclass
-class _FollowerLink:
-    voting: bool
-    acked: int
+class _FollowerLink(Progress):
+    """A subscribed follower: its progress (the leadership machine's) and its stream."""
+
     #: set at each acknowledgement: wakes a sender whose SEND_WINDOW is full
     ack_arrived: asyncio.Event = field(default_factory=asyncio.Event)
     #: the stream, once the follower was told it is subscribed (commit messages go to it from then on)
     channel: Channel | None = None
-    #: the highest commit position this follower was sent in a commit message
-    commit_sent: int = -1
-    #: its instance id
-    name: str = ""
 
 
 class ClusterService:
@@ -395,14 +369,14 @@ class ClusterService:
         node: ClusterHost,
         *,
         transport: Transport | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] | None = None,
         rng: random.Random | None = None,
         run_blocking: Callable[..., Awaitable[Any]] = _to_thread,
     ) -> None:
         o = node.options
         self.node = node
         self.logger = node.logger
-        self._now = monotonic
+        self._now = monotonic if monotonic is not None else node.clock.monotonic  # the host's clock
         self.rng = rng if rng is not None else random.Random()
         self._blocking = run_blocking
         self.cluster_size = o.cluster_size
@@ -433,24 +407,18 @@ class ClusterService:
             rng=self.rng,
             now=self._now(),
         )
-        self._followers: dict[str, _FollowerLink] = {}
         #: sign-in leases (evdb/cluster/lease.py): those this node grants as leader, the one it holds
         #: from its leader, and the gate's security writes (found by the database's visibility watch)
         self.leases = LeaseGrantor(self.gossip_timeout, self.cluster_size)
         self.lease = LeaseHolder(self.gossip_timeout)
         self._security_watch = SecurityWatch()
-        self._security_gated: set[int] = set()  # gate positions of security writes
-        self._lease_held: list[tuple[int, list]] = []  # security writes a majority holds, held for leases
         self._lease_timer: asyncio.TimerHandle | None = None
-        #: answers held until a majority has their position, in position order (the writer appends)
-        self._gate: collections.deque[tuple[int, list]] = collections.deque()
-        #: a follower: the highest commit position its leader sent in this replication stream (reads
-        #: see up to it, or up to this log's durable end when that is lower: see _take_commit)
-        self._leader_commit = -1
+        #: the leader's decisions (pure): followers' progress, the write gate, the commit position,
+        #: shipping before the sync (evdb/cluster/leadership.py)
+        self.leadership = Leadership(self.cluster_size, self.leases)
         self._readable_heard = -1  # the readable position the commit listener last passed on
         self._notify_pending = False  # a _notify_commit is scheduled and has not started
-        #: set by :meth:`stop`: answers gated afterwards are refused at once (none would release them)
-        self._gate_closed = False
+        #: held around the leadership machine's gate (the writer thread and the event loop use it)
         self._gate_lock = threading.Lock()
         self._committed = asyncio.Event()
         self._follow_task: asyncio.Task | None = None
@@ -465,25 +433,17 @@ class ClusterService:
         #: the cluster-wide commit position as this node knows it (a leader: what a majority holds
         #: since its epoch; a follower: what its leader said); reads never go past it
         self.commit_position = -1
-        self._own_epoch_position = -1  # the epoch record this node wrote on taking office
-        #: a leader's records written and being synced, shipped to followers meanwhile: (the database,
-        #: the end its writer announced through Database.before_sync), or None
-        self._ship_upto: tuple[Any, int] | None = None
-        #: a sync of records already shipped failed (they are rolled back here): this node writes
-        #: nothing more until it takes office again, and steps down
-        self._sync_failed = False
-        self._sync_failures = 0
         if transport is None:
             from evdb.cluster.peers import PeerClient
 
             client = getattr(node, "peer_client", None) or PeerClient(
-                lambda: node.tls, reset_interval=self.reset_interval, logger=self.logger, monotonic=monotonic
+                node, logger=self.logger, clock=node.clock
             )
             transport = HttpTransport(
                 host=self.replication_host,
                 port=self.replication_port,
-                tls=lambda: node.tls,
-                reserved_common_name=o.certificate_reserved_node_common_name,
+                settings=node,
+                clock=node.clock,
                 logger=self.logger,
                 client=client,
             )
@@ -492,6 +452,23 @@ class ClusterService:
         self._reopening: asyncio.Future | None = None  # a truncate-and-reopen under way
 
     # -- facts -----------------------------------------------------------------------------------------
+    @property
+    def _followers(self) -> dict[str, Any]:
+        """The subscribed followers' links by instance id (the leadership machine's)."""
+        return self.leadership.followers
+
+    @property
+    def _own_epoch_position(self) -> int:
+        return self.leadership.own_epoch_position
+
+    @_own_epoch_position.setter
+    def _own_epoch_position(self, position: int) -> None:
+        self.leadership.own_epoch_position = position
+
+    @property
+    def _leading(self) -> bool:
+        return self.state in ("Leader", "ResigningLeader")
+
     @property
     def db(self) -> Database:
         db = self.node.db
@@ -629,7 +606,7 @@ class ClusterService:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._notify_pending = False
-        self._gate_closed = False
+        self.leadership.closed = False
         self.replication_port = await self.transport.start(self)
         self._attach()
         self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)
@@ -644,7 +621,7 @@ class ClusterService:
         db.add_commit_listener(self._on_commit)
         # only a leader under its own epoch writes a client's records (never a node taking office),
         # and not after a failed sync of records it shipped (see _before_sync)
-        db.write_permit = lambda: self.state in ("Leader", "ResigningLeader") and not self._sync_failed
+        db.write_permit = lambda: self.leadership.may_write(self._leading)
         if self.cluster_size > 1:
             db.replication_gate = self._gate_answers
             db.add_visibility_watch(self._security_watch)  # which gated groups wrote a security stream
@@ -664,7 +641,7 @@ class ClusterService:
         self._tasks.clear()
         self._follow_task = None
         with self._gate_lock:
-            self._gate_closed = True
+            self.leadership.closed = True
         self._fail_gate(NotLeader())
         if self.node.db is not None:
             self.db.remove_commit_listener(self._on_commit)
@@ -714,16 +691,13 @@ class ClusterService:
         keeps whatever a majority holds (a voter refuses a candidate whose log is behind its own)."""
         loop = self._loop
         if end < 0:
-            self._sync_failed = True
-            self._ship_upto = None
-            self._sync_failures += 1
+            self.leadership.shipped_sync_failed()
             if loop is not None and not loop.is_closed():
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(self._after_failed_sync)
             return
-        if self.state not in ("Leader", "ResigningLeader"):
+        if not self.leadership.written(db, end, self._leading):
             return
-        self._ship_upto = (db, end)
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._wake_senders)
@@ -744,15 +718,8 @@ class ClusterService:
 
     def _notify_commit(self) -> None:
         self._notify_pending = False  # first: a commit from now on schedules another run
-        ship = self._ship_upto
         db = self.node.db
-        if (
-            ship is None
-            or db is None
-            or ship[0] is not db
-            or db.committed_position > ship[1]
-            or self.state not in ("Leader", "ResigningLeader")
-        ):
+        if db is None or not self.leadership.senders_wait_for(db, db.committed_position, self._leading):
             self._wake_senders()
         # else a leader's sync ended of records its senders were woken for before it (_before_sync):
         # waking them again would find nothing new to ship
@@ -800,7 +767,7 @@ class ClusterService:
         message = _COMMIT.pack(position)
         for link in self._followers.values():
             channel = link.channel
-            if channel is None or link.commit_sent >= position or channel.closed:
+            if channel is None or not self.leadership.commit_due(link, position) or channel.closed:
                 continue
             try:
                 channel.post_bytes(message)
@@ -808,14 +775,13 @@ class ClusterService:
                 continue  # the stream is closing: its session ends and the follower subscribes again
             link.commit_sent = position
 
-    def _take_commit(self, commit: int) -> None:
+    def _take_commit(self, stream: FollowerStream, commit: int) -> None:
         """(follower, event loop) The leader's commit position ``commit`` arrived: reads here see up to
         it, as far as this log holds it durably; the rest when this node's write of it ends."""
-        if commit > self._leader_commit:
-            self._leader_commit = commit
         db = self.node.db
+        readable = stream.commit(commit, db.committed_position if db is not None else -1)
         if db is not None:
-            self._advance_commit(follower_readable(self._leader_commit, db.committed_position))
+            self._advance_commit(readable)
 
     # -- gossip ----------------------------------------------------------------------------------------
     async def _gossip_loop(self) -> None:
@@ -1042,8 +1008,7 @@ class ClusterService:
         # before it would sit between the previous epoch's records and this one, where no follower's
         # log has it, and the common point would be computed wrong
         self.state = "PreLeader"
-        self._ship_upto = None
-        self._sync_failed = False  # a new office: its epoch record goes after what this log holds
+        self.leadership.taking_office()
         try:
             await self._stop_following()
             self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)  # type: ignore[arg-type]
@@ -1088,7 +1053,7 @@ class ClusterService:
         # the state first: from here on the gate refuses the writes still in the writer's pipeline,
         # and _fail_gate refuses those it holds (see _gate_answers)
         self.state = "Unknown"
-        self._ship_upto = None
+        self.leadership.left_office()
         self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)  # type: ignore[arg-type]
         if self.cluster_size == 1:
             self.db.replication_gate = None
@@ -1108,12 +1073,10 @@ class ClusterService:
         NotLeader (answering it would acknowledge a write no majority holds); other results (records
         replicated from the leader) are answered at once."""
         with self._gate_lock:
-            leading = self.state in ("Leader", "ResigningLeader") and not self._gate_closed
-            if self._security_watch.take() and leading:  # answered once the leases allow it too
-                self._security_gated.add(position)
-                self.leases.security_written(position)
+            leading = self._leading and not self.leadership.closed
+            security = self._security_watch.take()  # answered once the leases allow it too
             if leading:
-                self._gate.append((position, answers))
+                self.leadership.hold(position, answers, security)
         if leading:
             self._schedule_notify()  # releases the gate (one wake-up with the commit listener's)
             return
@@ -1126,68 +1089,36 @@ class ClusterService:
                 future.set_result(result)
 
     def majority_position(self) -> int:
-        acks = [link.acked for link in self._followers.values() if link.voting]
-        return majority_end(self.db.committed_position, acks, self.cluster_size)
+        return self.leadership.majority_position(self.db.committed_position)
 
     def _release_gate(self) -> None:
-        if self.state not in ("Leader", "ResigningLeader"):
+        """Give the answers a majority (and the leases) now allow, after telling the followers the new
+        commit position (read your writes on followers: see the rule at the top)."""
+        if not self._leading:
             return
-        confirmed = self.majority_position()
-        # only past its own epoch record (Raft's rule: evdb/cluster/commit.py)
-        commit = leader_commit(confirmed, self._own_epoch_position)
-        if commit is not None:
-            self._advance_commit(commit)
-        if not self._gate:
-            if self._lease_held:
-                self._release_leased()
-            return
-        ready = []
         with self._gate_lock:
-            while self._gate and self._gate[0][0] <= confirmed:
-                ready.append(self._gate.popleft())
-            gated = self._security_gated
-            if gated:  # security writes wait for the leases as well (evdb/cluster/lease.py)
-                for entry in [entry for entry in ready if entry[0] in gated]:
-                    gated.discard(entry[0])
-                    ready.remove(entry)
-                    self._lease_held.append(entry)
-        for _, answers in ready:
+            release = self.leadership.release(self.db.committed_position, self._now())
+        if release.commit is not None:
+            self._advance_commit(release.commit)
+        for answers in release.answers:
             for future, result in answers:
                 if not future.done():
                     future.set_result(result)
-        if self._lease_held:
-            self._release_leased()
+        if release.leases_checked:
+            self._cancel_lease_timer()
+        if release.recheck_in is not None and self._loop is not None:
+            self._lease_timer = self._loop.call_later(release.recheck_in, self._release_gate)
 
-    def _release_leased(self) -> None:
-        """Answer the security writes a majority holds once every member this leader granted a lease
-        holds them too or its lease lapsed; else look again when the next lease lapses."""
-        now = self._now()
-        acked = {name: link.acked for name, link in self._followers.items()}
-        held, self._lease_held = self._lease_held, []
-        for position, answers in held:
-            if not self.leases.releases(position, acked, now):
-                self._lease_held.append((position, answers))
-                continue
-            for future, result in answers:
-                if not future.done():
-                    future.set_result(result)
+    def _cancel_lease_timer(self) -> None:
         if self._lease_timer is not None:
             self._lease_timer.cancel()
             self._lease_timer = None
-        if self._lease_held and self._loop is not None:
-            delay = max(self.leases.next_release_check(now) - now, 0.0) + 0.001
-            self._lease_timer = self._loop.call_later(delay, self._release_gate)
 
     def _fail_gate(self, exc: Exception) -> None:
         with self._gate_lock:
-            held, self._gate = self._gate, collections.deque()
-            held.extend(self._lease_held)
-            self._lease_held = []
-            self._security_gated.clear()
-        if self._lease_timer is not None:
-            self._lease_timer.cancel()
-            self._lease_timer = None
-        for _, answers in held:
+            held = self.leadership.fail()
+        self._cancel_lease_timer()
+        for answers in held:
             for future, _ in answers:
                 if not future.done():
                     future.set_exception(
@@ -1206,9 +1137,7 @@ class ClusterService:
         self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)  # type: ignore[arg-type]
         deadline = self._now() + 5
         end = self.db.committed_position
-        while self._now() < deadline and any(
-            link.acked < end for link in self._followers.values() if link.voting
-        ):
+        while self._now() < deadline and self.leadership.followers_behind(end):
             await self._wait_for_commit(0.1)
         await self._step_down(resigning=True)
         return True
@@ -1328,7 +1257,8 @@ class ClusterService:
             await channel.send_json({"error": "not the leader"})
             return
         self.logger.info("Follower %s subscribed from position %d", follower, position)
-        link = self._followers[follower] = _FollowerLink(bool(hello.get("voting")), position, name=follower)
+        link = _FollowerLink(bool(hello.get("voting")), position, name=follower)
+        self.leadership.subscribed(link)
         await channel.send_json(
             {
                 "ok": True,
@@ -1353,8 +1283,7 @@ class ClusterService:
                 if not task.cancelled() and task.exception() is not None:
                     self.logger.warning("Replication to follower %s failed: %s", follower, task.exception())
             await channel.close()
-            if self._followers.get(follower) is link:
-                del self._followers[follower]
+            self.leadership.gone(link)
             self.logger.info("Follower %s disconnected", follower)
 
     async def _receive_acks(self, channel: Channel, link: _FollowerLink) -> None:
@@ -1373,7 +1302,7 @@ class ClusterService:
                 continue
             else:
                 return
-            link.acked = max(link.acked, acked)
+            self.leadership.acknowledged(link, acked)
             link.ack_arrived.set()
             self._release_gate()
 
@@ -1382,11 +1311,7 @@ class ClusterService:
         holds one itself, and the member holds every security write whose answer waits for it."""
         if self.state not in ("Leader", "ResigningLeader"):
             return
-        holding = max((position for position, _ in self._lease_held), default=-1)
-        grant = self.leases.grant(
-            link.name, link.voting, request, self._now(), acked=link.acked, holding=holding
-        )
-        await channel.send_json(grant)
+        await channel.send_json(self.leadership.grant_lease(link, request, self._now()))
 
     def admits_sign_in(self, unseen_user_records: bool) -> bool:
         """Whether this node may judge credentials now (evdb/cluster/lease.py): a leader while it holds
@@ -1415,11 +1340,10 @@ class ClusterService:
     async def _send_log(self, channel: Channel, position: int, follower: str, link: _FollowerLink) -> None:
         caught_up_sent = False
         unacked: collections.deque[int] = collections.deque()  # ends of the records messages out
-        while not channel.closed and self.state in ("Leader", "ResigningLeader") and not self._sync_failed:
+        leadership = self.leadership
+        while not channel.closed and leadership.may_write(self._leading):
             waiter = self._committed
-            while unacked and unacked[0] <= link.acked:
-                unacked.popleft()
-            if len(unacked) >= SEND_WINDOW:
+            if unacked_window(unacked, link.acked, SEND_WINDOW):
                 # the follower has enough to write: what comes meanwhile goes in one message at its
                 # next acknowledgement (after a second without one, it goes anyway)
                 link.ack_arrived.clear()
@@ -1435,10 +1359,9 @@ class ClusterService:
                 position = chunk.end_position
                 continue
             # what the writer has written and is syncing goes too (see _before_sync)
-            failures, ship = self._sync_failures, self._ship_upto
-            upto = ship[1] if ship is not None and ship[0] is self.node.db else None
+            failures, upto = leadership.sync_failures, leadership.ship_limit(self.node.db)
             start, frames, completed = self.replica.read_raw(position, _MAX_SEND, upto)
-            if self._sync_failures != failures:
+            if leadership.sync_failures != failures:
                 break  # a sync failed while the records were read: they may be being rolled back
             if completed is not None:
                 await channel.send_json({"complete": completed})
@@ -1575,7 +1498,8 @@ class ClusterService:
             if isinstance(body, dict) and "verify" in body:
                 common = await self._find_common_point(channel, body["verify"])
                 end = self.db.committed_position
-                if common is None:
+                verdict = catch_up_verdict(common, end, self.commit_position)
+                if verdict == "unrelated":
                     self.logger.error(
                         "This node's log (ending at %d) shares no record with the leader's back to their "
                         "common epoch at %d: it is not replicating, and it will not take this leader's "
@@ -1585,17 +1509,19 @@ class ClusterService:
                     )
                     await channel.close()
                     raise EvdbError("no common record with the leader's log")
-                if common < end:
+                if verdict == "diverged":
                     await channel.close()
-                    if common < self.commit_position:
-                        # never cut what the cluster committed: something is wrong, say so and wait
-                        self.logger.error(
-                            "The leader's log and this node's differ at %d, below the commit position %d "
-                            "this node knows: not truncating; it takes nothing from this leader",
-                            common,
-                            self.commit_position,
-                        )
-                        raise EvdbError("the logs differ below the commit position")
+                    # never cut what the cluster committed: something is wrong, say so and wait
+                    self.logger.error(
+                        "The leader's log and this node's differ at %d, below the commit position %d "
+                        "this node knows: not truncating; it takes nothing from this leader",
+                        common,
+                        self.commit_position,
+                    )
+                    raise EvdbError("the logs differ below the commit position")
+                if verdict == "truncate":
+                    assert common is not None
+                    await channel.close()
                     # shielded: a cancelled follower still finishes reopening its database (else the
                     # node would be left without one); _stop_following waits for it
                     self._reopening = asyncio.ensure_future(self.node.truncate_and_reopen(common))
@@ -1604,31 +1530,32 @@ class ClusterService:
                 await channel.send_json({"from": end})
                 first = await channel.receive(timeout=10)
                 body = first.text if first is not None else None
-            if not isinstance(body, dict) or "ok" not in body:
-                raise EvdbError(f"the leader refused to replicate: {body}")
-            if body.get("protocol") != REPLICATION_PROTOCOL:
-                await channel.close()
-                raise EvdbError(
-                    f"the leader at {endpoint[0]}:{endpoint[1]} speaks replication protocol "
-                    f"{body.get('protocol', 1)}, this node {REPLICATION_PROTOCOL}: run one evdb version in a cluster"
-                )
-            leader_epoch = int(body.get("epoch", -1))
-            resets_at = self._now() + self.reset_interval
+            accepted = subscription(body, REPLICATION_PROTOCOL, endpoint)
+            if accepted.refused is not None:
+                if accepted.protocol:
+                    await channel.close()
+                raise EvdbError(accepted.refused)
+            stream = FollowerStream(
+                leader_epoch=accepted.epoch,
+                read_only=self.read_only,
+                resets_at=self._now() + self.reset_interval,
+            )
             try:
-                await self._receive_log(channel, leader_epoch, resets_at)
+                await self._receive_log(channel, stream)
             finally:
                 receiver = self._receiver
                 self._receiver = None
                 if receiver is not None:
                     await self._blocking(receiver.abort)
 
-    async def _receive_chunk_piece(self, channel: Channel, data: bytes) -> None:
+    async def _receive_chunk_piece(self, channel: Channel, stream: FollowerStream, data: bytes) -> None:
         receiver = self._receiver
         assert receiver is not None
         await self._blocking(receiver.add, data)
         if not receiver.done:
             return
         self._receiver = None
+        stream.receiving = None
         try:
             committed = await self._blocking(receiver.install)
         except (EvdbError, ValueError, OSError) as exc:
@@ -1652,29 +1579,28 @@ class ClusterService:
         )
         await channel.send_json({"ack": committed})
 
-    async def _receive_log(self, channel: Channel, leader_epoch: int, resets_at: float) -> None:
+    async def _receive_log(self, channel: Channel, stream: FollowerStream) -> None:
         """Take the leader's messages in order. The stream is read by its own task into an inbox, so
         the records messages that arrive while this node writes and syncs the previous ones are written
         next together: one writer call and one fdatasync for all of them, acknowledged once with the
         highest durable position. The leader's commit messages are taken as they arrive, ahead of
         the records queued or being written (read your writes on followers: see the rule at the top)."""
-        self._leader_commit = -1
 
         def take_commit(commit: int) -> None:
-            if not self._past_leader(leader_epoch):  # else _apply_log stops the stream
-                self._take_commit(commit)
+            if not stream.past_leader(self.term):  # else _apply_log stops the stream
+                self._take_commit(stream, commit)
 
         def take_grant(grant: dict) -> None:
-            if not self._past_leader(leader_epoch):
+            if not stream.past_leader(self.term):
                 self.lease.granted(grant)
                 self._wake_senders()  # sign-ins waiting for it go on (wait_sign_in)
 
         self.lease.new_stream()
         inbox = _Inbox(take_commit, take_grant)
         reader = asyncio.create_task(inbox.fill(channel))
-        asker = asyncio.create_task(self._ask_leases(channel, leader_epoch))
+        asker = asyncio.create_task(self._ask_leases(channel, stream))
         try:
-            await self._apply_log(channel, inbox, leader_epoch, resets_at)
+            await self._apply_log(channel, inbox, stream)
         finally:
             reader.cancel()
             asker.cancel()
@@ -1682,73 +1608,71 @@ class ClusterService:
         if inbox.error is not None and not inbox.messages:
             raise inbox.error
 
-    async def _ask_leases(self, channel: Channel, leader_epoch: int) -> None:
+    async def _ask_leases(self, channel: Channel, stream: FollowerStream) -> None:
         """Ask the leader for a sign-in lease every quarter of one, while this node follows it (a voter
         in a newer term asks no more: see evdb/cluster/lease.py)."""
         with contextlib.suppress(PeerError):
             while not channel.closed:
-                if not self._past_leader(leader_epoch):
+                if not stream.past_leader(self.term):
                     await channel.send_json(self.lease.ask(self._now()))
                 await asyncio.sleep(self.lease.interval)
 
-    def _past_leader(self, leader_epoch: int) -> bool:
-        """A voting member in a term newer than the epoch of the leader it streams from: it takes
-        nothing more from that leader (a read-only replica follows whoever leads)."""
-        return not self.read_only and self.term > leader_epoch
-
-    async def _apply_log(self, channel: Channel, inbox: _Inbox, leader_epoch: int, resets_at: float) -> None:
+    async def _apply_log(self, channel: Channel, inbox: _Inbox, stream: FollowerStream) -> None:
+        """Do what the stream's machine (evdb/cluster/following.py) says with each message."""
         while True:
             message = await inbox.get()
             if message is None:
                 break
-            if self._past_leader(leader_epoch):
+            route = stream.route(message.binary is not None, message.text, self.term)
+            if route == "past leader":
                 self.logger.warning(
                     "This node is in term %d, newer than the leader's epoch %d: "
                     "no longer replicating from it",
                     self.term,
-                    leader_epoch,
+                    stream.leader_epoch,
                 )
                 await channel.close()
                 return
-            if message.binary is not None and self._receiver is not None:
-                await self._receive_chunk_piece(channel, message.binary)
-            elif message.binary is not None:
+            if route == "piece":
+                assert message.binary is not None
+                await self._receive_chunk_piece(channel, stream, message.binary)
+            elif route == "records":
+                assert message.binary is not None
                 pieces, commit = _records_batch(message.binary, inbox)
                 committed = await self._blocking(self.replica.apply_replicated_batch, pieces)
                 channel.post_bytes(_POSITION.pack(committed))  # the acknowledgement: 8 bytes
                 # what the leader's majority holds: reads here go no further (nor past this log)
-                self._take_commit(commit)
-            elif isinstance(message.text, dict):
+                self._take_commit(stream, commit)
+            elif route == "text":
                 body = message.text
-                if self._receiver is not None:
-                    raise ValueError(
-                        f"the leader sent {str(body)[:100]!r} in the middle of chunk file "
-                        f"{self._receiver.file_name}"
-                    )
-                if "chunkFile" in body:
+                assert isinstance(body, dict)
+                step = stream.text(body)
+                if step.chunk_file is not None:
                     self._receiver = await self._blocking(ChunkFileReceiver, self.db, body, self.replica)
-                elif "complete" in body:
-                    await self._blocking(self.replica.complete_replicated_chunk, int(body["complete"]))
+                    stream.receiving = self._receiver.file_name
+                elif step.complete is not None:
+                    await self._blocking(self.replica.complete_replicated_chunk, step.complete)
                     await channel.send_json({"ack": self.db.committed_position})
-                if "commit" in body:
+                readable, caught_up = stream.settled(body, self.db.committed_position, self.state)
+                if readable is not None:
                     # what the leader's majority holds: reads here go no further (nor past this log)
-                    self._take_commit(int(body["commit"]))
-                if (
-                    "caughtUp" in body
-                    and self.db.committed_position >= int(body["caughtUp"])
-                    and self.state in ("CatchingUp", "PreReadOnlyReplica")
-                ):
-                    self.state = "ReadOnlyReplica" if self.read_only else "Follower"
+                    self._advance_commit(readable)
+                if caught_up is not None:
+                    self.state = caught_up
                     self.logger.info(
                         "Caught up with the leader at position %d: now %s", body["caughtUp"], self.state
                     )
             else:
                 break
-            if self._leader_commit > self.commit_position:
-                # records this node made durable since the leader's commit position arrived (a chunk
-                # file installed, a chunk completed): readers see them now, not at the next commit
-                self._take_commit(self._leader_commit)
-            if self._now() > resets_at:
+            # records this node made durable since the leader's commit position arrived (a chunk
+            # file installed, a chunk completed): readers see them now, not at the next commit
+            db = self.node.db
+            readable = (
+                None if db is None else stream.after_message(self.commit_position, db.committed_position)
+            )
+            if readable is not None:
+                self._advance_commit(readable)
+            if stream.resets(self._now()):
                 self.logger.info("Resetting the replication connection (ConnectionResetInterval)")
                 await channel.close()
                 await self.transport.reset()
@@ -1760,7 +1684,7 @@ class ClusterService:
             "leaderId": self.leader_id,
             "term": self.term,
             "commitPosition": self.commit_position,
-            "followers": {k: {"voting": v.voting, "acked": v.acked} for k, v in self._followers.items()},
+            "followers": self.leadership.describe(),
             "elections": self.election_count,
             "lastElectionSeconds": self.last_election_seconds,
             "nodeId": str(uuid.UUID(str(self.node.instance_id))),

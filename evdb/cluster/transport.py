@@ -12,7 +12,7 @@ decision code runs under a seed with message delay, loss, partitions and crashes
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,8 +26,10 @@ from evdb.http.bodies import read_body
 if TYPE_CHECKING:
     import logging
 
+    from evdb.clock import Clock
     from evdb.cluster.peers import PeerClient
-    from evdb.grpc.dispatch import ConnectionLimit
+    from evdb.http.connections import ConnectionLimit
+    from evdb.tls.reload import ReloadableSettings, SwappableServerContext
 
 __all__ = [
     "Channel",
@@ -184,42 +186,39 @@ class HttpTransport:
         *,
         host: str,
         port: int,
-        tls: Callable[[], Any],
-        reserved_common_name: Callable[[], str] | str,
+        settings: ReloadableSettings,
+        clock: Clock,
         logger: logging.Logger,
         client: PeerClient,
         limits: ListenerLimits | None = None,
     ) -> None:
-        """``tls`` and ``reserved_common_name`` are read at each use: a node passes readers of its
-        settings (evdb/tls/reload.py NodeSettings), so a reload's new certificates, trusted roots and
-        CertificateReservedNodeCommonName reach the listener's next connection. A plain string is a
-        name that never changes (a host without reloads)."""
+        """``settings``: the certificates, trusted roots and CertificateReservedNodeCommonName in effect,
+        read at each use (the node's NodeSettings), so a reload reaches the listener's next connection."""
         self.host = host
         self.port = port
-        self._tls = tls
-        self._reserved_common_name = reserved_common_name
+        self._settings = settings
+        self._clock = clock
         self.logger = logger
         self.client = client  # the node's one node-to-node client (evdb/cluster/peers.py)
         self.limits = limits or ListenerLimits()
         self.connections: ConnectionLimit | None = None  # the listener's, once started
-        self.listener_tls: Any = None  # the listener's swappable ssl context (evdb/tls/reload.py)
+        self.listener_tls: SwappableServerContext | None = None  # the listener's (evdb/tls/reload.py)
         self._runner: web.AppRunner | None = None
         self._handlers: PeerHandlers | None = None
 
     @property
     def secure(self) -> bool:
-        return self._tls() is not None
+        return self._settings.tls is not None
 
     @property
     def reserved_common_name(self) -> str:
         """The common name peers' certificates must carry now (CertificateReservedNodeCommonName)."""
-        name = self._reserved_common_name
-        return name() if callable(name) else name
+        return str(self._settings.options.certificate_reserved_node_common_name)
 
     # -- serving -----------------------------------------------------------------------------------
     async def start(self, handlers: PeerHandlers) -> int:
         self._handlers = handlers
-        from evdb.grpc.dispatch import ConnectionLimit, LimitedTCPSite, connection_limit
+        from evdb.http.connections import ConnectionLimit, LimitedTCPSite, connection_limit
         from evdb.http.heads import ServerLog
 
         app = web.Application(
@@ -230,7 +229,7 @@ class HttpTransport:
         app.router.add_get("/internal/replicate", self._replicate)
         # the client port's rules, through the same code: bodies inflated with a bound by
         # evdb/http/bodies.py (not whole by aiohttp), unparseable requests answered by evdb/http/heads.py,
-        # connections limited and timed out by evdb/grpc/dispatch.py's ConnectionLimit
+        # connections limited and timed out by evdb/http/connections.py's ConnectionLimit
         limits = self.limits
         self._runner = web.AppRunner(
             app,
@@ -238,17 +237,18 @@ class HttpTransport:
             handler_cancellation=True,
             auto_decompress=False,
             keepalive_timeout=limits.keepalive_timeout,
-            logger=ServerLog(self.logger),
+            logger=ServerLog(self.logger, self._clock),
         )
         await self._runner.setup()
         self.connections = ConnectionLimit(
             connection_limit(limits.max_connections), limits.head_timeout, self.logger
         )
         context = None
-        if self._tls() is not None:
+        tls = self._settings.tls
+        if tls is not None:
             from evdb.tls.reload import SwappableServerContext
 
-            self.listener_tls = SwappableServerContext(self._tls(), require_client_cert=True)
+            self.listener_tls = SwappableServerContext(tls, require_client_cert=True)
             context = self.listener_tls.context
         site = LimitedTCPSite(self._runner, self.host, self.port, limit=self.connections, ssl_context=context)
         await site.start()
@@ -269,7 +269,7 @@ class HttpTransport:
 
     @web.middleware
     async def _peer_certificate_middleware(self, request: web.Request, handler):
-        if self._tls() is not None:
+        if self._settings.tls is not None:
             from evdb.tls.loading import CertificateError, check_peer_node_certificate
 
             ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None

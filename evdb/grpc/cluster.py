@@ -26,17 +26,13 @@ from evdb.errors import (
     ScavengeNotFound,
 )
 from evdb.grpc import operations_pb2
-from evdb.grpc.common import (
-    call_context,
-    database,
-    grpc_error,
-    require_ops,
-    scavenge_service,
-)
+from evdb.grpc.access import require_ops
+from evdb.grpc.context import call_context, database, scavenge_service
+from evdb.grpc.errors import grpc_error
 from evdb.scavenge.params import parse_scavenge_request
 
 if TYPE_CHECKING:
-    from evdb.node import Node
+    from evdb.services import ApiServices
 
 __all__ = ["GossipService", "OperationsService", "cluster_info"]
 
@@ -46,19 +42,19 @@ _STATE_NAMES = frozenset(_STATES.keys())
 ScavengeResp = operations_pb2.ScavengeResp
 
 
-def cluster_info(node: Node) -> gossip_pb2.ClusterInfo:
+def cluster_info(services: ApiServices) -> gossip_pb2.ClusterInfo:
     """The node's view of the cluster (evdb's gossip members) in the gRPC gossip shape, with the
     addresses clients are told (AdvertiseHostToClientAs, evdb/cluster/advertising.py)."""
-    if node.cluster is not None:
-        members = [client_member(m) for m in node.cluster.members()]
+    if services.cluster is not None:
+        members = [client_member(m) for m in services.cluster.members()]
     else:
         members = [
             {
-                "instanceId": str(node.instance_id),
+                "instanceId": str(services.instance_id),
                 "state": "Leader",
                 "isAlive": True,
-                "httpEndPointIp": node.client_endpoint[0],
-                "httpEndPointPort": node.client_endpoint[1],
+                "httpEndPointIp": services.addresses.client_endpoint[0],
+                "httpEndPointPort": services.addresses.client_endpoint[1],
             }
         ]
     info = gossip_pb2.ClusterInfo()
@@ -84,8 +80,8 @@ def cluster_info(node: Node) -> gossip_pb2.ClusterInfo:
 
 
 class GossipService:
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(self, services: ApiServices) -> None:
+        self.services = services
 
     def __mapping__(self) -> dict[str, Handler]:
         return {
@@ -95,14 +91,14 @@ class GossipService:
         }
 
     async def read(self, stream: Stream) -> None:
-        await call_context(self.node, stream)  # bad credentials are refused; anyone may ask
+        await call_context(self.services, stream)  # bad credentials are refused; anyone may ask
         await stream.recv_message()
-        await stream.send_message(cluster_info(self.node))
+        await stream.send_message(cluster_info(self.services))
 
 
 class OperationsService:
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(self, services: ApiServices) -> None:
+        self.services = services
 
     def __mapping__(self) -> dict[str, Handler]:
         prefix = "/event_store.client.operations.Operations/"
@@ -127,16 +123,16 @@ class OperationsService:
         }
 
     async def _begin(self, stream: Stream):
-        ctx = await call_context(self.node, stream)
+        ctx = await call_context(self.services, stream)
         require_ops(ctx.principal)
         request = await stream.recv_message()
         return request
 
     async def start_scavenge(self, stream: Stream) -> None:
-        node = self.node
+        services = self.services
         request = await self._begin(stream)
         options = request.options
-        node.logger.info(
+        services.logger.info(
             "Request scavenging because StartScavenge gRPC request has been received (threads %d).",
             options.thread_count,
         )
@@ -148,69 +144,71 @@ class OperationsService:
         except InvalidInput as exc:
             raise GRPCError(Status.INVALID_ARGUMENT, str(exc)) from None
         if options.start_from_chunk:
-            node.logger.warning("startFromChunk is deprecated and ignored (it will be removed).")
+            services.logger.warning("startFromChunk is deprecated and ignored (it will be removed).")
         try:
-            scavenge_id = await asyncio.to_thread(scavenge_service(node).start, scavenge_request)
+            scavenge_id = await asyncio.to_thread(scavenge_service(services).start, scavenge_request)
             result = ScavengeResp.Started
         except ScavengeAlreadyRunning:
-            scavenge_id = scavenge_service(node).current_id() or ""
+            scavenge_id = scavenge_service(services).current_id() or ""
             result = ScavengeResp.InProgress
         except EvdbError as exc:
-            raise grpc_error(node, exc) from None
+            raise grpc_error(services, exc) from None
         await stream.send_message(ScavengeResp(scavenge_id=scavenge_id, scavenge_result=result))
 
     async def stop_scavenge(self, stream: Stream) -> None:
-        node = self.node
+        services = self.services
         request = await self._begin(stream)
         scavenge_id = request.options.scavenge_id or "current"
-        node.logger.info(
+        services.logger.info(
             "Stopping scavenge because StopScavenge gRPC request has been received for %s.", scavenge_id
         )
         try:
-            stopped = await scavenge_service(node).stop_async(scavenge_id)
+            stopped = await scavenge_service(services).stop_async(scavenge_id)
         except ScavengeNotFound:
             raise GRPCError(Status.NOT_FOUND, "Scavenge Id does not exist") from None
         await stream.send_message(ScavengeResp(scavenge_id=stopped, scavenge_result=ScavengeResp.Stopped))
 
     async def shutdown(self, stream: Stream) -> None:
-        node = self.node
+        services = self.services
         await self._begin(stream)
-        node.logger.info("Shutting down because Shutdown gRPC request has been received.")
+        services.logger.info("Shutting down because Shutdown gRPC request has been received.")
         await stream.send_message(shared_pb2.Empty())
-        asyncio.get_running_loop().call_soon(node.shutdown_requested.set)
+        asyncio.get_running_loop().call_soon(services.shutdown_requested.set)
 
     async def merge_indexes(self, stream: Stream) -> None:
-        node = self.node
+        services = self.services
         await self._begin(stream)
-        node.logger.info("Merging indexes because MergeIndexes gRPC request has been received.")
-        await asyncio.to_thread(database(node).index.merge_indexes)
+        services.logger.info("Merging indexes because MergeIndexes gRPC request has been received.")
+        await asyncio.to_thread(database(services).index.merge_indexes)
         await stream.send_message(shared_pb2.Empty())
 
     async def resign_node(self, stream: Stream) -> None:
-        node = self.node
+        services = self.services
         await self._begin(stream)
-        if node.cluster is None or not await node.cluster.resign():
-            state = node.cluster.state if node.cluster is not None else "Unknown"
-            node.logger.info("Resign request ignored: this node is not the leader (%s)", state)
+        if services.cluster is None or not await services.cluster.resign():
+            state = services.cluster.state if services.cluster is not None else "Unknown"
+            services.logger.info("Resign request ignored: this node is not the leader (%s)", state)
         await stream.send_message(shared_pb2.Empty())
 
     async def set_node_priority(self, stream: Stream) -> None:
-        node = self.node
+        services = self.services
         request = await self._begin(stream)
         priority = request.priority
         if not -1000 <= priority <= 1000:
             raise GRPCError(Status.INVALID_ARGUMENT, "The priority must be between -1000 and 1000.")
-        if node.cluster is not None:
-            node.cluster.priority = priority
-        node.logger.info("Node priority set to %d", priority)
+        if services.cluster is not None:
+            services.cluster.priority = priority
+        services.logger.info("Node priority set to %d", priority)
         await stream.send_message(shared_pb2.Empty())
 
     async def restart_persistent_subscriptions(self, stream: Stream) -> None:
-        node = self.node
+        services = self.services
         await self._begin(stream)
-        node.logger.info("Restarting persistent subscriptions: RestartPersistentSubscriptions gRPC request.")
+        services.logger.info(
+            "Restarting persistent subscriptions: RestartPersistentSubscriptions gRPC request."
+        )
         try:
-            await node.persistent.restart()
+            await services.persistent.restart()
         except PersistentSubscriptionsNotReady:  # KurrentDB answers Empty either way
-            node.logger.info("Persistent subscriptions cannot be restarted: they are not started here.")
+            services.logger.info("Persistent subscriptions cannot be restarted: they are not started here.")
         await stream.send_message(shared_pb2.Empty())

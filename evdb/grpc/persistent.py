@@ -27,24 +27,18 @@ from evdb.errors import (
     PersistentSubscriptionDropped,
     PersistentSubscriptionsNotReady,
 )
-from evdb.grpc.common import (
-    CallContext,
-    MessageWriter,
-    access_denied,
-    call_context,
-    check_leader,
-    check_stream_access,
-    grpc_error,
-    require_leader,
-    stream_name,
-)
+from evdb.grpc.access import check_leader, check_stream_access, require_leader
+from evdb.grpc.context import CallContext, call_context
+from evdb.grpc.convert import stream_name
+from evdb.grpc.errors import access_denied, grpc_error
+from evdb.grpc.server import MessageWriter
 from evdb.persistent import ALL, EventFilterSpec, EventSource, GroupSettings
 from evdb.persistent.model import LIVE, ResolvedEvent
 from evdb.persistent.service import PersistentSubscriptionService
 from evdb.storage.records import EventRecord
 
 if TYPE_CHECKING:
-    from evdb.node import Node
+    from evdb.services import ApiServices
 
 __all__ = ["PersistentSubscriptionsService"]
 
@@ -238,8 +232,8 @@ class _Sink:
 class PersistentSubscriptionsService:
     """The gRPC adapter over the node's persistent subscriptions (a grpclib handler)."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(self, services: ApiServices) -> None:
+        self.services = services
 
     def __mapping__(self) -> dict[str, Handler]:
         unary = Cardinality.UNARY_UNARY
@@ -258,17 +252,17 @@ class PersistentSubscriptionsService:
 
     @property
     def service(self) -> PersistentSubscriptionService:
-        return self.node.persistent
+        return self.services.persistent
 
     async def _begin(self, stream: Stream, *, leader: bool = True) -> tuple[CallContext, Any]:
         """The caller and the request; with ``leader``, a node that is not the leader answers with the
         leader's address (KurrentDB's controller denies these messages on any other node, whether
         or not the client requires the leader). GetInfo and List do not: a follower, which runs no
         groups, answers them "Server Is Not Ready"."""
-        ctx = await call_context(self.node, stream)
+        ctx = await call_context(self.services, stream)
         request = await stream.recv_message()
         if leader:
-            require_leader(self.node)
+            require_leader(self.services)
         return ctx, request
 
     @staticmethod
@@ -285,7 +279,7 @@ class PersistentSubscriptionsService:
         try:
             await work()
         except (EvdbError, GRPCError) as exc:
-            raise grpc_error(self.node, exc) from None
+            raise grpc_error(self.services, exc) from None
 
     # -- management ------------------------------------------------------------------------------------
     async def create(self, stream: Stream) -> None:
@@ -394,17 +388,17 @@ class PersistentSubscriptionsService:
     async def restart(self, stream: Stream) -> None:
         async def work() -> None:
             ctx, _ = await self._begin(stream, leader=False)
-            check_leader(self.node, ctx)  # a subsystem message, not one KurrentDB's controller denies
+            check_leader(self.services, ctx)  # a subsystem message, not one KurrentDB's controller denies
             self._require_ops(ctx.principal)
-            await restart_subscriptions(self.node)
+            await restart_subscriptions(self.services)
             await stream.send_message(shared_pb2.Empty())
 
         await self._run(stream, work)
 
     # -- Read ------------------------------------------------------------------------------------------
     async def read(self, stream: Stream) -> None:
-        node = self.node
-        ctx = await call_context(node, stream)
+        services = self.services
+        ctx = await call_context(services, stream)
         first = await stream.recv_message()
         if first is None:
             return
@@ -413,7 +407,7 @@ class PersistentSubscriptionsService:
                 Status.INVALID_ARGUMENT, "A persistent subscription read starts with its options."
             )
         options = first.options
-        require_leader(node)
+        require_leader(services)
         try:
             name = (
                 ALL
@@ -421,7 +415,9 @@ class PersistentSubscriptionsService:
                 else stream_name(options.stream_identifier)
             )
             if not ctx.principal.is_admin:
-                check_stream_access(node, ctx.principal, name, "read")  # on the loop, as the streams' reads
+                check_stream_access(
+                    services, ctx.principal, name, "read"
+                )  # on the loop, as the streams' reads
         except GRPCError as exc:
             if exc.status in (Status.PERMISSION_DENIED, Status.UNAUTHENTICATED):
                 raise access_denied() from None
@@ -444,7 +440,7 @@ class PersistentSubscriptionsService:
                 from_=from_,
             )
         except EvdbError as exc:
-            raise grpc_error(node, exc) from None
+            raise grpc_error(services, exc) from None
         pump = asyncio.get_running_loop().create_task(self._acks(stream, connection.key))
         try:
             await stream.send_message(
@@ -460,7 +456,7 @@ class PersistentSubscriptionsService:
                 while True:  # what the group has pushed meanwhile goes out in one write
                     if item is _DROPPED:
                         await writer.flush()
-                        raise grpc_error(node, PersistentSubscriptionDropped(name, options.group_name))
+                        raise grpc_error(services, PersistentSubscriptionDropped(name, options.group_name))
                     resolved, retry_count = item
                     await writer.add(_read_event(resolved, retry_count, structured))
                     if sink.queue.empty():
@@ -485,10 +481,10 @@ class PersistentSubscriptionsService:
                 service.nack(key, ids, action, request.nack.reason)
 
 
-async def restart_subscriptions(node: Node) -> None:
+async def restart_subscriptions(services: ApiServices) -> None:
     """RestartPersistentSubscriptions (this service's RestartSubsystem and the Operations call)."""
     try:
-        await node.persistent.restart()
+        await services.persistent.restart()
     except PersistentSubscriptionsNotReady:
         raise GRPCError(
             Status.INTERNAL,

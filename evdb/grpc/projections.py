@@ -25,11 +25,13 @@ from grpclib.server import Stream
 from kurrentdbclient.protos.v1 import projections_pb2, shared_pb2
 
 from evdb.errors import EvdbError, UserProjectionsNotSupported
-from evdb.grpc.common import CallContext, call_context, check_leader, grpc_error
+from evdb.grpc.access import check_leader
+from evdb.grpc.context import CallContext, call_context
+from evdb.grpc.errors import grpc_error
 
 if TYPE_CHECKING:
-    from evdb.node import Node
     from evdb.projections import SystemProjections
+    from evdb.services import ApiServices
 
 __all__ = ["ProjectionsService"]
 
@@ -49,8 +51,8 @@ def _value(state: str) -> struct_pb2.Value:
 class ProjectionsService:
     """The Projections service of one node (a grpclib handler: see ``__mapping__``)."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(self, services: ApiServices) -> None:
+        self.services = services
 
     def __mapping__(self) -> dict[str, Handler]:
         p = projections_pb2
@@ -75,22 +77,22 @@ class ProjectionsService:
 
     # -- the caller ------------------------------------------------------------------------------------
     async def _begin(self, stream: Stream, *, operator: bool) -> tuple[Any, SystemProjections]:
-        node = self.node
-        ctx: CallContext = await call_context(node, stream)
+        services = self.services
+        ctx: CallContext = await call_context(services, stream)
         request = await stream.recv_message()
         assert request is not None
         if not ctx.principal.is_authenticated:
             raise GRPCError(Status.UNAUTHENTICATED, "Authentication is required.")
         if operator and not (ctx.principal.is_admin or ctx.principal.is_ops):
             raise GRPCError(Status.PERMISSION_DENIED, "Access denied.")
-        check_leader(node, ctx)
-        projections = node.projections
+        check_leader(services, ctx)
+        projections = services.projections
         if projections is None:  # not served then (see evdb/grpc/dispatch.py): a stale connection
             raise GRPCError(Status.UNIMPLEMENTED, "Method not found")
         return request, projections
 
     def _error(self, exc: EvdbError) -> GRPCError:
-        return grpc_error(self.node, exc)
+        return grpc_error(self.services, exc)
 
     # -- calls ---------------------------------------------------------------------------------------------
     async def create(self, stream: Stream) -> None:

@@ -7,7 +7,7 @@ thread would hold the GIL through the same reads, and the hop costs two wake-ups
 filtered ``$all`` read (which may look at many events to find a page) and link resolution go to a
 worker thread. Subscriptions follow :mod:`evdb.subscriptions`. The messages of a page (and of a
 subscription's catch-up page or live commit) are written to the connection together
-(:class:`evdb.grpc.common.MessageWriter`), not one write per event.
+(:class:`evdb.grpc.server.MessageWriter`), not one write per event.
 
 A filtered ``$all`` subscription sends checkpoints as KurrentDB's ``AllSubscriptionFiltered`` does
 (:class:`_FilterCheckpoints`): its search window is the filter's ``max`` or, sent as ``count`` (the
@@ -43,21 +43,11 @@ from evdb.errors import (
     StreamNotFound,
     WrongExpectedVersion,
 )
-from evdb.grpc.common import (
-    CallContext,
-    MessageWriter,
-    call_context,
-    check_leader,
-    check_stream_access,
-    database,
-    expected_version,
-    grpc_error,
-    parse_uuid,
-    send_messages,
-    stream_name,
-    timestamp_now,
-    uuid_message,
-)
+from evdb.grpc.access import check_leader, check_stream_access
+from evdb.grpc.context import CallContext, call_context, database
+from evdb.grpc.convert import expected_version, parse_uuid, stream_name, timestamp_now, uuid_message
+from evdb.grpc.errors import grpc_error
+from evdb.grpc.server import MessageWriter, send_messages
 from evdb.projections.links import LINK_TYPE, Resolved, resolve_link, resolve_links
 from evdb.storage.records import EventRecord
 from evdb.streams import (
@@ -71,7 +61,7 @@ from evdb.streams import (
 from evdb.subscriptions import CaughtUp, FilterCheckpoint, subscribe_to_all, subscribe_to_stream
 
 if TYPE_CHECKING:
-    from evdb.node import Node
+    from evdb.services import ApiServices
 
 __all__ = ["StreamsService"]
 
@@ -239,8 +229,8 @@ def _new_event(message: Any) -> NewEvent:
 class StreamsService:
     """The Streams service of one node (a grpclib handler: see ``__mapping__``)."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(self, services: ApiServices) -> None:
+        self.services = services
 
     def __mapping__(self) -> dict[str, Handler]:
         prefix = "/event_store.client.streams.Streams/"
@@ -271,16 +261,16 @@ class StreamsService:
             return
         if is_metastream(stream):
             action = "metaread" if action == "read" else "metawrite"
-        check_stream_access(self.node, ctx.principal, stream, action)  # on the loop, as HTTP's
+        check_stream_access(self.services, ctx.principal, stream, action)  # on the loop, as HTTP's
 
     # -- Read --------------------------------------------------------------------------------------------
     async def read(self, stream: Stream) -> None:
-        node = self.node
-        ctx = await call_context(node, stream)
+        services = self.services
+        ctx = await call_context(services, stream)
         request = await stream.recv_message()
         assert request is not None
         options = request.options
-        check_leader(node, ctx)
+        check_leader(services, ctx)
         structured = options.uuid_option.WhichOneof("content") == "structured"
         subscribe = options.WhichOneof("count_option") == "subscription"
         resolve = options.resolve_links
@@ -304,7 +294,7 @@ class StreamsService:
         except (GRPCError, asyncio.CancelledError):
             raise
         except EvdbError as exc:
-            raise grpc_error(node, exc) from None
+            raise grpc_error(services, exc) from None
 
     async def _send_page(
         self, stream: Stream, db: Any, records: list[EventRecord], structured: bool, resolve: bool
@@ -325,7 +315,7 @@ class StreamsService:
     async def _read_stream(
         self, stream: Stream, name: str, options: Any, structured: bool, resolve: bool = False
     ) -> None:
-        db = database(self.node)
+        db = database(self.services)
         remaining = options.count
         which = options.stream.WhichOneof("revision_option")
         forwards = options.read_direction == _FORWARDS
@@ -377,7 +367,7 @@ class StreamsService:
         structured: bool,
         resolve: bool = False,
     ) -> None:
-        db = database(self.node)
+        db = database(self.services)
         remaining = options.count
         which = options.all.WhichOneof("all_option")
         forwards = options.read_direction == _FORWARDS
@@ -415,8 +405,8 @@ class StreamsService:
     async def _subscribe_stream(
         self, stream: Stream, name: str, options: Any, structured: bool, resolve: bool = False
     ) -> None:
-        node = self.node
-        state = database(node).stream_state(name)  # on the loop (see the module docstring)
+        services = self.services
+        state = database(services).stream_state(name)  # on the loop (see the module docstring)
         if state.tombstoned:
             raise StreamDeleted(name)
         which = options.WhichOneof("revision_option")
@@ -428,21 +418,21 @@ class StreamsService:
         writer = MessageWriter(stream)  # written each time the subscription waits
         try:
             async for item in subscribe_to_stream(
-                database(node),
-                node.notifier,
+                database(services),
+                services.database.notifier,
                 name,
                 after=after,
                 from_end=which == "end",
                 before_wait=writer.flush,
             ):
                 if isinstance(item, CaughtUp):
-                    caught_up = ReadResp.CaughtUp(timestamp=timestamp_now(node))
+                    caught_up = ReadResp.CaughtUp(timestamp=timestamp_now(services))
                     if last is not None:
                         caught_up.stream_revision = last
                     await writer.add(ReadResp(caught_up=caught_up))
                 else:
                     last = item.event_number
-                    await writer.add(await self._message(database(node), item, structured, resolve))
+                    await writer.add(await self._message(database(services), item, structured, resolve))
         except Exception:
             await writer.flush()  # what was read goes out before the error's trailers, as before
             raise
@@ -455,12 +445,12 @@ class StreamsService:
         structured: bool,
         resolve: bool = False,
     ) -> None:
-        node = self.node
+        services = self.services
         which = options.all.WhichOneof("all_option")
         after = options.all.position.commit_position if which == "position" else None
         if after is not None:
             try:  # the position must be an event's (or the end)
-                database(node).read_all_forward(after, 1)  # on the loop (see the module docstring)
+                database(services).read_all_forward(after, 1)  # on the loop (see the module docstring)
             except InvalidInput:
                 raise _invalid_position(event_filter is not None) from None
         checkpoints = None
@@ -474,12 +464,16 @@ class StreamsService:
         writer = MessageWriter(stream)  # written each time the subscription waits
         try:
             async for item in subscribe_to_all(
-                database(node), node.notifier, after=after, from_end=which == "end", before_wait=writer.flush
+                database(services),
+                services.database.notifier,
+                after=after,
+                from_end=which == "end",
+                before_wait=writer.flush,
             ):
                 if isinstance(item, CaughtUp):
                     if checkpoints is not None and (due := checkpoints.caught_up()) is not None:
                         await writer.add(self._checkpoint(due))
-                    caught_up = ReadResp.CaughtUp(timestamp=timestamp_now(node))
+                    caught_up = ReadResp.CaughtUp(timestamp=timestamp_now(services))
                     if last is not None:
                         caught_up.position.commit_position = last
                         caught_up.position.prepare_position = last
@@ -490,7 +484,7 @@ class StreamsService:
                 last = item.log_position
                 matched = event_filter is None or event_filter(item)
                 if matched:
-                    await writer.add(await self._message(database(node), item, structured, resolve))
+                    await writer.add(await self._message(database(services), item, structured, resolve))
                 if checkpoints is not None and (due := checkpoints.looked_at(last, matched)) is not None:
                     await writer.add(self._checkpoint(due))
         except Exception:
@@ -500,27 +494,27 @@ class StreamsService:
     def _checkpoint(self, position: int) -> ReadResp:
         return ReadResp(
             checkpoint=ReadResp.Checkpoint(
-                commit_position=position, prepare_position=position, timestamp=timestamp_now(self.node)
+                commit_position=position, prepare_position=position, timestamp=timestamp_now(self.services)
             )
         )
 
     # -- Append ------------------------------------------------------------------------------------------
     async def _write(self, name: str, events: list[NewEvent], expected: int) -> AppendResult:
-        node = self.node
+        services = self.services
         check_metadata_events(name, events)  # how kurrentdbclient sets stream metadata
-        started = node.clock.monotonic()
+        started = services.clock.monotonic()
         # answered on the loop: one wake-up per commit group, not one per append (asyncio.wrap_future)
-        result = await database(node).append_on_loop(name, events, expected)
+        result = await database(services).append_on_loop(name, events, expected)
         if result.duplicate:  # one rule with the HTTP API (evdb/http/streams.py appended)
-            node.metrics.observe_append(node.clock.monotonic() - started, 0, 0)
+            services.metrics.observe_append(services.clock.monotonic() - started, 0, 0)
         else:
             size = sum(len(e.data) + len(e.metadata) for e in events)
-            node.metrics.observe_append(node.clock.monotonic() - started, len(events), size)
+            services.metrics.observe_append(services.clock.monotonic() - started, len(events), size)
         return result
 
     async def append(self, stream: Stream) -> None:
-        node = self.node
-        ctx = await call_context(node, stream)
+        services = self.services
+        ctx = await call_context(services, stream)
         first = await stream.recv_message()
         if first is None or first.WhichOneof("content") != "options":
             raise GRPCError(Status.INVALID_ARGUMENT, "An append starts with its options.")
@@ -532,7 +526,7 @@ class StreamsService:
             if message.WhichOneof("content") != "proposed_message":
                 raise GRPCError(Status.INVALID_ARGUMENT, "Only events may follow an append's options.")
             events.append(_new_event(message.proposed_message))
-        check_leader(node, ctx)
+        check_leader(services, ctx)
         await self._check_access(ctx, name, "write")
         try:
             result = await self._write(name, events, expected)
@@ -553,7 +547,7 @@ class StreamsService:
             await stream.send_message(streams_pb2.AppendResp(wrong_expected_version=wrong))
             return
         except EvdbError as exc:
-            raise grpc_error(node, exc) from None
+            raise grpc_error(services, exc) from None
         success = streams_pb2.AppendResp.Success(**_append_position(result))
         if result.next_expected_version < 0:
             success.no_stream.SetInParent()
@@ -570,8 +564,8 @@ class StreamsService:
         KurrentDB's: one already passed is answered ``Timeout`` at once; one that passes before the
         batch's final request has arrived is answered ``Timeout`` then, and what else comes for that
         batch is ignored."""
-        node = self.node
-        ctx = await call_context(node, stream)
+        services = self.services
+        ctx = await call_context(services, stream)
         pending: dict[bytes, tuple[Any, list[NewEvent], asyncio.Task[None] | None]] = {}
         expired: set[bytes] = set()
         sending = asyncio.Lock()  # the answers of the call and of its timers, one at a time
@@ -581,7 +575,7 @@ class StreamsService:
                 await stream.send_message(message)
 
         async def expire(correlation: bytes, correlation_id: Any, options: Any, seconds: float) -> None:
-            await node.clock.sleep(seconds)
+            await services.clock.sleep(seconds)
             if pending.pop(correlation, None) is not None:
                 expired.add(correlation)
                 await answer(_timed_out(correlation_id, options))
@@ -596,7 +590,7 @@ class StreamsService:
                 if correlation not in pending:
                     if not request.HasField("options"):
                         raise GRPCError(Status.INVALID_ARGUMENT, "A batch starts with its options.")
-                    seconds = _batch_timeout(request.options, node.clock.time())
+                    seconds = _batch_timeout(request.options, services.clock.time())
                     if seconds is not None and seconds <= 0:
                         if not request.is_final:
                             expired.add(correlation)
@@ -614,7 +608,7 @@ class StreamsService:
                     del pending[correlation]
                     if timer is not None:
                         timer.cancel()
-                    check_leader(node, ctx)
+                    check_leader(services, ctx)
                     await answer(await self._batch(ctx, request.correlation_id, options, events))
         finally:
             for _, _, timer in pending.values():
@@ -666,12 +660,12 @@ class StreamsService:
             response.error.CopyFrom(_status(Status.FAILED_PRECONDITION, str(exc), detail))
             return response
         except EventTooLarge as exc:
-            limit = min(database(self.node).config.max_append_size, 2**32 - 1)
+            limit = min(database(self.services).config.max_append_size, 2**32 - 1)
             detail = shared_pb2.MaximumAppendSizeExceeded(maxAppendSize=limit)
             response.error.CopyFrom(_status(Status.INVALID_ARGUMENT, str(exc), detail))
             return response
         except EvdbError as exc:
-            error = grpc_error(self.node, exc)
+            error = grpc_error(self.services, exc)
             if error.details:  # not leader: the call itself fails, as KurrentDB's does
                 raise error from None
             message = error.message or str(exc)
@@ -703,35 +697,35 @@ class StreamsService:
         await self._delete(stream, hard=True)
 
     async def _delete(self, stream: Stream, *, hard: bool) -> None:
-        node = self.node
-        ctx = await call_context(node, stream)
+        services = self.services
+        ctx = await call_context(services, stream)
         request = await stream.recv_message()
         assert request is not None
         options = request.options
         name = stream_name(options.stream_identifier)
         expected = expected_version(options, "expected_stream_revision", "revision")
-        check_leader(node, ctx)
+        check_leader(services, ctx)
         await self._check_access(ctx, name, "delete")
         try:
-            result = await database(node).delete_stream_on_loop(name, expected, hard=hard)
+            result = await database(services).delete_stream_on_loop(name, expected, hard=hard)
         except StreamNotFound:
             # KurrentDB's answer: a wrong expected version, actual -1 (kurrentdbclient: "not found")
-            raise grpc_error(node, WrongExpectedVersion(name, expected, -1, "Delete")) from None
+            raise grpc_error(services, WrongExpectedVersion(name, expected, -1, "Delete")) from None
         except WrongExpectedVersion as exc:
             actual = exc.current_version
             if actual < 0:  # a soft-deleted stream: KurrentDB reports its last event number
                 actual = await asyncio.to_thread(self._soft_deleted_last, name)
-            raise grpc_error(node, WrongExpectedVersion(name, expected, actual, "Delete")) from None
+            raise grpc_error(services, WrongExpectedVersion(name, expected, actual, "Delete")) from None
         except EvdbError as exc:
-            raise grpc_error(node, exc) from None
-        node.logger.info("%s stream '%s' through gRPC", "Tombstoned" if hard else "Deleted", name)
+            raise grpc_error(services, exc) from None
+        services.logger.info("%s stream '%s' through gRPC", "Tombstoned" if hard else "Deleted", name)
         reply = streams_pb2.TombstoneResp if hard else streams_pb2.DeleteResp
         position = reply.Position(commit_position=result.position, prepare_position=result.position)
         await stream.send_message(reply(position=position))
 
     def _soft_deleted_last(self, name: str) -> int:
         """The last event number of a soft-deleted stream (readers see none: -1 for them)."""
-        state = database(self.node).stream_state(name)
+        state = database(self.services).stream_state(name)
         return state.last_event_number if state.soft_deleted and not state.tombstoned else -1
 
 

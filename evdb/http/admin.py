@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from evdb.http.common import get_node, json_response, negotiated, require_ops
+from evdb.http.common import get_services, json_response, negotiated, require_ops
 
 #: KurrentDB's logs endpoint lists the newest JSON log files, at most this many
 _MAX_LOG_FILES = 1000
@@ -20,9 +20,9 @@ _LOG_FILE = re.compile(r"^[A-Za-z0-9._-]+\.json$")
 
 async def shutdown(request: web.Request) -> web.Response:
     require_ops(request)
-    node = get_node(request)
-    node.logger.info("Shutting down because /admin/shutdown request has been received.")
-    asyncio.get_running_loop().call_soon(node.shutdown_requested.set)
+    services = get_services(request)
+    services.logger.info("Shutting down because /admin/shutdown request has been received.")
+    asyncio.get_running_loop().call_soon(services.shutdown_requested.set)
     return web.Response(status=200)
 
 
@@ -30,22 +30,22 @@ async def merge_indexes(request: web.Request) -> web.Response:
     """KurrentDB's ``POST /admin/mergeindexes``: merge every index table into one; the answer names
     the request (``mergeIndexesId``), in the format asked for."""
     require_ops(request)
-    node = get_node(request)
-    node.logger.info("Request merge indexes because /admin/mergeindexes request has been received.")
+    services = get_services(request)
+    services.logger.info("Request merge indexes because /admin/mergeindexes request has been received.")
     correlation = str(uuid.uuid4())
-    await asyncio.to_thread(node.open_db().index.merge_indexes)
+    await asyncio.to_thread(services.database.open_db().index.merge_indexes)
     return negotiated(request, "MergeIndexesResultDto", {"mergeIndexesId": correlation})
 
 
 def _logs_folder(request: web.Request) -> str:
     """The node's log folder, if the licence grants KurrentDB's LOGS_ENDPOINT (else, as KurrentDB's
     plugin without it, there is no endpoint: 404); the caller must be an operator or an admin (401)."""
-    node = get_node(request)
-    license_ = node.license
-    if license_ is None or not license_.allows("LOGS_ENDPOINT", node.clock.time()):
+    services = get_services(request)
+    license_ = services.license
+    if license_ is None or not license_.allows("LOGS_ENDPOINT", services.clock.time()):
         raise web.HTTPNotFound()
     require_ops(request)
-    folder = os.path.join(node.options.log, node.name)  # evdb.logs: <log_dir>/<node name>/
+    folder = os.path.join(services.options.log, services.name)  # evdb.logs: <log_dir>/<node name>/
     if not os.path.isdir(folder):
         raise web.HTTPNotFound()
     return folder

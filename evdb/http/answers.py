@@ -18,7 +18,7 @@ from evdb.autoscavenge.nodeauth import NODE_SCHEME
 from evdb.errors import DatabaseReopening, EvdbError, WrongExpectedVersion, resource_status, status_of
 
 if TYPE_CHECKING:
-    from evdb.node import Node
+    from evdb.services import ApiServices
 
 __all__ = ["REOPENING", "Answer", "ClientLimit", "authenticate_now", "error_answer"]
 
@@ -47,13 +47,15 @@ def _text(status: int, text: str, *headers: tuple[str, str]) -> Answer:
 REOPENING = _text(503, DatabaseReopening.MESSAGE, ("Retry-After", "1"))
 
 
-def error_answer(node: Node, exc: BaseException, method: str, path: str, generation: int) -> Answer:
+def error_answer(
+    services: ApiServices, exc: BaseException, method: str, path: str, generation: int
+) -> Answer:
     """The answer to a request whose handling failed with ``exc`` (``generation``: the node's
     ``db_generation`` when the request began). A database closed or reopened under the request is a
     503 (nothing of it was acknowledged); evdb's errors get their status from the one table
     (evdb/errors.py STATUSES, shared with gRPC); anything unexpected is logged and a 500."""
-    if node.db is None or node.db_generation != generation:
-        node.logger.info("Request %s %s met the database reopening: %s", method, path, exc)
+    if services.database.db is None or services.database.generation != generation:
+        services.logger.info("Request %s %s met the database reopening: %s", method, path, exc)
         return REOPENING
     if isinstance(exc, WrongExpectedVersion):
         current = str(exc.current_version)
@@ -66,7 +68,7 @@ def error_answer(node: Node, exc: BaseException, method: str, path: str, generat
     if isinstance(exc, EvdbError):
         known = status_of(exc)
         if known is None:
-            node.logger.error("Request %s %s failed: %s", method, path, exc)
+            services.logger.error("Request %s %s failed: %s", method, path, exc)
         retry = getattr(exc, "retry_after", None)
         return _text(known[0] if known else 500, str(exc), *([("Retry-After", str(retry))] if retry else []))
     resource = resource_status(exc)
@@ -75,11 +77,11 @@ def error_answer(node: Node, exc: BaseException, method: str, path: str, generat
         # logged per request (a flood of them would flood the log)
         status, _, message = resource
         return _text(status, message, *((("Retry-After", "1"),) if status == 503 else ()))
-    node.logger.error("Unhandled error in %s %s", method, path, exc_info=exc)
+    services.logger.error("Unhandled error in %s %s", method, path, exc_info=exc)
     return _text(500, "Internal server error; see the node's log.")
 
 
-def authenticate_now(node: Node, header: str | None) -> Principal | None:
+def authenticate_now(services: ApiServices, header: str | None) -> Principal | None:
     """The caller of a request with this ``Authorization`` header when it is known without waiting:
     anonymous (no header), or Basic credentials that signed in before (the users' caches). None: the
     auth middleware decides, taking its time (a sign-in to run, the node scheme, a malformed header)."""
@@ -87,7 +89,7 @@ def authenticate_now(node: Node, header: str | None) -> Principal | None:
         return ANONYMOUS
     if header.startswith(f"{NODE_SCHEME} "):
         return None
-    return node.users.principal_now(header)
+    return services.database.users.principal_now(header)
 
 
 class ClientLimit:

@@ -12,11 +12,11 @@ from aiohttp import web
 from evdb.auth import parse_basic_authorization
 from evdb.autoscavenge.nodeauth import NODE_SCHEME, authenticate_node
 from evdb.http.answers import REOPENING, ClientLimit, authenticate_now, error_answer
-from evdb.http.common import LOOP, NODE, PRINCIPAL, AppLoop, unauthorized
+from evdb.http.common import LOOP, PRINCIPAL, SERVICES, AppLoop, unauthorized
 from evdb.tls.user_certificates import certificate_principal
 
 if TYPE_CHECKING:
-    from evdb.node import Node
+    from evdb.services import ApiServices
 
 __all__ = ["CLIENT_LIMIT", "ROUTE_MODULES", "build_app"]
 
@@ -48,18 +48,18 @@ _WITHOUT_DATABASE = frozenset({"/ping", "/info", "/metrics", "/health/live"})
 async def auth_middleware(request: web.Request, handler):
     """Resolve ``Authorization: Basic``; wrong credentials are a 401 on every endpoint."""
     header = request.headers.get("Authorization")
-    node = request.app[NODE]
-    if not header and node.options.user_certificates_enabled:  # KurrentDB's X.509 user certificates
-        by_certificate = await certificate_principal(node, request.transport)
+    services = request.app[SERVICES]
+    if not header and services.options.user_certificates_enabled:  # KurrentDB's X.509 user certificates
+        by_certificate = await certificate_principal(services, request.transport)
         if by_certificate is not None:
             request[PRINCIPAL] = by_certificate
             return await handler(request)
-    principal = authenticate_now(node, header)  # no header, or credentials signed in before
+    principal = authenticate_now(services, header)  # no header, or credentials signed in before
     if principal is None:
         assert header
         if header.startswith(f"{NODE_SCHEME} "):
             # the auto-scavenge leader driving this node's scavenge (evdb/autoscavenge/nodeauth.py)
-            principal = await asyncio.to_thread(authenticate_node, node.db, header)
+            principal = await asyncio.to_thread(authenticate_node, services.database.db, header)
         else:
             parsed = parse_basic_authorization(header)
             if parsed is None:
@@ -70,7 +70,7 @@ async def auth_middleware(request: web.Request, handler):
             # A reload and its outcome are judged on the node's own user records, lease or not: the
             # spec's rolling certificate update reloads nodes that, by design, cannot reach the others
             # (and so hold no sign-in lease); they touch only the node's own files and return no data
-            principal = await node.users.sign_in_header(
+            principal = await services.database.users.sign_in_header(
                 header, *parsed, leased=request.path not in _WITHOUT_LEASE
             )
         if principal is None:
@@ -87,23 +87,23 @@ _WITHOUT_LEASE = frozenset({"/admin/reloadconfig", "/admin/certificates"})
 async def error_middleware(request: web.Request, handler):
     """Map evdb's errors to HTTP answers (evdb.http.answers.error_answer); never let an unexpected
     error escape as a bare 500."""
-    node = request.app[NODE]
+    services = request.app[SERVICES]
     started = time.perf_counter()
-    if node.db is None and request.path not in _WITHOUT_DATABASE:
+    if services.database.db is None and request.path not in _WITHOUT_DATABASE:
         # a follower cut its diverged log and is reopening the database: a moment's unavailability
         response = REOPENING.response()
-        node.metrics.observe_http(request, response.status, time.perf_counter() - started)
+        services.metrics.observe_http(request, response.status, time.perf_counter() - started)
         return response
-    generation = node.db_generation
+    generation = services.database.generation
     try:
         response = await handler(request)
     except Exception as exc:
-        reopened = node.db is None or node.db_generation != generation
+        reopened = services.database.db is None or services.database.generation != generation
         if isinstance(exc, web.HTTPException) and not reopened:
-            node.metrics.observe_http(request, exc.status, time.perf_counter() - started)
+            services.metrics.observe_http(request, exc.status, time.perf_counter() - started)
             raise
-        response = error_answer(node, exc, request.method, request.path, generation).response()
-    node.metrics.observe_http(request, response.status, time.perf_counter() - started)
+        response = error_answer(services, exc, request.method, request.path, generation).response()
+    services.metrics.observe_http(request, response.status, time.perf_counter() - started)
     return response
 
 
@@ -116,8 +116,8 @@ def _client_limit_middleware(limit: ClientLimit):
     async def client_limit_middleware(request: web.Request, handler):
         client = request.remote or ""
         if limit.full(client):
-            node = request.app[NODE]
-            node.logger.warning(
+            services = request.app[SERVICES]
+            services.logger.warning(
                 "Refused a request from %s: %d requests of that client are in progress "
                 "(HttpMaxConcurrentRequestsPerClient)",
                 client,
@@ -138,8 +138,8 @@ async def _remember_loop(app: web.Application) -> None:
     app[LOOP].loop = asyncio.get_running_loop()
 
 
-def build_app(node: Node) -> web.Application:
-    o = node.options
+def build_app(services: ApiServices) -> web.Application:
+    o = services.options
     limit = ClientLimit(o.http_max_concurrent_requests_per_client)
     app = web.Application(
         middlewares=[
@@ -149,7 +149,7 @@ def build_app(node: Node) -> web.Application:
         ],
         client_max_size=o.http_max_request_body_size,
     )
-    app[NODE] = node
+    app[SERVICES] = services
     app[LOOP] = AppLoop()
     app[CLIENT_LIMIT] = limit
     app.on_startup.append(_remember_loop)

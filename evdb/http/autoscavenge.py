@@ -33,8 +33,8 @@ from evdb.cluster.peers import PeerError
 from evdb.errors import InvalidInput, NotLeader
 from evdb.http.bodies import read_body
 from evdb.http.common import (
-    get_node,
     get_principal,
+    get_services,
     json_response,
     parse_json,
     require_authenticated,
@@ -60,7 +60,7 @@ LEADER_WAIT_SECONDS = 8.0
 
 
 def _service(request: web.Request):
-    return get_node(request).auto_scavenge
+    return get_services(request).auto_scavenge
 
 
 def problem(status: int, detail: str) -> web.Response:
@@ -102,7 +102,7 @@ async def _leader_within(cluster, timeout: float) -> tuple[str, int] | str | Non
 async def _on_leader(request: web.Request, local) -> web.Response:
     """Run ``local()`` here when this node leads; else forward the request to the leader."""
     service = _service(request)
-    node = get_node(request)
+    services = get_services(request)
     if not service.active:
         return problem(503, "AutoScavenge is not enabled")
     if request.headers.get(FORWARDED) and not service.cluster.is_leader:
@@ -137,7 +137,7 @@ async def _on_leader(request: web.Request, local) -> web.Response:
                 leader, request.method, request.path, body, headers
             )
         except PeerError as exc:  # names the leader and the reason (a certificate, say)
-            node.logger.warning("Could not forward %s %s: %s", request.method, request.path, exc)
+            services.logger.warning("Could not forward %s %s: %s", request.method, request.path, exc)
             return problem(500, f"{NO_LEADER} ({exc})")
         # the leader stepped down as the request reached it (it resigns at the end of every cycle):
         # it did nothing with it; send it to the next leader, within the same bound
@@ -181,7 +181,7 @@ async def pause(request: web.Request) -> web.Response:
     require_ops(request, legacy=False)
 
     async def local() -> web.Response:
-        get_node(request).logger.info("Auto-scavenge pause requested by %s", get_principal(request).name)
+        get_services(request).logger.info("Auto-scavenge pause requested by %s", get_principal(request).name)
         async with _service(request).leading() as machine:
             code = await machine.pause()
         if code == 202:
@@ -214,7 +214,7 @@ async def cycle_now(request: web.Request) -> web.Response:
             async with _service(request).leading() as machine:
                 started = await machine.cycle_now(who)
         except CycleNowRefused as exc:
-            get_node(request).logger.info("Auto-scavenge cycle-now requested by %s refused: %s", who, exc)
+            get_services(request).logger.info("Auto-scavenge cycle-now requested by %s refused: %s", who, exc)
             return _json_string(str(exc))
         return _compact_json({"clusterScavengeId": started.cluster_scavenge_id, "members": started.members})
 
@@ -262,9 +262,9 @@ async def configure(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    from evdb.http.common import NODE
+    from evdb.http.common import SERVICES
 
-    service = app[NODE].auto_scavenge
+    service = app[SERVICES].auto_scavenge
     if service is None or not service.enabling.mapped:
         return  # not mapped: 404, as KurrentDB when the feature is off
     r = app.router

@@ -23,7 +23,7 @@ from evdb.backup.procedures import run_backup
 from evdb.backup.progress import Progress
 from evdb.backup.scavenge_guard import NodeScavengeGuard
 from evdb.errors import InvalidInput
-from evdb.http.common import get_node, get_principal, json_response, read_json, require_admin
+from evdb.http.common import get_principal, get_services, json_response, read_json, require_admin
 from evdb.http.openapi import EXTRA_PATHS
 
 __all__ = ["BackupJob", "setup"]
@@ -80,10 +80,10 @@ def _inside(path: str, folder: str) -> bool:
 
 async def start(request: web.Request) -> web.Response:
     require_admin(request, legacy=False)
-    node = get_node(request)
-    o = node.options
+    services = get_services(request)
+    o = services.options
     dest, differential, stop_scavenge = _parse(await read_json(request))
-    index_dir = node._db_config.resolved_index_dir
+    index_dir = services.index_dir
     if o.mem_db or not o.db or not index_dir:
         raise InvalidInput("This node keeps its database in memory (MemDb): there are no files to back up")
     for folder in (o.db, index_dir):
@@ -93,7 +93,7 @@ async def start(request: web.Request) -> web.Response:
     job: BackupJob | None = jobs.get("current")
     if job is not None and job.running:
         raise InvalidInput(f"A backup is already running on this node ({job.backup_id})")
-    running = NodeScavengeGuard(node.scavenge).current()
+    running = NodeScavengeGuard(services.database.scavenge).current()
     if running and not stop_scavenge:  # the spec forbids the overlap: refused now, not failed later
         raise ScavengeRunning(
             f"A scavenge ({running}) is running on this node and a file-copy backup must not overlap it. "
@@ -103,10 +103,14 @@ async def start(request: web.Request) -> web.Response:
         )
     kind = "differential" if differential else "full"
     job = BackupJob(
-        str(uuid.uuid4()), dest, kind, node.clock.time(), Progress(kind, node.logger, clock=node.clock)
+        str(uuid.uuid4()),
+        dest,
+        kind,
+        services.clock.time(),
+        Progress(kind, services.logger, clock=services.clock),
     )
     jobs["current"] = job
-    node.logger.info(
+    services.logger.info(
         "BACKUP %s into %s requested through /admin/backup by %s (backup %s)",
         kind,
         dest,
@@ -121,10 +125,10 @@ async def start(request: web.Request) -> web.Response:
                 index_dir,
                 dest,
                 differential=differential,
-                guard=NodeScavengeGuard(node.scavenge),
+                guard=NodeScavengeGuard(services.database.scavenge),
                 stop_scavenge=stop_scavenge,
                 progress=job.progress,
-                node_url=node.http_url,
+                node_url=services.addresses.http_url,
             )
         except BackupError as exc:
             job.result = {"error": str(exc), "exitCode": exc.exit_code}
@@ -133,7 +137,7 @@ async def start(request: web.Request) -> web.Response:
         else:
             job.result = {"chaser": result.chaser, "seconds": round(result.seconds, 3)}
 
-    job.task = asyncio.create_task(asyncio.to_thread(run), name=f"{node.name}-backup")
+    job.task = asyncio.create_task(asyncio.to_thread(run), name=f"{services.name}-backup")
     return json_response(
         {"backupId": job.backup_id, "backupLink": "/admin/backup/current"},
         status=202,

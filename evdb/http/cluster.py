@@ -11,7 +11,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from evdb.errors import InvalidInput, NotLeader
-from evdb.http.common import get_node, require_ops
+from evdb.http.common import get_services, require_ops
 from evdb.http.openapi import EXTRA_PATHS
 
 _REQUIRE_LEADER_HEADERS = ("Kurrent-RequireLeader", "ES-RequireLeader", "ES-RequireMaster")
@@ -20,47 +20,51 @@ _WRITE_METHODS = ("POST", "PUT", "DELETE")
 
 async def resign(request: web.Request) -> web.Response:
     require_ops(request)
-    node = get_node(request)
-    if node.cluster is None:
-        node.logger.info("Resign request ignored: a single node (ClusterSize 1) stays the leader")
-    elif not await node.cluster.resign():
-        node.logger.info("Resign request ignored: this node is not the leader (%s)", node.cluster.state)
+    services = get_services(request)
+    if services.cluster is None:
+        services.logger.info("Resign request ignored: a single node (ClusterSize 1) stays the leader")
+    elif not await services.cluster.resign():
+        services.logger.info(
+            "Resign request ignored: this node is not the leader (%s)", services.cluster.state
+        )
     return web.Response(status=200)
 
 
 async def set_priority(request: web.Request) -> web.Response:
     require_ops(request)
-    node = get_node(request)
+    services = get_services(request)
     try:
         priority = int(request.match_info["priority"])
     except ValueError:
         raise InvalidInput("The priority must be an integer.") from None
     if not -1000 <= priority <= 1000:
         raise InvalidInput("The priority must be between -1000 and 1000.")
-    if node.cluster is None:
-        node.logger.info("Node priority %d noted; a single node (ClusterSize 1) holds no elections", priority)
+    if services.cluster is None:
+        services.logger.info(
+            "Node priority %d noted; a single node (ClusterSize 1) holds no elections", priority
+        )
         return web.Response(status=200)
-    node.cluster.priority = priority
-    node.logger.info("Node priority set to %d", priority)
+    services.cluster.priority = priority
+    services.logger.info("Node priority set to %d", priority)
     return web.Response(status=200)
 
 
 @web.middleware
 async def require_leader_middleware(request: web.Request, handler):
-    node = get_node(request)
+    services = get_services(request)
     if (
         request.method in _WRITE_METHODS
         and request.path.startswith("/streams/")
-        and node.cluster is not None
-        and not node.cluster.is_leader
+        and services.cluster is not None
+        and not services.cluster.is_leader
         and any(request.headers.get(h, "").lower() == "true" for h in _REQUIRE_LEADER_HEADERS)
     ):
-        leader = node.cluster.leader_client_endpoint()  # as clients are told it (AdvertiseHostToClientAs)
+        leader = services.cluster.leader_client_endpoint()  # as clients are told it (AdvertiseHostToClientAs)
         if leader is None:
             raise NotLeader()
         host, port = leader
         host = f"[{host}]" if ":" in host else host
-        location = f"{node.scheme}://{host}:{port}{request.path_qs}"
+        location = f"{services.addresses.scheme}://{host}:{port}{request.path_qs}"
         raise web.HTTPTemporaryRedirect(location)
     return await handler(request)
 

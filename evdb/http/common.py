@@ -1,4 +1,4 @@
-"""What every HTTP handler shares: the node key, the principal, content negotiation, errors."""
+"""What every HTTP handler shares: the node's services (evdb/services.py ApiServices), the principal, content negotiation, errors."""
 
 from __future__ import annotations
 
@@ -16,21 +16,21 @@ from evdb.errors import InvalidInput
 from evdb.http.bodies import read_body
 
 if TYPE_CHECKING:
-    from evdb.node import Node
+    from evdb.services import ApiServices
 
 __all__ = [
     "ADMIN_FORMATS",
     "APPLICATION_XML",
     "JSON",
     "LOOP",
-    "NODE",
     "PRINCIPAL",
+    "SERVICES",
     "TEXT",
     "XML",
     "AppLoop",
     "bad_request",
-    "get_node",
     "get_principal",
+    "get_services",
     "json_response",
     "negotiated",
     "parse_json",
@@ -44,7 +44,7 @@ __all__ = [
     "xml_document",
 ]
 
-NODE: web.AppKey[Node] = web.AppKey("node")
+SERVICES: web.AppKey[ApiServices] = web.AppKey("services")
 PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal", Principal)
 
 
@@ -69,8 +69,8 @@ class AppLoop:
 LOOP: web.AppKey[AppLoop] = web.AppKey("loop", AppLoop)
 
 
-def get_node(request: web.Request) -> Node:
-    return request.app[NODE]
+def get_services(request: web.Request) -> ApiServices:
+    return request.app[SERVICES]
 
 
 def request_loop(request: web.Request) -> asyncio.AbstractEventLoop:

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
+
+from evdb.clock import Clock, SystemClock
 
 __all__ = [
     "MAX_HEADERS",
@@ -67,7 +68,7 @@ def refusal_answer(exc: BaseException) -> tuple[int, str, str]:
 class RefusedRequests:
     """Counts the requests refused as unparseable and logs them, at most one line a second."""
 
-    def __init__(self, logger: logging.Logger, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, logger: logging.Logger, clock: Clock) -> None:
         self._log = logger
         self._clock = clock
         self.count = 0
@@ -76,7 +77,7 @@ class RefusedRequests:
 
     def note(self, peer: object, what: str) -> None:
         self.count += 1
-        now = self._clock()
+        now = self._clock.monotonic()
         if now - self._logged_at < LOG_EVERY_SECONDS:
             self._unlogged += 1
             return
@@ -96,13 +97,13 @@ class ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
     """The logger a runner gives aiohttp's handlers (``AppRunner(logger=)``): the node's own, with the
     count of the requests that runner's handlers refused (:class:`RefusedRequests`)."""
 
-    def __init__(self, logger: logging.Logger, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, logger: logging.Logger, clock: Clock) -> None:
         super().__init__(logger, {})
         self.refusals = RefusedRequests(logger, clock)
 
 
 #: for a handler whose runner gave no ServerLog
-_AIOHTTP_REFUSALS = RefusedRequests(logging.getLogger("aiohttp.server"))
+_AIOHTTP_REFUSALS = RefusedRequests(logging.getLogger("aiohttp.server"), SystemClock())
 
 #: the handlers partway through receiving a request head: when its first bytes came (event-loop
 #: time). Kept here because a handler has no room for it (aiohttp's ``__slots__``); an entry goes

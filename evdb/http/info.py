@@ -21,7 +21,7 @@ from evdb.http.common import (
     JSON,
     TEXT,
     XML,
-    get_node,
+    get_services,
     json_response,
     negotiated,
     require_ops,
@@ -37,22 +37,22 @@ _STATS = (JSON, XML, APPLICATION_XML)
 async def info(request: web.Request) -> web.Response:
     from evdb.version import DB_VERSION, VERSION
 
-    node = get_node(request)
+    services = get_services(request)
     fmt = response_format(request, _INFO)  # the body is JSON whatever is asked for, as KurrentDB's
     return json_response(
         {
             "dbVersion": DB_VERSION,
             "esVersion": VERSION,
-            "state": node.cluster.state.lower() if node.cluster else "unknown",
+            "state": services.cluster.state.lower() if services.cluster else "unknown",
             "features": {
-                "projections": node.projections is not None,  # RunProjections System or All
+                "projections": services.projections is not None,  # RunProjections System or All
                 "userManagement": True,
                 "atomPub": True,
                 "scavenge": True,
                 "evdb": True,
             },
             "authentication": {"type": "internal", "properties": {}},
-            "instanceId": str(node.instance_id),
+            "instanceId": str(services.instance_id),
         },
         content_type=fmt,
     )
@@ -65,15 +65,15 @@ async def options(request: web.Request) -> web.Response:
     from evdb.options.pending import option_states
 
     require_ops(request)
-    node = get_node(request)
-    return json_response(await asyncio.to_thread(option_states, node.options))
+    services = get_services(request)
+    return json_response(await asyncio.to_thread(option_states, services.options))
 
 
 async def gossip(request: web.Request) -> web.Response:
-    node = get_node(request)
-    assert node.cluster is not None  # Node.start makes it before it opens the HTTP port
+    services = get_services(request)
+    assert services.cluster is not None  # Node.start makes it before it opens the HTTP port
     # the addresses clients are told (AdvertiseHostToClientAs); the cluster's in internalHttpEndPoint*
-    body = client_gossip(node.cluster.members(), node.client_endpoint)
+    body = client_gossip(services.cluster.members(), services.addresses.client_endpoint)
     members = ",".join(
         ", ".join(f"{k[:1].upper()}{k[1:]}: {v}" for k, v in m.items()) for m in body["members"]
     )
@@ -84,16 +84,16 @@ async def gossip(request: web.Request) -> web.Response:
 
 
 async def stats(request: web.Request) -> web.Response:
-    node = get_node(request)
+    services = get_services(request)
     fmt = response_format(request, _STATS)
     if fmt != JSON:
         return web.Response(text="", content_type=fmt)
-    return json_response(await asyncio.to_thread(node.collect_stats))
+    return json_response(await asyncio.to_thread(services.collect_stats))
 
 
 async def metrics(request: web.Request) -> web.Response:
-    node = get_node(request)
-    body = await asyncio.to_thread(node.metrics.render)
+    services = get_services(request)
+    body = await asyncio.to_thread(services.metrics.render)
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
@@ -107,7 +107,7 @@ async def health_live(request: web.Request) -> web.Response:
     started, 503 once it stops; any other method is 404, as there."""
     if request.method not in ("GET", "HEAD"):
         raise web.HTTPNotFound()
-    if not get_node(request).metrics.live:
+    if not get_services(request).metrics.live:
         return web.Response(status=503)
     try:
         status = int(request.query.get("liveCode", "204"))

@@ -40,13 +40,13 @@ from aiohttp.http import SERVER_SOFTWARE
 
 from evdb.http.answers import Answer, authenticate_now, error_answer, remote_of
 from evdb.http.app import CLIENT_LIMIT
-from evdb.http.common import LOOP, NODE
+from evdb.http.common import LOOP, SERVICES
 from evdb.http.heads import MAX_HEADERS
 from evdb.http.streams import PendingAppend, appended, begin_append, submit_append
 from evdb.streams import AppendResult
 
 if TYPE_CHECKING:
-    from evdb.node import Node
+    from evdb.services import ApiServices
 
 __all__ = ["KEEPALIVE_TIMEOUT", "LeanAppends", "LeanServer"]
 
@@ -163,11 +163,11 @@ class LeanServer:
 
     def __init__(self, app: web.Application, fallback: Callable[[], asyncio.Protocol]) -> None:
         self.app = app
-        self.node: Node = app[NODE]
+        self.services: ApiServices = app[SERVICES]
         self.limit = app[CLIENT_LIMIT]
-        self.body_limit = self.node.options.http_max_request_body_size
+        self.body_limit = self.services.options.http_max_request_body_size
         self.fallback = fallback
-        options = self.node.options
+        options = self.services.options
         # as the node's runner gives aiohttp's handlers (evdb/node/__init__.py)
         self.keepalive_timeout = float(options.http_keep_alive_timeout)
         #: a request head begun and not complete this long closes the connection (HttpRequestHeadTimeout)
@@ -187,7 +187,7 @@ class LeanServer:
 
     def idle_connection(self) -> LeanAppends | None:
         """The connection idle longest (no request in progress, nothing unanswered), if any: the one
-        evdb/grpc/dispatch.py's ConnectionLimit closes to make room at HttpMaxConnections."""
+        evdb/http/connections.py's ConnectionLimit closes to make room at HttpMaxConnections."""
         idle = [c for c in self.connections if c.idle]
         return min(idle, key=lambda c: c.idle_since) if idle else None
 
@@ -299,23 +299,23 @@ class LeanAppends(asyncio.Protocol):
     def _start(self, request: _Request) -> bool:
         """Hand the append to the writer; False (nothing done) when aiohttp must answer it."""
         server = self._server
-        node = server.node
-        cluster = node.cluster
+        services = server.services
+        cluster = services.cluster
         if (
-            node.db is None
+            services.database.db is None
             or (cluster is not None and not cluster.is_leader)
             or server.limit.full(self._client)
         ):
             return False  # aiohttp's 503, forwarding or redirect, 429 (and its log line)
         started = time.perf_counter()
-        principal = authenticate_now(node, request.get("Authorization"))
+        principal = authenticate_now(services, request.get("Authorization"))
         if principal is None:
             return False
-        generation = node.db_generation
+        generation = services.database.generation
         try:
-            db = begin_append(node, principal, request.stream)
+            db = begin_append(services, principal, request.stream)
             pending = submit_append(
-                node,
+                services,
                 db,
                 request.stream,
                 request.content_type,
@@ -342,7 +342,7 @@ class LeanAppends(asyncio.Protocol):
         self._busy = None
         server = self._server
         server.limit.leave(self._client)
-        node = server.node
+        services = server.services
         transport = self._transport
         assert transport is not None
         if future.cancelled():  # the database gave the wait up (closing): aiohttp's handler would end
@@ -350,10 +350,10 @@ class LeanAppends(asyncio.Protocol):
             return
         exc = future.exception()
         if exc is None:
-            answer = appended(node, pending, future.result(), f"{self._scheme}://{request.host}")
+            answer = appended(services, pending, future.result(), f"{self._scheme}://{request.host}")
         else:
-            answer = error_answer(node, exc, "POST", f"/streams/{request.stream}", generation)
-        node.metrics.observe_http(_POST, answer.status, time.perf_counter() - started)
+            answer = error_answer(services, exc, "POST", f"/streams/{request.stream}", generation)
+        services.metrics.observe_http(_POST, answer.status, time.perf_counter() - started)
         close = request.close
         transport.write(render(answer, close))
         self._last_active = server.loop().time()
@@ -425,8 +425,8 @@ class LeanAppends(asyncio.Protocol):
         if self._busy is None and self._buffer and self._buffer.find(b"\r\n\r\n", 0, HEAD_LIMIT) < 0:
             head_due = self._head_since + server.head_timeout
             if now >= head_due:
-                node = server.node
-                node.logger.info(
+                services = server.services
+                services.logger.info(
                     "Closed a connection from %s: its request head did not come within %g s "
                     "(HttpRequestHeadTimeout)",
                     self._client,

@@ -30,7 +30,7 @@ from evdb.auth import ADMINS, OPS
 from evdb.cluster.forwarding import FORWARDED_BY, forward_request
 from evdb.cluster.peers import PeerError
 from evdb.errors import InvalidInput, PersistentSubscriptionsNotReady
-from evdb.http.common import get_node, get_principal, json_response, read_json, unauthorized
+from evdb.http.common import get_principal, get_services, json_response, read_json, unauthorized
 from evdb.http.openapi import EXTRA_PATHS
 from evdb.http.streams import _entry, _feed, check_access
 from evdb.persistent import ALL, EventSource, GroupSettings
@@ -60,7 +60,7 @@ _ALL_VIA_GRPC = "Persistent subscriptions to $all are only supported over gRPC t
 
 
 def _service(request: web.Request) -> PersistentSubscriptionService:
-    return get_node(request).persistent
+    return get_services(request).persistent
 
 
 def _base(request: web.Request) -> str:
@@ -84,8 +84,8 @@ def _require_ops(request: web.Request) -> str:
 async def _on_leader(request: web.Request) -> web.Response | None:
     """None when this node answers the request itself (it leads, knows no leader, or the request was
     forwarded to it already); else the leader's answer to the request, forwarded as it came."""
-    node = get_node(request)
-    cluster, peers = node.cluster, node.peer_client
+    services = get_services(request)
+    cluster, peers = services.cluster, services.peers
     if cluster is None or peers is None or cluster.is_leader or request.headers.get(FORWARDED_BY):
         return None
     leader = cluster.leader_http_endpoint()
@@ -99,11 +99,11 @@ async def _on_leader(request: web.Request) -> web.Response | None:
             path=request.raw_path,
             body=await request.read(),
             headers=request.headers,
-            sender=f"{node.advertised_host}:{node.advertised_port}",
+            sender=f"{services.addresses.advertised_host}:{services.addresses.advertised_port}",
             requested_host=request.host,
         )
     except PeerError as exc:  # names the leader and the reason
-        node.logger.warning("Error while forwarding %s %s: %s", request.method, request.path, exc)
+        services.logger.warning("Error while forwarding %s %s: %s", request.method, request.path, exc)
         return web.Response(status=500, text="Error while forwarding request")
     response = web.Response(status=answer.status, body=answer.body)
     if answer.content_type:
@@ -446,7 +446,7 @@ async def restart(request: web.Request) -> web.Response:
     _require_ops(request)
     if (forwarded := await _on_leader(request)) is not None:
         return forwarded
-    get_node(request).logger.info("Restarting persistent subscriptions: /subscriptions/restart request.")
+    get_services(request).logger.info("Restarting persistent subscriptions: /subscriptions/restart request.")
     try:
         await _service(request).restart()
     except PersistentSubscriptionsNotReady:

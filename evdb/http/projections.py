@@ -32,7 +32,7 @@ from aiohttp import web
 
 from evdb.errors import InvalidInput, UserProjectionsNotSupported
 from evdb.http.bodies import read_body
-from evdb.http.common import get_node, json_response, parse_json, require_authenticated, require_ops
+from evdb.http.common import get_services, json_response, parse_json, require_authenticated, require_ops
 from evdb.projections.config import parse_config_update
 from evdb.projections.standard import by_name
 
@@ -43,7 +43,7 @@ __all__ = ["setup"]
 
 
 def _projections(request: web.Request) -> SystemProjections:
-    projections = get_node(request).projections
+    projections = get_services(request).projections
     if projections is None:  # routes are not added then; a guard for a node that changed
         raise web.HTTPNotFound(text="The node runs no projections (RunProjections is None).")
     return projections
@@ -163,10 +163,10 @@ async def command(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    from evdb.http.common import NODE
+    from evdb.http.common import SERVICES
 
-    node = app[NODE]
-    if node.projections is None:  # KurrentDB serves no projections API without RunProjections
+    services = app[SERVICES]
+    if services.projections is None:  # KurrentDB serves no projections API without RunProjections
         return
     r = app.router
     r.add_get("/projections/{mode:any|all-non-transient|continuous|transient|onetime}", list_projections)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from evdb.http.common import get_node, json_response, require_ops
+from evdb.http.common import get_services, json_response, require_ops
 from evdb.http.openapi import EXTRA_PATHS
 
 __all__ = ["setup"]
@@ -24,16 +24,16 @@ __all__ = ["setup"]
 async def reload_config(request: web.Request) -> web.Response:
     require_ops(request)
     # the outcome, success or not, is logged and kept for GET /admin/certificates (lastReload)
-    await get_node(request).reloader.reload("http")
+    await get_services(request).reloader.reload("http")
     return web.Response(status=200)
 
 
 async def certificates(request: web.Request) -> web.Response:
     require_ops(request)
-    node = get_node(request)
-    body = node.reloader.describe()
+    services = get_services(request)
+    body = services.reloader.describe()
     # the calls to other nodes failing now, each naming the peer and the reason (a certificate, say)
-    peers = node.peer_client
+    peers = services.peers
     body["peerErrors"] = [failure.to_json() for failure in peers.failures()] if peers is not None else []
     return json_response(body)
 

@@ -7,7 +7,14 @@ import asyncio
 from aiohttp import web
 
 from evdb.errors import ScavengeNotFound
-from evdb.http.common import get_node, json_response, negotiated, require_ops, response_format, text_or_json
+from evdb.http.common import (
+    get_services,
+    json_response,
+    negotiated,
+    require_ops,
+    response_format,
+    text_or_json,
+)
 from evdb.http.openapi import EXTRA_PATHS, SCAVENGE_ID_CONTENT
 from evdb.scavenge.params import ScavengeRequest, parse_scavenge_request
 
@@ -26,28 +33,28 @@ def parse_request(request: web.Request) -> ScavengeRequest:
         start_from_chunk=q.get("startFromChunk"),
     )
     if "startFromChunk" in q:
-        get_node(request).logger.warning("startFromChunk is deprecated and ignored (it will be removed).")
+        get_services(request).logger.warning("startFromChunk is deprecated and ignored (it will be removed).")
     return scavenge_request
 
 
 async def start(request: web.Request) -> web.Response:
     require_ops(request)
     response_format(request)  # an answer it cannot give (Accept: text/html) is refused first: 406
-    node = get_node(request)
+    services = get_services(request)
     query = request.query_string
-    node.logger.info(
+    services.logger.info(
         "Request scavenging because /admin/scavenge%s request has been received.",
         f"?{query}" if query else "",
     )
     scavenge_request = parse_request(request)
-    scavenge_id = await asyncio.to_thread(node.open_scavenge().start, scavenge_request)
+    scavenge_id = await asyncio.to_thread(services.database.open_scavenge().start, scavenge_request)
     return text_or_json(request, {"scavengeId": scavenge_id}, dto="ScavengeResultDto")
 
 
 async def current(request: web.Request) -> web.Response:
     require_ops(request)
-    node = get_node(request)
-    scavenge_id = node.open_scavenge().current_id() or ""
+    services = get_services(request)
+    scavenge_id = services.database.open_scavenge().current_id() or ""
     link = f"/admin/scavenge/{scavenge_id}" if scavenge_id else ""
     return text_or_json(
         request, {"scavengeId": scavenge_id, "scavengeLink": link}, dto="ScavengeGetCurrentResultDto"
@@ -56,8 +63,8 @@ async def current(request: web.Request) -> web.Response:
 
 async def last(request: web.Request) -> web.Response:
     require_ops(request)
-    node = get_node(request)
-    found = await asyncio.to_thread(node.open_scavenge().last)
+    services = get_services(request)
+    found = await asyncio.to_thread(services.database.open_scavenge().last)
     if found is None:  # KurrentDB's ScavengeGetLastResultDto defaults: the zero GUID, no link
         return text_or_json(
             request,
@@ -79,11 +86,11 @@ async def last(request: web.Request) -> web.Response:
 async def progress(request: web.Request) -> web.Response:
     """evdb extension: the live figures of the running scavenge (phase, chunks, weights, bytes)."""
     require_ops(request)
-    node = get_node(request)
-    figures = node.open_scavenge().progress()
+    services = get_services(request)
+    figures = services.database.open_scavenge().progress()
     if figures is None:
-        last_run = node.open_scavenge().last_progress()
-        body = {"running": False, "last": last_run.to_json(node.clock.time()) if last_run else None}
+        last_run = services.database.open_scavenge().last_progress()
+        body = {"running": False, "last": last_run.to_json(services.clock.time()) if last_run else None}
     else:
         body = {"running": True, **figures}
     return json_response(body)
@@ -91,14 +98,14 @@ async def progress(request: web.Request) -> web.Response:
 
 async def stop(request: web.Request) -> web.Response:
     require_ops(request)
-    node = get_node(request)
+    services = get_services(request)
     scavenge_id = request.match_info["scavenge_id"]
     response_format(request)  # 406 before anything is done, as KurrentDB
-    node.logger.info(
+    services.logger.info(
         "Stopping scavenge because /admin/scavenge/%s DELETE request has been received.", scavenge_id
     )
     try:
-        stopped = await node.open_scavenge().stop_async(scavenge_id)
+        stopped = await services.database.open_scavenge().stop_async(scavenge_id)
     except ScavengeNotFound:
         return web.Response(status=404, text="Scavenge Id does not exist", content_type="text/plain")
     return negotiated(request, "string", stopped)

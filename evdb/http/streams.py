@@ -30,8 +30,8 @@ from evdb.http.bodies import read_body
 from evdb.http.common import (
     _accepted,
     bad_request,
-    get_node,
     get_principal,
+    get_services,
     json_response,
     parse_json,
     request_loop,
@@ -44,7 +44,7 @@ from evdb.subscriptions import CaughtUp, subscribe_to_all, subscribe_to_stream
 
 if TYPE_CHECKING:
     from evdb.database import Database
-    from evdb.node import Node
+    from evdb.services import ApiServices
 
 ATOM = "application/vnd.kurrent.atom+json"
 ATOM_XML = "application/atom+xml"
@@ -79,7 +79,7 @@ def header(request: web.Request, name: str) -> str | None:
 def database(request: web.Request) -> Database:
     """The node's open database. A follower cutting a diverged tail closes and reopens it: a request
     that meets it closed is answered 503, try again (evdb.http.app's error middleware)."""
-    return get_node(request).open_db()
+    return get_services(request).database.open_db()
 
 
 # -- access control ----------------------------------------------------------------------------------
@@ -287,10 +287,10 @@ def _not_modified(request: web.Request, version: int, content_type: str) -> bool
 
 async def _description(request: web.Request, stream: str, media: str) -> web.Response:
     """KurrentDB's description document of a stream: where its feed is and its persistent groups."""
-    node = get_node(request)
+    services = get_services(request)
     escaped = quote(stream, safe="")
     try:
-        groups = [g["groupName"] for g in node.persistent.list(stream)]
+        groups = [g["groupName"] for g in services.persistent.list(stream)]
     except EvdbError:  # none, or the subsystem not running: no subscriptions listed
         groups = []
     links: dict[str, Any] = {
@@ -351,7 +351,7 @@ def _atom_xml(feed: dict[str, Any]) -> str:
 async def _feed(
     request: web.Request, stream: str, start: int | None, direction: str, count: int
 ) -> web.Response:
-    node = get_node(request)
+    services = get_services(request)
     check_access(request, stream, "read")
     media = _feed_format(request)
     if media in STREAMDESC and direction == "backward":  # KurrentDB: the head and backward pages
@@ -366,7 +366,9 @@ async def _feed(
         if not page.events and long_poll and is_number(long_poll):
             seen = db.readable_position
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(node.notifier.wait_beyond(seen), timeout=min(int(long_poll), 300))
+                await asyncio.wait_for(
+                    services.database.notifier.wait_beyond(seen), timeout=min(int(long_poll), 300)
+                )
             page = await asyncio.to_thread(db.read_stream_forward, stream, start, count)
         events = list(reversed(page.events))
     else:
@@ -408,7 +410,7 @@ async def _feed(
     body = {
         "title": f"Event stream '{stream}'",
         "id": base,
-        "updated": _iso(events[0].timestamp) if events else _iso(node.clock.ticks()),
+        "updated": _iso(events[0].timestamp) if events else _iso(services.clock.ticks()),
         "streamId": stream,
         "author": {"name": "evdb"},
         "headOfStream": head or (direction == "forward" and page.is_end_of_stream),
@@ -476,7 +478,7 @@ async def read_event(request: web.Request) -> web.Response:
 
 
 async def _all_feed(request: web.Request, start: int | None, direction: str, count: int) -> web.Response:
-    node = get_node(request)
+    services = get_services(request)
     check_access(request, ALL, "read")
     db = database(request)
     embed = request.query.get("embed")
@@ -503,7 +505,7 @@ async def _all_feed(request: web.Request, start: int | None, direction: str, cou
     body = {
         "title": "All events",
         "id": base,
-        "updated": _iso(node.clock.ticks()),
+        "updated": _iso(services.clock.ticks()),
         "author": {"name": "evdb"},
         "headOfStream": after >= db.readable_position,
         "selfUrl": base,
@@ -618,12 +620,14 @@ def events_of(
 _APPENDED_TYPE = "application/json; charset=utf-8"
 
 
-def begin_append(node: Node, principal: Principal, stream: str) -> Database:
+def begin_append(services: ApiServices, principal: Principal, stream: str) -> Database:
     """The checks of an append before its body is read: the stream (``$all`` is read-only), the open
     database, the caller's access. Returns the database the append goes to."""
     if stream == ALL:
         raise web.HTTPMethodNotAllowed("POST", ["GET"])
-    db = node.open_db()  # once per request (the access check and the write use the same database)
+    db = (
+        services.database.open_db()
+    )  # once per request (the access check and the write use the same database)
     check_stream_access(db, principal, stream, "metawrite" if is_metastream(stream) else "write")
     return db
 
@@ -638,7 +642,7 @@ class PendingAppend(NamedTuple):
 
 
 def submit_append(
-    node: Node,
+    services: ApiServices,
     db: Database,
     stream: str,
     content_type: str,
@@ -653,7 +657,7 @@ def submit_append(
     when this raises."""
     events = events_of(content_type, body, get, incoming_id)
     expected = expected_version(get)
-    started = node.clock.monotonic()
+    started = services.clock.monotonic()
     try:
         future = db.append_on_loop(stream, events, expected, loop=loop)
     except EventTooLarge as exc:
@@ -663,14 +667,16 @@ def submit_append(
     return PendingAppend(future, stream, events, started)
 
 
-def appended(node: Node, pending: PendingAppend, result: AppendResult, base: str) -> Answer:
+def appended(services: ApiServices, pending: PendingAppend, result: AppendResult, base: str) -> Answer:
     """The 201 answer of an acknowledged append (``base``: ``scheme://host`` of the request), counted
     in the append metrics."""
     if result.duplicate:
-        node.metrics.observe_append(node.clock.monotonic() - pending.started, 0, 0)
+        services.metrics.observe_append(services.clock.monotonic() - pending.started, 0, 0)
     else:
         size = sum(len(e.data) + len(e.metadata) for e in pending.events)
-        node.metrics.observe_append(node.clock.monotonic() - pending.started, len(pending.events), size)
+        services.metrics.observe_append(
+            services.clock.monotonic() - pending.started, len(pending.events), size
+        )
     location = f"{base}/streams/{quote(pending.stream, safe='$')}/{result.first_event_number}"
     # json.dumps of two ints, without the encoder's machinery
     body = f'{{"nextExpectedVersion": {result.next_expected_version:d}, "position": {result.position:d}}}'
@@ -693,12 +699,12 @@ async def append_incoming(request: web.Request) -> web.Response:
 
 async def _append(request: web.Request, incoming_id: str | None) -> web.Response:
     stream = request.match_info["stream"]
-    node = get_node(request)
-    db = begin_append(node, get_principal(request), stream)
+    services = get_services(request)
+    db = begin_append(services, get_principal(request), stream)
     body = await read_body(request)
     try:
         pending = submit_append(
-            node,
+            services,
             db,
             stream,
             request.content_type,
@@ -718,7 +724,7 @@ async def _append(request: web.Request, incoming_id: str | None) -> web.Response
             headers={"Location": location},
         )
     result = await pending.future
-    return appended(node, pending, result, _base(request)).response()
+    return appended(services, pending, result, _base(request)).response()
 
 
 async def delete(request: web.Request) -> web.Response:
@@ -790,7 +796,7 @@ async def _sse(request: web.Request, items) -> web.StreamResponse:
 
 async def subscribe_stream(request: web.Request) -> web.StreamResponse:
     stream = request.match_info["stream"]
-    node = get_node(request)
+    services = get_services(request)
     if stream == ALL:
         check_access(request, ALL, "read")
         after = request.query.get("after")
@@ -798,7 +804,7 @@ async def subscribe_stream(request: web.Request) -> web.StreamResponse:
             request,
             subscribe_to_all(
                 database(request),
-                node.notifier,
+                services.database.notifier,
                 after=parse_position(after) if after else None,
                 from_end=request.query.get("from") == "end",
             ),
@@ -811,7 +817,7 @@ async def subscribe_stream(request: web.Request) -> web.StreamResponse:
         request,
         subscribe_to_stream(
             database(request),
-            node.notifier,
+            services.database.notifier,
             stream,
             after=int(after) if after is not None else None,
             from_end=request.query.get("from") == "end",

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from evdb.auth import UserAlreadyExists, UserNotFound
 from evdb.errors import InvalidInput
-from evdb.http.common import get_node, json_response, read_json, require_admin, require_authenticated
+from evdb.http.common import get_services, json_response, read_json, require_admin, require_authenticated
 
 #: the keys of the users API's bodies, by their lower-case form (KurrentDB binds them as Json.NET
 #: does, ignoring case: its own docs post ``LoginName``, ``FullName``, ``Groups``, ``Password``)
@@ -43,7 +43,7 @@ async def _call(fn, *args):
 
 async def list_users(request: web.Request) -> web.Response:
     require_admin(request)
-    users = await _call(get_node(request).users.list)
+    users = await _call(get_services(request).database.users.list)
     return json_response(_done(data=[u.to_json() for u in users]))
 
 
@@ -52,7 +52,7 @@ async def get_user(request: web.Request) -> web.Response:
     login = request.match_info["login"]
     if login != principal.name:
         require_admin(request)
-    user = await _call(get_node(request).users.get, login)
+    user = await _call(get_services(request).database.users.get, login)
     return json_response(_done(data=user.to_json()))
 
 
@@ -60,7 +60,7 @@ async def create_user(request: web.Request) -> web.Response:
     require_admin(request)
     body = await _json_body(request)
     user = await _call(
-        get_node(request).users.create,
+        get_services(request).database.users.create,
         body.get("loginName"),
         body.get("fullName", ""),
         body.get("groups", []),
@@ -77,7 +77,7 @@ async def update_user(request: web.Request) -> web.Response:
     require_admin(request)
     body = await _json_body(request)
     await _call(
-        get_node(request).users.update,
+        get_services(request).database.users.update,
         request.match_info["login"],
         body.get("fullName", ""),
         body.get("groups", []),
@@ -87,7 +87,7 @@ async def update_user(request: web.Request) -> web.Response:
 
 async def delete_user(request: web.Request) -> web.Response:
     require_admin(request)
-    await _call(get_node(request).users.delete, request.match_info["login"])
+    await _call(get_services(request).database.users.delete, request.match_info["login"])
     return json_response(_done())
 
 
@@ -95,7 +95,7 @@ async def command(request: web.Request) -> web.Response:
     principal = require_authenticated(request)
     login = request.match_info["login"]
     verb = request.match_info["command"]
-    users = get_node(request).users
+    users = get_services(request).database.users
     if verb == "change-password":
         if login != principal.name:
             raise web.HTTPForbidden(

@@ -171,6 +171,15 @@ class MemTable:
                 return (slot,), 1, True
             return slot, len(slot), h not in self._unordered
 
+    def _entries(self, h: int) -> tuple[Sequence[int], int, list[tuple[int, int]] | None] | None:
+        """(entry indexes, how many to use, and when they are out of order their (number, position)
+        pairs sorted, else None); None when the hash is absent."""
+        found = self._slot(h)
+        if found is None:
+            return None
+        indexes, count, ordered = found
+        return indexes, count, None if ordered else self._sorted_pairs(indexes, count)
+
     def _sorted_pairs(self, indexes: Sequence[int], count: int) -> list[tuple[int, int]]:
         numbers, positions = self._numbers, self._positions
         return sorted((numbers[i], positions[i]) for i in indexes[:count])
@@ -180,12 +189,11 @@ class MemTable:
 
     def iter_forward(self, h: int, from_number: int) -> Iterator[tuple[int, int]] | None:
         """(number, position) with number >= ``from_number``, ascending; None when the hash is absent."""
-        found = self._slot(h)
+        found = self._entries(h)
         if found is None:
             return None
-        indexes, count, ordered = found
-        if not ordered:
-            pairs = self._sorted_pairs(indexes, count)
+        indexes, count, pairs = found
+        if pairs is not None:
             start = bisect.bisect_left(pairs, from_number, key=_number_of)
             return iter(pairs[start:]) if start < len(pairs) else None
         numbers = self._numbers
@@ -196,12 +204,11 @@ class MemTable:
 
     def iter_backward(self, h: int, before_number: int | None) -> Iterator[tuple[int, int]] | None:
         """(number, position) with number < ``before_number``, descending; None when there are none."""
-        found = self._slot(h)
+        found = self._entries(h)
         if found is None:
             return None
-        indexes, count, ordered = found
-        if not ordered:
-            pairs = self._sorted_pairs(indexes, count)
+        indexes, count, pairs = found
+        if pairs is not None:
             end = (
                 len(pairs)
                 if before_number is None

@@ -62,6 +62,7 @@ class Entitlement(StrEnum):
     REDACTION = "REDACTION"
     LOGS_ENDPOINT = "LOGS_ENDPOINT"  # KurrentDB's /admin/logs
     USER_CERTIFICATES = "USER_CERTIFICATES"  # X.509 user certificates (UserCertificatesEnabled)
+    ARCHIVE = "ARCHIVE"  # archive to object storage (Archive: Enabled; evdb/archive)
 
 
 class LicenseError(EvdbError):

@@ -36,27 +36,34 @@ second and every 1000 events while copying, and when the mirror stops.
 from __future__ import annotations
 
 import asyncio
-import base64
 import collections
 import contextlib
 import dataclasses
 import json
 import logging
 import os
-import ssl
 import threading
-import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
 
 import aiohttp
 
-from evdb.client_retry import REQUIRE_LEADER, LeaderRetry, leader_from_gossip, member_urls, not_leader
-from evdb.mirror.state import Checkpoint, CheckpointError, MirrorLock, MirrorPaths, utc_now, write_status
-from evdb.streams import MAX_EVENT_NUMBER, is_metastream, original_stream_of
+from evdb.clock import Clock, SystemClock
+from evdb.mirror.metrics import start_metrics
+from evdb.mirror.plan import Action, is_barrier, is_primary_own_stream, plan_actions, plan_segments
+from evdb.mirror.secondary import SecondaryWriter
+from evdb.mirror.sides import (
+    CONNECTION_ERRORS,
+    Endpoint,
+    MirrorError,
+    MirrorSettings,
+    Reply,
+    Side,
+    Transient,
+)
+from evdb.mirror.state import Checkpoint, CheckpointError, MirrorLock, utc_now, write_status
+from evdb.streams import is_metastream
 
 __all__ = [
     "Action",
@@ -72,206 +79,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger("evdb.mirror")
-
-EVENTS_JSON = "application/vnd.kurrent.events+json"
-
-
-class MirrorError(Exception):
-    """The mirror cannot go on (refused credentials, a secondary that diverged, ...): it stops."""
-
-
-class _Transient(Exception):
-    """A connection or server problem worth retrying (the mirror reconnects and resumes)."""
-
-
-def is_primary_own_stream(stream: str) -> bool:
-    """System streams (and their metastreams) belong to the primary and are not copied."""
-    original = original_stream_of(stream) if is_metastream(stream) else stream
-    return original.startswith("$")
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """One side: its base URL, its credentials and how to verify its certificate."""
-
-    url: str
-    user: str | None = "admin"
-    password: str | None = "changeit"
-    ca: str | None = None
-    verify_tls: bool = True
-
-    def side(self, *, read_timeout: float | None = 30.0, connections: int = 4) -> Side:
-        return Side(self, read_timeout, connections)
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: Any
-    body: bytes
-
-    @property
-    def text(self) -> str:
-        return self.body.decode(errors="replace")
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-class Side:
-    """An aiohttp session to one side (aiohttp: about twice the requests per second of httpx here)."""
-
-    def __init__(self, endpoint: Endpoint, read_timeout: float | None, connections: int = 4) -> None:
-        self.endpoint = endpoint
-        #: where requests go now: the endpoint's URL, or the leader it sent the mirror on to
-        self.base = endpoint.url.rstrip("/")
-        #: the cluster members this side named in its gossip (asked who leads when the base is gone)
-        self.members: list[str] = [self.base]
-        tls: ssl.SSLContext | bool = endpoint.verify_tls  # True: aiohttp's default verification
-        if endpoint.ca:
-            tls = ssl.create_default_context(cafile=endpoint.ca)
-        headers = {}
-        if endpoint.user is not None:
-            token = base64.b64encode(f"{endpoint.user}:{endpoint.password or ''}".encode()).decode()
-            headers["Authorization"] = f"Basic {token}"
-        self.session = aiohttp.ClientSession(
-            headers=headers,
-            connector=aiohttp.TCPConnector(ssl=tls, limit=max(4, connections)),
-            timeout=aiohttp.ClientTimeout(total=None, connect=10.0, sock_read=read_timeout),
-        )
-
-    async def __aenter__(self) -> Side:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.session.close()
-
-    async def request(self, method: str, path: str, **kwargs: Any) -> Reply:
-        async with self.session.request(
-            method, self.base + path, allow_redirects=False, **kwargs
-        ) as response:
-            return Reply(response.status, response.headers, await response.read())
-
-    def stream(self, path: str, **kwargs: Any):
-        return self.session.get(self.base + path, **kwargs)
-
-
-_CONNECTION_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
-
-
-@dataclass
-class MirrorSettings:
-    source: Endpoint
-    target: Endpoint
-    paths: MirrorPaths
-    start_from: int | None = None  # with no checkpoint yet: copy the events from this position on
-    metrics_port: int | None = None  # None: no endpoint; 0: a free port
-    metrics_host: str = "127.0.0.1"
-    status_line_seconds: float = 10.0  # 0: no status lines in the log
-    status_seconds: float = 1.0  # status file and primary head refresh
-    checkpoint_seconds: float = 1.0
-    checkpoint_events: int = 1000
-    batch_bytes: int = 1 << 20
-    batch_events: int = 2000
-    max_backoff: float = 5.0
-    # a not-leader answer of the secondary (or its node gone) is tried again, at the leader it or
-    # another member names, for this long before the mirror reconnects (evdb/client_retry.py)
-    leader_retry_seconds: float = 30.0
-    # 1: one append at a time, in $all order. N > 1: the user streams of a batch are appended N at a
-    # time, each stream's events in one append (its order kept, $all's order across streams not).
-    parallel: int = 1
-
-
-@dataclass
-class Action:
-    """One step of a batch: an append of a run of events, a tombstone, or nothing (skipped events).
-    ``last`` is the last event of the batch the step covers: once it is done, the mirror's position
-    moves to ``last["position"]``."""
-
-    kind: str  # "append" | "tombstone" | "skip"
-    last: dict[str, Any]
-    stream: str = ""
-    events: list[dict[str, Any]] = field(default_factory=list)
-    skipped: int = 0  # events of the primary's system streams the step covers
-
-
-def _raw_size(event: dict[str, Any]) -> int:
-    return (len(event.get("dataBase64", "")) + len(event.get("metaDataBase64", ""))) * 3 // 4 + 64
-
-
-def plan_actions(items: Iterable[dict[str, Any]], batch_bytes: int = 1 << 20) -> list[Action]:
-    """Turn events of ``$all`` (in order) into steps, grouping consecutive events of one stream."""
-    actions: list[Action] = []
-    run: Action | None = None
-    run_bytes = 0
-    for event in items:
-        stream = event["streamId"]
-        if is_primary_own_stream(stream):
-            step = (
-                run if run is not None else (actions[-1] if actions and actions[-1].kind == "skip" else None)
-            )
-            if step is None:
-                step = Action("skip", event)
-                actions.append(step)
-            step.last = event  # the skipped event is done once the step is
-            step.skipped += 1
-            continue
-        size = _raw_size(event)
-        if event["eventNumber"] == MAX_EVENT_NUMBER:
-            run = None
-            actions.append(Action("tombstone", event, stream))
-            continue
-        if (
-            run is not None
-            and run.stream == stream
-            and run.events[-1]["eventNumber"] + 1 == event["eventNumber"]
-            and run_bytes + size <= batch_bytes
-        ):
-            run.events.append(event)
-            run.last = event
-            run_bytes += size
-            continue
-        run = Action("append", event, stream, [event])
-        run_bytes = size
-        actions.append(run)
-    return actions
-
-
-def _is_barrier(action: Action) -> bool:
-    """A step that must run alone, after every step before it: a tombstone, or a metadata event
-    (a soft delete, $maxCount, ...: it changes how the secondary treats its stream's appends)."""
-    return action.kind == "tombstone" or (action.kind == "append" and is_metastream(action.stream))
-
-
-def plan_segments(actions: list[Action], batch_bytes: int = 1 << 20) -> list[list[Action]]:
-    """Split the steps of a batch (plan_actions) for parallel copying: each barrier step alone, and
-    between two barriers one segment whose appends are regrouped by stream (a stream's events of the
-    whole segment in as few appends as ``batch_bytes`` allows, in order). A segment's last step is
-    the one whose ``last`` event the position moves to once the segment is done."""
-    segments: list[list[Action]] = []
-    pending: list[Action] = []
-
-    def flush() -> None:
-        if not pending:
-            return
-        per_stream: dict[str, list[dict[str, Any]]] = {}
-        for action in pending:
-            if action.kind == "append":
-                per_stream.setdefault(action.stream, []).extend(action.events)
-        merged = [run for events in per_stream.values() for run in plan_actions(events, batch_bytes)]
-        end = pending[-1]
-        # the marker step carries the segment's end position (and its skipped events), copies nothing
-        segments.append([*merged, Action("skip", end.last, skipped=sum(a.skipped for a in pending))])
-        pending.clear()
-
-    for action in actions:
-        if _is_barrier(action):
-            flush()
-            segments.append([action])
-        else:
-            pending.append(action)
-    flush()
-    return segments
 
 
 def _event_time(event: dict[str, Any]) -> float | None:
@@ -295,9 +102,13 @@ class _Segment:
 class Mirror:
     """One mirror process: subscription, appends, checkpoint, status file, metrics endpoint."""
 
-    def __init__(self, settings: MirrorSettings, logger: logging.Logger | None = None) -> None:
+    def __init__(
+        self, settings: MirrorSettings, logger: logging.Logger | None = None, *, clock: Clock | None = None
+    ) -> None:
+        """``clock``: what paces checkpoints, status lines and retries (the real one unless given)."""
         self.settings = settings
         self.logger = logger or _log
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self.paths = settings.paths
         self.lock = MirrorLock(self.paths.lock)
         self.checkpoint: Checkpoint | None = None
@@ -314,7 +125,6 @@ class Mirror:
         self.primary_head: int | None = None
         self.primary_head_time: float | None = None
         self.metrics_url: str | None = None
-        self.writing_to: str | None = None  # the secondary's node the appends go to (its leader)
         self._rate_samples: collections.deque[tuple[float, int]] = collections.deque(maxlen=64)
         # --parallel: the segments whose appends are under way, oldest first, and each stream's last task
         self._segments: collections.deque[_Segment] = collections.deque()
@@ -327,10 +137,16 @@ class Mirror:
         self._saving: asyncio.Future | None = None  # the checkpoint save under way in a worker thread
         self._file_lock = threading.Lock()
         self._written_position = -1
-        self._saved_at = time.monotonic()
+        self._saved_at = self.clock.monotonic()
         self._saved_events = 0
         self._start_events = 0
-        self._started = time.monotonic()
+        self._started = self.clock.monotonic()
+        self.secondary = SecondaryWriter(
+            settings, self.logger, self.clock, self._replaying, self._note_problem
+        )
+
+    def _note_problem(self, problem: str) -> None:
+        self.last_error = problem
 
     # -- status ----------------------------------------------------------------------------------------
     @property
@@ -353,7 +169,7 @@ class Mirror:
         return max(0.0, self.primary_head_time - self.last_event_time)
 
     def events_per_second(self) -> float:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         samples = [s for s in self._rate_samples if now - s[0] <= 10.0]
         if not samples:
             return 0.0
@@ -371,7 +187,7 @@ class Mirror:
             "pid": os.getpid(),
             "from": self.settings.source.url,
             "to": self.settings.target.url,
-            "writingTo": self.writing_to,
+            "writingTo": self.secondary.writing_to,
             "position": self.position,
             "checkpointPosition": self._saved_position,
             "primaryHead": self.primary_head,
@@ -384,7 +200,7 @@ class Mirror:
             "tombstones": self.tombstones,
             "appends": self.appends,
             "eventsPerSecond": round(self.events_per_second(), 1),
-            "uptimeSeconds": round(time.monotonic() - self._started, 1),
+            "uptimeSeconds": round(self.clock.monotonic() - self._started, 1),
             "lastError": self.last_error,
             "metricsUrl": self.metrics_url,
             "checkpoint": str(self.paths.checkpoint),
@@ -440,7 +256,7 @@ class Mirror:
                 response = await source.request(
                     "GET", f"/streams/$all/{position}/backward/1", headers={"Accept": "application/json"}
                 )
-            except _CONNECTION_ERRORS as exc:
+            except CONNECTION_ERRORS as exc:
                 raise MirrorError(f"Cannot read the primary to find position {position}: {exc}") from None
         if response.status != 200:
             raise MirrorError(
@@ -457,7 +273,7 @@ class Mirror:
         )
         self._saved_position = self.position
         self._saved_events = self.events_copied
-        self._saved_at = time.monotonic()
+        self._saved_at = self.clock.monotonic()
         return self.checkpoint
 
     def _write_checkpoint(self, checkpoint: Checkpoint) -> None:
@@ -480,7 +296,7 @@ class Mirror:
             return
         s = self.settings
         by_count = self.events_copied - self._saved_events >= s.checkpoint_events
-        if not (by_count or time.monotonic() - self._saved_at >= s.checkpoint_seconds):
+        if not (by_count or self.clock.monotonic() - self._saved_at >= s.checkpoint_seconds):
             return
         if self._saving is not None:
             if not self._saving.done() and not by_count:
@@ -499,7 +315,9 @@ class Mirror:
         try:
             await self._load_checkpoint()
             if self.settings.metrics_port is not None:
-                runner = await self._start_metrics()
+                runner, self.metrics_url = await start_metrics(
+                    self.status, self.settings.metrics_host, self.settings.metrics_port, self.logger
+                )
             self.logger.info(
                 "Mirroring %s -> %s from position %d (checkpoint %s; %s)",
                 self.settings.source.url,
@@ -544,7 +362,7 @@ class Mirror:
                 try:
                     await self._session(source, target, stop)
                     return
-                except _Transient as exc:
+                except Transient as exc:
                     self.last_error = str(exc)
                     self.state = "reconnecting"
                     self.caught_up = False
@@ -558,8 +376,8 @@ class Mirror:
     async def _session(self, source: Side, target: Side, stop: asyncio.Event) -> None:
         # One signed-in request first: the secondary then knows the credentials, and the parallel
         # appends' new connections do not each hash the password (a scrypt per connection).
-        await self._request(target, "GET", "/info")
-        await self._learn_members(target)
+        await self.secondary.request(target, "GET", "/info")
+        await self.secondary.learn_members(target)
         queue: asyncio.Queue = asyncio.Queue(maxsize=4 * self.settings.batch_events)
         reader = asyncio.create_task(self._read(source, queue))
         stopping = asyncio.create_task(stop.wait())
@@ -654,7 +472,7 @@ class Mirror:
                     )
                 if response.status != 200:
                     text = (await response.read()).decode(errors="replace")
-                    raise _Transient(
+                    raise Transient(
                         f"The primary answered {response.status} to the $all subscription: {text[:200]}"
                     )
                 kind: str | None = None
@@ -674,15 +492,15 @@ class Mirror:
                         elif kind == "caught-up":
                             await queue.put(int(body["position"]))
                         elif kind == "error":
-                            raise _Transient(f"The primary ended the subscription: {body.get('error')}")
+                            raise Transient(f"The primary ended the subscription: {body.get('error')}")
                     kind, data = None, []
-            raise _Transient("The primary closed the $all subscription")
-        except (MirrorError, _Transient) as exc:
+            raise Transient("The primary closed the $all subscription")
+        except (MirrorError, Transient) as exc:
             await queue.put(exc)
-        except _CONNECTION_ERRORS as exc:
-            await queue.put(_Transient(f"Reading from the primary failed: {type(exc).__name__}: {exc}"))
+        except CONNECTION_ERRORS as exc:
+            await queue.put(Transient(f"Reading from the primary failed: {type(exc).__name__}: {exc}"))
         except ValueError as exc:
-            await queue.put(_Transient(f"The primary sent a message that is not JSON: {exc}"))
+            await queue.put(Transient(f"The primary sent a message that is not JSON: {exc}"))
 
     # -- applying events to the secondary --------------------------------------------------------------
     async def _apply(self, target: Side, events: list[dict], stop: asyncio.Event) -> None:
@@ -695,7 +513,7 @@ class Mirror:
             for segment in plan_segments(actions, self.settings.batch_bytes):
                 if stop.is_set():
                     return
-                if _is_barrier(segment[0]):
+                if is_barrier(segment[0]):
                     await self._drain()
                     if stop.is_set():
                         return
@@ -715,13 +533,13 @@ class Mirror:
 
     async def _do(self, target: Side, action: Action) -> None:
         if action.kind == "append":
-            await self._append(target, action.stream, action.events)
+            await self.secondary.append(target, action.stream, action.events)
             self.appends += 1
             self.events_copied += len(action.events)
             if is_metastream(action.stream):
                 self.metadata_events += len(action.events)
         elif action.kind == "tombstone":
-            await self._tombstone(target, action.stream)
+            await self.secondary.tombstone(target, action.stream)
             self.tombstones += 1
             self.events_copied += 1
 
@@ -739,7 +557,7 @@ class Mirror:
                 await before  # its failure is this one's too
             for run in stream_runs:
                 async with gate:
-                    await self._append(target, run.stream, run.events)
+                    await self.secondary.append(target, run.stream, run.events)
 
         tasks = []
         for stream, stream_runs in runs.items():
@@ -798,148 +616,7 @@ class Mirror:
         self.events_skipped += skipped
         self.position = done.last["position"]
         self.last_event_time = _event_time(done.last) or self.last_event_time
-        self._rate_samples.append((time.monotonic(), self.events_copied))
-
-    async def _request(self, target: Side, method: str, url: str, **kwargs) -> Reply:
-        """One request to the secondary, at its leader: a write asks for the leader
-        (``Kurrent-RequireLeader``) and follows a redirect to it; a not-leader answer, or a node that is
-        gone, makes the mirror ask the members who leads now and try again there, bounded in time
-        (evdb/client_retry.py); past that it is a transient problem (the mirror reconnects)."""
-        if method != "GET":
-            kwargs["headers"] = {**kwargs.get("headers", {}), **REQUIRE_LEADER}
-        retry = LeaderRetry(self.settings.leader_retry_seconds)
-        while True:
-            try:
-                response = await target.request(method, url, **kwargs)
-            except _CONNECTION_ERRORS as exc:
-                problem = f"Writing to the secondary {target.base} failed: {type(exc).__name__}: {exc}"
-                if await self._wait_for_leader(target, retry, problem):
-                    continue
-                raise _Transient(problem) from None
-            answer = not_leader(response.status, response.headers, response.body, target.base)
-            if answer is None:
-                break
-            problem = f"The secondary {target.base} answered {response.status}: {response.text[:200]}"
-            if answer.leader and answer.leader != target.base and retry.follow():
-                self._follow(target, answer.leader)
-                continue
-            if not await self._wait_for_leader(target, retry, problem):
-                raise _Transient(problem)
-        self.writing_to = target.base
-        if response.status >= 500 or response.status in (408, 429):
-            raise _Transient(f"The secondary answered {response.status}: {response.text[:200]}")
-        if response.status in (401, 403):
-            raise MirrorError(
-                f"The secondary {self.settings.target.url} refused the credentials ({response.status}): "
-                "the mirror needs a user that may write every stream and its metadata (an admin)"
-            )
-        return response
-
-    def _follow(self, target: Side, leader: str) -> None:
-        if leader != target.base:
-            self.logger.info(
-                "The secondary's leader is %s: the mirror writes there (was %s)", leader, target.base
-            )
-            target.base = leader
-            if leader not in target.members:
-                target.members.append(leader)
-
-    async def _learn_members(self, target: Side) -> None:
-        """The secondary's members, from its gossip (a single node names itself), and its leader."""
-        try:
-            reply = await target.request("GET", "/gossip", headers={"Accept": "application/json"})
-            gossip = reply.json() if reply.status == 200 else None
-        except (*_CONNECTION_ERRORS, ValueError):
-            return
-        self._take_gossip(target, gossip)
-
-    def _take_gossip(self, target: Side, gossip: object) -> bool:
-        """Add the members a gossip answer names to ``target``'s, and follow the leader it names (True when
-        it names one)."""
-        scheme = target.base.split("://", 1)[0]
-        for url in member_urls(gossip, scheme):
-            if url not in target.members:
-                target.members.append(url)
-        leader = leader_from_gossip(gossip, scheme)
-        if leader is None:
-            return False
-        self._follow(target, leader)
-        return True
-
-    async def _wait_for_leader(self, target: Side, retry: LeaderRetry, problem: str) -> bool:
-        """After a not-leader answer or a node gone: wait the retry's next pause, then point ``target`` at
-        the leader the first answering member names. False once the retry's time is spent."""
-        wait = retry.next_wait()
-        if wait is None:
-            return False
-        self.last_error = problem
-        self.logger.debug("%s; asking the members who leads in %.1f s", problem, wait)
-        await asyncio.sleep(wait)
-        for member in list(target.members):
-            try:
-                async with target.session.get(
-                    member + "/gossip", headers={"Accept": "application/json"}, allow_redirects=False
-                ) as response:
-                    gossip = json.loads(await response.read()) if response.status == 200 else None
-            except (*_CONNECTION_ERRORS, ValueError):
-                continue
-            if self._take_gossip(target, gossip):
-                return True
-        return True
-
-    async def _append(self, target: Side, stream: str, events: list[dict]) -> None:
-        body = json.dumps(
-            [
-                {
-                    "eventId": e["eventId"],
-                    "eventType": e["eventType"],
-                    "dataBase64": e.get("dataBase64", ""),
-                    "metadataBase64": e.get("metaDataBase64", ""),
-                    "isJson": bool(e.get("isJson")),
-                }
-                for e in events
-            ]
-        )
-        first = events[0]["eventNumber"]
-        if first == 0 and self._replaying() and await self._soft_deleted(target, stream):
-            # Expected version -1 (no stream) succeeds on a soft-deleted stream, recreating it:
-            # a replayed first run would be written twice. The primary's event 0 comes before any
-            # soft delete of its stream in $all, so the secondary's soft delete was copied after it.
-            self.logger.debug(
-                "Stream %s is soft-deleted on the secondary: its first events were copied", stream
-            )
-            return
-        response = await self._request(
-            target,
-            "POST",
-            f"/streams/{quote(stream, safe='')}",
-            data=body,
-            headers={"Content-Type": EVENTS_JSON, "Kurrent-ExpectedVersion": str(first - 1)},
-        )
-        if response.status == 201:
-            return
-        current = response.headers.get("Kurrent-CurrentVersion")
-        if response.status == 400 and current is not None:
-            if len(events) > 1:  # some were copied before a restart: one by one, each idempotent
-                for event in events:
-                    await self._append(target, stream, [event])
-                return
-            await self._resolve_conflict(target, stream, events[0], int(current))
-            return
-        if response.status == 410:
-            # The mirror copies in $all order and a tombstone is a stream's last record: the
-            # secondary's tombstone was copied after these events (a restart from an older checkpoint).
-            self.logger.debug(
-                "Stream %s is tombstoned on the secondary: events %d..%d were copied before",
-                stream,
-                first,
-                events[-1]["eventNumber"],
-            )
-            return
-        raise MirrorError(
-            f"The secondary refused events {first}..{events[-1]['eventNumber']} of '{stream}' "
-            f"({response.status}): {response.text[:300]}"
-        )
+        self._rate_samples.append((self.clock.monotonic(), self.events_copied))
 
     def _replaying(self) -> bool:
         """Whether the events now copied may have been copied by an earlier run: a save starts at
@@ -951,66 +628,18 @@ class Mirror:
             s.checkpoint_events + s.batch_events * (6 if s.parallel > 1 else 1)
         )
 
-    async def _soft_deleted(self, target: Side, stream: str) -> bool:
-        if is_metastream(stream):
-            return False
-        response = await self._request(target, "GET", f"/streams/{quote(stream, safe='')}/metadata")
-        try:
-            return response.status == 200 and response.json().get("$tb") == MAX_EVENT_NUMBER
-        except (ValueError, AttributeError):
-            return False
-
-    async def _resolve_conflict(self, target: Side, stream: str, event: dict, current: int) -> None:
-        """A single event the secondary refused as a wrong expected version (and not as a repeat)."""
-        number = event["eventNumber"]
-        if is_metastream(stream) and current >= number:
-            # Appending to a soft-deleted stream makes the secondary write its own $$stream event
-            # (new $tb) with its own id, as the primary did: the same metadata, another event id.
-            # A higher version means this mirror already copied later metadata events after it.
-            if current > number:
-                return
-            original = original_stream_of(stream)
-            response = await self._request(target, "GET", f"/streams/{quote(original, safe='')}/metadata")
-            try:
-                theirs = response.json() if response.status == 200 else None
-                ours = json.loads(base64.b64decode(event.get("dataBase64", "")))
-            except ValueError:
-                theirs, ours = None, object()
-            if theirs == ours:
-                self.logger.debug("Metadata event %d of %s is already on the secondary", number, original)
-                return
-        raise MirrorError(
-            f"The secondary's stream '{stream}' is at version {current}, but the primary's event {number} "
-            f"({event['eventId']}) follows version {number - 1}. Either something other than this mirror "
-            "wrote to the secondary, or the primary's older events of this stream were scavenged before "
-            "the mirror copied them; see docs/operations/recovery.md (seeding a secondary from a backup)."
-        )
-
-    async def _tombstone(self, target: Side, stream: str) -> None:
-        response = await self._request(
-            target,
-            "DELETE",
-            f"/streams/{quote(stream, safe='')}",
-            headers={"Kurrent-HardDelete": "true", "Kurrent-ExpectedVersion": "-2"},
-        )
-        if response.status in (204, 410):  # 410: already tombstoned (copied before a restart)
-            return
-        raise MirrorError(
-            f"The secondary refused to tombstone '{stream}' ({response.status}): {response.text[:300]}"
-        )
-
     # -- status loop and metrics endpoint --------------------------------------------------------------
     async def _status_loop(self, stop: asyncio.Event) -> None:
         s = self.settings
-        last_line = time.monotonic()
+        last_line = self.clock.monotonic()
         async with s.source.side(read_timeout=5.0) as source:
             while True:
                 await self._poll_primary_head(source)
                 if self.checkpoint is not None:
                     await self._maybe_save_checkpoint()
                 self._write_status()
-                if s.status_line_seconds and time.monotonic() - last_line >= s.status_line_seconds:
-                    last_line = time.monotonic()
+                if s.status_line_seconds and self.clock.monotonic() - last_line >= s.status_line_seconds:
+                    last_line = self.clock.monotonic()
                     self.logger.info("%s", self.status_line())
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=s.status_seconds)
@@ -1025,83 +654,13 @@ class Mirror:
             if response.status != 200:
                 return
             entries = response.json().get("entries") or []
-        except (*_CONNECTION_ERRORS, ValueError):
+        except (*CONNECTION_ERRORS, ValueError):
             return
         if entries:
             self.primary_head = int(entries[0]["position"])
             self.primary_head_time = _event_time(entries[0])
         else:
             self.primary_head = -1
-
-    async def _start_metrics(self):
-        from aiohttp import web
-        from prometheus_client import CollectorRegistry, generate_latest
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        mirror = self
-
-        class Collector:
-            def collect(self):
-                st = mirror.status()
-                gauges = {
-                    "evdb_mirror_position": (
-                        "$all position (on the primary) of the last event handled",
-                        st["position"],
-                    ),
-                    "evdb_mirror_primary_head_position": (
-                        "position of the primary's newest event",
-                        st["primaryHead"],
-                    ),
-                    "evdb_mirror_lag_bytes": ("bytes of the primary's $all not handled yet", st["lagBytes"]),
-                    "evdb_mirror_lag_seconds": (
-                        "primary time between its newest event and the last one copied",
-                        st["lagSeconds"],
-                    ),
-                    "evdb_mirror_caught_up": (
-                        "1 when every event of the primary is copied",
-                        int(st["caughtUp"]),
-                    ),
-                    "evdb_mirror_events_per_second": (
-                        "copy rate over the last 10 seconds",
-                        st["eventsPerSecond"],
-                    ),
-                }
-                for name, (doc, value) in gauges.items():
-                    if value is not None:
-                        yield GaugeMetricFamily(name, doc, value=value)
-                counters = {
-                    "evdb_mirror_events_copied": ("events appended to the secondary", st["eventsCopied"]),
-                    "evdb_mirror_events_skipped": (
-                        "events of the primary's system streams, not copied",
-                        st["eventsSkipped"],
-                    ),
-                    "evdb_mirror_tombstones": ("tombstones copied", st["tombstones"]),
-                }
-                for name, (doc, value) in counters.items():
-                    yield CounterMetricFamily(name, doc, value=value)
-
-        registry = CollectorRegistry()
-        registry.register(Collector())
-
-        async def metrics(request: web.Request) -> web.Response:
-            return web.Response(body=generate_latest(registry), content_type="text/plain", charset="utf-8")
-
-        async def status(request: web.Request) -> web.Response:
-            return web.json_response(mirror.status())
-
-        app = web.Application()
-        app.router.add_get("/metrics", metrics)
-        app.router.add_get("/status", status)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, self.settings.metrics_host, self.settings.metrics_port)
-        await site.start()
-        host, port = runner.addresses[0][:2]
-        self.metrics_url = f"http://{host}:{port}"
-        self.logger.info(
-            "Mirror metrics at %s/metrics and status at %s/status", self.metrics_url, self.metrics_url
-        )
-        return runner
 
 
 async def _lines(content: aiohttp.StreamReader):

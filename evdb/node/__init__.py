@@ -21,26 +21,35 @@ from typing import Any
 
 from aiohttp import web
 
+from evdb.archive.archiver import ArchiverService, start_archiver
+from evdb.archive.settings import starting_archive
 from evdb.auth import UserStore
+from evdb.autoscavenge.service import AutoScavengeService, MembershipView, create_auto_scavenge
 from evdb.clock import Clock, SystemClock
 from evdb.cluster import ClusterService
 from evdb.cluster.peers import PeerClient, peer_name
 from evdb.cluster.replica import ChunkLogReplication
 from evdb.cluster.transport import HttpTransport, ListenerLimits
 from evdb.database import Database, DatabaseConfig
-from evdb.errors import DatabaseReopening
+from evdb.grpc.dispatch import ALPN, DispatchSite, GrpcServer
+from evdb.http.app import build_app
+from evdb.http.heads import ServerLog
 from evdb.licensing import License, load_license
 from evdb.licensing.loading import check_license
 from evdb.logs import close_node_logging, configure_node_logging
 from evdb.metrics import NodeMetrics, NodeSources
 from evdb.metrics_config import load_metrics_config
+from evdb.node.cluster_host import NodeClusterHost
 from evdb.options import Options, deprecation_warnings, effective_configuration
 from evdb.persistent import DatabaseStore, PersistentSubscriptionService
 from evdb.projections import SystemProjections
 from evdb.redaction import start_redaction_service
+from evdb.redaction.service import RedactionService
 from evdb.scavenge.service import ScavengeService
+from evdb.services import ApiServices, NodeAddresses, OpenDatabase
 from evdb.streams import NewEvent
 from evdb.subscriptions import CommitNotifier
+from evdb.tls.loading import NodeTls
 from evdb.tls.reload import ConfigReloader, NodeSettings, ReloadRecord, SwappableServerContext
 from evdb.version import DB_VERSION, VERSION
 
@@ -77,18 +86,19 @@ class Node:
         self.instance_id = uuid.uuid4()
         self.name = name or f"node-{self.instance_id.hex[:8]}"
         self.logger: logging.Logger = logging.getLogger(f"evdb.node.{self.name}")
-        self.db: Database | None = None
-        self.users: UserStore
-        self.notifier: CommitNotifier
-        self.scavenge: ScavengeService | None = None
+        #: the database open now, its scavenge service, users and commit notifier (reopened after a truncation)
+        self.opened = OpenDatabase()
         self.cluster: ClusterService | None = None
         self.peer_client: PeerClient | None = None
         self._replica: ChunkLogReplication | None = None
-        #: grows each time the database is closed and reopened under running requests (truncation)
-        self.db_generation = 0
         self.license: License | None = None
-        self.redaction: Any = None  # the unix-socket redaction service (EnableUnixSocket)
-        self.auto_scavenge: Any = None  # evdb.autoscavenge.AutoScavengeService (mapped or not)
+        self.redaction: RedactionService | None = None  # the unix-socket redaction service (EnableUnixSocket)
+        self.archiver: ArchiverService | None = (
+            None  # the archiver node's uploads (Archiver: true; evdb/archive)
+        )
+        self.auto_scavenge: AutoScavengeService | None = None
+        #: the database of the node (on disk or in memory), decided at start
+        self.db_config: DatabaseConfig | None = None
         #: the system projections (evdb/projections; RunProjections System or All), run by the leader
         self.projections: SystemProjections | None = None
         #: persistent subscriptions (evdb/persistent), served while this node is the leader
@@ -110,18 +120,18 @@ class Node:
                 projections=lambda: self.projections,
             ),
             load_metrics_config(options.config),
+            clock=self.clock,
         )
-        self.server_tls: Any = None  # the HTTP port's swappable ssl context (evdb/tls/reload.py)
+        self.server_tls: SwappableServerContext | None = None  # the HTTP port's (evdb/tls/reload.py)
         # POST /admin/reloadconfig and SIGHUP
         self.reloader = ConfigReloader(
             self.settings, clock=self.clock, logger=lambda: self.logger, listeners=self._tls_listeners
         )
-        self.grpc: Any = None  # the gRPC server sharing the HTTP port (evdb/grpc/dispatch.py)
+        self.grpc: GrpcServer | None = None  # the gRPC server sharing the HTTP port (evdb/grpc/dispatch.py)
         self._runner: web.AppRunner | None = None
         self._sites: list[web.BaseSite] = []
         self._tasks: list[asyncio.Task] = []
-        self.host = options.http_ip
-        self.port = options.http_port
+        self.addresses = NodeAddresses(self.settings, options.http_ip, options.http_port)
         self.shutdown_requested = asyncio.Event()
         self.started_at = self.clock.time()
 
@@ -131,9 +141,34 @@ class Node:
         return self.settings.options
 
     @property
-    def tls(self) -> Any:
-        """The node's certificates in use (evdb.tls.loading.NodeTls), None without TLS."""
+    def tls(self) -> NodeTls | None:
+        """The node's certificates in use, None without TLS."""
         return self.settings.tls
+
+    # -- the database open now (evdb/services.py OpenDatabase) ---------------------------------------
+    @property
+    def db(self) -> Database | None:
+        return self.opened.db
+
+    @db.setter
+    def db(self, db: Database | None) -> None:
+        self.opened.db = db
+
+    @property
+    def users(self) -> UserStore:
+        return self.opened.users
+
+    @property
+    def notifier(self) -> CommitNotifier:
+        return self.opened.notifier
+
+    @property
+    def scavenge(self) -> ScavengeService | None:
+        return self.opened.scavenge
+
+    @property
+    def db_generation(self) -> int:
+        return self.opened.generation
 
     def _tls_listeners(self) -> list[SwappableServerContext]:
         """The swappable ssl contexts a certificate reload swaps: the HTTP port, the node-to-node port."""
@@ -150,8 +185,8 @@ class Node:
         return HttpTransport(
             host=o.replication_ip or self.host,
             port=o.replication_port,
-            tls=lambda: self.settings.tls,
-            reserved_common_name=lambda: self.settings.options.certificate_reserved_node_common_name,
+            settings=self.settings,
+            clock=self.clock,
             logger=self.logger,
             client=self.peer_client,
             # the HTTP port's connection options hold on the node-to-node listener too
@@ -162,50 +197,67 @@ class Node:
             ),
         )
 
-    def _settings_changed(self, options: Options, tls: Any) -> None:
-        """A reload's new settings reach the parts that keep a copy: ConnectionResetInterval."""
-        interval = float(options.connection_reset_interval)
-        if self.peer_client is not None:
-            self.peer_client.reset_interval = interval
+    def _cluster_host(self) -> NodeClusterHost:
+        """What the cluster service is given of this node (once the HTTP port is bound)."""
+        return NodeClusterHost(
+            name=self.name,
+            instance_id=self.instance_id,
+            logger=self.logger,
+            clock=self.clock,
+            settings=self.settings,
+            addresses=self.addresses,
+            database=self.opened,
+            replication_log=self.replication_log,
+            on_became_leader=self.on_became_leader,
+            truncate_and_reopen=self.truncate_and_reopen,
+        )
+
+    def _settings_changed(self, options: Options, tls: NodeTls | None) -> None:
+        """A reload's new settings reach the part that keeps a copy: the replication stream's
+        ConnectionResetInterval (the peer client and the node-to-node listener read theirs at use)."""
         if self.cluster is not None:
-            self.cluster.reset_interval = interval
+            self.cluster.reset_interval = float(options.connection_reset_interval)
 
     # -- addresses -------------------------------------------------------------------------------------
     @property
+    def host(self) -> str:
+        return self.addresses.host
+
+    @host.setter
+    def host(self, host: str) -> None:
+        self.addresses.host = host
+
+    @property
+    def port(self) -> int:
+        return self.addresses.port
+
+    @port.setter
+    def port(self, port: int) -> None:
+        self.addresses.port = port
+
+    @property
     def scheme(self) -> str:
-        return "http" if self.options.insecure else "https"
+        return self.addresses.scheme
 
     @property
     def http_url(self) -> str:
-        host = self.host if self.host not in ("0.0.0.0", "::") else "127.0.0.1"
-        return f"{self.scheme}://{host}:{self.port}"
+        return self.addresses.http_url
 
     @property
     def advertised_host(self) -> str:
-        """The address other nodes use to reach this node's HTTP port (NodeHostAdvertiseAs)."""
-        given = self.options.node_host_advertise_as
-        if given:
-            return str(given)
-        return self.host if self.host not in ("0.0.0.0", "::") else "127.0.0.1"
+        return self.addresses.advertised_host
 
     @property
     def advertised_port(self) -> int:
-        """The HTTP port other nodes are told (NodePortAdvertiseAs)."""
-        return int(self.options.node_port_advertise_as or self.port)
+        return self.addresses.advertised_port
 
     @property
     def client_endpoint(self) -> tuple[str, int]:
-        """What clients are told to reach this node at: gossip and not-leader redirects
-        (AdvertiseHostToClientAs, AdvertiseNodePortToClientAs), as KurrentDB."""
-        o = self.options
-        return (
-            str(o.advertise_host_to_client_as or self.advertised_host),
-            int(o.advertise_node_port_to_client_as or self.advertised_port),
-        )
+        return self.addresses.client_endpoint
 
     @property
     def endpoint(self) -> str:
-        return f"{self.host}:{self.port}"
+        return self.addresses.endpoint
 
     def set_status(self, name: str, status: str) -> None:
         self.statuses[name] = (status, self.clock.time())
@@ -251,18 +303,13 @@ class Node:
             )
             cert, key, roots = str(dev.cert_path), str(dev.key_path), str(dev.ca_path)
             self.logger.warning("DEV MODE: using throw-away certificates generated in %s", folder)
-        self.settings.tls = load_node_tls(cert, key, roots)
+        tls = self.settings.tls = load_node_tls(cert, key, roots)
         self.logger.info(
-            "Loaded the node certificate %s (issuer %s, expires %s)",
-            self.tls.subject,
-            self.tls.issuer,
-            self.tls.not_after,
+            "Loaded the node certificate %s (issuer %s, expires %s)", tls.subject, tls.issuer, tls.not_after
         )
         self.reloader.certificate_loaded_at = self.clock.time()
-        from evdb.grpc.dispatch import ALPN
-
         # new connections take the certificate in use at their handshake (reloads swap it)
-        self.server_tls = SwappableServerContext(self.tls, require_client_cert=False, alpn_protocols=ALPN)
+        self.server_tls = SwappableServerContext(tls, require_client_cert=False, alpn_protocols=ALPN)
         return self.server_tls.context
 
     def _admit_sign_ins(self) -> None:
@@ -274,18 +321,20 @@ class Node:
     async def _open_database(self) -> None:
         """Open the database and the parts built on it (also after a truncation, see below)."""
         o = self.options
-        db = await asyncio.to_thread(Database.open, self._db_config, clock=self.clock, logger=self.logger)
+        assert self.db_config is not None
+        db = await asyncio.to_thread(Database.open, self.db_config, clock=self.clock, logger=self.logger)
         if self.cluster is not None:  # reopened: hooked into the cluster before any request sees it
             self.cluster.attach_database(db)
         db.observer = self.metrics.observer
-        self.db = db
-        self.notifier = CommitNotifier(self.db)
-        self.users = UserStore(self.db)
+        opened = self.opened
+        opened.db = db
+        opened.notifier = CommitNotifier(db)
+        opened.users = UserStore(db)
         if self.cluster is not None:
             self._admit_sign_ins()
-        self.scavenge = ScavengeService(
-            self.db,
-            state_path=ScavengeService.state_path_for(self._db_config.resolved_index_dir),
+        scavenge = opened.scavenge = ScavengeService(
+            db,
+            state_path=ScavengeService.state_path_for(self.db_config.resolved_index_dir),
             logger=self.logger,
             node_endpoint=self.endpoint,
             merging=not o.disable_scavenge_merging,
@@ -296,18 +345,19 @@ class Node:
             page_size_kib=o.scavenge_backend_page_size // 1024,  # the option is in bytes, as KurrentDB
             cache_size_bytes=o.scavenge_backend_cache_size,
             set_status=lambda status: self.set_status("Scavenge", status),
-            wall_clock=self.clock.time,
+            clock=self.clock,
         )
-        await asyncio.to_thread(self.scavenge.mark_interrupted)
+        await asyncio.to_thread(scavenge.mark_interrupted)
 
     async def _close_database(self) -> None:
-        if self.scavenge is not None:
-            await asyncio.to_thread(self.scavenge.close)
-            self.scavenge = None
-        if self.db is not None:
-            self.notifier.close()
-            await asyncio.to_thread(self.db.close)
-            self.db = None
+        opened = self.opened
+        if opened.scavenge is not None:
+            await asyncio.to_thread(opened.scavenge.close)
+            opened.scavenge = None
+        if opened.db is not None:
+            opened.notifier.close()
+            await asyncio.to_thread(opened.db.close)
+            opened.db = None
 
     async def truncate_and_reopen(self, position: int) -> None:
         """A follower whose log went further than the new leader's: cut it at ``position`` (through
@@ -319,7 +369,7 @@ class Node:
         db = self.open_db()
         if self.cluster is not None:
             await self.cluster.detach_database()
-        self.db_generation += 1  # requests that began before see their failure as a 503, not a 500
+        self.opened.generation += 1  # requests that began before see their failure as a 503, not a 500
         await asyncio.to_thread(db.truncate_on_next_open, position)
         await self._close_database()
         await self._open_database()
@@ -327,17 +377,11 @@ class Node:
     def open_db(self) -> Database:
         """The database open now; DatabaseReopening while a follower reopens it (HTTP 503, gRPC
         UNAVAILABLE: every surface asks here)."""
-        db = self.db
-        if db is None:
-            raise DatabaseReopening()
-        return db
+        return self.opened.open_db()
 
     def open_scavenge(self) -> ScavengeService:
         """The scavenge service of the database open now (it lives as long as the database)."""
-        service = self.scavenge
-        if service is None:
-            raise DatabaseReopening()
-        return service
+        return self.opened.open_scavenge()
 
     def replication_log(self) -> ChunkLogReplication:
         """The replication side of the database open now: what the cluster reads for followers and
@@ -368,7 +412,7 @@ class Node:
                 "UnsafeIgnoreHardDelete is on: a scavenge will remove tombstones. This is unsafe."
             )
         ssl_context = self._load_tls()
-        self._db_config = DatabaseConfig(
+        self.db_config = DatabaseConfig(
             db_dir=None if o.mem_db else o.db,
             index_dir=None if o.mem_db else o.index,
             chunk_size=o.chunk_size,
@@ -380,14 +424,14 @@ class Node:
             "Opening the database %s", "in memory" if o.mem_db else f"in {o.db} (index {o.index})"
         )
         # the node's one client for calls to other nodes (cluster, auto-scavenge): a reload reaches it
-        self.peer_client = PeerClient(
-            lambda: self.tls, reset_interval=float(o.connection_reset_interval), logger=self.logger
-        )
+        self.peer_client = PeerClient(self.settings, logger=self.logger, clock=self.clock)
         self.license = load_license(o, self.logger, self.clock.time())
-        from evdb.autoscavenge.service import MembershipView, create_auto_scavenge
-
+        # the archive's options and licence, before anything opens (evdb/archive/settings.py)
+        self.archive_settings = starting_archive(
+            o, check_license(o, self.clock.time()), self.clock.time(), self.logger
+        )
         # may refuse to start (earlier plugin form)
-        self.auto_scavenge = create_auto_scavenge(
+        auto_scavenge = self.auto_scavenge = create_auto_scavenge(
             o,
             license=lambda: self.license,
             clock=self.clock,
@@ -403,12 +447,13 @@ class Node:
         await self._open_database()
         sockets = self._bind_sockets()
         self.persistent.logger = self.logger
-        self.cluster = ClusterService(self, transport=self._peer_transport())
+        # the node-to-node side gets its own port, not the node (evdb/node/cluster_host.py)
+        self.cluster = ClusterService(self._cluster_host(), transport=self._peer_transport())
         self._admit_sign_ins()
         await self.cluster.start()
         self.persistent.run()
         await self._start_projections()
-        await self.auto_scavenge.start()
+        await auto_scavenge.start()
         self.redaction = await start_redaction_service(
             o,
             logger=self.logger,
@@ -416,6 +461,15 @@ class Node:
             db=lambda: self.db,
             # the node logged its licence check at start (load_license): the service checks quietly
             license_check=lambda: check_license(self.options, self.clock.time()),
+        )
+        # the archiver node's uploads, on their own thread (evdb/archive/archiver.py)
+        self.archiver = start_archiver(
+            self.archive_settings,
+            lambda: self.db,
+            o.chunk_size,
+            name=self.name,
+            logger=self.logger,
+            db_dir=o.db,
         )
         await self._start_http(ssl_context, sockets)
         self.metrics.set_live(True)
@@ -446,7 +500,7 @@ class Node:
     def _bind_sockets(self) -> list[socket.socket]:
         """Bind the HTTP port now (port 0 picks a free one), so the node knows its endpoint."""
         sock = _bind(self.host, self.port)
-        self.port = sock.getsockname()[1]
+        self.addresses.port = sock.getsockname()[1]
         sockets = [sock]
         if self.host in ("127.0.0.1", "localhost"):
             # clients resolve "localhost" to either family: serve IPv6 loopback on the same port too
@@ -455,12 +509,9 @@ class Node:
         return sockets
 
     async def _start_http(self, ssl_context: ssl.SSLContext | None, sockets: list[socket.socket]) -> None:
-        from evdb.grpc.dispatch import DispatchSite, GrpcServer
-        from evdb.http.app import build_app
-        from evdb.http.heads import ServerLog
-
-        app = build_app(self)
-        self.grpc = GrpcServer(self)  # KurrentDB's gRPC API, on the same sockets (evdb/grpc/dispatch.py)
+        services = self.api_services()
+        app = build_app(services)
+        self.grpc = GrpcServer(services)  # KurrentDB's gRPC API, on the same sockets (evdb/grpc/dispatch.py)
         # handler_cancellation: a client that goes away (an abandoned subscription) ends its handler;
         # auto_decompress off: a compressed body is inflated, with a bound, by evdb/http/bodies.py
         self._runner = web.AppRunner(
@@ -471,13 +522,38 @@ class Node:
             handler_cancellation=True,
             auto_decompress=False,
             keepalive_timeout=float(self.options.http_keep_alive_timeout),  # the lean path's too
-            logger=ServerLog(self.logger),  # aiohttp's lines name the node; refusals counted (heads.py)
+            logger=ServerLog(
+                self.logger, self.clock
+            ),  # aiohttp's lines name the node; refusals counted (heads.py)
         )
         await self._runner.setup()
         for sock in sockets:
             site = DispatchSite(self._runner, sock, ssl_context=ssl_context, grpc=self.grpc)
             await site.start()
             self._sites.append(site)
+
+    def api_services(self) -> ApiServices:
+        """What the HTTP API, the gRPC API and the web UI answer from (once the services run)."""
+        return ApiServices(
+            name=self.name,
+            instance_id=self.instance_id,
+            logger=self.logger,
+            clock=self.clock,
+            settings=self.settings,
+            addresses=self.addresses,
+            database=self.opened,
+            cluster=self.cluster,
+            peers=self.peer_client,
+            persistent=self.persistent,
+            projections=self.projections,
+            auto_scavenge=self.auto_scavenge,
+            metrics=self.metrics,
+            reloader=self.reloader,
+            license=self.license,
+            index_dir=self.db_config.resolved_index_dir if self.db_config is not None else None,
+            shutdown_requested=self.shutdown_requested,
+            collect_stats=self.collect_stats,
+        )
 
     async def stop(self) -> None:
         self.metrics.set_live(False)
@@ -493,6 +569,9 @@ class Node:
         if self.redaction is not None:
             await self.redaction.close()
             self.redaction = None
+        if self.archiver is not None:
+            await asyncio.to_thread(self.archiver.close)
+            self.archiver = None
         await self.persistent.close()
         if self.projections is not None:
             await self.projections.stop()

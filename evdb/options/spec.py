@@ -41,6 +41,7 @@ GROUPS = (
     "AutoScavenge",
     "Cluster",
     "Projections",
+    "Archive",
     "Logging",
     "Licensing",
 )

@@ -607,6 +607,107 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "Projections",
         details="Dev mode (`Dev`) turns it on, as KurrentDB's does. Needs `RunProjections` System or All.",
     ),
+    # -- Archive -------------------------------------------------------------------------------------
+    OptionSpec(
+        "ArchiveEnabled",
+        "bool",
+        False,
+        "Archive completed chunks to object storage and read removed ones back from it (licensed).",
+        "Archive",
+        yaml_section="Archive",
+        details=(
+            "Written `Archive: Enabled: true` in YAML, as KurrentDB's. Set on every node of the cluster, the "
+            "archiver included, with the same StorageType, bucket (or folder) and retention policy. Needs a "
+            "licence with the ARCHIVE entitlement; a node with the archive on and no such licence does not "
+            "start. See docs/operations/archive.md."
+        ),
+    ),
+    OptionSpec(
+        "ArchiveStorageType",
+        "enum",
+        None,
+        "Where the archive lives: S3 (any S3-compatible object store) or FileSystem (a folder, for development).",
+        "Archive",
+        choices=("S3", "FileSystem"),
+        yaml_section="Archive",
+        default_note="required when the archive is enabled",
+        details=(
+            "`S3` reads `Archive: S3: Region, Bucket`; the endpoint and the credentials come from the "
+            "standard AWS providers (environment variables such as AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL; the "
+            "shared credentials and config files of AWS_PROFILE; web identity, container and instance "
+            "credentials). `FileSystem` reads `Archive: FileSystem: Path`."
+        ),
+    ),
+    OptionSpec(
+        "ArchiveS3Region",
+        "str",
+        None,
+        "Region of the archive's S3 bucket.",
+        "Archive",
+        yaml_section="Archive",
+        default_note="required with StorageType S3",
+    ),
+    OptionSpec(
+        "ArchiveS3Bucket",
+        "str",
+        None,
+        "Name of the archive's S3 bucket; one bucket per cluster.",
+        "Archive",
+        yaml_section="Archive",
+        default_note="required with StorageType S3",
+        details=(
+            "The bucket must exist. The archiver claims it for its cluster on first use, and a node of "
+            "another cluster refuses it."
+        ),
+    ),
+    OptionSpec(
+        "ArchiveFileSystemPath",
+        "path",
+        None,
+        "Folder of a file-system archive (development and tests); one folder per cluster.",
+        "Archive",
+        yaml_section="Archive",
+        default_note="required with StorageType FileSystem",
+    ),
+    OptionSpec(
+        "ArchiveRetainAtLeastDays",
+        "int",
+        None,
+        "A chunk holding any record younger than this many days stays on the node's disk.",
+        "Archive",
+        yaml_section="Archive",
+        minimum=0,
+        maximum=1_000_000,
+        unit="days",
+        default_note="required when the archive is enabled",
+        details="Written `Archive: RetainAtLeast: Days` in YAML. Both retention values must be set.",
+    ),
+    OptionSpec(
+        "ArchiveRetainAtLeastLogicalBytes",
+        "size",
+        None,
+        "A chunk holding any record within this many bytes of the scavenge point stays on the node's disk.",
+        "Archive",
+        yaml_section="Archive",
+        minimum=0,
+        default_note="required when the archive is enabled",
+        details=(
+            "Written `Archive: RetainAtLeast: LogicalBytes` in YAML: bytes of the logical log, counted back "
+            "from the scavenge point. Local chunks are removed, during a scavenge, only once they are "
+            "archived (checksum verified) and outside both retention values."
+        ),
+    ),
+    OptionSpec(
+        "Archiver",
+        "bool",
+        False,
+        "This node is the cluster's archiver: it uploads completed chunks to the archive (a read-only replica).",
+        "Archive",
+        details=(
+            "Written `Archiver: true` at the top level of the YAML file, beside `ReadOnlyReplica: true`, "
+            "which it requires, and with `Archive: Enabled: true`. One archiver per cluster."
+        ),
+    ),
     # -- Logging -------------------------------------------------------------------------------------
     OptionSpec(
         "Log",
@@ -653,7 +754,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "LicenseKey",
         "str",
         "",
-        "Licence key that enables the licensed features (auto-scavenge, redaction).",
+        "Licence key that enables the licensed features (auto-scavenge, redaction, archive).",
         "Licensing",
         sensitive=True,
         aliases=("LicensingLicenseKey",),

@@ -21,7 +21,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from evdb.clock import Clock
@@ -31,6 +31,7 @@ from evdb.persistent.model import (
     LIVE,
     EventSource,
     GroupSettings,
+    OutstandingMessage,
     ResolvedEvent,
     checkpoint_stream,
     group_key,
@@ -98,20 +99,6 @@ class Io:
     @property
     def busy(self) -> int:
         return len(self._tasks)
-
-
-@dataclass(frozen=True, slots=True)
-class OutstandingMessage:
-    resolved: ResolvedEvent
-    retry_count: int = 0
-    is_replayed: bool = False  # a parked message being replayed
-    sequence: int | None = None
-    position: int | None = None
-    previous_position: int | None = None
-
-    @property
-    def event_id(self) -> bytes:
-        return self.resolved.event_id
 
 
 class StreamBuffer:
@@ -616,9 +603,18 @@ class Group:
 
     def ack(self, event_ids: list[bytes]) -> None:
         self._remove_processing(event_ids)
+        self._answered()
+
+    def _answered(self) -> None:
+        """After a consumer's ack or nack: the checkpoint, the next page, and the push of what the
+        answer made room for, before the next answer is handled. KurrentDB queues that push behind
+        the answer, and reads a consumer's answers off the call one at a time, so each answer's push
+        goes out before the next answer is taken; answers read together here (one read of the call
+        holds several) must not share one push, or the retries of later nacks would go out before
+        the new event an earlier ack had made room for, and that event's own retry after newer ones."""
         self.try_mark_checkpoint(False)
         self.try_reading_new_batch()
-        self._schedule_push()
+        self.push_to_clients()
 
     def nack(self, event_ids: list[bytes], action: str, reason: str) -> None:
         """``action``: Unknown, Park, Retry, Skip or Stop (KurrentDB's NakAction)."""
@@ -635,9 +631,7 @@ class Group:
             else:  # Skip
                 self._outstanding.pop(event_id, None)
         self._remove_processing(event_ids)
-        self.try_mark_checkpoint(False)
-        self.try_reading_new_batch()
-        self._schedule_push()
+        self._answered()
 
     def _parked_after_retries(self, message: OutstandingMessage) -> bool:
         if message.retry_count < self.settings.max_retry_count:

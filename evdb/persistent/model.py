@@ -23,6 +23,7 @@ __all__ = [
     "EventFilterSpec",
     "EventSource",
     "GroupSettings",
+    "OutstandingMessage",
     "ResolvedEvent",
     "bare_key",
     "check_settings",
@@ -96,6 +97,22 @@ class ResolvedEvent:
 # -- filters ------------------------------------------------------------------------------------------
 _FILTER_CONTEXTS = {"streamid": "StreamId", "eventtype": "EventType"}
 _FILTER_TYPES = {"prefix": "Prefix", "regex": "Regex"}
+
+
+@dataclass(frozen=True, slots=True)
+class OutstandingMessage:
+    """An event handed to a group's consumers and not yet acknowledged (engine and strategies share it)."""
+
+    resolved: ResolvedEvent
+    retry_count: int = 0
+    is_replayed: bool = False  # a parked message being replayed
+    sequence: int | None = None
+    position: int | None = None
+    previous_position: int | None = None
+
+    @property
+    def event_id(self) -> bytes:
+        return self.resolved.event_id
 
 
 def default_all_allows(stream: str) -> bool:

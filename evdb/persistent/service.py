@@ -424,9 +424,24 @@ class PersistentSubscriptionService:
             if group_key(source.stream, group) in self._groups:
                 raise PersistentSubscriptionExists(source.stream, group)
             config = self._save_entry(user, (source.stream, group), settings.to_entry(source, group))
+            await self._make_then_save(source, group, settings, end, config)
+
+    async def _make_then_save(
+        self, source: EventSource, group: str, settings: GroupSettings, end: int, config: Any
+    ) -> None:
+        """As KurrentDB's Create: the group is made (and takes live events) before the configuration
+        is written, so a group of ``$all`` from the end is handed its own ``$PersistentConfig`` event
+        as KurrentDB's is. A configuration that cannot be written takes the group away again (the
+        caller gets the error; nothing changed)."""
+        await self._add_group_loaded(source, group, settings, end)
+        try:
             await asyncio.to_thread(self._store.save_config, config)
-            self._config = config
-            await self._add_group_loaded(source, group, settings, end)
+        except BaseException:
+            instance = self._groups.pop(group_key(source.stream, group), None)
+            if instance is not None:
+                instance.shutdown()
+            raise
+        self._config = config
 
     async def update(
         self, source: EventSource, group: str, settings: GroupSettings, user: str | None

@@ -14,14 +14,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import xxhash
 
-from evdb.persistent.model import LINK_TO, ResolvedEvent
-
-if TYPE_CHECKING:
-    from evdb.persistent.engine import OutstandingMessage
+from evdb.persistent.model import LINK_TO, OutstandingMessage, ResolvedEvent
 
 __all__ = ["Client", "ConsumerSink", "PushResult", "RequestStatistics", "make_strategy"]
 

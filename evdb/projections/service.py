@@ -28,10 +28,8 @@ import contextlib
 import json
 import logging
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from evdb.clock import Clock
 from evdb.database import Database, WriterContext
@@ -45,15 +43,30 @@ from evdb.errors import (
     StreamNotFound,
 )
 from evdb.projections.config import DEFAULT_CONFIG, ProjectionConfig
+from evdb.projections.model import (
+    REGISTRATION_STREAM,
+    SUBSYSTEM_VERSION,
+    Planned,
+    ProjectionFaulted,
+    Runtime,
+    Target,
+    checkpoint_deleted_reason,
+    checkpoint_stream,
+    json_bytes,
+    parse_tag,
+    projection_statistics,
+    state_stream,
+    tag_positions,
+)
 from evdb.projections.standard import (
     PARTITION_CHECKPOINT_TYPE,
     STANDARD_PROJECTIONS,
     Emitted,
-    StandardProjection,
     by_name,
 )
+from evdb.projections.store import ProjectionStore
 from evdb.storage.records import EventRecord
-from evdb.streams import ANY, NO_STREAM, NewEvent, check_stream_name, metastream_of
+from evdb.streams import ANY, NewEvent, check_stream_name, metastream_of
 from evdb.subscriptions import CommitNotifier
 
 __all__ = [
@@ -64,8 +77,6 @@ __all__ = [
     "state_stream",
 ]
 
-REGISTRATION_STREAM = "$projections-$all"
-SUBSYSTEM_VERSION = 4  # KurrentDB's ProjectionConstants.SubsystemVersion, the 4th part of "$v"
 BATCH = 1000  # events of $all read per step
 CHECKPOINT_HANDLED_THRESHOLD = DEFAULT_CONFIG.checkpoint_handled_threshold  # KurrentDB's ProjectionConsts
 CHECKPOINT_AFTER_SECONDS = 2.0  # evdb: when caught up, a checkpoint of handled events waits at most this
@@ -77,140 +88,6 @@ _CHECKPOINT_METADATA = {
     "$maxCount": 2,
     "$acl": {"$r": "$admins", "$w": "$admins", "$d": "$admins", "$mr": "$all", "$mw": "$admins"},
 }
-
-
-def state_stream(name: str) -> str:
-    return f"$projections-{name}"
-
-
-def checkpoint_stream(name: str) -> str:
-    return f"$projections-{name}-checkpoint"
-
-
-def _json(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
-
-
-def _tfpos(position: int) -> str:
-    """KurrentDB's ``TFPos.ToString()``: commit and prepare positions (one and the same in evdb; the
-    zero tag, nothing processed yet, is ``C:0/P:-1``)."""
-    commit, prepare = tag_positions(position)
-    return f"C:{commit}/P:{prepare}"
-
-
-class Tag(NamedTuple):
-    """A checkpoint tag read back from an event's metadata."""
-
-    projection_id: int
-    epoch: int
-    version: int
-    position: int
-
-
-def tag_positions(position: int) -> tuple[int, int]:
-    """The ``$c`` and ``$p`` of a tag at ``position`` (-1: nothing processed yet, KurrentDB's zero tag
-    ``C:0/P:-1``)."""
-    return (position, position) if position >= 0 else (0, -1)
-
-
-def parse_tag(metadata: bytes) -> Tag | None:
-    """The ``$v`` and ``$c`` of a projection-written event's metadata; None when it has none. The zero
-    tag (``$p`` -1) reads as position -1."""
-    try:
-        parsed = json.loads(metadata) if metadata else None
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    if not isinstance(parsed, dict):
-        return None
-    version, commit = parsed.get("$v"), parsed.get("$c")
-    if not isinstance(version, str) or isinstance(commit, bool) or not isinstance(commit, int):
-        return None
-    parts = version.split(":")
-    try:
-        projection_id, epoch, number = (int(p) for p in parts[:3])
-    except ValueError:
-        return None
-    if parsed.get("$p") == -1 and commit == 0:
-        commit = -1
-    return Tag(projection_id, epoch, number, commit)
-
-
-@dataclass(slots=True)
-class _Persisted:
-    enabled: bool
-    epoch: int
-    version: int
-    config: ProjectionConfig = DEFAULT_CONFIG
-    #: KurrentDB's ``checkpointsDisabled``: set by a reset made while the checkpoint stream is deleted
-    #: (tombstoned); the projection then keeps its checkpoints in memory only
-    checkpoints_disabled: bool = False
-
-
-@dataclass(slots=True)
-class _Target:
-    """What a projection knows of one stream it writes to."""
-
-    last_number: int  # its last event number (-1: none)
-    last_source: int  # position of the source event of the last event written in this epoch (-1: none)
-    metadata: dict[str, Any] | None  # metadata to write before its next event (a new logical stream)
-    skip: bool = False  # not a valid name: nothing is written to it
-
-
-class ProjectionFaulted(Exception):
-    """A projection met a state it must not write over (KurrentDB faults it)."""
-
-
-class _Planned(NamedTuple):
-    """One event a projection is about to write, at the tag of ``position``."""
-
-    position: int  # the source event's log position (or the checkpoint's)
-    source: EventRecord | None  # the event that caused it (None: a checkpoint's own event)
-    emitted: Emitted
-    repeatable: bool = False  # a checkpoint's: written again at the same tag (KurrentDB does at a start)
-
-
-@dataclass
-class _Runtime:
-    """One projection on this leader."""
-
-    definition: StandardProjection
-    projection_id: int
-    persisted: _Persisted
-    status: str = "Stopped"
-    reason: str = ""
-    position: int = -1  # the last event processed (-1: none)
-    next_position: int = 0  # where the next read of $all starts
-    checkpoint: int = -1
-    unchecked: int = 0  # events handled since the last checkpoint
-    last_passed: int = -1  # the last event handled, or the checkpoint (the unhandled bytes count from it)
-    checkpoint_at: float = 0.0
-    processed: int = 0  # events handled since this node took office
-    processing_seconds: float = 0.0
-    checkpoint_metadata_written: bool = False
-    checkpoint_deleted: bool = False  # the checkpoint stream is tombstoned: no checkpoint is written
-    targets: OrderedDict[str, _Target] = field(default_factory=OrderedDict)
-    task: asyncio.Task[None] | None = None
-    stopping: bool = False
-    write_checkpoint_on_stop: bool = True
-    #: done when the runner is to stop: waited on with the commit and the timer, stays done (set by
-    #: _stop_runner; a new one per start)
-    wakeup: asyncio.Future[None] | None = None
-    # the wait for the next suggested checkpoint (a clock sleep ending at timer_deadline), kept across
-    # the runner's waits for commits: one per checkpoint period, not a task per commit
-    timer: asyncio.Task[None] | None = None
-    timer_deadline: float = 0.0
-
-    @property
-    def name(self) -> str:
-        return self.definition.name
-
-    def start_at(self, position: int) -> None:
-        self.position = position
-        self.next_position = max(position, 0)
-        self.checkpoint = position
-        self.unchecked = 0
-        self.last_passed = position
-        self.targets.clear()
 
 
 class SystemProjections:
@@ -231,15 +108,22 @@ class SystemProjections:
         self._is_leader = is_leader
         self._clock = clock
         self._log = logger
-        self.start_standard = start_standard
-        self._runtimes: dict[str, _Runtime] = {}
+        self._store = ProjectionStore(clock=clock, logger=logger, start_standard=start_standard)
+        self._runtimes: dict[str, Runtime] = {}
         self._active = False
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._supervisor: asyncio.Task[None] | None = None
-        #: why the projections' registration stream could not be used at the last load (None: it could)
-        self.registration_fault: str | None = None
         self._start_failure: str | None = None  # the last failure to load, logged when it changes
+
+    @property
+    def registration_fault(self) -> str | None:
+        """Why the projections' registration stream could not be used at the last load (None: it could)."""
+        return self._store.registration_fault
+
+    @property
+    def start_standard(self) -> bool:
+        return self._store.start_standard
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -300,7 +184,7 @@ class SystemProjections:
                 wait.cancel()
 
     async def _activate(self) -> None:
-        runtimes = await asyncio.to_thread(self._load, self._database())
+        runtimes = await asyncio.to_thread(self._store.load, self._database())
         self._runtimes = runtimes
         self._active = True
         self._start_failure = None
@@ -324,178 +208,17 @@ class SystemProjections:
                     await rt.task
                 rt.task = None
 
-    # -- loading (a worker thread) ------------------------------------------------------------------------
-    def _load(self, db: Database) -> dict[str, _Runtime]:
-        ids = self._register(db)
-        runtimes: dict[str, _Runtime] = {}
-        for definition in STANDARD_PROJECTIONS:
-            try:
-                persisted = self._read_state(db, definition)
-            except StreamDeleted:
-                persisted = _Persisted(False, -1, -1)
-                rt = _Runtime(definition, ids[definition.name], persisted)
-                self._fault_at_load(rt, f"Its state stream {state_stream(rt.name)} is deleted (tombstoned).")
-                runtimes[definition.name] = rt
-                continue
-            rt = _Runtime(definition, ids[definition.name], persisted, checkpoint_at=self._clock.monotonic())
-            checkpoints = db.stream_state(checkpoint_stream(rt.name))
-            rt.checkpoint_metadata_written = checkpoints.metadata_version >= 0
-            if checkpoints.tombstoned:
-                # only this projection stops (the others load and run); a reset runs it again
-                rt.checkpoint_deleted = True
-                rt.start_at(-1)
-                if not persisted.checkpoints_disabled:
-                    self._fault_at_load(rt, _checkpoint_deleted_reason(rt.name))
-            else:
-                rt.start_at(self._read_checkpoint(db, rt))
-            runtimes[definition.name] = rt
-        if self.start_standard:  # KurrentDB's StartStandardProjections: enable the stopped ones
-            for rt in runtimes.values():
-                if not rt.persisted.enabled and rt.status != "Faulted":
-                    self._write_state(db, rt, enabled=True, reset=False)
-        return runtimes
-
-    def _fault_at_load(self, rt: _Runtime, reason: str) -> None:
-        rt.status = "Faulted"
-        rt.reason = reason
-        self._log.error("Projection %s faulted as it loaded: %s", rt.name, reason)
-
-    def _register(self, db: Database) -> dict[str, int]:
-        """``$projections-$all``: create it and the missing registrations; answer each projection's id.
-
-        A tombstoned ``$projections-$all`` can be neither read nor written again: the subsystem loads
-        anyway (:meth:`_ids_without_registration`), reports it (:attr:`registration_fault`, logged once
-        per load) and every projection runs on from its checkpoint."""
-        try:
-            records = db.read_stream_forward(REGISTRATION_STREAM, 0, 4096).events
-        except StreamNotFound:
-            db.append(REGISTRATION_STREAM, [NewEvent("$ProjectionsInitialized", is_json=False)], NO_STREAM)
-            records = db.read_stream_forward(REGISTRATION_STREAM, 0, 4096).events
-        except StreamDeleted:
-            return self._ids_without_registration(db)
-        self.registration_fault = None
-        ids: dict[str, int] = {}
-        for record in records:
-            if record.event_type == "$ProjectionCreated":
-                ids.setdefault(record.data.decode("utf-8", "replace"), record.event_number)
-        missing = [p.name for p in STANDARD_PROJECTIONS if p.name not in ids]
-        if missing:
-            result = db.append(
-                REGISTRATION_STREAM, [NewEvent("$ProjectionCreated", n.encode()) for n in missing]
-            )
-            for offset, name in enumerate(missing):
-                ids[name] = result.first_event_number + offset
-        return ids
-
-    def _ids_without_registration(self, db: Database) -> dict[str, int]:
-        """Each projection's id when ``$projections-$all`` is tombstoned: the one its last checkpoint
-        carries (so it goes on from that checkpoint, emitting nothing twice), else the id a first
-        registration gives it (``$ProjectionsInitialized`` is event 0, the standard projections follow
-        in order)."""
-        ids: dict[str, int] = {}
-        for offset, definition in enumerate(STANDARD_PROJECTIONS):
-            ids[definition.name] = offset + 1
-            try:
-                page = db.read_stream_backward(checkpoint_stream(definition.name), None, 1)
-            except (StreamNotFound, StreamDeleted):
-                continue
-            tag = parse_tag(page.events[0].metadata) if page.events else None
-            if tag is not None:
-                ids[definition.name] = tag.projection_id
-        self.registration_fault = (
-            f"The projections' registration stream {REGISTRATION_STREAM} is deleted (tombstoned): "
-            "the projections run on with the ids their checkpoints carry; nothing can be registered again"
-        )
-        self._log.error("System projections: %s", self.registration_fault)
-        return ids
-
-    def _read_state(self, db: Database, definition: StandardProjection) -> _Persisted:
-        stream = state_stream(definition.name)
-        try:
-            page = db.read_stream_backward(stream, None, 1)
-        except StreamNotFound:
-            page = None
-        if page is not None and page.events:
-            record = page.events[0]
-            try:
-                body = json.loads(record.data)
-            except (ValueError, UnicodeDecodeError, RecursionError):
-                body = None
-            if isinstance(body, dict):
-                epoch = body.get("epoch")
-                return _Persisted(
-                    bool(body.get("enabled")),
-                    epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else -1,
-                    record.event_number,
-                    ProjectionConfig.from_persisted(body),
-                    body.get("checkpointsDisabled") is True,
-                )
-        # KurrentDB creates the system projections disabled
-        persisted = _Persisted(False, -1, -1)
-        self._append_state(db, definition, persisted, enabled=False, reset=False)
-        return persisted
-
-    def _read_checkpoint(self, db: Database, rt: _Runtime) -> int:
-        try:
-            page = db.read_stream_backward(checkpoint_stream(rt.name), None, 1)
-        except StreamNotFound:
-            return -1
-        if not page.events:
-            return -1
-        tag = parse_tag(page.events[0].metadata)
-        if tag is None or tag.projection_id != rt.projection_id or tag.version < rt.persisted.epoch:
-            return -1  # written before the last reset
-        return tag.position
-
-    def _append_state(
-        self,
-        db: Database,
-        definition: StandardProjection,
-        persisted: _Persisted,
-        *,
-        enabled: bool,
-        reset: bool,
-        config: ProjectionConfig | None = None,
-        checkpoints_disabled: bool | None = None,
-    ) -> None:
-        """Write a ``$ProjectionUpdated`` (KurrentDB's persisted state); its number is the new version,
-        and a reset makes it the epoch too."""
-        if checkpoints_disabled is None:
-            checkpoints_disabled = persisted.checkpoints_disabled
-        version = persisted.version + 1
-        epoch = version if reset else persisted.epoch
-        config = persisted.config if config is None else config
-        body: dict[str, Any] = {
-            "handlerType": definition.handler_type,
-            "query": definition.query,
-            "mode": "Continuous",
-            "enabled": enabled,
-            "checkpointsDisabled": checkpoints_disabled,
-            "epoch": epoch,
-            "version": version,
-            "runAs": {"name": "$system", "roles": ["$admins"]},
-            **config.to_persisted(),
-            "projectionSubsystemVersion": SUBSYSTEM_VERSION,
-            "engineVersion": 1,
-        }
-        expected = persisted.version if persisted.version >= 0 else NO_STREAM
-        event = NewEvent("$ProjectionUpdated", _json(body), is_json=True)
-        db.append(state_stream(definition.name), [event], expected)
-        persisted.enabled, persisted.epoch, persisted.version = enabled, epoch, version
-        persisted.config = config
-        persisted.checkpoints_disabled = checkpoints_disabled
-
     def _write_state(
         self,
         db: Database,
-        rt: _Runtime,
+        rt: Runtime,
         *,
         enabled: bool,
         reset: bool,
         config: ProjectionConfig | None = None,
         checkpoints_disabled: bool | None = None,
     ) -> None:
-        self._append_state(
+        self._store.append_state(
             db,
             rt.definition,
             rt.persisted,
@@ -506,7 +229,7 @@ class SystemProjections:
         )
 
     # -- running ------------------------------------------------------------------------------------------
-    def _start_runner(self, rt: _Runtime) -> None:
+    def _start_runner(self, rt: Runtime) -> None:
         rt.stopping = False
         rt.write_checkpoint_on_stop = True
         rt.wakeup = asyncio.get_running_loop().create_future()
@@ -514,7 +237,7 @@ class SystemProjections:
         rt.reason = ""
         rt.task = asyncio.create_task(self._run(rt), name=f"projection {rt.name}")
 
-    async def _run(self, rt: _Runtime) -> None:
+    async def _run(self, rt: Runtime) -> None:
         try:
             await asyncio.to_thread(self._started, self._database(), rt)
             while not rt.stopping:
@@ -558,7 +281,7 @@ class SystemProjections:
             if rt.status != "Faulted" and not rt.stopping:
                 rt.task = None  # a stop by the leader's loss or a closing database: restartable
 
-    def _checkpoint_timer(self, rt: _Runtime, deadline: float, timeout: float) -> asyncio.Task[None]:
+    def _checkpoint_timer(self, rt: Runtime, deadline: float, timeout: float) -> asyncio.Task[None]:
         """The sleep until the next suggested checkpoint (``deadline`` on the clock, ``timeout`` from
         now): the one already running when it ends then, else a new one."""
         timer = rt.timer
@@ -569,7 +292,7 @@ class SystemProjections:
             rt.timer_deadline = deadline
         return timer
 
-    async def _wait(self, rt: _Runtime, position: int, timer: asyncio.Task[None] | None) -> None:
+    async def _wait(self, rt: Runtime, position: int, timer: asyncio.Task[None] | None) -> None:
         """Until a commit past ``position``, a stop (the runtime's wakeup) or ``timer`` ends: futures, no
         task per wait (the timer is kept for the next wait)."""
         wakeup = rt.wakeup
@@ -581,7 +304,7 @@ class SystemProjections:
         finally:
             commit.cancel()
 
-    def _started(self, db: Database, rt: _Runtime) -> None:
+    def _started(self, db: Database, rt: Runtime) -> None:
         """KurrentDB's ``NewCheckpointStarted`` as a projection starts: ``$by_event_type`` writes a
         ``$Checkpoint`` at the position it starts from to ``$et``."""
         planned = self._checkpoint_events(rt, rt.position)
@@ -590,22 +313,22 @@ class SystemProjections:
             if writes or metadata:
                 self._commit(db, rt, writes, metadata, None)
 
-    def _checkpoint_events(self, rt: _Runtime, position: int) -> list[_Planned]:
+    def _checkpoint_events(self, rt: Runtime, position: int) -> list[Planned]:
         """What a projection writes as a checkpoint is suggested at ``position`` (KurrentDB's
         ``IProjectionCheckpointHandler``): ``{"$c": .., "$p": ..}`` to its index checkpoint stream."""
         stream = rt.definition.index_checkpoint_stream
         if stream is None:
             return []
         commit, prepare = tag_positions(position)
-        data = _json({"$c": commit, "$p": prepare})
+        data = json_bytes({"$c": commit, "$p": prepare})
         emitted = Emitted(stream, PARTITION_CHECKPOINT_TYPE, data, is_json=True)
-        return [_Planned(position, None, emitted, repeatable=True)]
+        return [Planned(position, None, emitted, repeatable=True)]
 
-    def _suggested_checkpoint(self, db: Database, rt: _Runtime, position: int) -> None:
+    def _suggested_checkpoint(self, db: Database, rt: Runtime, position: int) -> None:
         writes, metadata = self._plan(db, rt, self._checkpoint_events(rt, position))
         self._commit(db, rt, writes, metadata, position)
 
-    def _checkpoint_due(self, rt: _Runtime, handled: int, position: int) -> bool:
+    def _checkpoint_due(self, rt: Runtime, handled: int, position: int) -> bool:
         """KurrentDB's ``ReaderSubscriptionBase``: a checkpoint is suggested after
         ``checkpointHandledThreshold`` events handled, or ``checkpointUnhandledBytesThreshold`` bytes of
         ``$all`` passed with none handled, no sooner than ``checkpointAfterMs`` after the last one."""
@@ -620,12 +343,12 @@ class SystemProjections:
         unhandled = config.checkpoint_unhandled_bytes_threshold
         return unhandled > 0 and rt.last_passed >= 0 and position - rt.last_passed > unhandled
 
-    def _step(self, db: Database, rt: _Runtime) -> bool:
+    def _step(self, db: Database, rt: Runtime) -> bool:
         """Process one batch of ``$all`` (a worker thread); True when it reached the end."""
         started = self._clock.monotonic()
         page = db.read_all_forward(rt.next_position, BATCH)
         position = rt.position
-        planned: list[_Planned] = []
+        planned: list[Planned] = []
         handled = 0
         last_passed = rt.last_passed
         definition = rt.definition
@@ -639,7 +362,7 @@ class SystemProjections:
                 continue
             handled += 1
             last_passed = position
-            planned.extend(_Planned(position, record, e) for e in definition.emit(record))
+            planned.extend(Planned(position, record, e) for e in definition.emit(record))
         rt.last_passed = last_passed
         due = self._checkpoint_due(rt, handled, position)
         if due:
@@ -655,7 +378,7 @@ class SystemProjections:
         rt.processing_seconds += self._clock.monotonic() - started
         return page.is_end
 
-    def _target(self, db: Database, rt: _Runtime, stream: str) -> _Target:
+    def _target(self, db: Database, rt: Runtime, stream: str) -> Target:
         known = rt.targets.get(stream)
         if known is not None:
             rt.targets.move_to_end(stream)
@@ -666,26 +389,26 @@ class SystemProjections:
             rt.targets.popitem(last=False)
         return target
 
-    def _read_target(self, db: Database, rt: _Runtime, stream: str) -> _Target:
+    def _read_target(self, db: Database, rt: Runtime, stream: str) -> Target:
         """What ``stream`` holds of this projection's output (KurrentDB's emitted stream recovery)."""
         try:
             check_stream_name(stream)
         except InvalidInput as exc:
             self._log.warning("Projection %s does not write to stream %r: %s", rt.name, stream[:200], exc)
-            return _Target(-1, -1, None, skip=True)
+            return Target(-1, -1, None, skip=True)
         state = db.stream_state(stream)
         if state.tombstoned:  # KurrentDB's EmittedStream: the projection faults with this reason
             raise ProjectionFaulted(f"Stream : {stream} is deleted. Cannot emit events to it")
         last = state.last_event_number
         fresh: dict[str, Any] = {"$acl": _EMITTED_ACL}
         if last < 0 or state.soft_deleted:
-            return _Target(last, -1, fresh)
+            return Target(last, -1, fresh)
         try:
             record: EventRecord | None = db.read_event(stream, last)
         except (StreamNotFound, StreamDeleted):
             record = None  # truncated or expired: a new logical stream after it
         if record is None:
-            return _Target(last, -1, {"$tb": last + 1, **fresh})
+            return Target(last, -1, {"$tb": last + 1, **fresh})
         tag = parse_tag(record.metadata)
         if tag is None:
             raise ProjectionFaulted(
@@ -697,10 +420,10 @@ class SystemProjections:
                 f"Last event projection: '{tag.projection_id}'.  Emitting projection: '{rt.projection_id}'"
             )
         if tag.version < rt.persisted.epoch:  # written before the last reset: a new logical stream
-            return _Target(last, -1, {"$tb": last + 1, **fresh})
-        return _Target(last, tag.position, None)
+            return Target(last, -1, {"$tb": last + 1, **fresh})
+        return Target(last, tag.position, None)
 
-    def _metadata(self, rt: _Runtime, item: _Planned) -> bytes:
+    def _metadata(self, rt: Runtime, item: Planned) -> bytes:
         """The emitted event's metadata: the checkpoint tag of its source, the handler's keys, then
         ``$causedBy`` and ``$correlationId`` (KurrentDB's ``EmittedStream`` order; a checkpoint's own
         event has neither)."""
@@ -716,16 +439,16 @@ class SystemProjections:
                 body[key] = value
         source = item.source
         if source is None:
-            return _json(body)
+            return json_bytes(body)
         body["$causedBy"] = str(source.id)
         if "$correlationId" not in body and source.is_json and source.metadata:
             correlation = _source_correlation_id(source.metadata)
             if correlation is not None:
                 body["$correlationId"] = correlation
-        return _json(body)
+        return json_bytes(body)
 
     def _plan(
-        self, db: Database, rt: _Runtime, planned: list[_Planned]
+        self, db: Database, rt: Runtime, planned: list[Planned]
     ) -> tuple[list[tuple[str, list[NewEvent]]], dict[str, bytes]]:
         """The appends for a batch's output, per stream in order, skipping what a stream already has
         (a checkpoint's event is written again at the tag the stream ends with, as KurrentDB does when
@@ -744,7 +467,7 @@ class SystemProjections:
             ):
                 continue
             if target.metadata is not None and e.stream not in metadata:
-                metadata[e.stream] = _json(target.metadata)
+                metadata[e.stream] = json_bytes(target.metadata)
             event = NewEvent(e.event_type, e.data, self._metadata(rt, item), uuid.uuid4(), e.is_json)
             per_stream.setdefault(e.stream, []).append(event)
             target.last_source = item.position
@@ -753,7 +476,7 @@ class SystemProjections:
     def _commit(
         self,
         db: Database,
-        rt: _Runtime,
+        rt: Runtime,
         writes: list[tuple[str, list[NewEvent]]],
         metadata: dict[str, bytes],
         checkpoint: int | None,
@@ -769,7 +492,7 @@ class SystemProjections:
                 "$p": checkpoint,
             }
             # the data is the root partition's state: none for a system projection, "[]" (PartitionState)
-            checkpoint_event = NewEvent("$ProjectionCheckpoint", b"[]", _json(tag), uuid.uuid4(), True)
+            checkpoint_event = NewEvent("$ProjectionCheckpoint", b"[]", json_bytes(tag), uuid.uuid4(), True)
 
         def write(ctx: WriterContext) -> None:
             permit = db.write_permit
@@ -783,7 +506,7 @@ class SystemProjections:
             if checkpoint_event is not None and not rt.checkpoint_deleted:
                 name = checkpoint_stream(rt.name)
                 if not rt.checkpoint_metadata_written:
-                    meta = NewEvent("$metadata", _json(_CHECKPOINT_METADATA), b"", uuid.uuid4(), True)
+                    meta = NewEvent("$metadata", json_bytes(_CHECKPOINT_METADATA), b"", uuid.uuid4(), True)
                     ctx.append(metastream_of(name), [meta])
                 ctx.append(name, [checkpoint_event], ANY)
 
@@ -795,7 +518,7 @@ class SystemProjections:
             if exc.stream not in (name, metastream_of(name)):
                 raise
             rt.checkpoint_deleted = True  # deleted while running: this projection faults, a reset runs it
-            raise ProjectionFaulted(_checkpoint_deleted_reason(rt.name)) from None
+            raise ProjectionFaulted(checkpoint_deleted_reason(rt.name)) from None
         except BaseException:
             rt.targets.clear()  # what was written is read back from the streams at the next step
             raise
@@ -811,7 +534,7 @@ class SystemProjections:
             rt.checkpoint_at = self._clock.monotonic()
 
     # -- management -----------------------------------------------------------------------------------------
-    def _runtime(self, name: str) -> _Runtime:
+    def _runtime(self, name: str) -> Runtime:
         if by_name(name) is None:
             raise ProjectionNotFound(name)
         if not self._active:
@@ -832,39 +555,14 @@ class SystemProjections:
             raise NotLeader()
         return [self._statistics(self._runtimes[p.name]) for p in STANDARD_PROJECTIONS]
 
-    def _statistics(self, rt: _Runtime) -> dict[str, Any]:
-        status = rt.status
-        if status != "Running" and rt.persisted.enabled and status in ("Stopped", "Faulted"):
-            status += " (Enabled)"
+    def _statistics(self, rt: Runtime) -> dict[str, Any]:
         try:
             end = self._database().readable_position
         except DatabaseClosed:
             end = 0
-        progress = 100.0 if end <= 0 else round(min(100.0, 100.0 * rt.next_position / end), 1)
-        return {
-            "coreProcessingTime": int(rt.processing_seconds * 1000),
-            "version": rt.persisted.version,
-            "epoch": rt.persisted.epoch,
-            "effectiveName": rt.name,
-            "writesInProgress": 0,
-            "readsInProgress": 0,
-            "partitionsCached": 1,
-            "status": status,
-            # a fault of the subsystem (its registration stream tombstoned) shows on every projection
-            "stateReason": rt.reason or self.registration_fault or "",
-            "name": rt.name,
-            "mode": "Continuous",
-            "position": _tfpos(rt.position),
-            "progress": progress,
-            "lastCheckpoint": _tfpos(rt.checkpoint),
-            "eventsProcessedAfterRestart": rt.processed,
-            "checkpointStatus": "",
-            "bufferedEvents": 0,
-            "writePendingEventsBeforeCheckpoint": 0,
-            "writePendingEventsAfterCheckpoint": 0,
-        }
+        return projection_statistics(rt, end, self.registration_fault)
 
-    async def _stop_runner(self, rt: _Runtime, *, write_checkpoint: bool) -> None:
+    async def _stop_runner(self, rt: Runtime, *, write_checkpoint: bool) -> None:
         task = rt.task
         if task is None:
             return
@@ -964,13 +662,6 @@ class SystemProjections:
         """A system projection's state and result: none (KurrentDB answers an empty one)."""
         self._runtime(name)
         return ""
-
-
-def _checkpoint_deleted_reason(name: str) -> str:
-    return (
-        f"Its checkpoint stream {checkpoint_stream(name)} is deleted (tombstoned). Reset the projection to "
-        "run it again: it starts from the beginning of $all and keeps its checkpoints in memory only."
-    )
 
 
 def _source_correlation_id(metadata: bytes) -> str | None:

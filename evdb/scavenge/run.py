@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from evdb.clock import Clock
 from evdb.database import Database
 from evdb.scavenge.point import ScavengePoint
 from evdb.scavenge.state import ScavengeState
@@ -173,6 +174,8 @@ class RunContext:
     stop: threading.Event
     throttle: Throttle
     progress: Progress
+    #: the node's clock: its wall time dates the phases
+    clock: Clock
     threads: int = 1
     merging: bool = True
     unsafe_ignore_hard_delete: bool = False
@@ -189,14 +192,13 @@ class RunContext:
     handoffs: dict[int, str] = field(default_factory=dict)
     #: merges chunk execution made as it switched copies in, for the merging phase to report
     fused_merges: list[FusedMerge] = field(default_factory=list)
-    clock_time: Any = time.time
 
     def check_stop(self) -> None:
         if self.stop.is_set():
             raise ScavengeStopped()
 
     def enter_phase(self, name: str) -> float:
-        now = self.clock_time()
+        now = self.clock.time()
         if self.progress.phase == "Beginning" and self.progress.started:
             self.progress.phase_seconds = {"Beginning": max(0.0, now - self.progress.started)}
         self.progress.phase = name

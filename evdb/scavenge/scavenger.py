@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from evdb.clock import Clock
 from evdb.database import Database
 from evdb.errors import ScavengeError
 from evdb.scavenge.accumulator import accumulate
@@ -74,7 +75,7 @@ class Scavenger:
         logger: logging.Logger,
         node_endpoint: str = "",
         set_status: Callable[[str], None] = lambda status: None,
-        wall_clock: Callable[[], float] = time.time,
+        clock: Clock,
         workers: WorkerPool | None = None,
         handoffs: bool = True,
     ) -> None:
@@ -92,14 +93,14 @@ class Scavenger:
         self.logger = logger
         self.node_endpoint = node_endpoint
         self.set_status = set_status
-        self.wall_clock = wall_clock
+        self.clock = clock
         self.stop_event = threading.Event()
         self.progress = Progress(
             scavenge_id=scavenge_id,
             threads=options.threads,
             threshold=options.threshold,
             throttle_percent=options.throttle_percent,
-            started=wall_clock(),
+            started=clock.time(),
         )
         self.result: ScavengeResult | None = None
         self.nothing_to_do = False
@@ -178,13 +179,13 @@ class Scavenger:
         except Exception as exc:
             self.logger.exception("SCAVENGING: Scavenge failed while beginning")
             self.result = ScavengeResult.ERRORED
-            self.progress.finish(str(self.result), self.wall_clock(), str(exc))
+            self.progress.finish(str(self.result), self.clock.time(), str(exc))
             self.set_status("Idle")
             return self.result
         if point is None:
             self.nothing_to_do = True
             self.result = ScavengeResult.SUCCESS
-            self.progress.finish(str(self.result), self.wall_clock())
+            self.progress.finish(str(self.result), self.clock.time())
             self.set_status("Idle")
             return self.result
         self.state.update_checkpoint(running=self.scavenge_id)
@@ -206,7 +207,7 @@ class Scavenger:
             unsafe_ignore_hard_delete=self.options.unsafe_ignore_hard_delete,
             hash_users_cache_capacity=self.options.hash_users_cache_capacity,
             emit=events,
-            clock_time=self.wall_clock,
+            clock=self.clock,
         )
         error: str | None = None
         ctx.workers = ChunkWorkers(self.options.threads, self.stop_event, self.logger, self.workers)
@@ -269,7 +270,7 @@ class Scavenger:
             events.completed(str(result), error, took, saved, max_chunk)
         except Exception:
             self.logger.exception("SCAVENGING: could not write the $scavengeCompleted event")
-        self.progress.finish(str(result), self.wall_clock(), error)
+        self.progress.finish(str(result), self.clock.time(), error)
         self.result = result
         self.set_status("Idle")
         return result

@@ -7,10 +7,10 @@ import json
 import logging
 import os
 import threading
-import time
 import uuid
 from collections.abc import Callable
 
+from evdb.clock import Clock
 from evdb.database import Database
 from evdb.errors import ScavengeAlreadyRunning, ScavengeNotFound, StreamNotFound
 from evdb.scavenge.events import SCAVENGES_STREAM, ScavengeEvents, scavenge_stream
@@ -46,7 +46,7 @@ class ScavengeService:
         page_size_kib: int = 16,
         cache_size_bytes: int = 64 * 1024 * 1024,
         set_status: Callable[[str], None] = lambda status: None,
-        wall_clock: Callable[[], float] = time.time,
+        clock: Clock,
         workers: WorkerPool | None = None,
         auto_pacing: bool = True,
     ) -> None:
@@ -73,7 +73,7 @@ class ScavengeService:
                 self.state.journal_mode,
             )
         self.set_status = set_status
-        self.wall_clock = wall_clock
+        self.clock = clock
         self._lock = threading.Lock()
         self._current: Scavenger | None = None
         self._thread: threading.Thread | None = None
@@ -152,7 +152,7 @@ class ScavengeService:
                 logger=self.logger,
                 node_endpoint=self.node_endpoint,
                 set_status=self.set_status,
-                wall_clock=self.wall_clock,
+                clock=self.clock,
                 workers=self.workers,
                 handoffs=self.handoffs,
             )
@@ -279,7 +279,7 @@ class ScavengeService:
         if current is None:
             return None
         self._note_point_origin(current)
-        return current.progress.to_json(self.wall_clock())
+        return current.progress.to_json(self.clock.time())
 
     def last_progress(self):
         """The progress figures of the most recent run in this process (tests, the dashboard)."""

@@ -3,13 +3,13 @@ and the pauses between them) written as a scenario that ``evdb scenario run`` re
 
 from __future__ import annotations
 
-import time
 import weakref
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from evdb.clock import Clock
 
 __all__ = ["Recorder", "cluster_settings"]
 
@@ -23,11 +23,12 @@ _MIN_PAUSE = 0.5
 class Recorder:
     """Observes the dashboard's input events (``DashboardApp.recorder``) and writes them as steps."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Clock) -> None:
+        """``clock``: its monotonic time measures the pauses between steps."""
         self.clock = clock
         self.steps: list[dict[str, Any]] = []
         self.stopped = False
-        self._last = clock()
+        self._last = clock.monotonic()
         self._inputs: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictionary()
 
     # -- observing -------------------------------------------------------------------------------------
@@ -87,7 +88,7 @@ class Recorder:
                 self._add("fill", {"field": f"#{widget.id}", "value": widget.value})
 
     def _add(self, kind: str, args: dict[str, Any]) -> None:
-        now = self.clock()
+        now = self.clock.monotonic()
         pause = now - self._last
         self._last = now
         if pause >= _MIN_PAUSE:

@@ -22,7 +22,7 @@ import logging
 import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cryptography.hazmat.primitives import hashes
 
@@ -40,6 +40,7 @@ __all__ = [
     "ConfigReloader",
     "NodeSettings",
     "ReloadRecord",
+    "ReloadableSettings",
     "SwappableServerContext",
     "describe_tls",
 ]
@@ -125,6 +126,19 @@ class _Plan:
     changed: list[str]
     tls: NodeTls | None
     contexts: list[tuple[SwappableServerContext, ssl.SSLContext]] = field(default_factory=list)
+
+
+class ReloadableSettings(Protocol):
+    """The port every consumer of a setting a reload changes is given: it reads the options and the
+    certificates here at each use, never a copy taken earlier. Its consumers: the node-to-node listener
+    and calls (evdb/cluster/transport.py, evdb/cluster/peers.py), the HTTP and gRPC APIs and the web UI
+    (evdb/services.py ApiServices), and the X.509 user certificates (evdb/tls/user_certificates.py)."""
+
+    @property
+    def options(self) -> Options: ...
+
+    @property
+    def tls(self) -> NodeTls | None: ...
 
 
 class NodeSettings:

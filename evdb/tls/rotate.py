@@ -47,6 +47,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
+from evdb.clock import SystemClock
 from evdb.errors import EvdbError
 from evdb.tls.certs import create_ca, create_node_certificate, repoint_link
 from evdb.tls.loading import CertificateError, describe_certificate, read_certificates
@@ -582,7 +583,7 @@ def _acknowledged_write(
     from evdb.client_retry import REQUIRE_LEADER, LeaderRetry, not_leader
 
     trust = ssl.create_default_context(cafile=str(new_ca))
-    retry = LeaderRetry(timeout)
+    retry = LeaderRetry(timeout, clock=SystemClock())  # a command's own real clock
     event_id = str(uuid.uuid4())  # the same id on every try: a repeated append is not written twice
     body = {"generation": generation, "time": datetime.datetime.now(datetime.UTC).isoformat()}
     target = _leader(urls, trust, auth) or urls[0]

@@ -18,7 +18,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 if TYPE_CHECKING:
     from evdb.auth import Principal
-    from evdb.node import Node
+    from evdb.services import ApiServices
 
 __all__ = ["certificate_principal", "certificate_user", "peer_certificate"]
 
@@ -70,19 +70,19 @@ def peer_certificate(transport: Any) -> bytes | None:
     return der if isinstance(der, bytes) else None
 
 
-async def certificate_principal(node: Node, transport: Any) -> Principal | None:
+async def certificate_principal(services: ApiServices, transport: Any) -> Principal | None:
     """The user a request's TLS client certificate authenticates, when the node has user certificates
     enabled (UserCertificatesEnabled) and licensed (USER_CERTIFICATES); None otherwise (the request
     goes on as it would without the certificate, as KurrentDB's plugin falls through)."""
-    if not node.options.user_certificates_enabled:
+    if not services.options.user_certificates_enabled:
         return None
-    license_ = node.license
-    if license_ is None or not license_.allows("USER_CERTIFICATES", node.clock.time()):
+    license_ = services.license
+    if license_ is None or not license_.allows("USER_CERTIFICATES", services.clock.time()):
         return None
     der = peer_certificate(transport)
     if der is None:
         return None
-    login = certificate_user(der, node.clock.time())
+    login = certificate_user(der, services.clock.time())
     if login is None:
         return None
-    return await asyncio.to_thread(node.users.principal_of_certificate, login)
+    return await asyncio.to_thread(services.database.users.principal_of_certificate, login)

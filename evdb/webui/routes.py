@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import jinja2
@@ -25,11 +25,14 @@ from aiohttp import web
 
 from evdb.cluster.advertising import client_member
 from evdb.errors import InvalidInput, PersistentSubscriptionsNotReady
-from evdb.http.common import get_node, get_principal, require_authenticated, require_ops
+from evdb.http.common import get_principal, get_services, require_authenticated, require_ops
 from evdb.http.openapi import EXTRA_PATHS
 from evdb.http.streams import check_access, database, is_number, parse_position
 from evdb.scavenge.scavenger import STAGES
 from evdb.webui import views
+
+if TYPE_CHECKING:
+    from evdb.services import ApiServices
 
 __all__ = ["MAX_PAGE", "PAGE", "setup"]
 
@@ -133,23 +136,23 @@ def _count(request: web.Request) -> int:
 async def cluster_fragment(request: web.Request) -> web.Response:
     """This node and the cluster members as it sees them (the members of ``/gossip``)."""
     principal = require_authenticated(request)
-    node = get_node(request)
-    members = node.cluster.members() if node.cluster else []
-    own_id = str(node.instance_id)
+    services = get_services(request)
+    members = services.cluster.members() if services.cluster else []
+    own_id = str(services.instance_id)
     return _html(
         "cluster.html",
-        node=node,
-        state=node.cluster.state if node.cluster else "Unknown",
+        services=services,
+        state=services.cluster.state if services.cluster else "Unknown",
         members=members,
         own_id=own_id,
         user=principal.name,
-        secure=node.http_url.startswith("https:"),
+        secure=services.addresses.http_url.startswith("https:"),
     )
 
 
-def _current_values(node: Any) -> dict[str, Any]:
+def _current_values(services: ApiServices) -> dict[str, Any]:
     """Blocking: the running scavenge's figures, or the last one's id and result."""
-    service = node.scavenge
+    service = services.database.scavenge
     figures = service.progress() if service else None
     last = service.last() if service and figures is None else None
     percent = None
@@ -171,19 +174,19 @@ def _current_values(node: Any) -> dict[str, Any]:
 async def admin_current_fragment(request: web.Request) -> web.Response:
     """The running scavenge (id, phase, progress) with its stop button; the page polls it."""
     require_ops(request, legacy=False)
-    node = get_node(request)
-    values = await asyncio.to_thread(_current_values, node)
+    services = get_services(request)
+    values = await asyncio.to_thread(_current_values, services)
     return _html("admin_current.html", **values)
 
 
 async def admin_fragment(request: web.Request) -> web.Response:
     """The Admin page: current scavenge, start form, auto-scavenge box, history from ``$scavenges``."""
     require_ops(request, legacy=False)
-    node = get_node(request)
+    services = get_services(request)
     db = database(request)
 
     def gather() -> dict[str, Any]:
-        values = _current_values(node)
+        values = _current_values(services)
         running = values["figures"]["scavengeId"] if values["figures"] else None
         values["history"] = views.scavenge_history(db, 20, running)
         return values
@@ -221,17 +224,17 @@ async def subscriptions_fragment(request: web.Request) -> web.Response:
     with a replay button for parked messages; a node that does not serve them (a follower: the leader
     does) says so and names the leader."""
     require_authenticated(request)
-    node = get_node(request)
-    state = node.cluster.state if node.cluster else "Leader"
+    services = get_services(request)
+    state = services.cluster.state if services.cluster else "Leader"
     try:
-        groups = node.persistent.list()
+        groups = services.persistent.list()
     except PersistentSubscriptionsNotReady:
         leader = None
-        for member in node.cluster.members() if node.cluster else []:
+        for member in services.cluster.members() if services.cluster else []:
             if member.get("state") == "Leader" and member.get("isAlive"):
                 shown = client_member(member)
                 leader = f"{shown['httpEndPointIp']}:{shown['httpEndPointPort']}"
-        scheme = "https" if node.http_url.startswith("https:") else "http"
+        scheme = "https" if services.addresses.http_url.startswith("https:") else "http"
         return _html("subscriptions.html", rows=None, state=state, leader=leader, scheme=scheme)
     return _html(
         "subscriptions.html", rows=views.subscription_rows(groups), state=state, leader=None, scheme=""

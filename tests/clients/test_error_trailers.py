@@ -27,7 +27,7 @@ from kurrentdbclient.exceptions import (
 from kurrentdbclient.protos.v1 import shared_pb2, streams_pb2, streams_pb2_grpc
 
 from evdb import errors
-from evdb.grpc.common import KurrentError
+from evdb.grpc.errors import KurrentError
 from evdb.grpc.features import SERVICE, SupportedMethods, server_version, supported_methods
 from evdb.grpc.streams import READ_BATCH_SIZE, _FilterCheckpoints
 from tests.clients.conftest import ADMIN, NodeThread, tls_node_with_user

@@ -14,70 +14,19 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID
 from kurrentdbclient.protos.v1 import shared_pb2, streams_pb2, streams_pb2_grpc
 
 from evdb.licensing.issuers import issue_demo_license
 from evdb.tls.certs import generate_dev_certificates
 from evdb.tls.user_certificates import certificate_user
 from tests.clients.conftest import NodeThread, tls_options
+from tests.clients.user_certificates import CLIENT_USAGE, make_user_certificate
 
 NOW = datetime.datetime.now(datetime.UTC)
 
 
-def make_certificate(
-    ca_dir: Path,
-    out: Path,
-    name: str,
-    usages: list[x509.ObjectIdentifier] | None,
-    *,
-    not_after: datetime.datetime | None = None,
-) -> tuple[Path, Path, bytes]:
-    """A certificate for ``name`` signed by the CA in ``ca_dir``: (cert file, key file, DER)."""
-    ca_cert = x509.load_pem_x509_certificate((ca_dir / "ca.crt").read_bytes())
-    ca_key = serialization.load_pem_private_key((ca_dir / "ca.key").read_bytes(), password=None)
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(NOW - datetime.timedelta(hours=1))
-        .not_valid_after(not_after or NOW + datetime.timedelta(days=1))
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=True,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-    )
-    if usages is not None:
-        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-    cert = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
-    out.mkdir(parents=True, exist_ok=True)
-    cert_path, key_path = out / f"{name}.crt", out / f"{name}.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return cert_path, key_path, cert.public_bytes(serialization.Encoding.DER)
-
-
-CLIENT = [ExtendedKeyUsageOID.CLIENT_AUTH]
+CLIENT = CLIENT_USAGE
 SERVER = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
 
 
@@ -85,10 +34,14 @@ def test_which_certificates_name_a_user(tmp_path):
     certs = generate_dev_certificates(tmp_path / "certs")
     ca = certs.ca_path.parent
     now = NOW.timestamp()
-    assert certificate_user(make_certificate(ca, tmp_path, "alice", CLIENT)[2], now) == "alice"
-    assert certificate_user(make_certificate(ca, tmp_path, "node", SERVER)[2], now) is None  # a node's
-    assert certificate_user(make_certificate(ca, tmp_path, "bare", None)[2], now) is None  # no EKU: a node's
-    late = make_certificate(ca, tmp_path, "late", CLIENT, not_after=NOW + datetime.timedelta(minutes=1))[2]
+    assert certificate_user(make_user_certificate(ca, tmp_path, "alice", CLIENT)[2], now) == "alice"
+    assert certificate_user(make_user_certificate(ca, tmp_path, "node", SERVER)[2], now) is None  # a node's
+    assert (
+        certificate_user(make_user_certificate(ca, tmp_path, "bare", None)[2], now) is None
+    )  # no EKU: a node's
+    late = make_user_certificate(ca, tmp_path, "late", CLIENT, not_after=NOW + datetime.timedelta(minutes=1))[
+        2
+    ]
     assert certificate_user(late, now + 3600) is None  # expired
     assert certificate_user(b"not a certificate", now) is None
 
@@ -118,7 +71,7 @@ def node(tmp_path_factory):
 def test_a_user_certificate_authenticates_over_http_and_grpc(node):
     thread, certs, base = node
     ca = certs.ca_path.parent
-    admin_cert, admin_key, _ = make_certificate(ca, base / "users", "admin", CLIENT)
+    admin_cert, admin_key, _ = make_user_certificate(ca, base / "users", "admin", CLIENT)
     url = f"https://localhost:{thread.port}"
 
     def client(cert: tuple[Path, Path] | None) -> httpx.Client:
@@ -131,7 +84,7 @@ def test_a_user_certificate_authenticates_over_http_and_grpc(node):
         assert http.get("/users/").status_code == 200  # admin by its certificate alone
     with client(None) as http:
         assert http.get("/users/").status_code == 401
-    unknown = make_certificate(ca, base / "users", "nobody", CLIENT)[:2]
+    unknown = make_user_certificate(ca, base / "users", "nobody", CLIENT)[:2]
     with client(unknown) as http:
         assert http.get("/users/").status_code == 401
     with client((certs.cert_path, certs.key_path)) as http:  # the node's own certificate: not a user
@@ -165,7 +118,7 @@ def test_a_user_certificate_authenticates_over_http_and_grpc(node):
 
 def test_without_the_option_or_the_licence_a_certificate_is_not_a_user(tmp_path):
     certs = generate_dev_certificates(tmp_path / "certs")
-    cert, key, _ = make_certificate(certs.ca_path.parent, tmp_path / "users", "admin", CLIENT)
+    cert, key, _ = make_user_certificate(certs.ca_path.parent, tmp_path / "users", "admin", CLIENT)
     for extra in (
         ("--user-certificates-enabled", "true"),  # no licence
         ("--license-key", issue_demo_license(NOW.timestamp()), "--license-trusted-issuers", "demo"),  # off

@@ -45,7 +45,7 @@ class Leader:
             state_path=ScavengeService.state_path_for(str(path / "index")),
             logger=logging.getLogger("test.chunkcatchup"),
             merging=merging,
-            wall_clock=clock.time,
+            clock=clock,
         )
 
     def scavenge(self) -> None:

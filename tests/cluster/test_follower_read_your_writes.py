@@ -13,6 +13,7 @@ messages late, and the follower's reader takes commit messages ahead of the queu
 from __future__ import annotations
 
 import asyncio
+import math
 import struct
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 
 from evdb.cluster import service as cluster_service
 from evdb.cluster import sim
+from evdb.cluster.following import FollowerStream
 from evdb.cluster.transport import Message
 
 SECONDS = 4.0
@@ -71,11 +73,11 @@ def test_the_checker_sees_a_leader_that_answers_before_sending_the_commit(monkey
 def test_the_checker_sees_a_follower_that_applies_commit_messages_late(monkeypatch):
     take = cluster_service.ClusterService._take_commit
 
-    def late(self, commit):  # type: ignore[no-untyped-def]
+    def late(self, stream, commit):  # type: ignore[no-untyped-def]
         if self.state in ("Leader", "ResigningLeader"):
-            take(self, commit)
+            take(self, stream, commit)
         else:  # as behind a records write in progress (a simulated sync takes up to 3 ms)
-            self._loop.call_later(0.002, take, self, commit)
+            self._loop.call_later(0.002, take, self, stream, commit)
 
     monkeypatch.setattr(cluster_service.ClusterService, "_take_commit", late)
     violations = _violations(range(3))
@@ -135,12 +137,13 @@ def test_a_follower_shows_up_to_the_commit_it_knows_as_far_as_its_log_is_durable
 
     service: Any = cluster_service.ClusterService.__new__(cluster_service.ClusterService)
     service.node, service.cluster_size, service.state = Node(), 3, "Follower"
-    service.commit_position, service._leader_commit = -1, -1
-    service._take_commit(8)
+    service.commit_position = -1
+    stream = FollowerStream(leader_epoch=1, read_only=False, resets_at=math.inf)
+    service._take_commit(stream, 8)
     assert limits == [min(8, durable_end)]
     Node.db.committed_position = 12  # the follower's write of the rest ended
-    service._take_commit(6)  # an older commit position, carried by the records it just wrote
-    assert limits[-1] == 8 and service._leader_commit == 8
+    service._take_commit(stream, 6)  # an older commit position, carried by the records it just wrote
+    assert limits[-1] == 8 and stream.leader_commit == 8
 
 
 def test_a_posted_message_is_written_at_once_and_in_order_over_a_real_websocket():

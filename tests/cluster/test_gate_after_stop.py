@@ -10,18 +10,21 @@ from types import SimpleNamespace
 
 import pytest
 
-from evdb.cluster.lease import SecurityWatch
+from evdb.cluster.leadership import Leadership
+from evdb.cluster.lease import LeaseGrantor, SecurityWatch
 from evdb.cluster.service import ClusterService
 from evdb.errors import NotLeader
 from evdb.streams import AppendResult
 
 
 def leader(closed: bool) -> SimpleNamespace:
+    leadership = Leadership(3, LeaseGrantor(10.0, 3))
+    leadership.closed = closed
     return SimpleNamespace(
         state="Leader",
-        _gate_closed=closed,
+        _leading=True,
+        leadership=leadership,
         _gate_lock=threading.Lock(),
-        _gate=[],
         _loop=None,
         _schedule_notify=lambda: None,  # the gate's wake-up of the event loop (none here)
         _security_watch=SecurityWatch(),  # no security stream written (sign-in leases)
@@ -33,7 +36,7 @@ def test_a_stopped_leader_refuses_what_its_writer_gates():
     future: concurrent.futures.Future = concurrent.futures.Future()
     result = AppendResult(next_expected_version=0, position=10, first_event_number=0)
     ClusterService._gate_answers(service, 10, [(future, result)])  # type: ignore[arg-type]
-    assert service._gate == []
+    assert list(service.leadership.gate) == []
     with pytest.raises(NotLeader):
         future.result(timeout=0)
 
@@ -42,4 +45,4 @@ def test_a_running_leader_holds_the_answers_for_a_majority():
     service = leader(closed=False)
     future: concurrent.futures.Future = concurrent.futures.Future()
     ClusterService._gate_answers(service, 10, [(future, "x")])  # type: ignore[arg-type]
-    assert service._gate == [(10, [(future, "x")])] and not future.done()
+    assert list(service.leadership.gate) == [(10, [(future, "x")])] and not future.done()

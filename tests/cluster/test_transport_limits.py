@@ -1,6 +1,6 @@
 """The node-to-node listener keeps the client port's rules (issue 33's follow-up): request bodies by
 evdb/http/bodies.py (a compressed body inflated with a bound, garbage 400, another coding 415),
-unparseable requests by evdb/http/heads.py (a short 431), connections by evdb/grpc/dispatch.py's
+unparseable requests by evdb/http/heads.py (a short 431), connections by evdb/http/connections.py's
 ConnectionLimit (at most HttpMaxConnections, a silent one closed after HttpRequestHeadTimeout).
 
 Before, its own aiohttp runner inflated a compressed body whole (a 2 MiB JSON body sent as 2 KiB of
@@ -15,12 +15,14 @@ import gzip
 import json
 import logging
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 
 import pytest
 from waiting import until
 
+from evdb.clock import SystemClock
 from evdb.cluster.transport import Channel, HttpTransport, ListenerLimits
-from evdb.grpc.dispatch import REFUSED
+from evdb.http.connections import REFUSED
 from evdb.http.heads import head_begun_at
 
 TIMEOUT = 30.0
@@ -46,8 +48,10 @@ async def listener() -> AsyncIterator[tuple[HttpTransport, Handlers]]:
     transport = HttpTransport(
         host="127.0.0.1",
         port=0,
-        tls=lambda: None,
-        reserved_common_name="node",
+        settings=SimpleNamespace(
+            tls=None, options=SimpleNamespace(certificate_reserved_node_common_name="node")
+        ),
+        clock=SystemClock(),
         logger=logging.getLogger("test.transport"),
         client=None,  # type: ignore[arg-type]  # only the listener is used
         limits=ListenerLimits(max_connections=4, head_timeout=1.0, keepalive_timeout=130.0),

@@ -20,7 +20,7 @@ from kurrentdbclient.protos.v1 import shared_pb2, streams_pb2
 
 from evdb.auth import UserStore
 from evdb.database import Database
-from evdb.grpc.common import _LoopWrapper
+from evdb.grpc.server import _LoopWrapper
 from tests.clients.conftest import NodeThread, node_options
 
 APPEND = "/event_store.client.streams.Streams/Append"
@@ -258,7 +258,7 @@ _REPRS = [0]
 
 @pytest.mark.parametrize("script", ["plain", "reset", "ended", "too-low"])
 def test_the_quiet_h2_connection_answers_as_h2_does_without_building_frame_text(script, monkeypatch):
-    from evdb.grpc.common import _QuietH2Connection
+    from evdb.grpc.server import _QuietH2Connection
 
     real = Frame.__repr__
 

@@ -1,4 +1,4 @@
-"""gRPC Read answers written a page at a time (evdb.grpc.common.MessageWriter), seen from a bare HTTP/2
+"""gRPC Read answers written a page at a time (evdb.grpc.server.MessageWriter), seen from a bare HTTP/2
 client (h2) on a real node: a page of events shares DATA frames instead of one frame (and one socket
 write) per event; a peer with a small flow-control window still gets every event, in order, with the
 trailers last (h2 refuses a frame beyond its window, so an overrun fails the test); messages larger

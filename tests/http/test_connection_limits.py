@@ -28,9 +28,9 @@ from grpclib.const import Status
 from waiting import until, wait_until
 
 from evdb.clock import SystemClock
-from evdb.grpc.common import grpc_error
-from evdb.grpc.dispatch import REFUSED, connection_limit
+from evdb.grpc.errors import grpc_error
 from evdb.http.answers import error_answer
+from evdb.http.connections import REFUSED, connection_limit
 from evdb.node import Node
 from evdb.options import load_options
 
@@ -216,10 +216,11 @@ def test_the_default_limit_is_half_the_open_file_limit():
 
 
 class _Node:
-    """What error_answer and grpc_error read of a node."""
+    """What error_answer and grpc_error read of the node's services."""
 
-    db = object()
-    db_generation = 0
+    class database:
+        db = object()
+        generation = 0
 
     class logger:
         @staticmethod
@@ -294,7 +295,7 @@ async def test_a_grpc_message_longer_than_the_limit_or_compressed_is_refused_unr
 async def test_a_head_partway_in_is_busy_until_the_head_timeout(tmp_path):
     """A connection partway through sending its request head (to aiohttp's handler, which the lean
     path hands a connection to after a GET) is a request under way: at the limit the newcomer is refused with
-    503, not let in by closing it (evdb/grpc/dispatch.py ``_aiohttp_idle``)."""
+    503, not let in by closing it (evdb/http/connections.py ``_aiohttp_idle``)."""
     options = _options(tmp_path, "--http-max-connections", "4", "--http-request-head-timeout", "60")
     async with Node(options, clock=SystemClock(), name="heads") as node:
         held = []

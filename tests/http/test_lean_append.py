@@ -257,6 +257,7 @@ class Pair:
     plain_port: int
     lean: LeanServer
     client_context: ssl.SSLContext | None
+    node: Node  # the lean path's
 
 
 def _options(tmp_path, name: str):
@@ -312,7 +313,7 @@ async def pair(request, tmp_path, clock, certificates) -> AsyncIterator[Pair]:
         lean_server = sites[0]._lean_server
         assert lean_server is not None and sites[1]._lean_server is None
         try:
-            yield Pair(ports[0], ports[1], lean_server, client_context)
+            yield Pair(ports[0], ports[1], lean_server, client_context, lean_node)
         finally:
             for site in sites:
                 await site.stop()
@@ -395,8 +396,8 @@ async def test_the_idle_timeout_is_aiohttps(pair: Pair) -> None:
 
     default = inspect.signature(RequestHandler.__init__).parameters["keepalive_timeout"].default
     assert default == KEEPALIVE_TIMEOUT
-    options = pair.lean.node.options
-    runner = pair.lean.node._runner
+    options = pair.node.options
+    runner = pair.node._runner
     assert runner is not None and runner.server is not None
     handler = runner.server()
     assert handler.keepalive_timeout == pair.lean.keepalive_timeout == options.http_keep_alive_timeout
@@ -454,7 +455,7 @@ async def test_a_client_that_reads_no_answers_is_not_read_without_bound(pair: Pa
     """Writing paused (the client reads none of its answers) and nothing waiting for the writer: a
     client pipelining past a request's largest size is no longer read, and reading resumes once the
     answers flow again."""
-    assert await pair.lean.node.users.sign_in_header(ADMIN, "admin", "changeit") is not None
+    assert await pair.node.users.sign_in_header(ADMIN, "admin", "changeit") is not None
     protocol = pair.lean.protocol()
     transport = _Transport()
     protocol.connection_made(transport)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from evdb.clock import SystemClock
+from evdb.clock import ManualClock, SystemClock
 from evdb.grpc.dispatch import DispatchSite
 from evdb.http.heads import MAX_HEADERS, MAX_LINE, RefusedRequests
 from evdb.node import Node
@@ -190,15 +190,15 @@ async def test_a_flood_of_refused_heads_logs_one_line_a_second(site: Site, logs)
 
 
 def test_refusals_are_logged_once_a_second_with_the_count_of_the_others() -> None:
-    now = [100.0]
+    clock = ManualClock()
     logger = logging.getLogger("evdb.test.refusals")
-    refusals = RefusedRequests(logger, clock=lambda: now[0])
+    refusals = RefusedRequests(logger, clock=clock)
     records = _Records()
     logger.addHandler(records)
     for _ in range(5):
         refusals.note("10.0.0.1", "its request head is past the limits (431)")
-        now[0] += 0.1
-    now[0] = 101.0
+        clock.advance(0.1)
+    clock.advance(0.5)  # 1 s after the first line
     refusals.note("10.0.0.2", "it does not parse as HTTP/1.1 (400, BadHttpMessage)")
     logger.removeHandler(records)
     messages = [r.getMessage() for r in records.records]

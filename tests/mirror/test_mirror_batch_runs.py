@@ -23,7 +23,7 @@ def recording_mirror(tmp_path) -> tuple[Mirror, list[tuple[str, list[int]]]]:
     async def fake_append(target, stream, batch):
         appended.append((stream, [x["eventNumber"] for x in batch]))
 
-    mirror._append = fake_append  # type: ignore[method-assign]
+    mirror.secondary.append = fake_append  # type: ignore[method-assign]
     return mirror, appended
 
 

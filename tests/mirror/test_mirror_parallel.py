@@ -83,7 +83,7 @@ async def test_appends_run_parallel_streams_at_a_time_each_stream_in_order(tmp_p
         done[stream].extend(x["eventNumber"] for x in batch)
         in_flight -= 1
 
-    mirror._append = fake_append
+    mirror.secondary.append = fake_append
     items = [e(f"s{n % 10}", n // 10, n) for n in range(100)]
     await mirror._apply(None, items, asyncio.Event())
     await mirror._drain()
@@ -100,7 +100,7 @@ async def test_a_failed_append_leaves_the_position_before_its_segment_and_stops_
             raise MirrorError("refused")
         await asyncio.sleep(0)
 
-    mirror._append = fake_append
+    mirror.secondary.append = fake_append
     items = [e("a", 0, 10), e("$$a", 0, 20), e("b", 0, 30), e("bad", 0, 40), e("c", 0, 50)]
     await mirror._apply(None, items, asyncio.Event())  # started: the failure is seen as they end
     with pytest.raises(MirrorError, match="refused"):
@@ -119,7 +119,7 @@ async def test_once_stopped_the_segment_in_progress_ends_and_no_later_one_runs(t
         done.append(stream)
         stop.set()  # SIGTERM during the first segment
 
-    mirror._append = fake_append
+    mirror.secondary.append = fake_append
     await mirror._apply(None, [e("a", 0, 10), e("b", 0, 20), e("$$a", 0, 30), e("c", 0, 40)], stop)
     await mirror._apply(None, [e("d", 0, 50)], stop)
     assert sorted(done) == ["a", "b"] and mirror.position == 20
@@ -158,7 +158,7 @@ async def test_later_segments_go_ahead_but_a_stream_waits_for_its_own_earlier_ap
             await release.wait()
         log.append(("end", stream, number))
 
-    mirror._append = fake_append
+    mirror.secondary.append = fake_append
     await mirror._apply(None, [e("a", 0, 10), e("b", 0, 20)], asyncio.Event())
     await mirror._apply(None, [e("a", 1, 30), e("c", 0, 40)], asyncio.Event())
     for _ in range(10):

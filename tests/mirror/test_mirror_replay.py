@@ -311,7 +311,7 @@ async def test_once_stopped_no_later_step_runs_so_the_position_never_skips_one(t
         done.append((stream, [e["eventNumber"] for e in batch]))
         stop.set()  # SIGTERM arrives during the first append
 
-    mirror._append = fake_append
+    mirror.secondary.append = fake_append
 
     def e(stream, number, position):
         return {"streamId": stream, "eventNumber": number, "position": position, "eventId": "x"}

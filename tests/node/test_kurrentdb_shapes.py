@@ -198,7 +198,7 @@ async def test_gossip_tells_clients_the_advertised_host_and_keeps_the_cluster_s_
     assert (member["httpEndPointIp"], member["httpEndPointPort"]) == ("db.example.com", 443)
     assert (member["internalHttpEndPointIp"], member["internalHttpEndPointPort"]) == ("localhost", node.port)
     assert "clientHttpEndPointIp" not in member
-    (grpc_member,) = cluster_info(node).members
+    (grpc_member,) = cluster_info(node.api_services()).members
     assert (grpc_member.http_end_point.address, grpc_member.http_end_point.port) == ("db.example.com", 443)
     assert node.cluster.leader_client_endpoint() == ("db.example.com", 443)
     assert node.cluster.leader_http_endpoint() == ("localhost", node.port)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from evdb.clock import ManualClock, SystemClock
 from evdb.metrics import GrpcCalls, NodeMetrics, NodeSources, RecentMax
 from evdb.metrics_config import MetricsConfig, MetricsConfigError, load_metrics_config, parse_metrics_config
 from evdb.node import Node
@@ -59,7 +60,7 @@ def test_a_bad_file_is_refused_naming_it(text, words):
 
 def test_without_the_core_meter_no_kurrentdb_series():
     config = parse_metrics_config('{"Meters": ["KurrentDB.Projections.Core"]}', "m.json")
-    metrics = NodeMetrics(NodeSources(lambda: None, lambda: None, dict), config)
+    metrics = NodeMetrics(NodeSources(lambda: None, lambda: None, dict), config, clock=SystemClock())
     assert not [name for name in _families(metrics) if name.startswith("kurrentdb_") and "http" not in name]
 
 
@@ -67,7 +68,9 @@ def test_disabled_figures_are_not_exported():
     config = parse_metrics_config(
         '{"Process": {"UpTime": false}, "System": {"Cpu": false}, "Writer": {"FlushSize": false}}', "m.json"
     )
-    names = set(_families(NodeMetrics(NodeSources(lambda: None, lambda: None, dict), config)))
+    names = set(
+        _families(NodeMetrics(NodeSources(lambda: None, lambda: None, dict), config, clock=SystemClock()))
+    )
     assert "kurrentdb_proc_up_time_seconds" not in names
     assert "kurrentdb_sys_cpu" not in names
     assert "kurrentdb_writer_flush_size_max" not in names
@@ -174,16 +177,14 @@ def test_evdb_node_refuses_a_bad_metricsconfig_with_a_message(tmp_path):
 def test_node_and_index_statuses_carry_the_time_they_were_first_seen():
     from types import SimpleNamespace
 
-    wall = [100.0]
+    clock = ManualClock(start=100.0)
     cluster = SimpleNamespace(state="Follower", election_count=0)
-    metrics = NodeMetrics(
-        NodeSources(lambda: None, lambda: None, dict, cluster=lambda: cluster), wall=lambda: wall[0]
-    )
+    metrics = NodeMetrics(NodeSources(lambda: None, lambda: None, dict, cluster=lambda: cluster), clock=clock)
     assert metrics.sample_statuses(None) == {"Node": ("Follower", 100.0), "Index": ("Opening", 100.0)}
-    wall[0] = 200.0
+    clock.advance(100.0)
     cluster.state = "Leader"
     metrics.sample_statuses(None)  # what the event loop's sampler does every LAG_PERIOD seconds
-    wall[0] = 300.0
+    clock.advance(100.0)
     samples = {
         s.labels["name"]: (s.labels["status"], s.value) for s in _families(metrics)["kurrentdb_statuses"]
     }

@@ -9,11 +9,12 @@ from types import SimpleNamespace
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from evdb.clock import SystemClock
 from evdb.metrics import NodeMetrics, NodeSources
 
 
 def _metrics() -> NodeMetrics:
-    return NodeMetrics(NodeSources(lambda: None, lambda: None, dict))
+    return NodeMetrics(NodeSources(lambda: None, lambda: None, dict), clock=SystemClock())
 
 
 def _reference() -> tuple[CollectorRegistry, dict]:

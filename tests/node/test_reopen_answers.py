@@ -10,16 +10,17 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from evdb.http.app import error_middleware
-from evdb.http.common import NODE
+from evdb.http.common import SERVICES
 
 
 def _app(node) -> web.Application:
     app = web.Application(middlewares=[error_middleware])
-    app[NODE] = node
+    app[SERVICES] = node
+    opened = node.database
 
     async def write(request: web.Request) -> web.Response:
-        node.db_generation += request.query.get("reopen") == "1"  # the reopen happens mid-request
-        node.db = None if request.query.get("reopen") == "1" else node.db
+        opened.generation += request.query.get("reopen") == "1"  # the reopen happens mid-request
+        opened.db = None if request.query.get("reopen") == "1" else opened.db
         raise AttributeError("'NoneType' object has no attribute 'append_async'")
 
     app.router.add_post("/streams/s", write)
@@ -28,8 +29,7 @@ def _app(node) -> web.Application:
 
 def _node():
     return SimpleNamespace(
-        db=object(),
-        db_generation=0,
+        database=SimpleNamespace(db=object(), generation=0),
         logger=logging.getLogger("test-reopen"),
         metrics=SimpleNamespace(observe_http=lambda *a: None),
     )

@@ -22,7 +22,7 @@ from evdb.errors import (
 )
 from evdb.persistent import ALL, DatabaseStore, EventFilterSpec, EventSource, GroupSettings
 from evdb.persistent.engine import REPLAYING_PARKED
-from evdb.persistent.model import ResolvedEvent
+from evdb.persistent.model import CONFIG_EVENT_TYPE, CONFIG_STREAM, LIVE, ResolvedEvent
 from evdb.persistent.service import PersistentSubscriptionService
 from evdb.streams import NewEvent
 from evdb.subscriptions import CommitNotifier
@@ -254,14 +254,18 @@ async def test_pinned_strategies_keep_a_source_on_one_consumer(h: Harness, strat
     await until(lambda: h.service.info(ALL, "g")["status"] == "Live", "the group to be live")
     for stream in ("a-1", "a-2", "a-3", "a-4", "a-5", "a-6"):
         h.append(stream, 3, **({"$correlationId": "same"} if strategy == "PinnedByCorrelation" else {}))
-    await until(lambda: sum(len(s.items) for s in consumers) == 18, "every event")
+
+    def appended(sink: Sink) -> list[ResolvedEvent]:  # not the group's own $PersistentConfig
+        return [r for r, _ in sink.items if r.original.stream.startswith("a-")]
+
+    await until(lambda: sum(len(appended(s)) for s in consumers) == 18, "every event")
     owners: dict[str, set[int]] = {}
     for n, sink in enumerate(consumers):
-        for resolved, _ in sink.items:
+        for resolved in appended(sink):
             owners.setdefault(resolved.original.stream, set()).add(n)
     assert all(len(o) == 1 for o in owners.values())
     if strategy == "PinnedByCorrelation":  # one correlation id: one consumer takes everything
-        assert sorted(len(s.items) for s in consumers) == [0, 18]
+        assert sorted(len(appended(s)) for s in consumers) == [0, 18]
 
 
 async def test_filtered_all_group_and_its_own_streams_are_left_out(h: Harness) -> None:
@@ -441,3 +445,51 @@ async def test_a_transient_read_error_is_logged_once_and_its_end_once(
     await h.service.connect("flaky", "g", sink, buffer_size=10, connection_name="c", user="admin", from_="x")
     await until(lambda: len(sink.items) == 2, "the events, once the reads succeed")
     assert sink.dropped_count == 0
+
+
+async def test_a_retry_goes_out_before_newer_events_when_answers_come_together(h: Harness) -> None:
+    """The Node.js client's nack tests: 20 events skipped, 20 retried once, then a finishing event,
+    with a window of 10, the consumer answering each delivery in order. Answers read together from
+    the call (here: one, then ten at once, as a loaded node read them) are each followed by their
+    push, as KurrentDB queues a push after each ack or nack it handles: the finishing event comes
+    after all 60 other deliveries. Pushing once after the ten put the retries of the nacked events
+    before the event the ack had made room for, and that event's own retry then came after the end."""
+    h.append("s", 41)
+    await h.service.create(EventSource.of("s"), "g", settings(), None)
+    await until(lambda: h.service.info("s", "g")["readBufferCount"] == 41, "the history to be read")
+    sink = Sink()
+    conn = await h.service.connect("s", "g", sink, buffer_size=10, connection_name="c", user="u", from_="x")
+    bursts = iter([1] * 24 + [10] + [1] * 5 + [10])
+    answered = 0
+    seen: set[int] = set()
+    while 40 not in sink.numbers():
+        await until(lambda done=answered: len(sink.items) > done, "more deliveries")
+        burst = sink.items[answered : answered + next(bursts, 1)]
+        answered += len(burst)
+        for resolved, _ in burst:
+            number = resolved.original.event_number
+            if number in seen:
+                h.service.ack(conn.key, [resolved.event_id])
+            else:
+                seen.add(number)
+                h.service.nack(conn.key, [resolved.event_id], "Skip" if number < 20 else "Retry", "")
+        await asyncio.sleep(0)  # the node reads the call again: what the answers scheduled runs first
+    delivered = [f"{r.original.event_number}{'r' if retries else ''}" for r, retries in sink.items]
+    assert delivered.index("40") == 60, delivered
+
+
+async def test_a_group_of_all_from_the_end_is_handed_its_own_configuration_event(h: Harness) -> None:
+    """KurrentDB makes the group before it writes ``$PersistentConfig``: a group of ``$all`` from the end
+    is handed that event (the Node.js client's "after the fact" test counts more than its own 6)."""
+    h.append("before", 2)
+    await h.service.create(EventSource.of(ALL), "g", settings(start_from=LIVE), None)
+    sink = Sink()
+    await h.service.connect(ALL, "g", sink, buffer_size=10, connection_name="c", user="u", from_="x")
+    h.append("after", 1)
+
+    def delivered() -> list[tuple[str, str]]:
+        return [(r.original.stream, r.original.event_type) for r, _ in sink.items]
+
+    await until(lambda: ("after", "E") in delivered(), "the new event")
+    # the configuration stream's first write also sets its metadata (maxCount), as KurrentDB's
+    assert delivered()[-2:] == [(CONFIG_STREAM, CONFIG_EVENT_TYPE), ("after", "E")], delivered()

@@ -34,6 +34,7 @@ import threading
 import time
 import uuid
 
+from evdb.clock import SystemClock
 from evdb.database import Database
 from evdb.streams import NewEvent
 
@@ -225,7 +226,11 @@ def scavenge_service(db: Database, index_dir: str, logger: logging.Logger):
     from evdb.scavenge.service import ScavengeService
 
     return ScavengeService(
-        db, state_path=ScavengeService.state_path_for(index_dir), logger=logger, merging=True
+        db,
+        clock=SystemClock(),
+        state_path=ScavengeService.state_path_for(index_dir),
+        logger=logger,
+        merging=True,
     )
 
 

@@ -45,6 +45,7 @@ from evdb.backup import run_backup, verify_backup
 from evdb.backup.layout import COMPLETE_MARKER
 from evdb.backup.restore import restore_backup
 from evdb.backup.verify import VerifyReport, _verify_index
+from evdb.clock import SystemClock
 from evdb.database import Database
 from evdb.errors import StreamDeleted, StreamNotFound
 
@@ -255,7 +256,11 @@ def resume_scavenge(db: Database, index_dir: str) -> dict:
     logger.addHandler(capture)
     logger.setLevel(logging.INFO)
     service = ScavengeService(
-        db, state_path=ScavengeService.state_path_for(index_dir), logger=logger, merging=True
+        db,
+        clock=SystemClock(),
+        state_path=ScavengeService.state_path_for(index_dir),
+        logger=logger,
+        merging=True,
     )
     try:
         stage = service.state.checkpoint().get("stage")

@@ -25,6 +25,7 @@ import uuid
 
 import pytest
 
+from evdb.clock import SystemClock
 from evdb.database import Database
 from evdb.errors import EvdbError, StreamDeleted, StreamNotFound
 from evdb.scavenge.service import ScavengeRequest, ScavengeService
@@ -54,6 +55,7 @@ def pristine(tmp_path_factory):
         db.delete_stream("gone", hard=True)
         service = ScavengeService(
             db,
+            clock=SystemClock(),
             state_path=ScavengeService.state_path_for(os.path.join(db_dir, "index")),
             logger=logging.getLogger("test.corruption"),
         )
@@ -215,6 +217,7 @@ def _scavenge_state(db_dir: str, damaged: str) -> str:
         try:
             service = ScavengeService(
                 db,
+                clock=SystemClock(),
                 state_path=ScavengeService.state_path_for(os.path.join(db_dir, "index")),
                 logger=logging.getLogger("test.corruption"),
             )

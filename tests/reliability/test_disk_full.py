@@ -18,6 +18,7 @@ import uuid
 import httpx
 import pytest
 
+from evdb.clock import SystemClock
 from evdb.database import Database
 from evdb.errors import EvdbError, StreamDeleted, StreamNotFound
 from evdb.node import Node
@@ -231,7 +232,10 @@ def test_a_scavenge_that_runs_out_of_space_leaves_the_old_chunks(disk, fill_at):
 
         before = chunk_sizes()
         service = ScavengeService(
-            db, state_path=ScavengeService.state_path_for(index_dir), logger=logging.getLogger("test.full")
+            db,
+            clock=SystemClock(),
+            state_path=ScavengeService.state_path_for(index_dir),
+            logger=logging.getLogger("test.full"),
         )
         filled: list[str] = []
 

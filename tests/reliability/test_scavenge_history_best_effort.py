@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from evdb.clock import SystemClock
 from evdb.database import Database
 from evdb.errors import NotLeader, StreamDeleted, StreamNotFound
 from evdb.scavenge.service import ScavengeRequest, ScavengeService
@@ -62,7 +63,10 @@ def test_a_scavenge_without_a_leader_for_its_history_ends_success(db, tmp_path):
     logger.addHandler(capture)
     logger.setLevel(logging.INFO)
     service = ScavengeService(
-        db, state_path=ScavengeService.state_path_for(str(tmp_path / "db" / "index")), logger=logger
+        db,
+        clock=SystemClock(),
+        state_path=ScavengeService.state_path_for(str(tmp_path / "db" / "index")),
+        logger=logger,
     )
     try:
         scavenge_id = service.start(ScavengeRequest())

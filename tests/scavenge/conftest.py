@@ -32,7 +32,7 @@ class Harness:
             state_path=ScavengeService.state_path_for(str(self.path / "db" / "index")),
             logger=logging.getLogger("test.scavenge"),
             merging=self.merging,
-            wall_clock=self.clock.time,
+            clock=self.clock,
         )
 
     def close(self) -> None:

@@ -15,7 +15,7 @@ def service_for(h, endpoint: str) -> ScavengeService:
         state_path=ScavengeService.state_path_for(str(h.path / "db" / "index")),
         logger=logging.getLogger("test.scavenge"),
         node_endpoint=endpoint,
-        wall_clock=h.clock.time,
+        clock=h.clock,
     )
 
 

@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from evdb.clock import SystemClock
 from evdb.scavenge.run import ScavengeStopped, Throttle
 from evdb.storage.records import MAX_EVENT_NUMBER
 from evdb.streams import NewEvent
@@ -113,7 +114,7 @@ def test_scavenge_metrics(harness):
     harness.db.set_stream_metadata("s", {"$maxCount": 1})
     harness.scavenge()
     sources = NodeSources(lambda: harness.db, lambda: harness.service, lambda: {"Scavenge": ("Idle", 1.0)})
-    text = NodeMetrics(sources).render().decode()
+    text = NodeMetrics(sources, clock=SystemClock()).render().decode()
     assert "evdb_scavenge_records_removed_total 3.0" in text
     assert "evdb_scavenge_chunks_executed_total" in text and "evdb_scavenge_runs_total 1.0" in text
     assert 'kurrentdb_statuses{name="Scavenge",status="Idle"}' in text

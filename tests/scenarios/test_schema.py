@@ -172,13 +172,14 @@ async def terminal_click(app, pilot, selector: str) -> None:
 
 
 async def test_the_recorder_writes_a_session_that_replays_the_same_call(tmp_path):
+    from evdb.clock import ManualClock
     from evdb.scenario.recorder import Recorder
     from evdb.scenario.runner import RunOptions, ScenarioResult, StepDriver
     from tests.tui.conftest import make_app
     from tests.tui.fake_node import FakeNode
 
-    now = [0.0]
-    recorder = Recorder(clock=lambda: now[0])
+    clock = ManualClock()
+    recorder = Recorder(clock=clock)
     first = FakeNode(port=2113, state="Leader")
     app = make_app(first)
     app.recorder = recorder
@@ -186,11 +187,11 @@ async def test_the_recorder_writes_a_session_that_replays_the_same_call(tmp_path
         await app.poll_all()
         await pilot.pause()
         await pilot.press("2", "1", "s")
-        now[0] = 2.0
+        clock.advance(2.0)
         await pilot.press("tab", "backspace", "7")  # threads -> threshold, typed over
         await pilot.press("enter")
         await pilot.pause()
-        now[0] = 3.0
+        clock.advance(1.0)
         await terminal_click(app, pilot, "#send")
         await pilot.press("q")
     assert first.changes() == [

@@ -1,16 +1,6 @@
-"""What every gRPC service shares: the caller, access rules, leader checks, error shapes, conversions,
-and the server that answers them (:class:`KurrentServer`).
-
-Errors reach the client in the shapes KurrentDB's clients parse (see the reference
-``kurrentdb-grpc-clients.md`` and KurrentDB's ``RpcExceptions``): each error evdb maps carries
-KurrentDB's trailing metadata, ``exception`` (``stream-deleted``, ``wrong-expected-version``,
-``access-denied``, ``not-leader``, ...) and the facts beside it (``stream-name``, ``expected-version``,
-``actual-version``, ``leader-endpoint-host``/``-port``, ...), from evdb/errors.py (``trailers_of``): the
-Node.js client and its Rust bridge choose their error class from them. A wrong expected version on
-Delete/Tombstone and a deleted stream are ``FAILED_PRECONDITION`` with KurrentDB's messages (which
-kurrentdbclient reads); "not leader" is ``NOT_FOUND`` "Leader info available" with the ``not-leader``
-trailers naming the leader's address (KurrentDB's ``RpcExceptions.LeaderInfo``).
-"""
+"""The HTTP/2 server that answers the gRPC services (:class:`KurrentServer`: grpclib's, with KurrentDB's
+error trailers, deadlines and ServerFeatures) and the writing of server-streaming answers a page at a time
+(:class:`MessageWriter`)."""
 
 from __future__ import annotations
 
@@ -19,15 +9,12 @@ import contextlib
 import logging
 import struct
 import time
-import urllib.parse
-import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Iterable
+from typing import Any
 
 import h2
 import h2.connection
 import h2.exceptions
-from google.protobuf import timestamp_pb2
 from grpclib import GRPCError
 from grpclib.const import Status
 from grpclib.encoding.base import GRPC_CONTENT_TYPE
@@ -47,246 +34,21 @@ from grpclib.stream import send_message as _send_message
 from grpclib.utils import DeadlineWrapper, Wrapper
 from h2.errors import ErrorCodes
 from hyperframe.frame import RstStreamFrame
-from kurrentdbclient.protos.v1 import shared_pb2
 
-from evdb.auth import ADMINS, OPS, Principal, parse_basic_authorization, stream_access
-from evdb.errors import (
-    AccessDenied,
-    DatabaseReopening,
-    EventTooLarge,
-    InvalidInput,
-    NotLeader,
-    UsersNotReady,
-    resource_status,
-    status_of,
-    trailers_of,
-)
-from evdb.streams import ANY, NO_STREAM, STREAM_EXISTS, check_stream_name
-from evdb.tls.user_certificates import certificate_principal
-
-if TYPE_CHECKING:
-    from evdb.database import Database
-    from evdb.node import Node
-    from evdb.scavenge.service import ScavengeService
+from evdb.grpc.errors import KurrentError
 
 __all__ = [
-    "SYSTEM",
-    "KurrentError",
+    "DEADLINE_FLOOR",
+    "DEFAULT_MAX_MESSAGE",
+    "FLUSH_BYTES",
     "KurrentServer",
     "MessageWriter",
-    "call_context",
-    "check_stream_access",
-    "database",
-    "expected_version",
-    "grpc_error",
-    "kurrent_error",
-    "require_ops",
-    "scavenge_service",
     "send_messages",
-    "timestamp_now",
-    "uuid_message",
 ]
 
-_log = logging.getLogger("evdb.grpc")
+
 #: grpclib's server logger: :func:`_handle_call` logs what grpclib's ``request_handler`` logs, as it does
 _server_log = logging.getLogger("grpclib.server")
-
-#: The caller of a request without credentials on an insecure node: KurrentDB's insecure mode turns
-#: authentication and authorization off, and kurrentdbclient sends credentials only over TLS.
-SYSTEM = Principal("$system", frozenset({ADMINS, OPS, "$system"}))
-_ANONYMOUS = Principal("")
-
-
-class CallContext:
-    """Who calls, and whether the call insists on the leader."""
-
-    __slots__ = ("principal", "requires_leader")
-
-    def __init__(self, principal: Principal, requires_leader: bool) -> None:
-        self.principal = principal
-        self.requires_leader = requires_leader
-
-
-async def call_context(node: Node, stream: Stream) -> CallContext:
-    """Authenticate the call (``authorization: Basic``); wrong credentials are UNAUTHENTICATED."""
-    metadata: Mapping[str, Any] = stream.metadata or {}
-    header = metadata.get("authorization")
-    requires_leader = str(metadata.get("requires-leader", "false")).lower() == "true"
-    if isinstance(header, bytes):
-        header = header.decode("latin-1")
-    if header:
-        users = node.users
-        principal = users.principal_now(header)  # signed in before: no wait (as the HTTP API)
-        if principal is None:
-            parsed = parse_basic_authorization(header)
-            if parsed is None:
-                raise GRPCError(Status.UNAUTHENTICATED, "Malformed authorization header.")
-            # one rule with HTTP (UserStore.sign_in): cached sign-ins stay on the loop
-            try:
-                principal = await users.sign_in_header(header, *parsed)
-            except UsersNotReady as exc:  # no users yet: the client tries again
-                raise GRPCError(Status.UNAVAILABLE, str(exc)) from None
-            if principal is None:
-                raise GRPCError(Status.UNAUTHENTICATED, "Bad credentials.")
-        return CallContext(principal, requires_leader)
-    if node.options.user_certificates_enabled and stream.peer is not None:  # X.509 user certificates
-        by_certificate = await certificate_principal(node, stream.peer._transport)
-        if by_certificate is not None:
-            return CallContext(by_certificate, requires_leader)
-    return CallContext(SYSTEM if node.options.insecure else _ANONYMOUS, requires_leader)
-
-
-def check_stream_access(node: Node, principal: Principal, stream: str, action: str) -> None:
-    """The HTTP API's stream access rules (evdb.auth.stream_access), on the event loop as the HTTP API
-    checks them: the stream's metadata is read through the index and the chunks' maps (``mmap``), which
-    hold the GIL in a worker thread as much as on the loop, so a thread hop would only add wake-ups."""
-    verdict = stream_access(database(node), principal, stream, action)
-    if verdict == "unauthenticated":
-        raise GRPCError(Status.UNAUTHENTICATED, "Authentication is required.")
-    if verdict == "denied":
-        raise access_denied()
-
-
-def database(node: Node) -> Database:
-    """The node's open database (Node.open_db); UNAVAILABLE while a follower reopens it."""
-    try:
-        return node.open_db()
-    except DatabaseReopening as exc:
-        raise GRPCError(Status.UNAVAILABLE, str(exc)) from None
-
-
-def scavenge_service(node: Node) -> ScavengeService:
-    """The node's scavenge service (Node.open_scavenge); UNAVAILABLE while a follower reopens it."""
-    try:
-        return node.open_scavenge()
-    except DatabaseReopening as exc:
-        raise GRPCError(Status.UNAVAILABLE, str(exc)) from None
-
-
-def require_ops(principal: Principal) -> None:
-    if not principal.is_authenticated:
-        raise GRPCError(Status.UNAUTHENTICATED, "Authentication is required.")
-    if not principal.is_ops:
-        raise access_denied()
-
-
-def access_denied() -> GRPCError:
-    """KurrentDB's ``RpcExceptions.AccessDenied``: PERMISSION_DENIED with ``exception: access-denied``."""
-    return kurrent_error(Status.PERMISSION_DENIED, "Access Denied", trailers_of(AccessDenied()))
-
-
-def not_leader_error(node: Node) -> GRPCError:
-    """KurrentDB's ``RpcExceptions.LeaderInfo``: NOT_FOUND "Leader info available" with the
-    ``not-leader`` trailers naming the leader's address, as KurrentDB answers a requires-leader call on
-    a follower; UNAVAILABLE "Server Is Not Ready" when no leader is known."""
-    cluster = node.cluster
-    # the leader's address as clients are told it (AdvertiseHostToClientAs), as KurrentDB
-    leader = cluster.leader_client_endpoint() if cluster is not None else None
-    if leader is None:
-        return GRPCError(Status.UNAVAILABLE, "Server Is Not Ready")
-    host, port = leader
-    return kurrent_error(Status.NOT_FOUND, "Leader info available", trailers_of(NotLeader(host, port)))
-
-
-def check_leader(node: Node, ctx: CallContext) -> None:
-    """A call that requires the leader, on a node that is not: the not-leader answer."""
-    cluster = node.cluster
-    if ctx.requires_leader and cluster is not None and not cluster.is_leader:
-        raise not_leader_error(node)
-
-
-def require_leader(node: Node) -> None:
-    """A call only the leader serves, whatever the ``requires-leader`` header says (KurrentDB's
-    persistent-subscription Create/Update/Delete/Read/ReplayParked on any other node): the not-leader
-    answer, or "Server Is Not Ready" while no leader is known."""
-    cluster = node.cluster
-    if cluster is not None and not cluster.is_leader:
-        raise not_leader_error(node)
-
-
-def grpc_error(node: Node, exc: BaseException) -> GRPCError:
-    """evdb's errors as the gRPC statuses KurrentDB answers with (messages and trailers included)."""
-    if isinstance(exc, GRPCError):
-        return exc
-    if isinstance(exc, NotLeader):
-        return not_leader_error(node)  # with the leader's endpoint, as KurrentDB's clients expect
-    if isinstance(exc, AccessDenied):
-        return access_denied()
-    if isinstance(exc, EventTooLarge) and exc.limit is None:
-        # KurrentDB's trailer names the limit (the Node.js client reads it): the database's MaxAppendSize
-        db = getattr(node, "db", None)
-        if db is not None:
-            exc = EventTooLarge(str(exc), limit=min(db.config.max_append_size, 2**31 - 1))
-    known = status_of(exc)  # the one table of statuses (evdb/errors.py), shared with HTTP
-    if known is not None:
-        return kurrent_error(Status[known[1]], str(exc), trailers_of(exc))
-    if getattr(node, "db", None) is None:  # a follower cutting a diverged tail: a moment, not a fault
-        return GRPCError(Status.UNAVAILABLE, DatabaseReopening.MESSAGE)
-    resource = resource_status(exc)  # a full disk, no descriptor left: the same rule as HTTP's
-    if resource is not None:
-        return GRPCError(Status[resource[1]], resource[2])
-    node.logger.exception("gRPC call failed unexpectedly", exc_info=exc)
-    return GRPCError(Status.INTERNAL, f"Internal error: {exc}")
-
-
-def expected_version(options: Any, oneof: str, revision_field: str) -> int:
-    """The expected version of an append/delete/tombstone request's options, in evdb's numbers."""
-    which = options.WhichOneof(oneof)
-    if which == revision_field:
-        return int(getattr(options, revision_field))
-    if which == "no_stream":
-        return NO_STREAM
-    if which == "stream_exists":
-        return STREAM_EXISTS
-    return ANY
-
-
-def stream_name(identifier: shared_pb2.StreamIdentifier) -> str:
-    """The request's stream name, checked with the database's rule (evdb.streams.check_stream_name)
-    before anything else happens: INVALID_ARGUMENT with the reason."""
-    try:
-        name = identifier.stream_name.decode("utf-8")
-    except UnicodeDecodeError:
-        raise GRPCError(Status.INVALID_ARGUMENT, "The stream name is not UTF-8.") from None
-    if not name:
-        raise GRPCError(Status.INVALID_ARGUMENT, "The stream name must not be empty.")
-    try:
-        return check_stream_name(name)
-    except InvalidInput as exc:
-        raise GRPCError(Status.INVALID_ARGUMENT, str(exc)) from None
-
-
-def uuid_message(value: bytes, structured: bool) -> shared_pb2.UUID:
-    """An event id as the client asked for it: a string, or two signed 64-bit halves."""
-    if structured:
-        most = int.from_bytes(value[:8], "big", signed=True)
-        least = int.from_bytes(value[8:], "big", signed=True)
-        return shared_pb2.UUID(
-            structured=shared_pb2.UUID.Structured(most_significant_bits=most, least_significant_bits=least)
-        )
-    return shared_pb2.UUID(string=str(uuid.UUID(bytes=value)))
-
-
-def parse_uuid(message: shared_pb2.UUID) -> uuid.UUID:
-    which = message.WhichOneof("value")
-    try:
-        if which == "string":
-            return uuid.UUID(message.string)
-        if which == "structured":
-            s = message.structured
-            return uuid.UUID(
-                bytes=s.most_significant_bits.to_bytes(8, "big", signed=True)
-                + s.least_significant_bits.to_bytes(8, "big", signed=True)
-            )
-    except ValueError:
-        pass
-    raise GRPCError(Status.INVALID_ARGUMENT, "Every event needs a valid id (a UUID).")
-
-
-def timestamp_now(node: Node) -> timestamp_pb2.Timestamp:
-    ts = timestamp_pb2.Timestamp()
-    ts.FromNanoseconds(int(node.clock.time() * 1_000_000_000))
-    return ts
 
 
 # -- server-streaming answers written a page at a time ---------------------------------------------------
@@ -382,37 +144,6 @@ async def _send_data(h2_stream: Any, data: bytes) -> None:
         h2_stream.data_sent += position - start
         connection.data_sent += position - start
         connection.data_send_process()
-
-
-# -- KurrentDB's error shapes on the wire ----------------------------------------------------------------
-class KurrentError(GRPCError):
-    """A ``GRPCError`` with KurrentDB's trailing metadata (``exception`` and the facts beside it).
-
-    grpclib sends no custom trailers for a raised error; :class:`KurrentServer` sends these."""
-
-    def __init__(
-        self, status: Status, message: str, trailers: Mapping[str, str], details: Any = None
-    ) -> None:
-        super().__init__(status, message, details)
-        # HTTP/2 (grpclib) carries no empty value: a fact KurrentDB sends empty is left out
-        self.trailers = {key: _metadata_value(value) for key, value in trailers.items() if value}
-
-
-def kurrent_error(
-    status: Status, message: str, trailers: Mapping[str, str], details: Any = None
-) -> GRPCError:
-    """The error a handler raises: with trailers when KurrentDB sends some, else a plain GRPCError."""
-    if not trailers:
-        return GRPCError(status, message, details)
-    return KurrentError(status, message, trailers, details)
-
-
-def _metadata_value(value: str) -> str:
-    """A trailer value as HTTP/2 carries it: printable ASCII as it is, anything else percent-encoded
-    (UTF-8), as gRPC encodes ``grpc-message``."""
-    if all(" " <= ch <= "~" for ch in value):
-        return value
-    return urllib.parse.quote(value, safe=" !\"#$&'()*+,/:;=?@[]^`{|}~<>")
 
 
 #: A call that reaches evdb with less time than this left is answered DEADLINE_EXCEEDED at once: its

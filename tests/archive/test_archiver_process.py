@@ -1,0 +1,105 @@
+"""The archiver as a real process: a one-node cluster and a read-only replica with `Archiver: true`,
+archiving into a folder. Every completed chunk the leader writes reaches the archive, byte for byte as
+the replica holds it; a kill -9 of the archiver and a restart neither upload a chunk twice nor skip one."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import uuid
+
+import pytest
+import yaml
+from waiting import wait_until
+
+from evdb.archive.archiver import CHECKPOINT, chunk_object_name, read_checkpoint
+from evdb.archive.filesystem import FileSystemStore
+from evdb.cluster.launcher import LocalCluster
+from evdb.logs import read_log_lines
+
+pytestmark = pytest.mark.slow
+
+CHUNK = 64 * 1024
+
+
+def _write(local: LocalCluster, url: str, kib: int) -> None:
+    with local.client(url, timeout=30) as client:
+        for _ in range(kib // 40):
+            batch = [
+                {"eventId": str(uuid.uuid4()), "eventType": "Filler", "data": {"p": "x" * 1000}}
+                for _ in range(40)
+            ]
+            r = client.post(
+                f"/streams/filler-{uuid.uuid4().hex[:6]}",
+                content=json.dumps(batch),
+                headers={"Content-Type": "application/vnd.kurrent.events+json"},
+            )
+            assert r.status_code == 201, r.text
+
+
+def _archived_lines(local: LocalCluster) -> list[str]:
+    """What the archiver logged of each chunk, over its runs (each run names itself anew)."""
+    replica = next(n for n in local.info()["nodes"] if n["name"] == "replica1")
+    with open(replica["config"]) as f:
+        log = yaml.safe_load(f)["Log"]
+    return [
+        line["@m"]
+        for path in sorted(glob.glob(os.path.join(log, "*", "log-*.json")))
+        for line in read_log_lines(path)
+        if " archived as " in line["@m"] or "in the archive already" in line["@m"]
+    ]
+
+
+def test_the_archiver_uploads_every_completed_chunk_and_survives_kill_9(tmp_path):
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    extra = {
+        "Archive": {
+            "Enabled": True,
+            "StorageType": "FileSystem",
+            "FileSystem": {"Path": str(archive)},
+            "RetainAtLeast": {"Days": 1, "LogicalBytes": CHUNK},
+        }
+    }
+    local = LocalCluster(tmp_path / "cluster")
+    local.create(nodes=1, replicas=1, insecure=True, chunk_size="64KiB", extra=extra)
+    replica = next(n for n in local.info()["nodes"] if n["name"] == "replica1")
+    with open(replica["config"]) as f:
+        config = yaml.safe_load(f)
+    config["Archiver"] = True
+    with open(replica["config"], "w") as f:
+        yaml.safe_dump(config, f)
+    store = FileSystemStore(str(archive))
+    try:
+        local.up(timeout=60, log=lambda *_: None)
+        leader = local.wait_for_leader(60)
+        local.wait_for_node("replica1", 60)
+        _write(local, leader, 320)  # about five chunks
+        wait_until(lambda: read_checkpoint(store).position >= 4 * CHUNK, 60, "four chunks archived")
+        os.kill(local.start_node("replica1"), signal.SIGKILL)  # the running pid
+        wait_until(lambda: not local.is_running("replica1"), 30, "the archiver gone")
+        _write(local, leader, 200)
+        local.start_node("replica1")
+        local.wait_for_node("replica1", 60)
+        db = os.path.join(config["Db"])
+        wait_until(
+            lambda: read_checkpoint(store).position >= 7 * CHUNK, 90, "the chunks written meanwhile archived"
+        )
+        end = read_checkpoint(store).position // CHUNK
+        names = [o.name for o in store.list() if o.name.startswith("chunk-")]
+        assert names == [chunk_object_name(n) for n in range(end)]  # no gap
+        for n in range(end):
+            local_file = next(
+                f for f in sorted(os.listdir(db), reverse=True) if f.startswith(f"chunk-{n:06d}.")
+            )
+            with open(os.path.join(db, local_file), "rb") as f:
+                assert store.get_bytes(chunk_object_name(n)) == f.read(), n
+        lines = _archived_lines(local)
+        uploads = [line.split()[1] for line in lines if " archived as " in line]
+        assert sorted(uploads) == sorted(set(uploads))  # no chunk uploaded twice
+        assert {int(line.split()[1]) for line in lines} == set(range(end))  # each one logged, by the archiver
+        assert store.head(CHECKPOINT) is not None
+    finally:
+        local.down(timeout=10, log=lambda *_: None)
