@@ -260,6 +260,7 @@ def steady(directory: str, chunk_size: int, auto_pacing: bool, seconds: float = 
     db = Database.open(os.path.join(directory, "db"), chunk_size=chunk_size)
     service = ScavengeService(
         db,
+        clock=SystemClock(),
         state_path=ScavengeService.state_path_for(os.path.join(directory, "db", "index")),
         logger=logging.getLogger("bench"),
         **({} if auto_pacing else {"auto_pacing": False}),
