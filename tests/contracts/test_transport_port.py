@@ -20,9 +20,12 @@ from typing import Any
 import pytest
 from port_members import drift
 
+from evdb.clock import SystemClock
 from evdb.cluster import sim
 from evdb.cluster.peers import PeerClient, PeerError
 from evdb.cluster.transport import Channel, HttpTransport, Message, Transport, _WebSocketChannel
+from evdb.options import Options
+from evdb.tls.reload import NodeSettings
 
 TIMEOUT = 10.0
 
@@ -154,11 +157,13 @@ class TestHttpTransport(TransportPortContract):
             logger = logging.getLogger("test.contracts.transport")
 
             def transport() -> HttpTransport:
-                client = PeerClient(lambda: None, reset_interval=1e9, logger=logger)
+                # no certificates: plain HTTP between the two (the TLS rules have their own tests)
+                settings = NodeSettings(Options(insecure=True))
+                clock = SystemClock()
+                client = PeerClient(settings, logger=logger, clock=clock)
                 return HttpTransport(
-                    host="127.0.0.1", port=0, tls=lambda: None, reserved_common_name="node", logger=logger,
-                    client=client,
-                )  # fmt: skip
+                    host="127.0.0.1", port=0, settings=settings, clock=clock, logger=logger, client=client
+                )
 
             server, caller = transport(), transport()
             w = World()
