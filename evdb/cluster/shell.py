@@ -79,7 +79,12 @@ class ClusterShell(Protocol):
     gossip_interval: float
     gossip_timeout: float
     election_timeout: float
-    reset_interval: float
+
+    @property
+    def reset_interval(self) -> float:
+        """ConnectionResetInterval in effect (read at each use: a reload changes it)."""
+        ...
+
     # the role and what it knows
     state: str
     leader_id: str | None
