@@ -15,7 +15,6 @@ import asyncio
 import logging
 import socket
 from collections.abc import Awaitable, Callable
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -25,6 +24,8 @@ from evdb.clock import SystemClock
 from evdb.cluster import sim
 from evdb.cluster.peers import PeerClient, PeerError
 from evdb.cluster.transport import Channel, HttpTransport, Message, Transport, _WebSocketChannel
+from evdb.options import Options
+from evdb.tls.reload import NodeSettings
 
 TIMEOUT = 10.0
 
@@ -156,18 +157,13 @@ class TestHttpTransport(TransportPortContract):
             logger = logging.getLogger("test.contracts.transport")
 
             def transport() -> HttpTransport:
-                settings = SimpleNamespace(
-                    tls=None,
-                    options=SimpleNamespace(
-                        certificate_reserved_node_common_name="node", connection_reset_interval=600
-                    ),
-                )
+                # no certificates: plain HTTP between the two (the TLS rules have their own tests)
+                settings = NodeSettings(Options(insecure=True))
                 clock = SystemClock()
-                client = PeerClient(settings, logger=logger, clock=clock)  # type: ignore[arg-type]
+                client = PeerClient(settings, logger=logger, clock=clock)
                 return HttpTransport(
-                    host="127.0.0.1", port=0, settings=settings, clock=clock, logger=logger,  # type: ignore[arg-type]
-                    client=client,
-                )  # fmt: skip
+                    host="127.0.0.1", port=0, settings=settings, clock=clock, logger=logger, client=client
+                )
 
             server, caller = transport(), transport()
             w = World()
