@@ -8,27 +8,22 @@ owns one :class:`Membership`; taking office, stepping down and following are the
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from evdb.cluster.advertising import CLIENT_HOST, CLIENT_PORT
 from evdb.cluster.election import VoteRequest
 from evdb.cluster.elector import Follow, LeaderLost, Member, Own, Stand, StepDown
 from evdb.cluster.gossip import Peer
+from evdb.cluster.shell import ClusterShell, ShellPart
 from evdb.cluster.transport import PeerError
-
-if TYPE_CHECKING:
-    from evdb.cluster.shell import ClusterShell
 
 __all__ = ["Membership"]
 
 
-class Membership:
+class Membership(ShellPart):
     """One node's gossip rounds and elections."""
 
     def __init__(self, service: ClusterShell) -> None:
-        self.service = service
-        self.logger = service.logger
-        self._now = service._now
+        super().__init__(service)
         #: held while this node stands for election
         self.election_lock = asyncio.Lock()
 

@@ -26,12 +26,12 @@ from evdb.cluster.following import (
 )
 from evdb.cluster.gossip import Peer
 from evdb.cluster.replica import ChunkLogReplication, ReplicationLog
+from evdb.cluster.shell import ClusterShell, ShellPart
 from evdb.cluster.transport import Channel, Message, PeerError
 from evdb.cluster.wire import COMMIT, POSITION, REPLICATION_PROTOCOL
 from evdb.errors import CorruptedFile, EvdbError, NotLeader
 
 if TYPE_CHECKING:
-    from evdb.cluster.shell import ClusterShell
     from evdb.database import Database
 
 __all__ = ["ChunkFileReceiver", "ReplicationSink", "records_batch_of"]
@@ -159,14 +159,11 @@ def records_batch_of(first: bytes, inbox: Inbox) -> tuple[list[tuple[int, bytes]
     return records_batch(first, inbox.messages)
 
 
-class ReplicationSink:
+class ReplicationSink(ShellPart):
     """A follower's replication from its leader: one session after another while it follows."""
 
     def __init__(self, service: ClusterShell) -> None:
-        self.service = service
-        self.logger = service.logger
-        self._now = service._now
-        self._blocking = service._blocking
+        super().__init__(service)
         self._receiver: ChunkFileReceiver | None = None  # a chunk file being received from the leader
 
     async def _find_common_point(self, channel: Channel, verify: dict) -> int | None:

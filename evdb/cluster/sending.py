@@ -23,6 +23,7 @@ from evdb.cluster.catchup import common_point, shared_end
 from evdb.cluster.forwarding import decode_write, encode_error, encode_result
 from evdb.cluster.leadership import Progress, unacked_window
 from evdb.cluster.replica import ChunkLogReplication
+from evdb.cluster.shell import ShellPart
 from evdb.cluster.transport import Channel, PeerError
 from evdb.cluster.wire import (
     CHECKS_PER_MESSAGE,
@@ -36,7 +37,6 @@ from evdb.errors import EvdbError
 from evdb.storage.chunk import Chunk
 
 if TYPE_CHECKING:
-    from evdb.cluster.shell import ClusterShell
     from evdb.database import Database
 
 __all__ = [
@@ -119,14 +119,8 @@ class FollowerLink(Progress):
     channel: Channel | None = None
 
 
-class ReplicationSource:
+class ReplicationSource(ShellPart):
     """A leader's replication streams, one session per subscribed follower."""
-
-    def __init__(self, service: ClusterShell) -> None:
-        self.service = service
-        self.logger = service.logger
-        self._now = service._now
-        self._blocking = service._blocking
 
     async def _verify_common_point(self, channel: Channel, point: int, floor: int) -> int | None:
         """The leader's side: send the follower our records' checks, newest first from ``point`` down to

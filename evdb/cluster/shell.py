@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from evdb.cluster.transport import Transport
     from evdb.database import Database
 
-__all__ = ["ClusterHost", "ClusterShell"]
+__all__ = ["ClusterHost", "ClusterShell", "ShellPart"]
 
 
 class ClusterHost(Protocol):
@@ -145,3 +145,13 @@ class ClusterShell(Protocol):
     def _release_gate(self) -> None: ...
 
     def _wake_senders(self) -> None: ...
+
+
+class ShellPart:
+    """A helper of the shell: its service, and the service's logger, clock and blocking-call runner."""
+
+    def __init__(self, service: ClusterShell) -> None:
+        self.service = service
+        self.logger = service.logger
+        self._now = service._now
+        self._blocking = service._blocking
