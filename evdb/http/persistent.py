@@ -21,7 +21,7 @@ answer. With no leader known, or when the request was already forwarded once, th
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 from aiohttp import web
@@ -391,23 +391,27 @@ def _stop_at(request: web.Request, refused: str) -> int | None:
 
 
 async def replay_parked(request: web.Request) -> web.Response:
-    user = _require_ops(request)
-    if (forwarded := await _on_leader(request)) is not None:
-        return forwarded
-    stream, group = _names(request)
-    stop_at = _stop_at(request, "stopAt should be a properly formed positive long")
-    _service(request).replay_parked(stream, group, stop_at, user)
-    return _result("replay", "Success")
+    return await _parked_operation(request, "replay", "stopAt should be a properly formed positive long")
 
 
 async def truncate_parked(request: web.Request) -> web.Response:
+    return await _parked_operation(request, "truncate", "stopAt should be a properly formed positive integer")
+
+
+async def _parked_operation(
+    request: web.Request, kind: Literal["replay", "truncate"], refused: str
+) -> web.Response:
+    """``POST .../replayParked`` and ``.../truncateParked``: $ops, on the leader, all the parked messages
+    or those before ``stopAt`` (``refused``: KurrentDB's words for a bad one, not the same for both)."""
     user = _require_ops(request)
     if (forwarded := await _on_leader(request)) is not None:
         return forwarded
     stream, group = _names(request)
-    stop_at = _stop_at(request, "stopAt should be a properly formed positive integer")
-    _service(request).truncate_parked(stream, group, stop_at, user)
-    return _result("truncate", "Success")
+    stop_at = _stop_at(request, refused)
+    service = _service(request)
+    operation = service.replay_parked if kind == "replay" else service.truncate_parked
+    operation(stream, group, stop_at, user)
+    return _result(kind, "Success")
 
 
 # -- viewing parked messages (the parked stream, read here; KurrentDB does not forward these) --------------
