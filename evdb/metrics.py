@@ -445,7 +445,7 @@ class _NodeCollector:
                 now_ticks = now_ticks if now_ticks is not None else g._clock.ticks()
                 age = max(0, now_ticks - g.parked.oldest_ticks) / 10_000_000
             oldest.add_metric(key, age)
-            items.add_metric(key, g._total_items)
+            items.add_metric(key, g.throughput.total_items)
             is_all = g.source.is_all
             last_known = _position_of(g.last_known)
             last_checkpointed = _position_of(g.last_checkpointed)

@@ -26,6 +26,7 @@ from evdb.clock import Clock
 from evdb.errors import StreamDeleted
 from evdb.persistent.buffer import StreamBuffer
 from evdb.persistent.checkpoints import ReadResult, SubscriptionStore
+from evdb.persistent.info import GroupInfo, Throughput, group_info
 from evdb.persistent.model import (
     LIVE,
     EventSource,
@@ -107,10 +108,7 @@ class Group:
         self._loaded: Callable[[], object] | None = None
         self._live_from = -1
         # statistics
-        self._started = clock.monotonic()
-        self._total_items = 0
-        self._last_total_time = 0.0
-        self._last_total_items = 0
+        self.throughput = Throughput(clock.monotonic())
         self.last_checkpointed: int | None = None
         self.last_known: int | None = None
         self.parked = ParkedMessages(
@@ -421,7 +419,7 @@ class Group:
         ), True
 
     def _begin_processing(self, message: OutstandingMessage) -> None:
-        self._total_items += 1
+        self.throughput.count()
         expires = self._clock.monotonic() + self.settings.message_timeout_ms / 1000
         if message.event_id in self._outstanding:
             self.logger.warning(
@@ -643,75 +641,19 @@ class Group:
         if self._state & (BEHIND | OUTSTANDING_PAGE_REQUEST) == BEHIND:
             self.try_reading_new_batch()
 
-    # -- statistics ------------------------------------------------------------------------------------
+    # -- statistics (evdb/persistent/info.py) --------------------------------------------------------
     def statistics(self) -> dict[str, Any]:
         """KurrentDB's PersistentSubscriptionInfo (what GetInfo, List and the HTTP API show)."""
-        elapsed = self._clock.monotonic() - self._started
-        run = elapsed - self._last_total_time
-        items = self._total_items - self._last_total_items
-        average = int(items / run) if run > 0 else 0
-        self._last_total_time = elapsed
-        self._last_total_items = self._total_items
-        connections = []
-        in_flight = 0
-        for client in self.clients.values():
-            since = client.total_items - client.last_total_items
-            client.last_total_items = client.total_items
-            in_flight += client.in_flight
-            connections.append(
-                {
-                    "from": client.from_,
-                    "username": client.username,
-                    "averageItemsPerSecond": int(since / run) if run > 0 else 0,
-                    "totalItems": client.total_items,
-                    "countSinceLastMeasurement": since,
-                    "observedMeasurements": [
-                        {"key": key, "value": value}
-                        for key, value in (
-                            client.extra_statistics.measurements()
-                            if client.extra_statistics is not None
-                            else []
-                        )
-                    ],
-                    "availableSlots": client.available_slots,
-                    "inFlightMessages": client.in_flight,
-                    "connectionName": client.connection_name,
-                }
-            )
-        buffer = self._buffer
-        settings = self.settings
-        return {
-            "eventSource": self.source.stream,
-            "groupName": self.group,
-            "status": state_name(self.state),
-            "connections": connections,
-            "averagePerSecond": average,
-            "lastCheckpointedEventPosition": self.source.format(self.last_checkpointed),
-            "lastKnownEventPosition": self.source.format(self.last_known),
-            "totalItems": self._total_items,
-            "countSinceLastMeasurement": items,
-            "checkPointAfterMilliseconds": settings.checkpoint_after_ms,
-            "bufferSize": settings.history_buffer_size,
-            "liveBufferSize": settings.live_buffer_size,
-            "maxCheckPointCount": settings.max_checkpoint_count,
-            "maxRetryCount": settings.max_retry_count,
-            "messageTimeoutMilliseconds": settings.message_timeout_ms,
-            "minCheckPointCount": settings.min_checkpoint_count,
-            "readBatchSize": settings.read_batch_size,
-            "resolveLinktos": settings.resolve_links,
-            "startFrom": self.source.format(settings.start_from),
-            "readBufferCount": len(buffer.buffer) if buffer else 0,
-            "retryBufferCount": len(buffer.retry) if buffer else 0,
-            "liveBufferCount": len(buffer.live_buffer) if buffer else 0,
-            "extraStatistics": settings.extra_statistics,
-            "totalInFlightMessages": in_flight,
-            "outstandingMessagesCount": len(self._outstanding),
-            "namedConsumerStrategy": settings.consumer_strategy,
-            "maxSubscriberCount": settings.max_subscriber_count,
-            "parkedMessageCount": self.parked.count,
-            "parkedDueToClientNak": self.parked.due_to_client_nak,
-            "parkedDueToMaxRetries": self.parked.due_to_max_retries,
-            "parkedMessageReplays": self.parked.replays,
-            "parkedMessageTruncations": self.parked.truncations,
-            "oldestParkedMessage": self.parked.oldest_age(self._clock.ticks()),
-        }
+        seen = GroupInfo(
+            self.source,
+            self.group,
+            state_name(self.state),
+            self.settings,
+            self.clients.values(),
+            self._buffer,
+            len(self._outstanding),
+            self.parked,
+            self.last_checkpointed,
+            self.last_known,
+        )
+        return group_info(seen, self.throughput, self._clock.monotonic(), self._clock.ticks())
