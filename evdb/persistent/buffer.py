@@ -84,12 +84,3 @@ class StreamBuffer:
 
     def remove(self, message: OutstandingMessage, is_retry: bool) -> None:
         (self.retry if is_retry else self.buffer).remove(message)
-
-    def lowest_retry(self) -> tuple[OutstandingMessage | None, int | None]:
-        lowest: tuple[OutstandingMessage | None, int | None] = (None, None)
-        for message in self.retry:
-            if message.is_replayed or message.sequence is None:
-                continue
-            if lowest[1] is None or message.sequence < lowest[1]:
-                lowest = (message, message.sequence)
-        return lowest

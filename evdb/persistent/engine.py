@@ -20,6 +20,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from itertools import chain
 from typing import Any
 
 from evdb.clock import Clock
@@ -38,6 +39,7 @@ from evdb.persistent.model import (
     parked_stream,
 )
 from evdb.persistent.offloop import Io
+from evdb.persistent.outstanding import OutstandingMessages, lowest_sequence
 from evdb.persistent.parking import ParkedMessages
 from evdb.persistent.strategies import Client, ConsumerSink, PushResult, RequestStatistics, make_strategy
 
@@ -90,7 +92,7 @@ class Group:
         self._strategy = make_strategy(settings.consumer_strategy)
         self._state = NOT_READY
         self._buffer: StreamBuffer | None = None
-        self._outstanding: dict[bytes, tuple[float, OutstandingMessage]] = {}
+        self._outstanding = OutstandingMessages()
         self._next_pull = 0
         self._skip_first: int | None = None  # the checkpointed position: not delivered again
         self._history_seen = -2  # the last position history reading handed over (live duplicates)
@@ -421,15 +423,13 @@ class Group:
     def _begin_processing(self, message: OutstandingMessage) -> None:
         self.throughput.count()
         expires = self._clock.monotonic() + self.settings.message_timeout_ms / 1000
-        if message.event_id in self._outstanding:
+        if not self._outstanding.add(message, expires):
             self.logger.warning(
                 "Skipping message %s/%s with duplicate eventId %s",
                 message.resolved.original.stream,
                 message.resolved.original.event_number,
                 uuid.UUID(bytes=message.event_id),
             )
-            return
-        self._outstanding[message.event_id] = (expires, message)
 
     # -- consumers -------------------------------------------------------------------------------------
     @property
@@ -478,7 +478,7 @@ class Group:
         for client in self.clients.values():
             client.remove_from_processing(event_ids)
         for event_id in event_ids:
-            self._outstanding.pop(event_id, None)
+            self._outstanding.remove(event_id)
 
     def ack(self, event_ids: list[bytes]) -> None:
         self._remove_processing(event_ids)
@@ -498,17 +498,17 @@ class Group:
     def nack(self, event_ids: list[bytes], action: str, reason: str) -> None:
         """``action``: Unknown, Park, Retry, Skip or Stop (KurrentDB's NakAction)."""
         for event_id in event_ids:
-            entry = self._outstanding.get(event_id)
+            message = self._outstanding.get(event_id)
             if action in ("Retry", "Unknown"):
-                if entry is not None and not self._parked_after_retries(entry[1]):
-                    self._retry(entry[1])
+                if message is not None and not self._parked_after_retries(message):
+                    self._retry(message)
             elif action == "Park":
-                if entry is not None:
-                    self._park(entry[1].resolved, "Client explicitly NAK'ed message.\n" + reason, "ClientNak")
+                if message is not None:
+                    self._park(message.resolved, "Client explicitly NAK'ed message.\n" + reason, "ClientNak")
             elif action == "Stop":
                 pass  # KurrentDB takes no action for Stop
             else:  # Skip
-                self._outstanding.pop(event_id, None)
+                self._outstanding.remove(event_id)
         self._remove_processing(event_ids)
         self._answered()
 
@@ -527,7 +527,7 @@ class Group:
 
     def _forget(self, event_id: bytes) -> None:
         """The message is no longer in flight: neither outstanding nor in any consumer's processing."""
-        self._outstanding.pop(event_id, None)
+        self._outstanding.remove(event_id)
         for client in self.clients.values():
             client.remove_from_processing([event_id])
 
@@ -560,19 +560,10 @@ class Group:
         buffer = self._buffer
         if buffer is None or self._closed:
             return
-        lowest_message: OutstandingMessage | None = None
-        lowest: int | None = None
-        for _, message in self._outstanding.values():
-            if message.is_replayed or message.sequence is None:
-                continue
-            if lowest is None or message.sequence < lowest:
-                lowest, lowest_message = message.sequence, message
-        retry_message, retry_sequence = buffer.lowest_retry()
-        if retry_sequence is not None and (lowest is None or retry_sequence < lowest):
-            lowest, lowest_message = retry_sequence, retry_message
-        if lowest is not None:
-            assert lowest_message is not None
-            sequence = lowest - 1
+        lowest_message = lowest_sequence(chain(self._outstanding, buffer.retry))
+        if lowest_message is not None:
+            assert lowest_message.sequence is not None
+            sequence = lowest_message.sequence - 1
             position = lowest_message.previous_position
             if position is None:
                 return  # the first message is out and not acknowledged, and there was no checkpoint
@@ -627,13 +618,7 @@ class Group:
         read more if behind."""
         if self._state == NOT_READY or self._closed:
             return
-        now = self._clock.monotonic()
-        expired = sorted(
-            ((expires, message) for expires, message in self._outstanding.values() if expires <= now),
-            key=lambda item: item[0],
-        )
-        for _, message in expired:
-            self._outstanding.pop(message.event_id, None)
+        for message in self._outstanding.expire(self._clock.monotonic()):
             if not self._parked_after_retries(message):
                 self._retry(message)
         self._schedule_push()
