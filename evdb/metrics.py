@@ -448,7 +448,7 @@ class _NodeCollector:
             items.add_metric(key, g.throughput.total_items)
             is_all = g.source.is_all
             last_known = _position_of(g.last_known)
-            last_checkpointed = _position_of(g.last_checkpointed)
+            last_checkpointed = _position_of(g.checkpoints.last_checkpointed)
             (known_all if is_all else known).add_metric(key, last_known)
             (checkpointed_all if is_all else checkpointed).add_metric(key, last_checkpointed)
             requests.add_metric([*key, "client-nak"], g.parked.due_to_client_nak)

@@ -26,6 +26,7 @@ from typing import Any
 from evdb.clock import Clock
 from evdb.errors import StreamDeleted
 from evdb.persistent.buffer import StreamBuffer
+from evdb.persistent.checkpointing import Checkpointer
 from evdb.persistent.checkpoints import ReadResult, SubscriptionStore
 from evdb.persistent.info import GroupInfo, Throughput, group_info
 from evdb.persistent.model import (
@@ -96,12 +97,16 @@ class Group:
         self._next_pull = 0
         self._skip_first: int | None = None  # the checkpointed position: not delivered again
         self._history_seen = -2  # the last position history reading handed over (live duplicates)
-        self._next_sequence = 0
-        self._last_checkpointed_sequence = -1
-        self._last_known_sequence = -1
-        self._last_known_message: int | None = None
-        self._last_checkpoint_time: float | None = None
-        self._checkpoint_writing = False
+        self.checkpoints = Checkpointer(
+            self.key,
+            self.checkpoint_stream,
+            source,
+            settings,
+            store=store,
+            io=io,
+            clock=clock,
+            logger=logger,
+        )
         self._faulted = False
         #: what the last read failed with (logged when it changes), None while reads succeed
         self._read_fault: str | None = None
@@ -111,7 +116,6 @@ class Group:
         self._live_from = -1
         # statistics
         self.throughput = Throughput(clock.monotonic())
-        self.last_checkpointed: int | None = None
         self.last_known: int | None = None
         self.parked = ParkedMessages(
             self.key,
@@ -190,11 +194,7 @@ class Group:
         self._live_from = -1  # history from the checkpoint covers everything after it
         self._next_pull = position
         self._skip_first = position
-        self._next_sequence = 1
-        self._last_checkpointed_sequence = 0
-        self._last_known_sequence = 0
-        self._last_known_message = position
-        self.last_checkpointed = position
+        self.checkpoints.loaded(position)
         # the checkpointed event is a known event of the source: a group loaded on a new leader shows it
         # at once rather than null until an event is read after it (the read is of later events only)
         self._set_last_known(position)
@@ -356,9 +356,7 @@ class Group:
 
     def handle_skipped(self, position: int, count: int) -> None:
         """Events a filter left out: they count towards the checkpoint (KurrentDB's HandleSkippedEvents)."""
-        self._last_known_message = position
-        self._next_sequence += count
-        self._last_known_sequence = self._next_sequence - 1
+        self.checkpoints.skipped(position, count)
         self.try_mark_checkpoint(False)
 
     # -- pushing to consumers --------------------------------------------------------------------------
@@ -377,12 +375,10 @@ class Group:
         if buffer is None or self._closed:
             return
         for message, is_retry in buffer.scan():
-            sent, assigned = self._for_pushed(message)
+            sent, assigned = self.checkpoints.numbered(message)
             result = self._strategy.push(sent)
             if assigned and result in (PushResult.SENT, PushResult.SKIPPED):
-                self._last_known_sequence = self._next_sequence
-                self._next_sequence += 1
-                self._last_known_message = sent.position
+                self.checkpoints.taken(sent)
             if result is PushResult.SENT:
                 buffer.remove(message, is_retry)
                 self._begin_processing(sent)
@@ -404,21 +400,12 @@ class Group:
             if len(taken) >= count:
                 break
             buffer.remove(message, is_retry)
-            sent, assigned = self._for_pushed(message)
+            sent, assigned = self.checkpoints.numbered(message)
             if assigned:
-                self._last_known_sequence = self._next_sequence
-                self._next_sequence += 1
-                self._last_known_message = sent.position
+                self.checkpoints.taken(sent)
             self._begin_processing(sent)
             taken.append((message.resolved, message.retry_count))
         return taken
-
-    def _for_pushed(self, message: OutstandingMessage) -> tuple[OutstandingMessage, bool]:
-        if message.is_replayed or message.sequence is not None:
-            return message, False
-        return replace(
-            message, sequence=self._next_sequence, previous_position=self._last_known_message
-        ), True
 
     def _begin_processing(self, message: OutstandingMessage) -> None:
         self.throughput.count()
@@ -555,63 +542,12 @@ class Group:
         """Drop parked messages unreplayed (:meth:`ParkedMessages.truncate`)."""
         return self.parked.truncate(stop_at, ready=self._state != NOT_READY)
 
-    # -- checkpoints and time --------------------------------------------------------------------------
+    # -- checkpoints (evdb/persistent/checkpointing.py) and time -------------------------------------
     def try_mark_checkpoint(self, is_time_check: bool) -> None:
         buffer = self._buffer
         if buffer is None or self._closed:
             return
-        lowest_message = lowest_sequence(chain(self._outstanding, buffer.retry))
-        if lowest_message is not None:
-            assert lowest_message.sequence is not None
-            sequence = lowest_message.sequence - 1
-            position = lowest_message.previous_position
-            if position is None:
-                return  # the first message is out and not acknowledged, and there was no checkpoint
-        else:
-            sequence = self._last_known_sequence
-            position = self._last_known_message
-        if sequence == -1 or position is None:
-            return
-        difference = sequence - self._last_checkpointed_sequence
-        now = self._clock.monotonic()
-        after = self.settings.checkpoint_after_ms
-        elapsed_enough = self._last_checkpoint_time is None or (
-            after > 0 and now - self._last_checkpoint_time >= after / 1000
-        )
-        if not elapsed_enough and difference < self.settings.max_checkpoint_count:
-            return
-        if (difference >= self.settings.min_checkpoint_count and is_time_check) or (
-            difference >= self.settings.max_checkpoint_count
-        ):
-            self._last_checkpoint_time = now
-            self._last_checkpointed_sequence = sequence
-            self._write_checkpoint(position)
-            self.last_checkpointed = position
-
-    def _write_checkpoint(self, position: int) -> None:
-        if self._checkpoint_writing:
-            return
-        self._checkpoint_writing = True
-        text = self.source.format(position)
-        assert text is not None
-
-        def written(_: Any) -> None:
-            self._checkpoint_writing = False
-
-        def failed(exc: BaseException) -> None:
-            self._checkpoint_writing = False
-            self.logger.warning(
-                "Error writing checkpoint for %s to %s: %s", self.key, self.checkpoint_stream, exc
-            )
-
-        self._io.run(
-            f"writing the checkpoint of {self.key}",
-            self._store.write_checkpoint,
-            self.checkpoint_stream,
-            text,
-            then=written,
-            failed=failed,
-        )
+        self.checkpoints.try_mark(lowest_sequence(chain(self._outstanding, buffer.retry)), is_time_check)
 
     def tick(self) -> None:
         """A clock tick (KurrentDB's NotifyClockTick, every second): time out messages, checkpoint,
@@ -638,7 +574,7 @@ class Group:
             self._buffer,
             len(self._outstanding),
             self.parked,
-            self.last_checkpointed,
+            self.checkpoints.last_checkpointed,
             self.last_known,
         )
         return group_info(seen, self.throughput, self._clock.monotonic(), self._clock.ticks())
