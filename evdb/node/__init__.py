@@ -64,7 +64,7 @@ def freeze_startup_heap() -> None:
     generation: a node's start-up heap (modules, options, TLS, logging; about 63,000 objects) is never
     scanned again. Every full collection scanned it: 40-85 ms pauses, one about every 5 s under load on
     each node, the followers' at the same moments (they do the same work), which held a cluster's
-    answers until one follower came back (issue 24, docs/performance.md "Replication: the tail").
+    answers until one follower came back (issue 24, docs/performance-lab-notes.md "Replication: the tail").
     Called before the database opens, so that nothing a node drops later (a database reopened, chunks
     switched out) is frozen: objects made after this are collected as before."""
     global _startup_heap_frozen
