@@ -3,15 +3,19 @@
 A group reads its source in batches into a bounded buffer (history), follows live events once it has
 caught up (a bounded live buffer bridges the switch), hands messages to its consumers through the
 consumer strategy, and takes them back on ack, nack and timeout: a message is retried up to
-``max_retry_count`` times and then parked. Every message pushed gets a sequence number; the checkpoint
-is the position of the last message before the oldest one still in flight or waiting for a retry, and
-is written after ``min_checkpoint_count`` messages and ``checkpoint_after`` milliseconds (at a clock
-tick), or at once after ``max_checkpoint_count``.
+``max_retry_count`` times and then parked.
+
+:class:`Group` runs that flow and composes the pieces that keep its state: the
+:class:`~evdb.persistent.buffer.StreamBuffer` of messages waiting to go out, the
+:class:`~evdb.persistent.outstanding.OutstandingMessages` handed out and their timeouts, the
+:class:`~evdb.persistent.checkpointing.Checkpointer` (message numbers, the checkpoint and when it is due),
+the :class:`~evdb.persistent.parking.ParkedMessages` (park, replay, truncate) and the
+:class:`~evdb.persistent.info.Throughput` its figures are measured by.
 
 Everything here runs on the node's event loop; reads and writes of the log go through the
-:class:`~evdb.persistent.checkpoints.SubscriptionStore` off the loop (:class:`Io`), and their results
-come back as callbacks, as KurrentDB's messages do. Time is the injected clock's: message timeouts,
-checkpoint intervals and the rates in the statistics.
+:class:`~evdb.persistent.checkpoints.SubscriptionStore` off the loop (:class:`~evdb.persistent.offloop.Io`),
+and their results come back as callbacks, as KurrentDB's messages do. Time is the injected clock's:
+message timeouts, checkpoint intervals and the rates in the statistics.
 """
 
 from __future__ import annotations
@@ -97,6 +101,16 @@ class Group:
         self._next_pull = 0
         self._skip_first: int | None = None  # the checkpointed position: not delivered again
         self._history_seen = -2  # the last position history reading handed over (live duplicates)
+        self._faulted = False
+        #: what the last read failed with (logged when it changes), None while reads succeed
+        self._read_fault: str | None = None
+        self._push_scheduled = False
+        self._closed = False
+        self._loaded: Callable[[], object] | None = None
+        self._live_from = -1
+        self.last_known: int | None = None  # the highest position of the source seen
+        # the pieces that keep the group's state (see the module's docstring)
+        self.throughput = Throughput(clock.monotonic())
         self.checkpoints = Checkpointer(
             self.key,
             self.checkpoint_stream,
@@ -107,16 +121,6 @@ class Group:
             clock=clock,
             logger=logger,
         )
-        self._faulted = False
-        #: what the last read failed with (logged when it changes), None while reads succeed
-        self._read_fault: str | None = None
-        self._push_scheduled = False
-        self._closed = False
-        self._loaded: Callable[[], object] | None = None
-        self._live_from = -1
-        # statistics
-        self.throughput = Throughput(clock.monotonic())
-        self.last_known: int | None = None
         self.parked = ParkedMessages(
             self.key,
             self.parked_stream,
