@@ -16,15 +16,7 @@ import fcntl
 import os
 from collections.abc import Iterator
 
-from evdb.archive.store import (
-    ArchiveStore,
-    ObjectChanged,
-    ObjectExists,
-    ObjectInfo,
-    ObjectMissing,
-    check_name,
-    unavailable,
-)
+from evdb.archive.store import ArchiveStore, ObjectInfo, ObjectMissing, check_name
 from evdb.backup.copying import copy_file, fsync_dir, is_temp_name
 from evdb.errors import ArchiveError
 from evdb.index.durable import TMP_SUFFIX, write_durably
@@ -65,9 +57,9 @@ class FileSystemStore(ArchiveStore):
         if isinstance(exc, FileNotFoundError):
             if not os.path.isdir(self.folder):
                 return ArchiveError(f"The archive folder {self.folder} does not exist")
-            return ObjectMissing(f"The archive {self.description} holds no object {name}")
+            return self._missing(name)
         if exc.errno in _UNAVAILABLE:
-            return unavailable(self, f"{what} {name}", exc)
+            return self._unavailable(f"{what} {name}", exc)
         return ArchiveError(f"The archive {self.description} failed to {what} {name}: {exc}")
 
     @contextlib.contextmanager
@@ -106,12 +98,10 @@ class FileSystemStore(ArchiveStore):
             with self._locked():
                 current = self.head(name)
                 if if_absent and current is not None:
-                    raise ObjectExists(f"The archive {self.description} already holds {name}")
+                    raise self._held(name)
                 if if_match is not None and (current is None or current.etag != if_match):
-                    raise ObjectChanged(
-                        f"The archive's {name} in {self.description} changed since it was read "
-                        f"(expected entity tag {if_match}, found {current.etag if current else 'none'})"
-                    )
+                    found = current.etag if current else "none"
+                    raise self._changed(name, f"expected entity tag {if_match}, found {found}")
                 write_durably(target, [data])
                 return self._info(name, os.stat(target))
 

@@ -26,15 +26,7 @@ from obstore import exceptions as obe
 from obstore.store import S3Store as _ObS3Store
 
 from evdb.archive.credentials import S3Access, s3_access
-from evdb.archive.store import (
-    ArchiveStore,
-    ObjectChanged,
-    ObjectExists,
-    ObjectInfo,
-    ObjectMissing,
-    check_name,
-    unavailable,
-)
+from evdb.archive.store import ArchiveStore, ObjectInfo, ObjectMissing, check_name
 from evdb.errors import ArchiveError
 
 __all__ = ["REQUEST_RETRY_SECONDS", "S3Store"]
@@ -97,13 +89,11 @@ class S3Store(ArchiveStore):
         except FileNotFoundError as exc:  # obstore's NotFoundError
             if "NoSuchBucket" in str(exc):
                 raise ArchiveError(f"The archive bucket {self.description} does not exist") from exc
-            raise ObjectMissing(f"The archive {self.description} holds no object {name}") from exc
+            raise self._missing(name) from exc
         except obe.AlreadyExistsError as exc:
-            raise ObjectExists(f"The archive {self.description} already holds {name}") from exc
+            raise self._held(name) from exc
         except obe.PreconditionError as exc:
-            raise ObjectChanged(
-                f"The archive's {name} in {self.description} changed since it was read"
-            ) from exc
+            raise self._changed(name) from exc
         except (obe.PermissionDeniedError, obe.UnauthenticatedError) as exc:
             raise ArchiveError(
                 f"The archive {self.description} refused to {what} {name} with the credentials of "
@@ -118,7 +108,7 @@ class S3Store(ArchiveStore):
                     f"The archive {self.description} refused to {what} {name} (HTTP {status}): "
                     f"{_first_line(exc)}"
                 ) from exc
-            raise unavailable(self, f"{what} {name}", _first_line(exc)) from exc
+            raise self._unavailable(f"{what} {name}", _first_line(exc)) from exc
 
     # -- the port ------------------------------------------------------------------------------------
     def check(self) -> None:

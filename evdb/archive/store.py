@@ -35,7 +35,6 @@ __all__ = [
     "ObjectInfo",
     "ObjectMissing",
     "check_name",
-    "unavailable",
 ]
 
 
@@ -122,7 +121,22 @@ class ArchiveStore(ABC):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.description}>"
 
+    # -- the one wording of each of the port's errors, for the implementations -----------------------
+    def _missing(self, name: str) -> ObjectMissing:
+        return ObjectMissing(f"The archive {self.description} holds no object {name}")
 
-def unavailable(store: ArchiveStore, what: str, detail: object) -> ArchiveUnavailable:
-    """The one wording of an archive that cannot be reached (``detail``: the error, or its first line)."""
-    return ArchiveUnavailable(f"The archive {store.description} is unavailable ({what}): {detail}")
+    def _held(self, name: str) -> ObjectExists:
+        """A put ``if_absent`` of an object the archive already holds."""
+        return ObjectExists(f"The archive {self.description} already holds {name}")
+
+    def _changed(self, name: str, detail: str = "") -> ObjectChanged:
+        """A put ``if_match`` of an object replaced since it was read (``detail``: the entity tags, where
+        the store knows them)."""
+        return ObjectChanged(
+            f"The archive's {name} in {self.description} changed since it was read"
+            + (f" ({detail})" if detail else "")
+        )
+
+    def _unavailable(self, what: str, detail: object) -> ArchiveUnavailable:
+        """The archive cannot be reached (``detail``: the error, or its first line)."""
+        return ArchiveUnavailable(f"The archive {self.description} is unavailable ({what}): {detail}")

@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, cast
 
 import httpx
 
@@ -92,6 +92,17 @@ MANAGED_OPTIONS = frozenset(
 )
 
 Log = Callable[[str], None]
+
+
+class ClusterLayout(TypedDict, total=False):
+    """What a new local cluster is made of (:meth:`LocalCluster.create`, :meth:`LocalCluster.up`)."""
+
+    nodes: int  #: voting members (3); 1 to 9 with the replicas
+    replicas: int  #: read-only replicas (0)
+    insecure: bool  #: plain HTTP, no certificates (False: a generated CA and node certificates)
+    chunk_size: str | None  #: every node's ChunkSize (the local cluster's small default)
+    extra: dict[str, Any] | None  #: node.yaml settings written as given, after the local cluster's own
+    options: Mapping[str, str] | None  #: node options by their KurrentDB names (check_node_options)
 
 
 class ClusterLaunchError(Exception):
@@ -376,18 +387,9 @@ class LocalCluster:
 
     # -- up --------------------------------------------------------------------------------------------
     def up(
-        self,
-        *,
-        nodes: int = 3,
-        replicas: int = 0,
-        insecure: bool = False,
-        chunk_size: str | None = None,
-        extra: dict[str, Any] | None = None,
-        options: Mapping[str, str] | None = None,
-        timeout: float = 60.0,
-        log: Log = print,
+        self, *, timeout: float = 60.0, log: Log = print, **layout: Unpack[ClusterLayout]
     ) -> dict[str, Any]:
-        """Start the cluster (creating it on first use) and wait until it has a leader.
+        """Start the cluster (creating it on first use, :meth:`create`) and wait until it has a leader.
 
         ``options`` are node options by their KurrentDB names (``{"EnableUnixSocket": "true"}``),
         checked (:func:`check_node_options`) before any file is written and kept in the cluster's
@@ -395,8 +397,12 @@ class LocalCluster:
         one); nodes already running keep theirs until restarted: ``log`` says, node by node, what each
         one still waits for (:meth:`pending_notes`)."""
         existed = self.exists()
+        options = layout.get("options")
         if not existed:
-            self._create(nodes, replicas, insecure, chunk_size, extra or {}, options or {})
+            self._create(**layout)
+            members = self.info()["nodes"]
+            replicas = sum(1 for node in members if node["read_only_replica"])
+            nodes = len(members) - replicas
             log(
                 f"Created a {nodes}-node cluster{f' with {replicas} read-only replica(s)' if replicas else ''} in {self.data_dir}"
             )
@@ -416,7 +422,15 @@ class LocalCluster:
                 log(note)
         return info
 
-    def create(
+    def create(self, **layout: Unpack[ClusterLayout]) -> dict[str, Any]:
+        """Write the cluster's folders, certificates and node configurations without starting it (to
+        restore a backup into every node's folders first, say); ``up`` then starts it."""
+        if self.exists():
+            raise ClusterLaunchError(f"A cluster already exists in {self.data_dir}.")
+        self._create(**layout)
+        return self.info()
+
+    def _create(
         self,
         *,
         nodes: int = 3,
@@ -425,23 +439,8 @@ class LocalCluster:
         chunk_size: str | None = None,
         extra: dict[str, Any] | None = None,
         options: Mapping[str, str] | None = None,
-    ) -> dict[str, Any]:
-        """Write the cluster's folders, certificates and node configurations without starting it (to
-        restore a backup into every node's folders first, say); ``up`` then starts it."""
-        if self.exists():
-            raise ClusterLaunchError(f"A cluster already exists in {self.data_dir}.")
-        self._create(nodes, replicas, insecure, chunk_size, extra or {}, options or {})
-        return self.info()
-
-    def _create(
-        self,
-        nodes: int,
-        replicas: int,
-        insecure: bool,
-        chunk_size: str | None,
-        extra: dict,
-        options: Mapping[str, str],
     ) -> None:
+        extra, options = extra or {}, options or {}
         if nodes < 1 or replicas < 0 or nodes + replicas > 9:
             raise ClusterLaunchError("A local cluster has 1 to 9 nodes and replicas in all.")
         given = check_node_options(options)  # before any file is written

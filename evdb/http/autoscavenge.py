@@ -40,7 +40,7 @@ from evdb.http.common import (
     require_authenticated,
     require_ops,
 )
-from evdb.http.openapi import APP_PATHS
+from evdb.http.openapi import APP_PATHS, json_object
 
 FORWARDED = "X-Evdb-Forwarded-By"
 
@@ -289,15 +289,13 @@ _DISABLED = {
     "description": "AutoScavenge is not enabled (not licensed): problem details",
     "content": {"application/problem+json": {"schema": {"type": "object"}}},
 }
-_EMPTY_OBJECT = {"application/json": {"schema": {"type": "object"}}}
+_EMPTY_OBJECT = json_object()
 _JSON_STRING = {"application/json": {"schema": {"type": "string"}}}
 
 
 def _openapi_paths() -> dict[str, Any]:
-    status_schema = {
-        "type": "object",
-        "required": ["state", "schedule", "timeUntilNextCycle"],
-        "properties": {
+    status = json_object(
+        {
             "state": {
                 "type": "string",
                 "enum": ["NotConfigured", "Waiting", "InProgress", "Pausing", "Paused"],
@@ -305,7 +303,8 @@ def _openapi_paths() -> dict[str, Any]:
             "schedule": {"type": "string", "nullable": True},
             "timeUntilNextCycle": {"type": "string", "nullable": True},
         },
-    }
+        ["state", "schedule", "timeUntilNextCycle"],
+    )
     common = {"401": _UNAUTH, "500": _NO_LEADER, "503": _DISABLED}
     return {
         "/auto-scavenge/enabled": {
@@ -314,15 +313,7 @@ def _openapi_paths() -> dict[str, Any]:
                 "responses": {
                     "200": {
                         "description": "OK",
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "required": ["enabled"],
-                                    "properties": {"enabled": {"type": "boolean"}},
-                                }
-                            }
-                        },
+                        "content": json_object({"enabled": {"type": "boolean"}}, ["enabled"]),
                     },
                     "401": _UNAUTH,
                 },
@@ -332,7 +323,7 @@ def _openapi_paths() -> dict[str, Any]:
             "get": {
                 "summary": "The auto-scavenge state, schedule and time until the next cluster scavenge",
                 "responses": {
-                    "200": {"description": "OK", "content": {"application/json": {"schema": status_schema}}},
+                    "200": {"description": "OK", "content": status},
                     **common,
                 },
             }
@@ -373,18 +364,13 @@ def _openapi_paths() -> dict[str, Any]:
                 "responses": {
                     "200": {
                         "description": "Started: the cluster scavenge's id and the members it scavenges",
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "required": ["clusterScavengeId", "members"],
-                                    "properties": {
-                                        "clusterScavengeId": {"type": "string"},
-                                        "members": {"type": "array", "items": {"type": "string"}},
-                                    },
-                                }
-                            }
-                        },
+                        "content": json_object(
+                            {
+                                "clusterScavengeId": {"type": "string"},
+                                "members": {"type": "array", "items": {"type": "string"}},
+                            },
+                            ["clusterScavengeId", "members"],
+                        ),
                     },
                     "400": {
                         "description": (
@@ -403,15 +389,7 @@ def _openapi_paths() -> dict[str, Any]:
                 "summary": "Set the auto-scavenge schedule (a five-field CRON expression, UTC)",
                 "requestBody": {
                     "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {
-                                "type": "object",
-                                "required": ["schedule"],
-                                "properties": {"schedule": {"type": "string"}},
-                            }
-                        }
-                    },
+                    "content": json_object({"schedule": {"type": "string"}}, ["schedule"]),
                 },
                 "responses": {
                     "200": {"description": "Configured", "content": _EMPTY_OBJECT},

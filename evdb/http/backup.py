@@ -24,7 +24,7 @@ from evdb.backup.progress import Progress
 from evdb.backup.scavenge_guard import NodeScavengeGuard
 from evdb.errors import InvalidInput
 from evdb.http.common import get_principal, get_services, json_response, read_json, require_admin
-from evdb.http.openapi import EXTRA_PATHS
+from evdb.http.openapi import EXTRA_PATHS, json_object
 
 __all__ = ["BackupJob", "setup"]
 
@@ -174,36 +174,23 @@ EXTRA_PATHS.append(
                 "summary": "Back this node's database up into a folder on its host (evdb extension)",
                 "requestBody": {
                     "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {
-                                "type": "object",
-                                "required": ["to"],
-                                "properties": {
-                                    "to": {"type": "string"},
-                                    "differential": {"type": "boolean"},
-                                    "stopScavenge": {"type": "boolean"},
-                                },
-                                "additionalProperties": False,
-                            }
-                        }
-                    },
+                    "content": json_object(
+                        {
+                            "to": {"type": "string"},
+                            "differential": {"type": "boolean"},
+                            "stopScavenge": {"type": "boolean"},
+                        },
+                        ["to"],
+                        additionalProperties=False,
+                    ),
                 },
                 "responses": {
                     "202": {
                         "description": "Started",
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "required": ["backupId", "backupLink"],
-                                    "properties": {
-                                        "backupId": {"type": "string"},
-                                        "backupLink": {"type": "string"},
-                                    },
-                                }
-                            }
-                        },
+                        "content": json_object(
+                            {"backupId": {"type": "string"}, "backupLink": {"type": "string"}},
+                            ["backupId", "backupLink"],
+                        ),
                     },
                     "400": {"description": "Invalid body, MemDb, or a backup already runs", "content": _text},
                     "401": {"description": "Not authenticated"},
@@ -221,7 +208,7 @@ EXTRA_PATHS.append(
                 "responses": {
                     "200": {
                         "description": "The latest backup's progress",
-                        "content": {"application/json": {"schema": {"type": "object"}}},
+                        "content": json_object(),
                     },
                     "401": {"description": "Not authenticated"},
                     "403": {"description": "Not an admin"},

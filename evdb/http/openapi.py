@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
@@ -9,7 +10,29 @@ from aiohttp import web
 from evdb.http.common import json_response
 
 _TEXT = {"text/plain": {"schema": {"type": "string"}}}
-_JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
+
+
+def object_schema(
+    properties: dict[str, Any] | None = None, required: Sequence[str] = (), **more: Any
+) -> dict[str, Any]:
+    """The schema of a JSON object: its ``required`` keys (left out when none), its ``properties`` (left out
+    when ``None``: any object) and ``more`` keywords after them (``additionalProperties``, ...)."""
+    schema: dict[str, Any] = {"type": "object"}
+    if required:
+        schema["required"] = list(required)
+    if properties is not None:
+        schema["properties"] = properties
+    return {**schema, **more}
+
+
+def json_object(
+    properties: dict[str, Any] | None = None, required: Sequence[str] = (), **more: Any
+) -> dict[str, Any]:
+    """A request body's or an answer's ``content``: a JSON object (see :func:`object_schema`)."""
+    return {"application/json": {"schema": object_schema(properties, required, **more)}}
+
+
+_JSON_OBJECT = json_object()
 
 
 def _r(description: str, content: dict | None = None, headers: dict | None = None) -> dict[str, Any]:
@@ -42,38 +65,32 @@ _KH = {
 }
 _FEED = {
     "application/vnd.kurrent.atom+json": {
-        "schema": {
-            "type": "object",
-            "required": ["links", "entries"],
-            "properties": {
+        "schema": object_schema(
+            {
                 "links": {"type": "array", "items": {"type": "object"}},
                 "entries": {"type": "array", "items": {"type": "object"}},
                 "headOfStream": {"type": "boolean"},
             },
-        }
+            ["links", "entries"],
+        )
     }
 }
 _EVENTS_BODY = {
     "type": "array",
-    "items": {
-        "type": "object",
-        "required": ["eventId", "eventType"],
-        "properties": {
+    "items": object_schema(
+        {
             "eventId": {"type": "string", "format": "uuid"},
             "eventType": {"type": "string", "minLength": 1},
             "data": {},
             "metadata": {},
         },
-    },
+        ["eventId", "eventType"],
+    ),
 }
 _SCAVENGE_ID = {
-    "application/json": {
-        "schema": {
-            "type": "object",
-            "required": ["scavengeId", "scavengeLink"],
-            "properties": {"scavengeId": {"type": "string"}, "scavengeLink": {"type": "string"}},
-        }
-    },
+    **json_object(
+        {"scavengeId": {"type": "string"}, "scavengeLink": {"type": "string"}}, ["scavengeId", "scavengeLink"]
+    ),
     "text/plain": {"schema": {"type": "string"}},  # without Accept: application/json, as KurrentDB
 }
 
@@ -178,7 +195,7 @@ def _stream_reads() -> dict[str, Any]:
                 "parameters": [_STREAM, _KH["Kurrent-ExpectedVersion"]],
                 "requestBody": {
                     "required": True,
-                    "content": {"application/json": {"schema": {"type": "object"}}},
+                    "content": _JSON_OBJECT,
                 },
                 "responses": {
                     "201": _r("Written"),
@@ -237,20 +254,15 @@ def build_document() -> dict[str, Any]:
             "summary": "Create a user",
             "requestBody": {
                 "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "required": ["loginName", "password"],
-                            "properties": {
-                                "loginName": {"type": "string"},
-                                "fullName": {"type": "string"},
-                                "groups": {"type": "array", "items": {"type": "string"}},
-                                "password": {"type": "string"},
-                            },
-                        }
-                    }
-                },
+                "content": json_object(
+                    {
+                        "loginName": {"type": "string"},
+                        "fullName": {"type": "string"},
+                        "groups": {"type": "array", "items": {"type": "string"}},
+                        "password": {"type": "string"},
+                    },
+                    ["loginName", "password"],
+                ),
             },
             "responses": {
                 "201": _r("Created", _JSON_OBJECT),
@@ -275,7 +287,7 @@ def build_document() -> dict[str, Any]:
             "parameters": [login],
             "requestBody": {
                 "required": True,
-                "content": {"application/json": {"schema": {"type": "object"}}},
+                "content": _JSON_OBJECT,
             },
             "responses": user_responses,
         },
@@ -298,7 +310,7 @@ def build_document() -> dict[str, Any]:
             ],
             "requestBody": {
                 "required": False,
-                "content": {"application/json": {"schema": {"type": "object"}}},
+                "content": _JSON_OBJECT,
             },
             "responses": user_responses,
         }

@@ -31,7 +31,7 @@ from evdb.cluster.forwarding import FORWARDED_BY, forward_request
 from evdb.cluster.peers import PeerError
 from evdb.errors import InvalidInput, PersistentSubscriptionsNotReady
 from evdb.http.common import get_principal, get_services, json_response, read_json, unauthorized
-from evdb.http.openapi import EXTRA_PATHS
+from evdb.http.openapi import EXTRA_PATHS, json_object
 from evdb.http.streams import _entry, _feed, check_access
 from evdb.persistent import ALL, EventSource, GroupSettings
 from evdb.persistent.model import group_key, parked_stream
@@ -559,7 +559,7 @@ async def nack_many(request: web.Request) -> web.Response:
 
 # -- OpenAPI ----------------------------------------------------------------------------------------------
 def _doc() -> dict[str, Any]:
-    json_object = {"application/json": {"schema": {"type": "object"}}}
+    any_object = json_object()
     json_array = {"application/json": {"schema": {"type": "array", "items": {"type": "object"}}}}
     text = {"text/plain": {"schema": {"type": "string"}}}
 
@@ -572,7 +572,7 @@ def _doc() -> dict[str, Any]:
     stream = {"name": "stream", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
     group = {"name": "group", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
     unauth = r("Not authenticated, or without the required role")
-    bad = r("Invalid input; the body says why", {**text, **json_object})
+    bad = r("Invalid input; the body says why", {**text, **any_object})
     missing = r("No such subscription group", text)
     stop_at = {
         "name": "stopAt",
@@ -586,41 +586,36 @@ def _doc() -> dict[str, Any]:
             "post": {
                 "summary": summary,
                 "parameters": [stream, group, stop_at],
-                "responses": {"200": r(answer, json_object), "400": bad, "401": unauth, "404": missing},
+                "responses": {"200": r(answer, any_object), "400": bad, "401": unauth, "404": missing},
             }
         }
 
     config_body = {
         "required": False,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "properties": {
-                        "resolveLinktos": {"type": "boolean"},
-                        "startFrom": {"type": "integer"},
-                        "messageTimeoutMilliseconds": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
-                        "extraStatistics": {"type": "boolean"},
-                        "maxRetryCount": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
-                        "liveBufferSize": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
-                        "bufferSize": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
-                        "readBatchSize": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
-                        "checkPointAfterMilliseconds": {
-                            "type": "integer",
-                            "minimum": 0,
-                            "maximum": 2**31 - 1,
-                        },
-                        "minCheckPointCount": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
-                        "maxCheckPointCount": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
-                        "maxSubscriberCount": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
-                        "namedConsumerStrategy": {
-                            "type": "string",
-                            "enum": ["RoundRobin", "DispatchToSingle", "Pinned", "PinnedByCorrelation"],
-                        },
-                    },
-                }
+        "content": json_object(
+            {
+                "resolveLinktos": {"type": "boolean"},
+                "startFrom": {"type": "integer"},
+                "messageTimeoutMilliseconds": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+                "extraStatistics": {"type": "boolean"},
+                "maxRetryCount": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+                "liveBufferSize": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+                "bufferSize": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+                "readBatchSize": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+                "checkPointAfterMilliseconds": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": 2**31 - 1,
+                },
+                "minCheckPointCount": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+                "maxCheckPointCount": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+                "maxSubscriberCount": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+                "namedConsumerStrategy": {
+                    "type": "string",
+                    "enum": ["RoundRobin", "DispatchToSingle", "Pinned", "PinnedByCorrelation"],
+                },
             }
-        },
+        ),
     }
     message_id = {
         "name": "id",
@@ -730,7 +725,7 @@ def _doc() -> dict[str, Any]:
                 "parameters": [stream, group],
                 "requestBody": config_body,
                 "responses": {
-                    "201": r("Created", json_object),
+                    "201": r("Created", any_object),
                     "400": bad,
                     "401": unauth,
                     "409": r("Exists", text),
@@ -740,12 +735,12 @@ def _doc() -> dict[str, Any]:
                 "summary": "Update a group",
                 "parameters": [stream, group],
                 "requestBody": config_body,
-                "responses": {"200": r("Updated", json_object), "400": bad, "401": unauth, "404": missing},
+                "responses": {"200": r("Updated", any_object), "400": bad, "401": unauth, "404": missing},
             },
             "delete": {
                 "summary": "Delete a group",
                 "parameters": [stream, group],
-                "responses": {"200": r("Deleted", json_object), "400": bad, "401": unauth, "404": missing},
+                "responses": {"200": r("Deleted", any_object), "400": bad, "401": unauth, "404": missing},
             },
             "get": {"summary": "Read the next message", "parameters": [stream, group], "responses": feed},
         },
@@ -753,7 +748,7 @@ def _doc() -> dict[str, Any]:
             "get": {
                 "summary": "A group's statistics, settings and connections",
                 "parameters": [stream, group],
-                "responses": {"200": r("The group", json_object), "401": unauth, "404": missing},
+                "responses": {"200": r("The group", any_object), "401": unauth, "404": missing},
             }
         },
         "/subscriptions/{stream}/{group}/replayParked": parked_action(

@@ -16,7 +16,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from evdb.http.common import get_services, json_response, require_ops
-from evdb.http.openapi import EXTRA_PATHS
+from evdb.http.openapi import EXTRA_PATHS, json_object, object_schema
 
 __all__ = ["setup"]
 
@@ -68,45 +68,32 @@ EXTRA_PATHS.append(
                 "responses": {
                     "200": {
                         "description": "Certificate in use, its CA, the trusted roots, the last reload, failing peers",
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "required": [
-                                        "secure",
-                                        "certificate",
-                                        "ca",
-                                        "trustedRoots",
-                                        "lastReload",
-                                        "peerErrors",
-                                    ],
-                                    "properties": {
-                                        "secure": {"type": "boolean"},
-                                        "certificate": _NULLABLE_OBJECT,
-                                        "ca": _NULLABLE_OBJECT,
-                                        "trustedRoots": {"type": "array", "items": {"type": "object"}},
-                                        "reservedNodeCommonName": {"type": "string"},
-                                        "connectionResetIntervalSeconds": {"type": "integer"},
-                                        "loadedAt": {"type": "string", "nullable": True},
-                                        "lastReload": _NULLABLE_OBJECT,
-                                        "peerErrors": {
-                                            "type": "array",
-                                            "items": {
-                                                "type": "object",
-                                                "properties": {
-                                                    "peer": {"type": "string"},
-                                                    "reason": {"type": "string"},
-                                                    "certificate": {"type": "boolean"},
-                                                    "since": {"type": "string"},
-                                                    "last": {"type": "string"},
-                                                    "failures": {"type": "integer"},
-                                                },
-                                            },
-                                        },
-                                    },
-                                }
-                            }
-                        },
+                        "content": json_object(
+                            {
+                                "secure": {"type": "boolean"},
+                                "certificate": _NULLABLE_OBJECT,
+                                "ca": _NULLABLE_OBJECT,
+                                "trustedRoots": {"type": "array", "items": {"type": "object"}},
+                                "reservedNodeCommonName": {"type": "string"},
+                                "connectionResetIntervalSeconds": {"type": "integer"},
+                                "loadedAt": {"type": "string", "nullable": True},
+                                "lastReload": _NULLABLE_OBJECT,
+                                "peerErrors": {
+                                    "type": "array",
+                                    "items": object_schema(
+                                        {
+                                            "peer": {"type": "string"},
+                                            "reason": {"type": "string"},
+                                            "certificate": {"type": "boolean"},
+                                            "since": {"type": "string"},
+                                            "last": {"type": "string"},
+                                            "failures": {"type": "integer"},
+                                        }
+                                    ),
+                                },
+                            },
+                            ["secure", "certificate", "ca", "trustedRoots", "lastReload", "peerErrors"],
+                        ),
                     },
                     "401": {"description": "Not authenticated, or not $admins/$ops"},
                 },

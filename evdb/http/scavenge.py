@@ -15,7 +15,7 @@ from evdb.http.common import (
     response_format,
     text_or_json,
 )
-from evdb.http.openapi import EXTRA_PATHS, SCAVENGE_ID_CONTENT
+from evdb.http.openapi import EXTRA_PATHS, SCAVENGE_ID_CONTENT, json_object
 from evdb.scavenge.params import ScavengeRequest, parse_scavenge_request
 
 #: ``GET /admin/scavenge/last`` when no scavenge has run: KurrentDB answers ``Guid.Empty``
@@ -145,13 +145,7 @@ EXTRA_PATHS.append(
                     "200": {
                         "description": "Started",
                         "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "required": ["scavengeId"],
-                                    "properties": {"scavengeId": {"type": "string"}},
-                                }
-                            },
+                            **json_object({"scavengeId": {"type": "string"}}, ["scavengeId"]),
                             **_text,
                         },
                     },
@@ -186,7 +180,7 @@ EXTRA_PATHS.append(
                 "responses": {
                     "200": {
                         "description": "Progress",
-                        "content": {"application/json": {"schema": {"type": "object"}}},
+                        "content": json_object(),
                     },
                     "401": {"description": "Not authenticated, or not admin/ops"},
                 },
