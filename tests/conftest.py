@@ -1,9 +1,47 @@
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator, Mapping
+
 import pytest
 
+import evdb.options.loading
+import evdb.options.sources
 from evdb.clock import ManualClock
 from evdb.database import Database
+from evdb.options.spec import env_name
+
+#: The scrypt cost of the password hashes the suite's nodes write (option PasswordHashCost, documented in
+#: docs/options.md): 2^10 instead of the default 2^14, a sixteenth of the CPU (about 2.5 ms a hash instead
+#: of 40 ms). Every node start hashes admin's and ops' passwords, and every sign-in that is not cached
+#: (a wrong password, an unknown login, a new client) hashes once more. A test about the cost itself
+#: says the cost it means (tests/test_auth_hash_cost.py checks the default and PasswordHashCost).
+SUITE_HASH_COST = "10"
+_HASH_COST_VARIABLE = env_name("PasswordHashCost")
+# node processes the tests start inherit it (a test's own environment for a node may still set another)
+os.environ.setdefault(_HASH_COST_VARIABLE, SUITE_HASH_COST)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _suite_hash_cost() -> Iterator[None]:
+    """In-process nodes too: their options are loaded with an environment of the test's own (mostly
+    empty, so the developer's variables do not leak in); the suite's cost is added to it unless the
+    test's environment names one."""
+    read_environment = evdb.options.loading.read_environment
+
+    def with_suite_cost(environ: Mapping[str, str], problems: list[str]):
+        return read_environment({_HASH_COST_VARIABLE: SUITE_HASH_COST, **environ}, problems)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(evdb.options.loading, "read_environment", with_suite_cost)
+        yield
+
+
+@pytest.fixture
+def production_environment(monkeypatch) -> None:
+    """Options read from a test's environment exactly as a node reads them (without the suite's
+    hash cost): for tests about where each option's value comes from (tests/test_options.py)."""
+    monkeypatch.setattr(evdb.options.loading, "read_environment", evdb.options.sources.read_environment)
 
 
 @pytest.fixture
