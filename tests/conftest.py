@@ -10,13 +10,12 @@ import evdb.options.sources
 from evdb.clock import ManualClock
 from evdb.database import Database
 from evdb.options.spec import env_name
+from tests.hash_cost import SUITE_COST
 
-#: The scrypt cost of the password hashes the suite's nodes write (option PasswordHashCost, documented in
-#: docs/options.md): 2^10 instead of the default 2^14, a sixteenth of the CPU (about 2.5 ms a hash instead
-#: of 40 ms). Every node start hashes admin's and ops' passwords, and every sign-in that is not cached
-#: (a wrong password, an unknown login, a new client) hashes once more. A test about the cost itself
-#: says the cost it means (tests/test_auth_hash_cost.py checks the default and PasswordHashCost).
-SUITE_HASH_COST = "10"
+#: The suite's nodes hash passwords at tests/hash_cost.py's cost: every node start hashes admin's and
+#: ops' passwords, and every sign-in that is not cached (a wrong password, an unknown login, a new
+#: client) hashes once more.
+SUITE_HASH_COST = str(SUITE_COST.log2_n)
 _HASH_COST_VARIABLE = env_name("PasswordHashCost")
 # node processes the tests start inherit it (a test's own environment for a node may still set another)
 os.environ.setdefault(_HASH_COST_VARIABLE, SUITE_HASH_COST)
