@@ -22,13 +22,14 @@ IDLE = "idle (waiting for work; on uvloop also its C loop's own I/O)"
 
 
 def _writer_wait() -> str:
-    """The frame of the writer thread waiting for work (its queue's get, in ``_writer_loop``), with
-    the line number it has in this tree's evdb/database.py (so an edit there does not move it)."""
-    source = Path(__file__).resolve().parent.parent / "evdb" / "database.py"
+    """The frame of the writer thread waiting for work (its queue's get, in ``GroupCommitWriter._loop``),
+    with the line number it has in this tree's evdb/database/writer.py (so an edit there does not move
+    it)."""
+    source = Path(__file__).resolve().parent.parent / "evdb" / "database" / "writer.py"
     for number, line in enumerate(source.read_text().splitlines(), 1):
         if line.strip() == "first = self._queue.get()":
-            return f"_writer_loop (evdb/database.py:{number})"
-    return "_writer_loop (evdb/database.py:?)"
+            return f"_loop (evdb/database/writer.py:{number})"
+    return "_loop (evdb/database/writer.py:?)"
 
 
 #: (category, substrings of a frame "function (file:line)"); first match from the innermost frame wins
@@ -72,7 +73,7 @@ CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
     ("evdb HTTP handler (validation, decoding)", ("evdb/http/",)),
     (
         "append: records, index, log (writer)",
-        ("evdb/database.py", "evdb/storage/", "evdb/index/", "evdb/streams.py"),
+        ("evdb/database/", "evdb/storage/", "evdb/index/", "evdb/streams.py"),
     ),
     ("logging, metrics", ("logging/", "evdb/metrics", "evdb/logs", "prometheus")),
     ("aiohttp framework (routing, middlewares, requests)", ("aiohttp/", "multidict", "yarl/")),

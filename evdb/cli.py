@@ -25,6 +25,7 @@ COMMANDS = {
     "license": "evdb.licensing.cli",
     "backup": "evdb.backup.cli",
     "restore": "evdb.backup.cli",
+    "archive": "evdb.archive.cli",
     "dashboard": "evdb.dashboard_cli",
     "mirror": "evdb.mirror.cli",
     "scenario": "evdb.scenario.cli",

@@ -258,6 +258,12 @@ class StreamState:
     def exists(self) -> bool:
         return self.last_event_number >= 0 and not self.tombstoned and not self.soft_deleted
 
+    @property
+    def visible_last_event_number(self) -> int:
+        """The last event number a write's expected version is checked against: -1 when soft deleted
+        (the stream has no events then, though its numbers go on from the last)."""
+        return -1 if self.soft_deleted else self.last_event_number
+
 
 @dataclass(frozen=True, slots=True)
 class StreamSlice:

@@ -97,20 +97,22 @@ def test_the_rebuild_at_open_reads_a_bounded_number_of_events(tmp_path, monkeypa
     """Large appends: the rebuild stops at an append's first event once it has read the bound of
     events, so opening a big database does not read (and map) millions of records; the newest
     appends are still recognised."""
-    import evdb.database as database
+    import evdb.database.opening as opening
 
-    monkeypatch.setattr(database, "_REBUILT_EVENTS", 50)
+    monkeypatch.setattr(opening, "_REBUILT_EVENTS", 50)
     with Database.open(str(tmp_path / "db")) as db:
         batches = [[ev(100 * b + i) for i in range(20)] for b in range(10)]
         results = [db.append(f"s-{b}", batch, ANY) for b, batch in enumerate(batches)]
     seen: list[int] = []
-    real = Database._follow_replicated_append
+    from evdb.database.appends import StreamWrites
+
+    real = StreamWrites.follow_replicated_append
 
     def counting(self, record):
         seen.append(record.log_position)
         return real(self, record)
 
-    monkeypatch.setattr(Database, "_follow_replicated_append", counting)
+    monkeypatch.setattr(StreamWrites, "follow_replicated_append", counting)
     with Database.open(str(tmp_path / "db")) as db:
         assert len(seen) == 60  # three whole appends of 20: the bound of 50 reached at an append's start
         again = db.append("s-9", batches[9], ANY)
@@ -345,8 +347,9 @@ def test_concurrent_appends_group_commit(db, monkeypatch):
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    queued = CountingQueue(db._queue)
-    db._queue = queued
+    writer = db._writer
+    queued = CountingQueue(writer._queue)
+    writer._queue = queued
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
     for t in threads:
         t.start()

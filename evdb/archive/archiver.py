@@ -17,14 +17,16 @@ One :meth:`Archiver.step` uploads at most one chunk:
 1. the claim: absent, it is created (create-only, so of two racing archivers one wins); naming
    another log (another cluster's bucket) or another archiver of this cluster (one archiver per
    cluster), the archiver refuses the bucket (:class:`ArchiveClaimed`) and stops, loudly;
-2. the checkpoint is read (absent: 0) with its entity tag;
+2. the checkpoint is read (absent: 0) with its entity tag, at start and after a failure; between
+   successful steps the archiver's own last write is the checkpoint;
 3. the next chunk is the one the checkpoint points at; it must be completed and committed (its
    records end at or before what the cluster committed); a merged local chunk is split back: the
    records of the one logical chunk are written, as a scavenged chunk of that number, to
    ``<Db>/archiving/unmerged-NNNNNN`` (fsynced, kept until the checkpoint passes it, so a restart
    uploads the same bytes and finds them verified);
-4. an object already there with the local file's size and footer checksum (an upload a kill -9
-   interrupted before its checkpoint) is kept; otherwise the file is uploaded;
+4. at start and after a failure, an object already there with the local file's size and footer
+   checksum (an upload a kill -9 interrupted before its checkpoint) is kept; otherwise the file is
+   uploaded (between its own successful steps the archiver does not look: only it writes there);
 5. the object is verified: its size and its last 16 bytes (the footer's xxh3-128 checksum of all the
    bytes before it) must be the local file's;
 6. then the checkpoint moves past the chunk, written only if it is still the one read in step 2
@@ -186,6 +188,10 @@ class Archiver:
         #: sleeps up to the seconds given, or until stopped (True); tests pass their own
         self._wait = wait or self._stop.wait
         self._claimed = False
+        #: the checkpoint as this archiver last wrote it (None: read it from the archive)
+        self._known: ArchiveCheckpoint | None = None
+        #: whether the next upload first looks for an object already there (at start, after a failure)
+        self._look_first = True
         self.checkpoint = 0  # the archive checkpoint as last read or written
         self.uploaded = 0  # chunks uploaded by this archiver (kept ones not counted)
         self.kept = 0  # chunks found already uploaded and verified (after a crash)
@@ -226,9 +232,18 @@ class Archiver:
     def step(self) -> bool:
         """Upload (or keep) the next chunk and move the checkpoint past it; False when there is nothing
         to do yet. Raises ArchiveError (ArchiveUnavailable: try again later)."""
+        try:
+            return self._step()
+        except BaseException:
+            # after a failure anything may be true again: read the checkpoint, look for the object
+            self._known = None
+            self._look_first = True
+            raise
+
+    def _step(self) -> bool:
         if not self._claimed and not self._claim():
             return False
-        checkpoint = read_checkpoint(self.store)
+        checkpoint = self._known or read_checkpoint(self.store)
         self.checkpoint = checkpoint.position
         size = self.source.chunk_size
         if checkpoint.position % size:
@@ -265,9 +280,13 @@ class Archiver:
             }
         ).encode()
         if checkpoint.etag is None:
-            self.store.put_bytes(CHECKPOINT, body, if_absent=True)
+            written = self.store.put_bytes(CHECKPOINT, body, if_absent=True)
         else:
-            self.store.put_bytes(CHECKPOINT, body, if_match=checkpoint.etag)
+            written = self.store.put_bytes(CHECKPOINT, body, if_match=checkpoint.etag)
+        # this archiver's own write is the checkpoint now: the next step need not read it (a change
+        # by anyone else makes the next If-Match fail, and the failure reads it again)
+        self._known = ArchiveCheckpoint(end, written.etag)
+        self._look_first = False
         self.checkpoint = end
         if unmerged is not None and unmerged.path is not None:
             remove_durably([unmerged.path])
@@ -328,7 +347,8 @@ class Archiver:
         name = chunk_object_name(number)
         assert chunk.footer is not None and chunk.path is not None
         expected = (chunk.file_size, chunk.footer.checksum)
-        if self._archived_as(name) == expected:
+        # an object past the checkpoint can be there only after a failure or a restart: look then
+        if self._look_first and self._archived_as(name) == expected:
             self.kept += 1
             self.logger.info("Chunk %d is in the archive already (%s, verified): kept", number, name)
             return

@@ -13,7 +13,6 @@ import logging
 import os
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from evdb.errors import CorruptedFile, EventTooLarge
 from evdb.storage import disk
@@ -23,11 +22,10 @@ from evdb.storage.chunk import (
     HEADER_SIZE,
     Chunk,
     ChunkBuilder,
-    ChunkHeader,
     chunk_file_name,
     fsync_dir,
-    parse_chunk_file_name,
 )
+from evdb.storage.recovery import check_checkpoints, choose_files, find_end, scan_files
 
 __all__ = ["TransactionLog"]
 
@@ -36,14 +34,6 @@ __all__ = ["TransactionLog"]
 _STALE_TAIL_CHECK = 1 << 20
 
 _log = logging.getLogger("evdb.storage")
-
-
-@dataclass(frozen=True, slots=True)
-class _FileInfo:
-    path: str
-    start: int
-    end: int
-    version: int
 
 
 class TransactionLog:
@@ -82,33 +72,6 @@ class TransactionLog:
             raise
         return log
 
-    def _scan_files(self) -> tuple[list[_FileInfo], list[str]]:
-        """The chunk files (headers checked) and the leftover temporary files; changes nothing."""
-        assert self.directory is not None
-        infos = []
-        leftovers = []
-        for name in sorted(os.listdir(self.directory)):
-            path = os.path.join(self.directory, name)
-            if name.endswith(".tmp"):
-                leftovers.append(path)
-                continue
-            parsed = parse_chunk_file_name(name)
-            if parsed is None:
-                continue
-            with open(path, "rb") as f:
-                header = ChunkHeader.decode(f.read(HEADER_SIZE), path)
-            if header.start_number != parsed[0]:
-                raise CorruptedFile(
-                    path, f"file name says chunk {parsed[0]}, header says {header.start_number}"
-                )
-            if header.chunk_size != self.chunk_size:
-                raise CorruptedFile(
-                    path,
-                    f"chunk size {header.chunk_size} differs from the configured ChunkSize {self.chunk_size}",
-                )
-            infos.append(_FileInfo(path, header.start_number, header.end_number, parsed[1]))
-        return infos, leftovers
-
     def _open_chunks(self, verify: bool) -> None:
         """Open the chunks, find the end of the log and check every checkpoint against them, all
         without changing a file; only then clear leftovers away, cut the log to ``truncate.chk`` and
@@ -118,26 +81,8 @@ class TransactionLog:
             self._chunks = [Chunk.create_active(None, self.chunk_size, 0)]
             self.committed = 0
             return
-        infos, leftovers = self._scan_files()
-        infos.sort(key=lambda i: (i.start, -i.version))
-        chosen: list[_FileInfo] = []
-        superseded: list[str] = []
-        covered = 0  # next chunk number not yet covered
-        for info in infos:
-            if info.start < covered:
-                # an older version, or a chunk a newer merged chunk covers
-                winner = chosen[-1]
-                if info.version > winner.version and info.start == winner.start:
-                    raise CorruptedFile(info.path, "conflicting chunk versions")
-                superseded.append(info.path)
-                continue
-            if info.start != covered:
-                missing = os.path.join(self.directory, chunk_file_name(covered, 0))
-                raise CorruptedFile(
-                    missing, f"chunk {covered} is missing (the next file starts at chunk {info.start})"
-                )
-            chosen.append(info)
-            covered = info.end + 1
+        infos, leftovers = scan_files(self.directory, self.chunk_size)
+        chosen, superseded = choose_files(infos, self.directory)
         chunks = []
         for i, info in enumerate(chosen):
             last = i == len(chosen) - 1
@@ -146,8 +91,8 @@ class TransactionLog:
             if not chunk.is_completed and not last:
                 raise CorruptedFile(info.path, "only the last chunk may be incomplete")
         self._install(chunks)
-        end = self._find_end(verify)
-        self._check_checkpoints(end)
+        end = find_end(self, verify)
+        check_checkpoints(self, end)
         # -- nothing has changed on disk up to here ---------------------------------------------------
         for path in leftovers:
             self.logger.info("Removing leftover temporary file %s", path)
@@ -161,7 +106,7 @@ class TransactionLog:
         truncate = self.checkpoints.truncate.value
         if truncate >= 0:
             self._truncate(truncate)
-            end = self._find_end(verify)
+            end = find_end(self, verify)
         self._finish_recovery(end)
 
     def _install(self, chunks: list[Chunk]) -> None:
@@ -169,95 +114,6 @@ class TransactionLog:
         for chunk in chunks:
             table.extend([chunk] * (chunk.end_number - chunk.start_number + 1))
         self._chunks = table
-
-    def _find_end(self, verify: bool) -> int:
-        """The end of the log: the writer checkpoint, moved forward over appends that were made durable
-        after the checkpoint was last written (see :meth:`Chunk.scan_valid_end`). Sets the active
-        chunk's valid length in memory; changes no file."""
-        w = self.checkpoints.writer.value
-        writer_path = self.checkpoints.writer.path or "writer.chk"
-        if w < 0:
-            raise CorruptedFile(writer_path, f"writer checkpoint {w} is negative")
-        if not self._chunks:
-            if w != 0:
-                raise CorruptedFile(writer_path, f"writer checkpoint {w} but no chunks")
-            return 0
-        last = self._chunks[-1]
-        if last.is_completed:
-            # a completed chunk is whole (its checksum verified): the writer is past it
-            if w > last.end_position:
-                raise CorruptedFile(writer_path, f"writer checkpoint {w} is beyond the log")
-            return last.end_position
-        if w < last.start_position:
-            prev = self._chunks[last.start_number - 1] if last.start_number > 0 else None
-            if prev is None or not prev.is_completed:
-                raise CorruptedFile(writer_path, f"writer checkpoint {w} is behind the log's chunks")
-            w = last.start_position
-        if w > last.end_position:
-            raise CorruptedFile(writer_path, f"writer checkpoint {w} is beyond the log")
-        start = w - last.start_position
-        if start > 0:
-            try:
-                last.recover_active(start, verify=verify)
-            except CorruptedFile as exc:  # the records, or the checkpoint that says where they end
-                raise CorruptedFile(
-                    exc.path, f"{exc.reason} (reading up to writer checkpoint {w} from {writer_path})"
-                ) from None
-        end = last.scan_valid_end(start)
-        if end != start:
-            self.logger.info("Recovered %d bytes of appends written after the writer checkpoint", end - start)
-        last.recover_active(end, verify=False)
-        return last.start_position + end
-
-    def _check_checkpoints(self, end: int) -> None:
-        """Refuse checkpoint values no crash can leave, naming the file and the value."""
-        chk = self.checkpoints
-
-        def refuse(checkpoint, reason: str) -> None:
-            raise CorruptedFile(checkpoint.path or "checkpoint", reason)
-
-        if chk.chaser.value < 0:
-            refuse(chk.chaser, f"chaser checkpoint {chk.chaser.value} is negative")
-        if chk.proposal.value < -1:
-            refuse(chk.proposal, f"proposal checkpoint {chk.proposal.value} is negative (only -1, none, is)")
-        truncate = chk.truncate.value
-        if truncate < -1:
-            refuse(chk.truncate, f"truncate checkpoint {truncate} is negative (only -1, none, is)")
-        if truncate > end:
-            refuse(chk.truncate, f"truncate checkpoint {truncate} is beyond the end of the log ({end})")
-        if truncate >= 0 and not self._is_cut_point(truncate, end):
-            chunk = self.chunk_for(truncate)
-            where = f" (inside {chunk.file_name})" if chunk is not None else ""
-            refuse(chk.truncate, f"truncate checkpoint {truncate} is not a record boundary{where}")
-        epoch = chk.epoch.value
-        if epoch < -1:
-            refuse(chk.epoch, f"epoch checkpoint {epoch} is negative (only -1, none, is)")
-        if epoch >= end and truncate < 0:
-            refuse(chk.epoch, f"epoch checkpoint {epoch} is beyond the end of the log ({end})")
-
-    def _is_cut_point(self, position: int, end: int) -> bool:
-        """Whether the log can be cut at ``position`` (at most ``end``): the start of a record, the end
-        of a chunk's data, or the end of the log. In a scavenged chunk any position up to its data end
-        is one (the positions of the records it removed are not known; the cut keeps those before)."""
-        if position == end:
-            return True
-        chunk = self.chunk_for(position)
-        if chunk is None:
-            return False
-        if position == chunk.start_position:
-            return True
-        if chunk.is_scavenged:
-            return position <= chunk.data_end_position
-        offset = position - chunk.start_position
-        if offset > chunk.physical_end:
-            return False
-        at = 0
-        try:
-            while at < offset:
-                _, at = chunk.read_batch(at, offset, 4096)
-        except CorruptedFile:  # the last record before it runs past it
-            return False
-        return at == offset
 
     def _finish_recovery(self, end: int) -> None:
         """Make the end found by :meth:`_find_end` the log's end on disk: start the next chunk after a
@@ -368,6 +224,10 @@ class TransactionLog:
     @property
     def active_chunk(self) -> Chunk:
         return self._chunks[-1]
+
+    @property
+    def has_chunks(self) -> bool:
+        return bool(self._chunks)
 
     @property
     def end(self) -> int:

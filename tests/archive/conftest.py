@@ -10,27 +10,16 @@ MinIO's server is a Go binary outside the registries (its PyPI package is a clie
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Callable, Iterator
 
 import boto3
 import pytest
+from archive_helpers import KEYS, REGION, environ_for, free_port
 from moto.server import ThreadedMotoServer
 
 from evdb.archive.filesystem import FileSystemStore
 from evdb.archive.s3 import S3Store
 from evdb.archive.store import ArchiveStore
-
-REGION = "eu-west-1"
-#: what every test's S3 store reads as its environment: moto accepts any keys; nothing of the
-#: developer's own AWS environment or files is read (HOME points nowhere)
-KEYS = {"AWS_ACCESS_KEY_ID": "evdb-test", "AWS_SECRET_ACCESS_KEY": "evdb-test-secret"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -43,11 +32,6 @@ def s3_endpoint() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.stop()
-
-
-def environ_for(endpoint: str, home) -> dict[str, str]:
-    """An S3 store's environment: the test keys, ``endpoint``, and a HOME with no AWS files."""
-    return {**KEYS, "AWS_ENDPOINT_URL": endpoint, "HOME": str(home)}
 
 
 @pytest.fixture

@@ -11,7 +11,11 @@ import os
 
 import boto3
 import pytest
-from conftest import KEYS, REGION, environ_for, free_port
+from archive_helpers import CHUNK, KEYS, REGION, environ_for, free_port
+from archive_helpers import archiver as _archiver
+from archive_helpers import database as _database
+from archive_helpers import drain as _drain
+from archive_helpers import records as _records
 from moto.server import ThreadedMotoServer
 
 from evdb.archive.archiver import (
@@ -27,22 +31,10 @@ from evdb.archive.archiver import (
 )
 from evdb.archive.filesystem import FileSystemStore
 from evdb.archive.s3 import S3Store
+from evdb.archive.store import ObjectChanged
 from evdb.database import Database
 from evdb.errors import ArchiveUnavailable
 from evdb.storage.chunk import Chunk
-from evdb.streams import NewEvent
-
-CHUNK = 64 * 1024
-LOGGER = logging.getLogger("test.archiver")
-
-
-def _database(path, clock, chunks: float = 3.5) -> Database:
-    db = Database.open(str(path), clock=clock, chunk_size=CHUNK, existence_filter_capacity=10_000)
-    events = int(chunks * CHUNK / 1100)
-    for first in range(0, events, 10):  # ten events an append: fewer syncs, the same chunks
-        batch = range(first, min(first + 10, events))
-        db.append(f"order-{first % 7}", [NewEvent("Placed", data=bytes([i % 251]) * 1000) for i in batch])
-    return db
 
 
 @pytest.fixture
@@ -50,17 +42,6 @@ def database(tmp_path, clock):
     db = _database(tmp_path / "db", clock)
     yield db
     db.close()
-
-
-def _archiver(store, db, name="archiver", **kw) -> Archiver:
-    return Archiver(store, DatabaseChunks(lambda: db, CHUNK), name=name, logger=LOGGER, **kw)
-
-
-def _drain(archiver: Archiver) -> int:
-    steps = 0
-    while archiver.step():
-        steps += 1
-    return steps
 
 
 def test_every_completed_committed_chunk_is_uploaded_verified_and_checkpointed(store, database):
@@ -238,10 +219,6 @@ def _merge_first_two(db: Database) -> None:
         log.switch_chunk(merged)
 
 
-def _records(chunk) -> list:
-    return list(chunk.iter_records())
-
-
 def test_a_merged_chunk_is_split_back_for_upload_once_even_across_a_crash(tmp_path, database):
     originals = {n: _records(database.log.chunk_by_number(n)) for n in (0, 1)}
     _merge_first_two(database)
@@ -280,3 +257,14 @@ def test_a_second_archiver_of_the_same_cluster_is_refused_loudly(store, database
     assert read_checkpoint(store).position == CHUNK
     # the first one, restarted under another node name, is still the cluster's archiver
     assert _archiver(store, database, name="replica1-again", archiver_id=first_id).step()
+
+
+def test_a_checkpoint_changed_by_another_writer_is_read_again_not_overwritten(store, database):
+    archiver = _archiver(store, database)
+    assert archiver.step() and read_checkpoint(store).position == CHUNK
+    ours = json.loads(store.get_bytes(CHECKPOINT))
+    store.put_bytes(CHECKPOINT, json.dumps({**ours, "position": 2 * CHUNK}).encode())  # someone else moved it
+    with pytest.raises(ObjectChanged):
+        archiver.step()  # its own last write is stale: the If-Match refuses it
+    assert read_checkpoint(store).position == 2 * CHUNK
+    assert archiver.step() and read_checkpoint(store).position == 3 * CHUNK  # read again, went on from there

@@ -5,7 +5,7 @@ from the standard providers (environment, shared credentials and config files)."
 from __future__ import annotations
 
 import pytest
-from conftest import KEYS, REGION
+from archive_helpers import KEYS, REGION
 
 from evdb.archive.credentials import s3_access
 from evdb.archive.filesystem import FileSystemStore

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from conftest import REGION, environ_for, free_port
+from archive_helpers import REGION, environ_for, free_port
 
 from evdb.archive.filesystem import FileSystemStore
 from evdb.archive.s3 import S3Store

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from evdb.database import Database, _LoopAnswer
+from evdb.database import Database
+from evdb.database.answers import LoopAnswer
 from evdb.errors import DatabaseClosed
 from evdb.streams import NewEvent
 
@@ -57,15 +58,17 @@ class CountedFutures:
 
 
 async def test_a_loop_append_makes_no_concurrent_future(db: Database, monkeypatch) -> None:
-    queued = RecordedQueue(db._queue)
-    monkeypatch.setattr(db, "_queue", queued)
+    writer = db._writer
+    assert writer is not None
+    queued = RecordedQueue(writer._queue)
+    monkeypatch.setattr(writer, "_queue", queued)
     counter = CountedFutures(monkeypatch)
     future = db.append_on_loop("cost", [event()])
     deletion = db.delete_stream_on_loop("other", hard=True)
     made = counter.made  # counted before anything else runs on the loop
     monkeypatch.undo()
     assert made == 0
-    assert [type(r.future) for r in queued.requests] == [_LoopAnswer, _LoopAnswer]
+    assert [type(r.future) for r in queued.requests] == [LoopAnswer, LoopAnswer]
     assert (await future).first_event_number == 0
     assert (await deletion).position >= 0
 

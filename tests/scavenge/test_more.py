@@ -79,7 +79,10 @@ def test_unsafe_ignore_hard_delete_removes_tombstones(tmp_path, make_harness):
 
 
 def test_hash_collisions_never_remove_another_streams_events(tmp_path, make_harness, monkeypatch):
-    import evdb.database
+    import evdb.database.appends
+    import evdb.database.opening
+    import evdb.database.reads
+    import evdb.database.replication
     import evdb.scavenge.accumulator
     import evdb.scavenge.calculator
     import evdb.scavenge.index_executor
@@ -91,7 +94,10 @@ def test_hash_collisions_never_remove_another_streams_events(tmp_path, make_harn
         return real("same") if name in ("victim", "tombstoned") else real(name)
 
     for module in (
-        evdb.database,
+        evdb.database.appends,
+        evdb.database.opening,
+        evdb.database.reads,
+        evdb.database.replication,
         evdb.scavenge.accumulator,
         evdb.scavenge.calculator,
         evdb.scavenge.index_executor,

@@ -1,0 +1,161 @@
+"""Archived chunks on a node's disk for reading: a bounded cache of whole chunk files (issue 37, step
+3's read side; the storage read path's hook to it is still to come).
+
+:meth:`ArchiveCache.chunk` gives logical chunk N as an open, verified :class:`~evdb.storage.chunk.Chunk`:
+from the cache folder when it is there (no request to the archive), else downloaded from the archive
+to a temporary file, checked (header: the chunk number and size this log expects; footer: the
+xxh3-128 checksum of every byte) and renamed into the folder. A damaged object is an
+:class:`~evdb.errors.ArchiveError` and nothing is kept; an archive that cannot be reached is
+:class:`~evdb.errors.ArchiveUnavailable`: a read never gets other data.
+
+Only the chunk being fetched is locked while it downloads: reads of other archived chunks, and of
+the node's local chunks, never wait for it; two readers of the same chunk share one download. The
+folder holds at most ``max_bytes`` (the least recently read chunks go first; a reader that holds an
+evicted chunk keeps reading its map).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from evdb.archive.archiver import chunk_object_name
+from evdb.archive.store import ArchiveStore
+from evdb.errors import ArchiveError, CorruptedFile
+from evdb.index.durable import fsync_dir
+from evdb.storage.chunk import Chunk
+
+__all__ = ["ArchiveCache", "CacheStats"]
+
+_SUFFIX = ".archived"
+_TMP = ".archived.tmp"
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    downloads: int = 0
+    downloaded_bytes: int = 0
+    evictions: int = 0
+
+
+class ArchiveCache:
+    def __init__(
+        self, store: ArchiveStore, folder: str, *, chunk_size: int, max_bytes: int, logger: logging.Logger
+    ) -> None:
+        self.store = store
+        self.folder = folder
+        self.chunk_size = chunk_size
+        self.max_bytes = max_bytes
+        self.logger = logger
+        self.stats = CacheStats()
+        self._lock = threading.Lock()  # the table below; never held while a chunk downloads
+        self._chunks: OrderedDict[int, Chunk] = OrderedDict()  # least recently read first
+        self._fetching: dict[int, threading.Lock] = {}
+        os.makedirs(folder, exist_ok=True)
+        for name in os.listdir(folder):  # a download a crash interrupted
+            if name.endswith(_TMP):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(folder, name))
+
+    @property
+    def cached_bytes(self) -> int:
+        with self._lock:
+            return sum(c.file_size for c in self._chunks.values())
+
+    def _path(self, number: int) -> str:
+        return os.path.join(self.folder, f"chunk-{number:06d}{_SUFFIX}")
+
+    def chunk(self, number: int) -> Chunk:
+        """Logical chunk ``number`` of the archive, verified (see the module)."""
+        with self._lock:
+            found = self._cached(number)
+            if found is not None:
+                return found
+            fetching = self._fetching.setdefault(number, threading.Lock())
+        with fetching:  # one download of a chunk at a time; others wait for it, not for the table
+            with self._lock:
+                found = self._cached(number)  # fetched by the reader this one waited for
+            if found is not None:
+                return found
+            chunk = self._open_cached(number) or self._download(number)
+            with self._lock:
+                self._chunks[number] = chunk
+                self._fetching.pop(number, None)
+                self._evict()
+            return chunk
+
+    def _cached(self, number: int) -> Chunk | None:
+        """The chunk when the table has it (now the most recently read); called under the lock."""
+        found = self._chunks.get(number)
+        if found is not None:
+            self._chunks.move_to_end(number)
+            self.stats.hits += 1
+        return found
+
+    def _check(self, chunk: Chunk, number: int, where: str) -> None:
+        if chunk.start_number != number or chunk.end_number != number or chunk.chunk_size != self.chunk_size:
+            raise CorruptedFile(
+                where,
+                f"holds chunks {chunk.start_number}-{chunk.end_number} of size {chunk.chunk_size}, "
+                f"not chunk {number} of size {self.chunk_size}",
+            )
+
+    def _open_cached(self, number: int) -> Chunk | None:
+        """The chunk's file left in the folder by an earlier run, checked again; None when absent."""
+        path = self._path(number)
+        if not os.path.exists(path):
+            return None
+        try:
+            chunk = Chunk.open(path, verify=True)
+            self._check(chunk, number, path)
+            return chunk
+        except CorruptedFile as exc:
+            self.logger.warning("Archive cache: %s dropped (%s); downloading it again", path, exc)
+            os.unlink(path)
+            return None
+
+    def _download(self, number: int) -> Chunk:
+        name = chunk_object_name(number)
+        tmp = os.path.join(self.folder, f"{uuid.uuid4().hex}{_TMP}")
+        try:
+            info = self.store.download(name, tmp)
+            try:
+                chunk = Chunk.open(tmp, verify=True)
+                self._check(chunk, number, tmp)
+            except CorruptedFile as exc:
+                raise ArchiveError(
+                    f"The archived {name} in {self.store.description} is damaged ({exc.reason}): not read"
+                ) from exc
+            os.replace(tmp, self._path(number))
+            fsync_dir(self.folder)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        chunk.path = self._path(number)
+        self.stats.downloads += 1
+        self.stats.downloaded_bytes += info.size
+        self.logger.info(
+            "Archive cache: chunk %d read from %s (%d bytes)", number, self.store.description, info.size
+        )
+        return chunk
+
+    def _evict(self) -> None:
+        """Drop the least recently read chunks until the folder is within its bound (the newest stays)."""
+        total = sum(c.file_size for c in self._chunks.values())
+        while total > self.max_bytes and len(self._chunks) > 1:
+            number, chunk = self._chunks.popitem(last=False)
+            total -= chunk.file_size
+            self.stats.evictions += 1
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path(number))
+
+    def close(self) -> None:
+        with self._lock:
+            self._chunks.clear()

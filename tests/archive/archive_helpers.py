@@ -1,0 +1,54 @@
+"""What the archive tests share: the S3 test environment and a small-chunk database archived."""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+from evdb.archive.archiver import Archiver, DatabaseChunks
+from evdb.database import Database
+from evdb.streams import NewEvent
+
+REGION = "eu-west-1"
+#: what every test's S3 store reads as its environment: moto accepts any keys; nothing of the
+#: developer's own AWS environment or files is read (HOME points nowhere)
+KEYS = {"AWS_ACCESS_KEY_ID": "evdb-test", "AWS_SECRET_ACCESS_KEY": "evdb-test-secret"}
+CHUNK = 64 * 1024
+LOGGER = logging.getLogger("test.archiver")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def environ_for(endpoint: str, home) -> dict[str, str]:
+    """An S3 store's environment: the test keys, ``endpoint``, and a HOME with no AWS files."""
+    return {**KEYS, "AWS_ENDPOINT_URL": endpoint, "HOME": str(home)}
+
+
+def database(path, clock, chunks: float = 3.5) -> Database:
+    """A database of ``chunks`` chunks of 64 KiB (the last one active)."""
+    db = Database.open(str(path), clock=clock, chunk_size=CHUNK, existence_filter_capacity=10_000)
+    events = int(chunks * CHUNK / 1100)
+    for first in range(0, events, 10):  # ten events an append: fewer syncs, the same chunks
+        batch = range(first, min(first + 10, events))
+        db.append(f"order-{first % 7}", [NewEvent("Placed", data=bytes([i % 251]) * 1000) for i in batch])
+    return db
+
+
+def archiver(store, db, name="archiver", **kw) -> Archiver:
+    return Archiver(store, DatabaseChunks(lambda: db, CHUNK), name=name, logger=LOGGER, **kw)
+
+
+def drain(archiver: Archiver) -> int:
+    """Step until there is nothing more to upload; the number of chunks archived."""
+    steps = 0
+    while archiver.step():
+        steps += 1
+    return steps
+
+
+def records(chunk) -> list:
+    return list(chunk.iter_records())
