@@ -23,7 +23,7 @@ from aiohttp import web
 
 from evdb.archive.archiver import ArchiverService, start_archiver
 from evdb.archive.settings import starting_archive
-from evdb.auth import UserStore
+from evdb.auth import HashCost, UserStore
 from evdb.autoscavenge.service import AutoScavengeService, MembershipView, create_auto_scavenge
 from evdb.clock import Clock, SystemClock
 from evdb.cluster import ClusterService
@@ -322,7 +322,7 @@ class Node:
         opened = self.opened
         opened.db = db
         opened.notifier = CommitNotifier(db)
-        opened.users = UserStore(db)
+        opened.users = UserStore(db, hash_cost=HashCost(self.options.password_hash_cost))
         if self.cluster is not None:
             self._admit_sign_ins()
         scavenge = opened.scavenge = ScavengeService(
