@@ -2,7 +2,9 @@
 
 Users live in the database itself: the current state of user ``alice`` is the last event of stream
 ``$user-alice``; ``$users`` lists creations and deletions. Passwords are stored as scrypt hashes
-with a per-user salt. Two users exist from the first start: ``admin`` (group ``$admins``) and
+with a per-user salt; each record names the scrypt cost its hash was made with (``"scrypt": {"n", "r",
+"p"}``; a record without it was made with the original cost, n = 2^14, r = 8, p = 1), so a record made at
+one cost still verifies after the cost of new hashes changes (option ``PasswordHashCost``). Two users exist from the first start: ``admin`` (group ``$admins``) and
 ``ops`` (group ``$ops``), both with the password ``changeit``.
 """
 
@@ -30,7 +32,11 @@ from evdb.streams import NewEvent, is_metastream, original_stream_of
 __all__ = [
     "ADMINS",
     "ANONYMOUS",
+    "DEFAULT_HASH_COST",
+    "MAX_HASH_COST",
+    "MIN_HASH_COST",
     "OPS",
+    "HashCost",
     "Principal",
     "UserAlreadyExists",
     "UserInfo",
@@ -44,10 +50,17 @@ __all__ = [
 
 ADMINS = "$admins"
 OPS = "$ops"
-_SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}
+#: log2 of scrypt's n for new hashes unless the node's PasswordHashCost says otherwise (n = 2^14, r = 8,
+#: p = 1: about 40 ms and 16 MiB a hash); the cost of every record written before costs were recorded
+DEFAULT_HASH_COST = 14
+#: the PasswordHashCost range; a record naming an n outside it is treated as damaged (never computed: a
+#: record naming n = 2^40 must not make a sign-in allocate terabytes)
+MIN_HASH_COST, MAX_HASH_COST = 10, 17
+_SCRYPT_R, _SCRYPT_P, _SCRYPT_DKLEN = 8, 1, 32
 DEFAULT_USERS = (("admin", "KurrentDB Administrator", (ADMINS,)), ("ops", "KurrentDB Operations", (OPS,)))
 DEFAULT_PASSWORD = "changeit"
-#: (salt, hash) compared against when a login does not exist: a random password no one knows
+#: (salt, hash) compared against when a login does not exist: a random password no one knows (hashed at
+#: the store's own cost for new hashes: as long as a wrong password for a user made at that cost)
 _DUMMY_CREDENTIALS = (base64.b64encode(os.urandom(16)).decode(), base64.b64encode(os.urandom(32)).decode())
 
 
@@ -103,15 +116,58 @@ class UserInfo:
         }
 
 
-def hash_password(password: str, salt: bytes | None = None) -> tuple[str, str]:
-    """(salt, hash) as base64 strings."""
+@dataclass(frozen=True, slots=True)
+class HashCost:
+    """scrypt's parameters of one password hash: n = 2^``log2_n``, r, p (stored with the hash)."""
+
+    log2_n: int = DEFAULT_HASH_COST
+    r: int = _SCRYPT_R
+    p: int = _SCRYPT_P
+
+    def __post_init__(self) -> None:
+        if not MIN_HASH_COST <= self.log2_n <= MAX_HASH_COST or self.r != _SCRYPT_R or self.p != _SCRYPT_P:
+            raise ValueError(
+                f"scrypt n=2^{self.log2_n}, r={self.r}, p={self.p} is outside the supported costs "
+                f"(n from 2^{MIN_HASH_COST} to 2^{MAX_HASH_COST}, r={_SCRYPT_R}, p={_SCRYPT_P})"
+            )
+
+    def to_record(self) -> dict[str, int]:
+        return {"n": 2**self.log2_n, "r": self.r, "p": self.p}
+
+    @staticmethod
+    def of_record(record: dict) -> HashCost:
+        """The cost a user record names (the original cost when it names none); ValueError when the
+        record names one this node does not compute."""
+        if "scrypt" not in record:
+            return HashCost()
+        named = record["scrypt"]
+        if not isinstance(named, dict) or not all(isinstance(named.get(k), int) for k in ("n", "r", "p")):
+            raise ValueError(f"unreadable scrypt parameters {named!r}")
+        n = named["n"]
+        if n < 2 or n & (n - 1):
+            raise ValueError(f"scrypt n={n} is not a power of two")
+        return HashCost(n.bit_length() - 1, named["r"], named["p"])
+
+
+def hash_password(password: str, salt: bytes | None = None, cost: HashCost | None = None) -> tuple[str, str]:
+    """(salt, hash) as base64 strings, at ``cost`` (default: n = 2^14, r = 8, p = 1)."""
+    cost = cost or HashCost()
     salt = salt or os.urandom(16)
-    digest = hashlib.scrypt(password.encode(), salt=salt, **_SCRYPT)
+    n = 2**cost.log2_n
+    digest = hashlib.scrypt(
+        password.encode(),
+        salt=salt,
+        n=n,
+        r=cost.r,
+        p=cost.p,
+        dklen=_SCRYPT_DKLEN,
+        maxmem=132 * cost.r * n * cost.p + 2**20,  # scrypt's 128·r·n bytes and room (OpenSSL: 32 MiB default)
+    )
     return base64.b64encode(salt).decode(), base64.b64encode(digest).decode()
 
 
-def verify_password(password: str, salt: str, expected_hash: str) -> bool:
-    _, digest = hash_password(password, base64.b64decode(salt))
+def verify_password(password: str, salt: str, expected_hash: str, cost: HashCost | None = None) -> bool:
+    _, digest = hash_password(password, base64.b64decode(salt), cost)
     return hmac.compare_digest(digest, expected_hash)
 
 
@@ -180,8 +236,10 @@ class UserStore:
     can see it (the store is the database's :class:`~evdb.database.VisibilityWatch`), and nothing is
     cached again until readers see it."""
 
-    def __init__(self, db: Database, *, cache_size: int = 1024) -> None:
+    def __init__(self, db: Database, *, cache_size: int = 1024, hash_cost: HashCost | None = None) -> None:
         self._db = db
+        #: the scrypt cost of the hashes written here (PasswordHashCost); each record keeps its own
+        self.hash_cost = hash_cost or HashCost()
         self._cache: OrderedDict[tuple[str, str], Principal] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
@@ -240,7 +298,16 @@ class UserStore:
             record = json.loads(events[0].data)
         except (ValueError, UnicodeDecodeError):
             record = None
-        if not isinstance(record, dict) or not isinstance(record.get("salt"), str) or "hash" not in record:
+        try:  # a salt, a hash, and a cost this node computes (HashCost.of_record)
+            readable = (
+                isinstance(record, dict)
+                and isinstance(record.get("salt"), str)
+                and "hash" in record
+                and HashCost.of_record(record) is not None
+            )
+        except ValueError:
+            readable = False
+        if not readable:
             # a user record that cannot be read (redacted or damaged): that login cannot sign in, and
             # nothing else breaks
             logging.getLogger("evdb").error(
@@ -390,8 +457,11 @@ class UserStore:
             raise UsersNotReady()
         # the password is hashed whatever the record: an unknown or disabled login takes as long to
         # refuse as a wrong password (no timing answer to "does this user exist?")
-        salt, expected = (record["salt"], record["hash"]) if record is not None else _DUMMY_CREDENTIALS
-        matches = verify_password(password, salt, expected)
+        if record is not None:
+            salt, expected, cost = record["salt"], record["hash"], HashCost.of_record(record)
+        else:
+            (salt, expected), cost = _DUMMY_CREDENTIALS, self.hash_cost
+        matches = verify_password(password, salt, expected, cost)
         if record is None or record.get("disabled") or not matches:
             return None
         principal = Principal(login, frozenset([login, *record.get("groups", [])]))
@@ -467,13 +537,14 @@ class UserStore:
         return UserInfo(login, full_name, tuple(groups))
 
     def _write_created(self, login: str, full_name: str, groups: builtins.list[str], password: str) -> bool:
-        salt, digest = hash_password(password)
+        salt, digest = hash_password(password, cost=self.hash_cost)
         data = {
             "loginName": login,
             "fullName": full_name,
             "groups": groups,
             "salt": salt,
             "hash": digest,
+            "scrypt": self.hash_cost.to_record(),
             "disabled": False,
         }
         try:
@@ -514,8 +585,8 @@ class UserStore:
         self._update(login, "$UserUpdated", disabled=disabled)
 
     def reset_password(self, login: str, new_password: str) -> None:
-        salt, digest = hash_password(_check_password(new_password))
-        self._update(login, "$PasswordChanged", salt=salt, hash=digest)
+        salt, digest = hash_password(_check_password(new_password), cost=self.hash_cost)
+        self._update(login, "$PasswordChanged", salt=salt, hash=digest, scrypt=self.hash_cost.to_record())
 
     def change_password(self, login: str, current_password: str, new_password: str) -> bool:
         if self.authenticate(login, current_password) is None:

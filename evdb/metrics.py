@@ -437,24 +437,24 @@ class _NodeCollector:
         for g in groups:
             key = [g.source.stream, g.group]
             connections.add_metric(key, len(g.clients))
-            parked.add_metric(key, g.parked_message_count)
+            parked.add_metric(key, g.parked.count)
             in_flight.add_metric(key, sum(c.in_flight for c in list(g.clients.values())))
-            if g._oldest_parked_ticks is None:
+            if g.parked.oldest_ticks is None:
                 age = 0.0
             else:
                 now_ticks = now_ticks if now_ticks is not None else g._clock.ticks()
-                age = max(0, now_ticks - g._oldest_parked_ticks) / 10_000_000
+                age = max(0, now_ticks - g.parked.oldest_ticks) / 10_000_000
             oldest.add_metric(key, age)
-            items.add_metric(key, g._total_items)
+            items.add_metric(key, g.throughput.total_items)
             is_all = g.source.is_all
             last_known = _position_of(g.last_known)
-            last_checkpointed = _position_of(g.last_checkpointed)
+            last_checkpointed = _position_of(g.checkpoints.last_checkpointed)
             (known_all if is_all else known).add_metric(key, last_known)
             (checkpointed_all if is_all else checkpointed).add_metric(key, last_checkpointed)
-            requests.add_metric([*key, "client-nak"], g.parked_due_to_client_nak)
-            requests.add_metric([*key, "max-retries"], g.parked_due_to_max_retries)
-            replays.add_metric(key, g.parked_message_replays)
-            truncations.add_metric(key, g.parked_message_truncations)
+            requests.add_metric([*key, "client-nak"], g.parked.due_to_client_nak)
+            requests.add_metric([*key, "max-retries"], g.parked.due_to_max_retries)
+            replays.add_metric(key, g.parked.replays)
+            truncations.add_metric(key, g.parked.truncations)
         yield from (connections, parked, in_flight, oldest, items, known, known_all)
         yield from (checkpointed, checkpointed_all, requests, replays, truncations)
 

@@ -1,9 +1,58 @@
 from __future__ import annotations
 
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+
 import pytest
 
+import evdb.options.loading
+import evdb.options.sources
 from evdb.clock import ManualClock
 from evdb.database import Database
+from evdb.options.spec import env_name
+from tests.hash_cost import SUITE_COST
+
+#: Bytecode of the processes the suite starts (node processes, the CLI, xdist's workers): with
+#: PYTHONDONTWRITEBYTECODE set (and no PYTHONPYCACHEPREFIX), each one compiled evdb and its tests from
+#: source again, 0.25 s of CPU a node process (0.73 -> 0.48 s for `import evdb.node, evdb.cli`). They
+#: cache it under the temp folder instead, outside the tree (a source's changed mtime or size makes
+#: Python compile it again).
+if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(
+        tempfile.gettempdir(), f"evdb-tests-pycache-{os.getuid()}"
+    )
+
+#: The suite's nodes hash passwords at tests/hash_cost.py's cost: every node start hashes admin's and
+#: ops' passwords, and every sign-in that is not cached (a wrong password, an unknown login, a new
+#: client) hashes once more.
+SUITE_HASH_COST = str(SUITE_COST.log2_n)
+_HASH_COST_VARIABLE = env_name("PasswordHashCost")
+# node processes the tests start inherit it (a test's own environment for a node may still set another)
+os.environ.setdefault(_HASH_COST_VARIABLE, SUITE_HASH_COST)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _suite_hash_cost() -> Iterator[None]:
+    """In-process nodes too: their options are loaded with an environment of the test's own (mostly
+    empty, so the developer's variables do not leak in); the suite's cost is added to it unless the
+    test's environment names one."""
+    read_environment = evdb.options.loading.read_environment
+
+    def with_suite_cost(environ: Mapping[str, str], problems: list[str]):
+        return read_environment({_HASH_COST_VARIABLE: SUITE_HASH_COST, **environ}, problems)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(evdb.options.loading, "read_environment", with_suite_cost)
+        yield
+
+
+@pytest.fixture
+def production_environment(monkeypatch) -> None:
+    """Options read from a test's environment exactly as a node reads them (without the suite's
+    hash cost): for tests about where each option's value comes from (tests/test_options.py)."""
+    monkeypatch.setattr(evdb.options.loading, "read_environment", evdb.options.sources.read_environment)
 
 
 @pytest.fixture

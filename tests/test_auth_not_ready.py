@@ -21,6 +21,7 @@ from evdb.auth import UserStore
 from evdb.database import Database
 from evdb.errors import UsersNotReady, status_of
 from evdb.grpc.context import call_context
+from tests.hash_cost import SUITE_COST
 
 NodeThread, node_options = (
     user_changes.clients_conftest().NodeThread,
@@ -31,7 +32,7 @@ NodeThread, node_options = (
 @pytest.fixture
 def users():
     db = Database.open(None)
-    yield UserStore(db)
+    yield UserStore(db, hash_cost=SUITE_COST)
     db.close()
 
 
@@ -114,13 +115,13 @@ def test_a_node_that_shows_any_user_shows_both_default_users():
     db = Database.open(None)
     try:
         db.set_read_limit(0)
-        UserStore(db).ensure_defaults()
+        UserStore(db, hash_cost=SUITE_COST).ensure_defaults()
         db.set_read_limit(db.committed_position)
         positions = [e.log_position for e in db.read_all_forward(0, 100).events]
         seen = set()
         for position in positions:
             db.set_read_limit(position + 1)  # the log up to and with this record
-            store = UserStore(db)
+            store = UserStore(db, hash_cost=SUITE_COST)
             try:
                 signed_in = [store.authenticate(login, "changeit") is not None for login in ("admin", "ops")]
             except UsersNotReady:

@@ -16,6 +16,7 @@ from evdb.auth import UserStore, hash_password
 from evdb.clock import ManualClock
 from evdb.database import Database
 from evdb.streams import NewEvent
+from tests.hash_cost import SUITE_COST
 
 
 @pytest.fixture
@@ -27,7 +28,7 @@ def db():
 
 @pytest.fixture
 def users(db: Database) -> UserStore:
-    store = UserStore(db)
+    store = UserStore(db, hash_cost=SUITE_COST)
     store.ensure_defaults()
     store.create("eve", "Eve", ["$admins"], "eve-password")
     assert store.authenticate("eve", "eve-password") is not None
@@ -36,8 +37,9 @@ def users(db: Database) -> UserStore:
 
 
 def _record(login: str, password: str, **changes: object) -> NewEvent:
-    salt, digest = hash_password(password)
+    salt, digest = hash_password(password, cost=SUITE_COST)
     data = {"loginName": login, "fullName": "", "groups": [], "salt": salt, "hash": digest, "disabled": False}
+    data["scrypt"] = SUITE_COST.to_record()
     data.update(changes)
     return NewEvent("$UserUpdated", json.dumps(data).encode(), is_json=True)
 
@@ -107,7 +109,7 @@ def test_a_user_record_that_expires_with_time_is_never_cached():
     clock = ManualClock()
     database = Database.open(None, clock=clock)
     try:
-        users = UserStore(database)
+        users = UserStore(database, hash_cost=SUITE_COST)
         users.ensure_defaults()
         users.create("eve", "Eve", [], "eve-password")
         database.set_stream_metadata("$user-eve", {"$maxAge": 60})

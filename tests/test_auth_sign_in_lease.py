@@ -13,6 +13,7 @@ import pytest
 from evdb.auth import UserStore
 from evdb.database import Database
 from evdb.errors import UsersNotReady, status_of
+from tests.hash_cost import SUITE_COST
 
 
 class Admission:
@@ -33,7 +34,7 @@ class Admission:
 @pytest.fixture
 def users():
     db = Database.open(None)
-    store = UserStore(db)
+    store = UserStore(db, hash_cost=SUITE_COST)
     store.ensure_defaults()
     yield store
     db.close()

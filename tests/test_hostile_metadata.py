@@ -10,6 +10,7 @@ import pytest
 
 from evdb.errors import InvalidInput
 from evdb.streams import NewEvent, StreamMetadata
+from tests.hash_cost import SUITE_COST
 
 INT64_MAX = 2**63 - 1
 
@@ -126,13 +127,13 @@ def test_an_unreadable_user_record_refuses_that_login_and_nothing_else(tmp_path)
 
     db = Database.open(str(tmp_path / "db"), chunk_size=1 << 16)
     try:
-        users = UserStore(db)
+        users = UserStore(db, hash_cost=SUITE_COST)
         users.ensure_defaults()
         assert users.authenticate("admin", "changeit") is not None
         db.append(
             "$user-ops", [NewEvent("$UserUpdated", b"\xff" * 40, is_json=True)]
         )  # what redaction leaves
-        users = UserStore(db)
+        users = UserStore(db, hash_cost=SUITE_COST)
         assert users.authenticate("ops", "changeit") is None
         assert users.authenticate("admin", "changeit") is not None
         users.ensure_defaults()  # no attempt to recreate ops over its unreadable record

@@ -26,6 +26,9 @@ from evdb.options.markdown import main as markdown_main
 from evdb.options.sources import IGNORED_ENVIRONMENT
 from evdb.options.spec import GROUPS, OptionSpec
 
+#: every option read here as a node reads it (not with the suite's cheaper hash cost: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("production_environment")
+
 DOCS = Path(__file__).parent.parent / "docs" / "options.md"
 MiB = 1024**2
 

@@ -21,6 +21,7 @@ import httpx
 from waiting import wait_until
 
 from evdb.auth import hash_password
+from tests.hash_cost import SUITE_COST
 
 ADMIN = ("admin", "changeit")
 
@@ -83,8 +84,9 @@ def run(clients: dict[str, httpx.Client], leader: str, timeout: float = 30.0) ->
     )
     assert r.status_code == 201, r.text
 
-    salt, digest = hash_password("gina-new")
+    salt, digest = hash_password("gina-new", cost=SUITE_COST)
     gina_record = {"loginName": "gina", "fullName": "", "groups": ["staff"], "salt": salt, "hash": digest}
+    gina_record["scrypt"] = SUITE_COST.to_record()
     changes = {  # login: (the change on the leader, the head of $user-<login> it leaves)
         "bob": (lambda: lead.post("/users/bob/command/reset-password", json={"newPassword": "b2"}, auth=ADMIN), 1),
         "carl": (lambda: lead.post("/users/carl/command/disable", auth=ADMIN), 1),

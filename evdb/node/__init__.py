@@ -23,7 +23,7 @@ from aiohttp import web
 
 from evdb.archive.archiver import ArchiverService, start_archiver
 from evdb.archive.settings import starting_archive
-from evdb.auth import UserStore
+from evdb.auth import HashCost, UserStore
 from evdb.autoscavenge.service import AutoScavengeService, MembershipView, create_auto_scavenge
 from evdb.clock import Clock, SystemClock
 from evdb.cluster import ClusterService
@@ -64,7 +64,7 @@ def freeze_startup_heap() -> None:
     generation: a node's start-up heap (modules, options, TLS, logging; about 63,000 objects) is never
     scanned again. Every full collection scanned it: 40-85 ms pauses, one about every 5 s under load on
     each node, the followers' at the same moments (they do the same work), which held a cluster's
-    answers until one follower came back (issue 24, docs/performance.md "Replication: the tail").
+    answers until one follower came back (issue 24, docs/performance-lab-notes.md "Replication: the tail").
     Called before the database opens, so that nothing a node drops later (a database reopened, chunks
     switched out) is frozen: objects made after this are collected as before."""
     global _startup_heap_frozen
@@ -322,7 +322,7 @@ class Node:
         opened = self.opened
         opened.db = db
         opened.notifier = CommitNotifier(db)
-        opened.users = UserStore(db)
+        opened.users = UserStore(db, hash_cost=HashCost(self.options.password_hash_cost))
         if self.cluster is not None:
             self._admit_sign_ins()
         scavenge = opened.scavenge = ScavengeService(

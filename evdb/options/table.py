@@ -66,6 +66,22 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "Application",
         details="Required by the redaction tool `evdb-redact`.",
     ),
+    OptionSpec(
+        "PasswordHashCost",
+        "int",
+        14,
+        "The cost of the password hashes this node writes: scrypt's n = 2^PasswordHashCost (r = 8, p = 1).",
+        "Application",
+        minimum=10,
+        maximum=17,
+        details=(
+            "Each user record keeps the cost its hash was made with, so records written at another cost "
+            "still verify; a sign-in of an unknown login costs one hash at this cost. The default, 14, "
+            "takes about 40 ms and 16 MiB a hash; each step up doubles both. The test suite runs its nodes "
+            "at 10 (`SERVICE_PASSWORD_HASH_COST=10`, tests/conftest.py) where a test is not about hashing: "
+            "never lower it in production."
+        ),
+    ),
     # -- Database ------------------------------------------------------------------------------------
     OptionSpec(
         "Db",

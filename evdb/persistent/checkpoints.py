@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from evdb.database import Database
+from evdb.database import Database, EventFilter
 from evdb.errors import StreamNotFound
 from evdb.persistent.model import (
     CHECKPOINT_EVENT_TYPE,
@@ -65,12 +65,7 @@ class SubscriptionStore(Protocol):
     def read_stream(self, stream: str, start: int, count: int, resolve_links: bool) -> ReadResult: ...
 
     def read_all(
-        self,
-        position: int,
-        count: int,
-        predicate: Callable[[EventRecord], bool] | None,
-        max_scan: int,
-        resolve_links: bool,
+        self, position: int, count: int, predicate: EventFilter | None, max_scan: int, resolve_links: bool
     ) -> ReadResult: ...
 
     def resolve(self, record: EventRecord, resolve_links: bool) -> ResolvedEvent: ...
@@ -131,12 +126,7 @@ class DatabaseStore:
         return ReadResult(events, page.next_event_number, page.is_end_of_stream)
 
     def read_all(
-        self,
-        position: int,
-        count: int,
-        predicate: Callable[[EventRecord], bool] | None,
-        max_scan: int,
-        resolve_links: bool,
+        self, position: int, count: int, predicate: EventFilter | None, max_scan: int, resolve_links: bool
     ) -> ReadResult:
         looked = 0
 

@@ -3,30 +3,36 @@
 A group reads its source in batches into a bounded buffer (history), follows live events once it has
 caught up (a bounded live buffer bridges the switch), hands messages to its consumers through the
 consumer strategy, and takes them back on ack, nack and timeout: a message is retried up to
-``max_retry_count`` times and then parked. Every message pushed gets a sequence number; the checkpoint
-is the position of the last message before the oldest one still in flight or waiting for a retry, and
-is written after ``min_checkpoint_count`` messages and ``checkpoint_after`` milliseconds (at a clock
-tick), or at once after ``max_checkpoint_count``.
+``max_retry_count`` times and then parked.
+
+:class:`Group` runs that flow and composes the pieces that keep its state: the
+:class:`~evdb.persistent.buffer.StreamBuffer` of messages waiting to go out, the
+:class:`~evdb.persistent.outstanding.OutstandingMessages` handed out and their timeouts, the
+:class:`~evdb.persistent.checkpointing.Checkpointer` (message numbers, the checkpoint and when it is due),
+the :class:`~evdb.persistent.parking.ParkedMessages` (park, replay, truncate) and the
+:class:`~evdb.persistent.info.Throughput` its figures are measured by.
 
 Everything here runs on the node's event loop; reads and writes of the log go through the
-:class:`~evdb.persistent.checkpoints.SubscriptionStore` off the loop (:class:`Io`), and their results
-come back as callbacks, as KurrentDB's messages do. Time is the injected clock's: message timeouts,
-checkpoint intervals and the rates in the statistics.
+:class:`~evdb.persistent.checkpoints.SubscriptionStore` off the loop (:class:`~evdb.persistent.offloop.Io`),
+and their results come back as callbacks, as KurrentDB's messages do. Time is the injected clock's:
+message timeouts, checkpoint intervals and the rates in the statistics.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
+from itertools import chain
 from typing import Any
 
 from evdb.clock import Clock
 from evdb.errors import StreamDeleted
+from evdb.persistent.buffer import StreamBuffer
+from evdb.persistent.checkpointing import Checkpointer
 from evdb.persistent.checkpoints import ReadResult, SubscriptionStore
+from evdb.persistent.info import GroupInfo, Throughput, group_info
 from evdb.persistent.model import (
     LIVE,
     EventSource,
@@ -37,6 +43,9 @@ from evdb.persistent.model import (
     group_key,
     parked_stream,
 )
+from evdb.persistent.offloop import Io
+from evdb.persistent.outstanding import OutstandingMessages, lowest_sequence
+from evdb.persistent.parking import ParkedMessages
 from evdb.persistent.strategies import Client, ConsumerSink, PushResult, RequestStatistics, make_strategy
 
 __all__ = ["Group", "Io", "OutstandingMessage", "StreamBuffer"]
@@ -56,133 +65,6 @@ def state_name(state: int) -> str:
     if state == NOT_READY:
         return "NotReady"
     return ", ".join(name for flag, name in _STATE_NAMES if state & flag)
-
-
-class Io:
-    """Runs the store's blocking calls off the loop and hands their results back on it."""
-
-    def __init__(self, logger: logging.Logger) -> None:
-        self.logger = logger
-        self._tasks: set[asyncio.Task] = set()
-
-    def run(
-        self,
-        what: str,
-        fn: Callable[..., Any],
-        *args: Any,
-        then: Callable[[Any], None] | None = None,
-        failed: Callable[[BaseException], None] | None = None,
-    ) -> None:
-        async def go() -> None:
-            try:
-                result = await asyncio.to_thread(fn, *args)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if failed is not None:
-                    failed(exc)
-                else:
-                    self.logger.error("Persistent subscriptions: %s failed: %s", what, exc)
-                return
-            if then is not None:
-                then(result)
-
-        task = asyncio.get_running_loop().create_task(go(), name=f"persistent: {what}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def cancel(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        self._tasks.clear()
-
-    @property
-    def busy(self) -> int:
-        return len(self._tasks)
-
-
-class StreamBuffer:
-    """KurrentDB's StreamBuffer: retries first, then the read (or live) messages; a bounded live
-    queue holds live events while history is still being read."""
-
-    def __init__(self, max_size: int, max_live: int, initial: int | None, start_in_history: bool) -> None:
-        self.max_size = max_size
-        self.initial = initial
-        self.live = not start_in_history
-        self.retry: deque[OutstandingMessage] = deque()
-        self.buffer: deque[OutstandingMessage] = deque()
-        self.live_buffer: deque[OutstandingMessage] = deque(maxlen=max_live)
-
-    def can_accept(self, count: int) -> bool:
-        return self.max_size - (len(self.retry) + len(self.buffer)) > count
-
-    def _switch_to_live(self) -> None:
-        self.buffer.extend(self.live_buffer)
-        self.live_buffer.clear()
-        self.live = True
-
-    def add_retry_to_end(self, message: OutstandingMessage) -> None:
-        self.retry.append(message)
-
-    def add_retry(self, message: OutstandingMessage) -> None:
-        if message.is_replayed:
-            self.retry.append(message)
-            return
-        assert message.position is not None
-        for index, other in enumerate(self.retry):
-            if other.position is not None and message.position < other.position:
-                self.retry.insert(index, message)
-                return
-        self.retry.append(message)
-
-    def add_live(self, message: OutstandingMessage) -> None:
-        if self.live:
-            if len(self.buffer) < self.max_size:
-                self.buffer.append(message)
-            else:
-                self.live = False
-        self.live_buffer.append(message)
-
-    def add_read(self, message: OutstandingMessage) -> None:
-        if self.live:
-            return
-        assert message.position is not None
-        if self.initial is not None and message.position <= self.initial:
-            return
-        head = self.live_buffer[0].position if self.live_buffer else None
-        if head is None or message.position < head:
-            self.buffer.append(message)
-        elif head < message.position:
-            while self.live_buffer and (self.live_buffer[0].position or 0) < message.position:
-                self.live_buffer.popleft()
-            self._switch_to_live()
-        else:
-            self._switch_to_live()
-
-    def try_move_to_live(self) -> bool:
-        if not self.live_buffer:
-            self.live = True
-            return True
-        return False
-
-    def scan(self) -> Iterator[tuple[OutstandingMessage, bool]]:
-        """(message, is_retry) in the order they go out; the caller removes what it sends."""
-        for message in list(self.retry):
-            yield message, True
-        for message in list(self.buffer):
-            yield message, False
-
-    def remove(self, message: OutstandingMessage, is_retry: bool) -> None:
-        (self.retry if is_retry else self.buffer).remove(message)
-
-    def lowest_retry(self) -> tuple[OutstandingMessage | None, int | None]:
-        lowest: tuple[OutstandingMessage | None, int | None] = (None, None)
-        for message in self.retry:
-            if message.is_replayed or message.sequence is None:
-                continue
-            if lowest[1] is None or message.sequence < lowest[1]:
-                lowest = (message, message.sequence)
-        return lowest
 
 
 class Group:
@@ -213,18 +95,12 @@ class Group:
         self.logger = logger
         self.clients: dict[uuid.UUID, Client] = {}
         self._strategy = make_strategy(settings.consumer_strategy)
-        self.state = NOT_READY
+        self._state = NOT_READY
         self._buffer: StreamBuffer | None = None
-        self._outstanding: dict[bytes, tuple[float, OutstandingMessage]] = {}
+        self._outstanding = OutstandingMessages()
         self._next_pull = 0
         self._skip_first: int | None = None  # the checkpointed position: not delivered again
         self._history_seen = -2  # the last position history reading handed over (live duplicates)
-        self._next_sequence = 0
-        self._last_checkpointed_sequence = -1
-        self._last_known_sequence = -1
-        self._last_known_message: int | None = None
-        self._last_checkpoint_time: float | None = None
-        self._checkpoint_writing = False
         self._faulted = False
         #: what the last read failed with (logged when it changes), None while reads succeed
         self._read_fault: str | None = None
@@ -232,21 +108,34 @@ class Group:
         self._closed = False
         self._loaded: Callable[[], object] | None = None
         self._live_from = -1
-        # statistics
-        self._started = clock.monotonic()
-        self._total_items = 0
-        self._last_total_time = 0.0
-        self._last_total_items = 0
-        self.parked_due_to_client_nak = 0
-        self.parked_due_to_max_retries = 0
-        self.parked_message_replays = 0
-        self.parked_message_truncations = 0
-        self.last_checkpointed: int | None = None
-        self.last_known: int | None = None
-        # parked messages (KurrentDB's PersistentSubscriptionMessageParker)
-        self._parked_truncate_before = 0
-        self._parked_last = -1
-        self._oldest_parked_ticks: int | None = None
+        self.last_known: int | None = None  # the highest position of the source seen
+        # the pieces that keep the group's state (see the module's docstring)
+        self.throughput = Throughput(clock.monotonic())
+        self.checkpoints = Checkpointer(
+            self.key,
+            self.checkpoint_stream,
+            source,
+            settings,
+            store=store,
+            io=io,
+            clock=clock,
+            logger=logger,
+        )
+        self.parked = ParkedMessages(
+            self.key,
+            self.parked_stream,
+            store=store,
+            io=io,
+            clock=clock,
+            logger=logger,
+            read_batch_size=settings.read_batch_size,
+            replayed=self._take_replayed,
+        )
+
+    @property
+    def state(self) -> int:
+        """KurrentDB's PersistentSubscriptionState flags (ReplayingParkedMessages is the parked stream's)."""
+        return self._state | (REPLAYING_PARKED if self.parked.replaying else 0)
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self, loaded: Callable[[], object] | None = None, live_from: int = -1) -> None:
@@ -284,7 +173,7 @@ class Group:
             self._tell_loaded()
             return
         settings = self.settings
-        self.state = BEHIND
+        self._state = BEHIND
         if checkpoint is None:
             live = settings.start_from == LIVE
             self._next_pull = 0 if live else settings.start_from
@@ -292,7 +181,7 @@ class Group:
                 settings.history_buffer_size, settings.live_buffer_size, None, not live
             )
             self._tell_loaded()
-            self._load_parked_stats(self.try_reading_new_batch)
+            self.parked.load_stats(self.try_reading_new_batch)
             return
         try:
             position = self.source.parse(checkpoint)
@@ -303,23 +192,19 @@ class Group:
                 checkpoint,
                 self.checkpoint_stream,
             )
-            self.state = NOT_READY
+            self._state = NOT_READY
             self._on_checkpoint_loaded(None)
             return
         self._live_from = -1  # history from the checkpoint covers everything after it
         self._next_pull = position
         self._skip_first = position
-        self._next_sequence = 1
-        self._last_checkpointed_sequence = 0
-        self._last_known_sequence = 0
-        self._last_known_message = position
-        self.last_checkpointed = position
+        self.checkpoints.loaded(position)
         # the checkpointed event is a known event of the source: a group loaded on a new leader shows it
         # at once rather than null until an event is read after it (the read is of later events only)
         self._set_last_known(position)
         self._buffer = StreamBuffer(settings.history_buffer_size, settings.live_buffer_size, position, True)
         self._tell_loaded()
-        self._load_parked_stats(self.try_reading_new_batch)
+        self.parked.load_stats(self.try_reading_new_batch)
 
     def shutdown(self) -> None:
         """Drop every consumer (they are told: the gRPC call ends with "dropped")."""
@@ -331,16 +216,16 @@ class Group:
     # -- reading ---------------------------------------------------------------------------------------
     def try_reading_new_batch(self) -> None:
         buffer = self._buffer
-        if buffer is None or self._closed or self.state == NOT_READY:
+        if buffer is None or self._closed or self._state == NOT_READY:
             return
-        if self.state & OUTSTANDING_PAGE_REQUEST:
+        if self._state & OUTSTANDING_PAGE_REQUEST:
             return
         if buffer.live:
             self._set_live()
             return
         if not buffer.can_accept(self.settings.read_batch_size):
             return
-        self.state |= OUTSTANDING_PAGE_REQUEST
+        self._state |= OUTSTANDING_PAGE_REQUEST
         batch = min(self.settings.read_batch_size or 20, 500, MAX_PULL_BATCH)
         count = min(max(self.settings.read_batch_size, 10), batch)
         if self.source.is_all:
@@ -376,7 +261,7 @@ class Group:
         begins or changes, never at each retry, and the group's consumers are dropped."""
         permanent = isinstance(exc, StreamDeleted)
         if not permanent:
-            self.state &= ~OUTSTANDING_PAGE_REQUEST
+            self._state &= ~OUTSTANDING_PAGE_REQUEST
         self._faulted = True
         fault = f"{type(exc).__name__}: {exc}"
         if fault != self._read_fault:
@@ -398,9 +283,9 @@ class Group:
 
     def _on_read(self, result: ReadResult) -> None:
         buffer = self._buffer
-        if buffer is None or self._closed or not self.state & OUTSTANDING_PAGE_REQUEST:
+        if buffer is None or self._closed or not self._state & OUTSTANDING_PAGE_REQUEST:
             return
-        self.state &= ~OUTSTANDING_PAGE_REQUEST
+        self._state &= ~OUTSTANDING_PAGE_REQUEST
         if self._read_fault is not None:  # a transient fault is over: consumers are taken again
             self.logger.info(
                 "Persistent subscription %s reads %s again (after %s)",
@@ -442,10 +327,10 @@ class Group:
         self._schedule_push()
 
     def _set_live(self) -> None:
-        self.state = (self.state & ~BEHIND) | LIVE_STATE
+        self._state = (self._state & ~BEHIND) | LIVE_STATE
 
     def _set_behind(self) -> None:
-        self.state = (self.state | BEHIND) & ~LIVE_STATE
+        self._state = (self._state | BEHIND) & ~LIVE_STATE
 
     def _set_last_known(self, position: int) -> None:
         if self.last_known is None or self.last_known < position:
@@ -454,7 +339,7 @@ class Group:
     def notify_live(self, resolved: ResolvedEvent) -> None:
         """A committed event of this group's source (KurrentDB's NotifyLiveSubscriptionMessage)."""
         buffer = self._buffer
-        if buffer is None or self._closed or self.state == NOT_READY:
+        if buffer is None or self._closed or self._state == NOT_READY:
             return
         position = self.source.position_of(resolved)
         if position < self.settings.start_from or position <= self._history_seen:
@@ -475,9 +360,7 @@ class Group:
 
     def handle_skipped(self, position: int, count: int) -> None:
         """Events a filter left out: they count towards the checkpoint (KurrentDB's HandleSkippedEvents)."""
-        self._last_known_message = position
-        self._next_sequence += count
-        self._last_known_sequence = self._next_sequence - 1
+        self.checkpoints.skipped(position, count)
         self.try_mark_checkpoint(False)
 
     # -- pushing to consumers --------------------------------------------------------------------------
@@ -496,12 +379,10 @@ class Group:
         if buffer is None or self._closed:
             return
         for message, is_retry in buffer.scan():
-            sent, assigned = self._for_pushed(message)
+            sent, assigned = self.checkpoints.numbered(message)
             result = self._strategy.push(sent)
             if assigned and result in (PushResult.SENT, PushResult.SKIPPED):
-                self._last_known_sequence = self._next_sequence
-                self._next_sequence += 1
-                self._last_known_message = sent.position
+                self.checkpoints.taken(sent)
             if result is PushResult.SENT:
                 buffer.remove(message, is_retry)
                 self._begin_processing(sent)
@@ -516,41 +397,30 @@ class Group:
         """Up to ``count`` messages handed out without a consumer (KurrentDB's GetNextNOrLessMessages,
         the HTTP competing-consumer read); they time out like any other."""
         buffer = self._buffer
-        if buffer is None or self.state == NOT_READY:
+        if buffer is None or self._state == NOT_READY:
             return []
         taken: list[tuple[ResolvedEvent, int]] = []
         for message, is_retry in buffer.scan():
             if len(taken) >= count:
                 break
             buffer.remove(message, is_retry)
-            sent, assigned = self._for_pushed(message)
+            sent, assigned = self.checkpoints.numbered(message)
             if assigned:
-                self._last_known_sequence = self._next_sequence
-                self._next_sequence += 1
-                self._last_known_message = sent.position
+                self.checkpoints.taken(sent)
             self._begin_processing(sent)
             taken.append((message.resolved, message.retry_count))
         return taken
 
-    def _for_pushed(self, message: OutstandingMessage) -> tuple[OutstandingMessage, bool]:
-        if message.is_replayed or message.sequence is not None:
-            return message, False
-        return replace(
-            message, sequence=self._next_sequence, previous_position=self._last_known_message
-        ), True
-
     def _begin_processing(self, message: OutstandingMessage) -> None:
-        self._total_items += 1
+        self.throughput.count()
         expires = self._clock.monotonic() + self.settings.message_timeout_ms / 1000
-        if message.event_id in self._outstanding:
+        if not self._outstanding.add(message, expires):
             self.logger.warning(
                 "Skipping message %s/%s with duplicate eventId %s",
                 message.resolved.original.stream,
                 message.resolved.original.event_number,
                 uuid.UUID(bytes=message.event_id),
             )
-            return
-        self._outstanding[message.event_id] = (expires, message)
 
     # -- consumers -------------------------------------------------------------------------------------
     @property
@@ -599,7 +469,7 @@ class Group:
         for client in self.clients.values():
             client.remove_from_processing(event_ids)
         for event_id in event_ids:
-            self._outstanding.pop(event_id, None)
+            self._outstanding.remove(event_id)
 
     def ack(self, event_ids: list[bytes]) -> None:
         self._remove_processing(event_ids)
@@ -619,17 +489,17 @@ class Group:
     def nack(self, event_ids: list[bytes], action: str, reason: str) -> None:
         """``action``: Unknown, Park, Retry, Skip or Stop (KurrentDB's NakAction)."""
         for event_id in event_ids:
-            entry = self._outstanding.get(event_id)
+            message = self._outstanding.get(event_id)
             if action in ("Retry", "Unknown"):
-                if entry is not None and not self._parked_after_retries(entry[1]):
-                    self._retry(entry[1])
+                if message is not None and not self._parked_after_retries(message):
+                    self._retry(message)
             elif action == "Park":
-                if entry is not None:
-                    self._park(entry[1].resolved, "Client explicitly NAK'ed message.\n" + reason, "ClientNak")
+                if message is not None:
+                    self._park(message.resolved, "Client explicitly NAK'ed message.\n" + reason, "ClientNak")
             elif action == "Stop":
                 pass  # KurrentDB takes no action for Stop
             else:  # Skip
-                self._outstanding.pop(event_id, None)
+                self._outstanding.remove(event_id)
         self._remove_processing(event_ids)
         self._answered()
 
@@ -643,378 +513,72 @@ class Group:
         buffer = self._buffer
         if buffer is None:
             return
-        self._outstanding.pop(message.event_id, None)
-        for client in self.clients.values():
-            client.remove_from_processing([message.event_id])
+        self._forget(message.event_id)
         buffer.add_retry(replace(message, retry_count=message.retry_count + 1))
 
-    # -- parking ---------------------------------------------------------------------------------------
-    def _park(self, resolved: ResolvedEvent, reason: str, why: str, attempt: int = 0) -> None:
-        if attempt == 0:
-            if why == "MaxRetries":
-                self.parked_due_to_max_retries += 1
-            else:
-                self.parked_due_to_client_nak += 1
+    def _forget(self, event_id: bytes) -> None:
+        """The message is no longer in flight: neither outstanding nor in any consumer's processing."""
+        self._outstanding.remove(event_id)
+        for client in self.clients.values():
+            client.remove_from_processing([event_id])
 
-        def parked(number: int) -> None:
-            # parks run concurrently (each write off the loop): an earlier one may answer last
-            self._parked_last = max(self._parked_last, number)
-            if self._oldest_parked_ticks is None:
-                self._oldest_parked_ticks = self._clock.ticks()
-            self._outstanding.pop(resolved.event_id, None)
-            for client in self.clients.values():
-                client.remove_from_processing([resolved.event_id])
-            self._schedule_push()
+    # -- parking (evdb/persistent/parking.py) ----------------------------------------------------------
+    def _park(self, resolved: ResolvedEvent, reason: str, why: str) -> None:
+        self.parked.park(resolved, reason, why, then=lambda: self._parked(resolved.event_id))
 
-        def failed(exc: BaseException) -> None:
-            original = resolved.original
-            if attempt < 5:
-                self.logger.info(
-                    "Unable to park message %s/%s in %s (%s): retrying",
-                    original.stream,
-                    original.event_number,
-                    self.parked_stream,
-                    exc,
-                )
-                self._park(resolved, reason, why, attempt + 1)
-                return
-            self.logger.error(
-                "Unable to park message %s/%s in %s after retries (%s). Possible message loss",
-                original.stream,
-                original.event_number,
-                self.parked_stream,
-                exc,
-            )
-            parked(self._parked_last)
+    def _parked(self, event_id: bytes) -> None:
+        self._forget(event_id)
+        self._schedule_push()
 
-        self._io.run(
-            f"parking a message of {self.key} in {self.parked_stream}",
-            self._store.park,
-            self.parked_stream,
-            resolved,
-            reason,
-            resolved.original.event_number,
-            then=parked,
-            failed=failed,
-        )
-
-    @property
-    def parked_message_count(self) -> int:
-        if self._parked_last == -1:
-            return 0
-        return self._parked_last - self._parked_truncate_before + 1
-
-    def _load_parked_stats(self, then: Callable[[], None]) -> None:
-        def loaded(stats: Any) -> None:
-            self._parked_truncate_before = stats.truncate_before
-            self._parked_last = stats.last_number
-            self._oldest_parked_ticks = stats.oldest_ticks
-            then()
-
-        def failed(exc: BaseException) -> None:
-            self.logger.error(
-                "Could not read the parked message stats of %s from %s: %s", self.key, self.parked_stream, exc
-            )
-            then()
-
-        self._io.run(
-            f"reading the parked messages of {self.key}",
-            self._store.parked_stats,
-            self.parked_stream,
-            then=loaded,
-            failed=failed,
-        )
+    def _take_replayed(self, messages: list[OutstandingMessage]) -> None:
+        buffer = self._buffer
+        if buffer is None:
+            return
+        for message in messages:
+            buffer.add_retry(message)
+        self._schedule_push()
 
     def replay_parked(self, stop_at: int | None) -> str:
-        """Start replaying parked messages (all, or those before ``stop_at``): ``Started``,
-        ``NotReady`` or ``AlreadyInProgress`` (KurrentDB's ParkedMessageOperationResult)."""
-        if self.state == NOT_READY:
-            return "NotReady"
-        if self.state & REPLAYING_PARKED:
-            return "AlreadyInProgress"
-        self.state |= REPLAYING_PARKED
-        self.parked_message_replays += 1
-
-        def end_known(end: int | None) -> None:
-            if end is None:
-                self.state &= ~REPLAYING_PARKED
-                return
-            stop = min(stop_at, end + 1) if stop_at is not None else end + 1
-            self._read_parked(0, stop)
-
-        self._io.run(
-            f"reading the end of {self.parked_stream}",
-            self._store.last_event_number,
-            self.parked_stream,
-            then=end_known,
-            failed=lambda exc: self._replay_failed(exc),
-        )
-        return "Started"
+        """Start replaying parked messages (:meth:`ParkedMessages.replay`)."""
+        return self.parked.replay(stop_at, ready=self._state != NOT_READY)
 
     def truncate_parked(self, stop_at: int | None) -> str:
-        """Drop the parked messages (all, or those before ``stop_at``) without replaying them: the
-        parked stream's ``$tb`` moves on (KurrentDB's TruncateParkedMessages). ``Started``,
-        ``NotReady`` or ``AlreadyInProgress``, as :meth:`replay_parked`."""
-        if self.state == NOT_READY:
-            return "NotReady"
-        if self.state & REPLAYING_PARKED:
-            return "AlreadyInProgress"
-        self.state |= REPLAYING_PARKED
-        self.parked_message_truncations += 1
+        """Drop parked messages unreplayed (:meth:`ParkedMessages.truncate`)."""
+        return self.parked.truncate(stop_at, ready=self._state != NOT_READY)
 
-        def end_known(end: int | None) -> None:
-            if end is None:
-                self.state &= ~REPLAYING_PARKED
-                return
-            self._mark_reprocessed(min(stop_at, end + 1) if stop_at is not None else end + 1)
-
-        self._io.run(
-            f"reading the end of {self.parked_stream}",
-            self._store.last_event_number,
-            self.parked_stream,
-            then=end_known,
-            failed=lambda exc: self._replay_failed(exc),
-        )
-        return "Started"
-
-    def _replay_failed(self, exc: BaseException) -> None:
-        self.logger.error(
-            "Error reading parked messages from %s for persistent subscription %s: %s",
-            self.parked_stream,
-            self.key,
-            exc,
-        )
-        self.state &= ~REPLAYING_PARKED
-
-    def _read_parked(self, position: int, stop_at: int) -> None:
-        if not self.state & REPLAYING_PARKED:
-            return
-        if stop_at - position <= 0:
-            self._mark_reprocessed(stop_at)
-            return
-        count = min(stop_at + 1 - position, self.settings.read_batch_size)
-        self._io.run(
-            f"reading {self.parked_stream}",
-            self._store.read_stream,
-            self.parked_stream,
-            position,
-            count,
-            True,
-            then=lambda result: self._on_parked_read(result, stop_at),
-            failed=self._replay_failed,
-        )
-
-    def _on_parked_read(self, result: ReadResult, stop_at: int) -> None:
-        buffer = self._buffer
-        if buffer is None or not self.state & REPLAYING_PARKED:
-            return
-        for resolved in result.events:
-            if resolved.original.event_number == stop_at:
-                break
-            if resolved.event is None:
-                continue
-            self.logger.debug(
-                "Replaying parked message: %s %s/%s on subscription %s",
-                uuid.UUID(bytes=resolved.original.event_id),
-                resolved.original.stream,
-                resolved.original.event_number,
-                self.key,
-            )
-            buffer.add_retry(OutstandingMessage(resolved, is_replayed=True))
-        self._schedule_push()
-        next_number = result.next_position
-        if result.is_end or stop_at <= next_number:
-            self._mark_reprocessed(stop_at if next_number == -1 else min(stop_at, next_number))
-        else:
-            self._read_parked(next_number, stop_at)
-
-    def _mark_reprocessed(self, sequence: int) -> None:
-        before = max(self._parked_truncate_before, sequence)
-
-        def done() -> None:
-            self.state &= ~REPLAYING_PARKED
-
-        if before == self._parked_truncate_before:
-            done()
-            return
-
-        def written(_: Any) -> None:
-            self._load_parked_stats(done)
-
-        def failed(exc: BaseException) -> None:
-            self.logger.error(
-                "An error occured truncating the parked message stream %s: %s", self.parked_stream, exc
-            )
-            self._load_parked_stats(done)
-
-        self._io.run(
-            f"truncating {self.parked_stream}",
-            self._store.truncate_parked,
-            self.parked_stream,
-            before,
-            then=written,
-            failed=failed,
-        )
-
-    # -- checkpoints and time --------------------------------------------------------------------------
+    # -- checkpoints (evdb/persistent/checkpointing.py) and time -------------------------------------
     def try_mark_checkpoint(self, is_time_check: bool) -> None:
         buffer = self._buffer
         if buffer is None or self._closed:
             return
-        lowest_message: OutstandingMessage | None = None
-        lowest: int | None = None
-        for _, message in self._outstanding.values():
-            if message.is_replayed or message.sequence is None:
-                continue
-            if lowest is None or message.sequence < lowest:
-                lowest, lowest_message = message.sequence, message
-        retry_message, retry_sequence = buffer.lowest_retry()
-        if retry_sequence is not None and (lowest is None or retry_sequence < lowest):
-            lowest, lowest_message = retry_sequence, retry_message
-        if lowest is not None:
-            assert lowest_message is not None
-            sequence = lowest - 1
-            position = lowest_message.previous_position
-            if position is None:
-                return  # the first message is out and not acknowledged, and there was no checkpoint
-        else:
-            sequence = self._last_known_sequence
-            position = self._last_known_message
-        if sequence == -1 or position is None:
-            return
-        difference = sequence - self._last_checkpointed_sequence
-        now = self._clock.monotonic()
-        after = self.settings.checkpoint_after_ms
-        elapsed_enough = self._last_checkpoint_time is None or (
-            after > 0 and now - self._last_checkpoint_time >= after / 1000
-        )
-        if not elapsed_enough and difference < self.settings.max_checkpoint_count:
-            return
-        if (difference >= self.settings.min_checkpoint_count and is_time_check) or (
-            difference >= self.settings.max_checkpoint_count
-        ):
-            self._last_checkpoint_time = now
-            self._last_checkpointed_sequence = sequence
-            self._write_checkpoint(position)
-            self.last_checkpointed = position
-
-    def _write_checkpoint(self, position: int) -> None:
-        if self._checkpoint_writing:
-            return
-        self._checkpoint_writing = True
-        text = self.source.format(position)
-        assert text is not None
-
-        def written(_: Any) -> None:
-            self._checkpoint_writing = False
-
-        def failed(exc: BaseException) -> None:
-            self._checkpoint_writing = False
-            self.logger.warning(
-                "Error writing checkpoint for %s to %s: %s", self.key, self.checkpoint_stream, exc
-            )
-
-        self._io.run(
-            f"writing the checkpoint of {self.key}",
-            self._store.write_checkpoint,
-            self.checkpoint_stream,
-            text,
-            then=written,
-            failed=failed,
-        )
+        self.checkpoints.try_mark(lowest_sequence(chain(self._outstanding, buffer.retry)), is_time_check)
 
     def tick(self) -> None:
         """A clock tick (KurrentDB's NotifyClockTick, every second): time out messages, checkpoint,
         read more if behind."""
-        if self.state == NOT_READY or self._closed:
+        if self._state == NOT_READY or self._closed:
             return
-        now = self._clock.monotonic()
-        expired = sorted(
-            ((expires, message) for expires, message in self._outstanding.values() if expires <= now),
-            key=lambda item: item[0],
-        )
-        for _, message in expired:
-            self._outstanding.pop(message.event_id, None)
+        for message in self._outstanding.expire(self._clock.monotonic()):
             if not self._parked_after_retries(message):
                 self._retry(message)
         self._schedule_push()
         self.try_mark_checkpoint(True)
-        if self.state & (BEHIND | OUTSTANDING_PAGE_REQUEST) == BEHIND:
+        if self._state & (BEHIND | OUTSTANDING_PAGE_REQUEST) == BEHIND:
             self.try_reading_new_batch()
 
-    # -- statistics ------------------------------------------------------------------------------------
+    # -- statistics (evdb/persistent/info.py) --------------------------------------------------------
     def statistics(self) -> dict[str, Any]:
         """KurrentDB's PersistentSubscriptionInfo (what GetInfo, List and the HTTP API show)."""
-        elapsed = self._clock.monotonic() - self._started
-        run = elapsed - self._last_total_time
-        items = self._total_items - self._last_total_items
-        average = int(items / run) if run > 0 else 0
-        self._last_total_time = elapsed
-        self._last_total_items = self._total_items
-        connections = []
-        in_flight = 0
-        for client in self.clients.values():
-            since = client.total_items - client.last_total_items
-            client.last_total_items = client.total_items
-            in_flight += client.in_flight
-            connections.append(
-                {
-                    "from": client.from_,
-                    "username": client.username,
-                    "averageItemsPerSecond": int(since / run) if run > 0 else 0,
-                    "totalItems": client.total_items,
-                    "countSinceLastMeasurement": since,
-                    "observedMeasurements": [
-                        {"key": key, "value": value}
-                        for key, value in (
-                            client.extra_statistics.measurements()
-                            if client.extra_statistics is not None
-                            else []
-                        )
-                    ],
-                    "availableSlots": client.available_slots,
-                    "inFlightMessages": client.in_flight,
-                    "connectionName": client.connection_name,
-                }
-            )
-        buffer = self._buffer
-        settings = self.settings
-        return {
-            "eventSource": self.source.stream,
-            "groupName": self.group,
-            "status": state_name(self.state),
-            "connections": connections,
-            "averagePerSecond": average,
-            "lastCheckpointedEventPosition": self.source.format(self.last_checkpointed),
-            "lastKnownEventPosition": self.source.format(self.last_known),
-            "totalItems": self._total_items,
-            "countSinceLastMeasurement": items,
-            "checkPointAfterMilliseconds": settings.checkpoint_after_ms,
-            "bufferSize": settings.history_buffer_size,
-            "liveBufferSize": settings.live_buffer_size,
-            "maxCheckPointCount": settings.max_checkpoint_count,
-            "maxRetryCount": settings.max_retry_count,
-            "messageTimeoutMilliseconds": settings.message_timeout_ms,
-            "minCheckPointCount": settings.min_checkpoint_count,
-            "readBatchSize": settings.read_batch_size,
-            "resolveLinktos": settings.resolve_links,
-            "startFrom": self.source.format(settings.start_from),
-            "readBufferCount": len(buffer.buffer) if buffer else 0,
-            "retryBufferCount": len(buffer.retry) if buffer else 0,
-            "liveBufferCount": len(buffer.live_buffer) if buffer else 0,
-            "extraStatistics": settings.extra_statistics,
-            "totalInFlightMessages": in_flight,
-            "outstandingMessagesCount": len(self._outstanding),
-            "namedConsumerStrategy": settings.consumer_strategy,
-            "maxSubscriberCount": settings.max_subscriber_count,
-            "parkedMessageCount": self.parked_message_count,
-            "parkedDueToClientNak": self.parked_due_to_client_nak,
-            "parkedDueToMaxRetries": self.parked_due_to_max_retries,
-            "parkedMessageReplays": self.parked_message_replays,
-            "parkedMessageTruncations": self.parked_message_truncations,
-            "oldestParkedMessage": (
-                max(0, (self._clock.ticks() - self._oldest_parked_ticks) // 10_000_000)
-                if self._oldest_parked_ticks is not None
-                else 0
-            ),
-        }
+        seen = GroupInfo(
+            self.source,
+            self.group,
+            state_name(self.state),
+            self.settings,
+            self.clients.values(),
+            self._buffer,
+            len(self._outstanding),
+            self.parked,
+            self.checkpoints.last_checkpointed,
+            self.last_known,
+        )
+        return group_info(seen, self.throughput, self._clock.monotonic(), self._clock.ticks())

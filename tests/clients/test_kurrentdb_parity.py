@@ -220,9 +220,9 @@ def test_the_batches_of_one_call_are_written_without_waiting_for_each_other(node
     their deadlines on a loaded machine; now they reach the writer together, in their order."""
     stream = name("flood")
     count = 50
-    db = node.thread.node.db
-    held = _HeldQueue(db._queue)
-    node.thread.call(setattr, db, "_queue", held)
+    writer = node.thread.node.db._writer  # the database's GroupCommitWriter
+    held = _HeldQueue(writer._queue)
+    node.thread.call(setattr, writer, "_queue", held)
     stub = streams_pb2_grpc.StreamsStub(node.channel)
     requests = [batch_request(stream, str(uuid.uuid4()), final=True) for _ in range(count)]
     try:
@@ -233,6 +233,6 @@ def test_the_batches_of_one_call_are_written_without_waiting_for_each_other(node
         answers = {a.correlation_id.string: a for a in call}
     finally:
         held.released.set()
-        node.thread.call(setattr, db, "_queue", held.real)
+        node.thread.call(setattr, writer, "_queue", held.real)
     revisions = [answers[r.correlation_id.string].success.current_revision for r in requests]
     assert revisions == list(range(count))  # written in the order they came

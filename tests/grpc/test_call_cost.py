@@ -22,6 +22,7 @@ from evdb.auth import UserStore
 from evdb.database import Database
 from evdb.grpc.server import _LoopWrapper
 from tests.clients.conftest import NodeThread, node_options
+from tests.hash_cost import SUITE_COST
 
 APPEND = "/event_store.client.streams.Streams/Append"
 
@@ -34,7 +35,7 @@ def basic(login: str, password: str) -> str:
 @pytest.fixture
 def users() -> Iterator[UserStore]:
     db = Database.open(None)
-    store = UserStore(db, cache_size=2)
+    store = UserStore(db, cache_size=2, hash_cost=SUITE_COST)
     store.ensure_defaults()
     store.create("alice", "Alice", ["readers"], "alice-password")
     yield store

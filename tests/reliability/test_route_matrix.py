@@ -10,12 +10,14 @@ naming it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from evdb.node import Node
 from evdb.options import load_options
+from tests.clients.conftest import NodeThread
 
 ANON, WRONG, USER, OPS, ADMIN = "anonymous", "wrong password", "user", "ops", "admin"
 CALLERS = {
@@ -68,8 +70,11 @@ def normal(path: str) -> str:
     return path.rstrip("/") or "/"
 
 
-@pytest.fixture
-async def node(tmp_path):
+@pytest.fixture(scope="module")
+def node(tmp_path_factory) -> Iterator[Node]:
+    """One single node for the module, on its own thread (no request here changes what another sees:
+    a single node's resign and priority are no-ops, the rest read or append)."""
+    tmp_path = tmp_path_factory.mktemp("routes")
     options = load_options(
         [
             "--db", str(tmp_path / "db"), "--log", str(tmp_path / "log"), "--insecure", "--http-port", "0",
@@ -77,12 +82,16 @@ async def node(tmp_path):
         ],
         {},
     )  # fmt: skip
-    async with Node(options, name="routes") as n:
-        async with httpx.AsyncClient(base_url=n.http_url, auth=CALLERS[ADMIN], timeout=30) as c:
-            r = await c.post("/users/", json={"loginName": "plain-user", "fullName": "P", "groups": [],
-                                              "password": "plain-pw"})  # fmt: skip
+    running = NodeThread(options, name="routes").start()
+    try:
+        assert running.node is not None
+        with httpx.Client(base_url=running.node.http_url, auth=CALLERS[ADMIN], timeout=30) as c:
+            r = c.post("/users/", json={"loginName": "plain-user", "fullName": "P", "groups": [],
+                                        "password": "plain-pw"})  # fmt: skip
             assert r.status_code == 201
-        yield n
+        yield running.node
+    finally:
+        running.stop()
 
 
 def _routes(node) -> set[tuple[str, str]]:
