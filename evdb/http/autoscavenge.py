@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
-from evdb.autoscavenge.machine import CycleNowRefused
+from evdb.autoscavenge.machine import AutoScavengeMachine, CycleNowRefused
 from evdb.autoscavenge.schedule import InvalidSchedule, parse_schedule
 from evdb.cluster.peers import PeerError
 from evdb.errors import InvalidInput, NotLeader
@@ -158,21 +159,23 @@ async def enabled(request: web.Request) -> web.Response:
 
 
 async def status(request: web.Request) -> web.Response:
-    _require_read(request)
-
-    async def local() -> web.Response:
-        async with _service(request).leading() as machine:
-            return _compact_json(machine.status())
-
-    return await _on_leader(request, local)
+    return await _leader_view(request, AutoScavengeMachine.status)
 
 
 async def progress(request: web.Request) -> web.Response:
+    return await _leader_view(request, AutoScavengeMachine.progress)
+
+
+async def _leader_view(
+    request: web.Request, view: Callable[[AutoScavengeMachine], dict[str, Any]]
+) -> web.Response:
+    """A read of the leader's machine (``GET /auto-scavenge/status`` and ``/progress``), for the callers
+    :func:`_require_read` lets through: answered here when this node leads, else by the leader."""
     _require_read(request)
 
     async def local() -> web.Response:
         async with _service(request).leading() as machine:
-            return _compact_json(machine.progress())
+            return _compact_json(view(machine))
 
     return await _on_leader(request, local)
 
