@@ -24,7 +24,7 @@ from evdb.backup.progress import Progress
 from evdb.backup.scavenge_guard import NodeScavengeGuard
 from evdb.errors import InvalidInput
 from evdb.http.common import get_principal, get_services, json_response, read_json, require_admin
-from evdb.http.openapi import EXTRA_PATHS, json_object
+from evdb.http.openapi import EXTRA_PATHS, TEXT_CONTENT, json_object
 
 __all__ = ["BackupJob", "setup"]
 
@@ -166,7 +166,6 @@ def setup(app: web.Application) -> None:
     app.on_shutdown.append(_wait_for_backups)
 
 
-_text = {"text/plain": {"schema": {"type": "string"}}}
 EXTRA_PATHS.append(
     {
         "/admin/backup": {
@@ -192,12 +191,15 @@ EXTRA_PATHS.append(
                             ["backupId", "backupLink"],
                         ),
                     },
-                    "400": {"description": "Invalid body, MemDb, or a backup already runs", "content": _text},
+                    "400": {
+                        "description": "Invalid body, MemDb, or a backup already runs",
+                        "content": TEXT_CONTENT,
+                    },
                     "401": {"description": "Not authenticated"},
                     "403": {"description": "Not an admin"},
                     "409": {
                         "description": 'A scavenge runs on the node (send again with "stopScavenge": true)',
-                        "content": _text,
+                        "content": TEXT_CONTENT,
                     },
                 },
             }

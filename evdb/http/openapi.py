@@ -9,7 +9,7 @@ from aiohttp import web
 
 from evdb.http.common import json_response
 
-_TEXT = {"text/plain": {"schema": {"type": "string"}}}
+TEXT_CONTENT = {"text/plain": {"schema": {"type": "string"}}}
 
 
 def object_schema(
@@ -35,7 +35,10 @@ def json_object(
 _JSON_OBJECT = json_object()
 
 
-def _r(description: str, content: dict | None = None, headers: dict | None = None) -> dict[str, Any]:
+def response_object(
+    description: str, content: dict | None = None, headers: dict | None = None
+) -> dict[str, Any]:
+    """An OpenAPI Response Object: its description, and its ``content`` and ``headers`` where it has any."""
     out: dict[str, Any] = {"description": description}
     if content is not None:
         out["content"] = content
@@ -44,9 +47,9 @@ def _r(description: str, content: dict | None = None, headers: dict | None = Non
     return out
 
 
-_UNAUTH = _r("Not authenticated, or wrong credentials")
-_FORBIDDEN = _r("Authenticated without the required role", _TEXT)
-_BAD = _r("Invalid input; the body says why", _TEXT)
+_UNAUTH = response_object("Not authenticated, or wrong credentials")
+_FORBIDDEN = response_object("Authenticated without the required role", TEXT_CONTENT)
+_BAD = response_object("Invalid input; the body says why", TEXT_CONTENT)
 _STREAM = {"name": "stream", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
 _KH = {
     "Kurrent-ExpectedVersion": {
@@ -97,12 +100,12 @@ _SCAVENGE_ID = {
 
 def _stream_reads() -> dict[str, Any]:
     read_responses = {
-        "200": _r("A page of the stream, newest first", _FEED),
+        "200": response_object("A page of the stream, newest first", _FEED),
         "400": _BAD,
         "401": _UNAUTH,
         "403": _FORBIDDEN,
-        "404": _r("The stream does not exist or was soft-deleted", _TEXT),
-        "410": _r("The stream was hard-deleted", _TEXT),
+        "404": response_object("The stream does not exist or was soft-deleted", TEXT_CONTENT),
+        "410": response_object("The stream was hard-deleted", TEXT_CONTENT),
     }
     return {
         "/streams/{stream}": {
@@ -122,27 +125,29 @@ def _stream_reads() -> dict[str, Any]:
                     },
                 },
                 "responses": {
-                    "201": _r("Written; Location names the first event", _JSON_OBJECT),
-                    "400": _r("Invalid input or wrong expected version (Kurrent-CurrentVersion)", _TEXT),
+                    "201": response_object("Written; Location names the first event", _JSON_OBJECT),
+                    "400": response_object(
+                        "Invalid input or wrong expected version (Kurrent-CurrentVersion)", TEXT_CONTENT
+                    ),
                     "401": _UNAUTH,
                     "403": _FORBIDDEN,
-                    "405": _r("$all cannot be written"),
-                    "410": _r("The stream was hard-deleted", _TEXT),
-                    "413": _r("The append is larger than MaxAppendSize", _TEXT),
-                    "415": _r("Unsupported content type", _TEXT),
+                    "405": response_object("$all cannot be written"),
+                    "410": response_object("The stream was hard-deleted", TEXT_CONTENT),
+                    "413": response_object("The append is larger than MaxAppendSize", TEXT_CONTENT),
+                    "415": response_object("Unsupported content type", TEXT_CONTENT),
                 },
             },
             "delete": {
                 "summary": "Delete a stream (soft, or hard with Kurrent-HardDelete: true)",
                 "parameters": [_STREAM, _KH["Kurrent-ExpectedVersion"], _KH["Kurrent-HardDelete"]],
                 "responses": {
-                    "204": _r("Deleted"),
+                    "204": response_object("Deleted"),
                     "400": _BAD,
                     "401": _UNAUTH,
                     "403": _FORBIDDEN,
-                    "404": _r("The stream does not exist", _TEXT),
-                    "405": _r("$all cannot be deleted"),
-                    "410": _r("Already hard-deleted", _TEXT),
+                    "404": response_object("The stream does not exist", TEXT_CONTENT),
+                    "405": response_object("$all cannot be deleted"),
+                    "410": response_object("Already hard-deleted", TEXT_CONTENT),
                 },
             },
         },
@@ -175,7 +180,7 @@ def _stream_reads() -> dict[str, Any]:
                     _STREAM,
                     {"name": "number", "in": "path", "required": True, "schema": {"type": "string"}},
                 ],
-                "responses": {**read_responses, "200": _r("The event's data")},
+                "responses": {**read_responses, "200": response_object("The event's data")},
             }
         },
         "/streams/{stream}/metadata": {
@@ -183,11 +188,11 @@ def _stream_reads() -> dict[str, Any]:
                 "summary": "Read stream metadata",
                 "parameters": [_STREAM],
                 "responses": {
-                    "200": _r("The metadata object", _JSON_OBJECT),
+                    "200": response_object("The metadata object", _JSON_OBJECT),
                     "400": _BAD,
                     "401": _UNAUTH,
                     "403": _FORBIDDEN,
-                    "410": _r("The stream was hard-deleted", _TEXT),
+                    "410": response_object("The stream was hard-deleted", TEXT_CONTENT),
                 },
             },
             "post": {
@@ -198,11 +203,11 @@ def _stream_reads() -> dict[str, Any]:
                     "content": _JSON_OBJECT,
                 },
                 "responses": {
-                    "201": _r("Written"),
+                    "201": response_object("Written"),
                     "400": _BAD,
                     "401": _UNAUTH,
                     "403": _FORBIDDEN,
-                    "410": _r("The stream was hard-deleted", _TEXT),
+                    "410": response_object("The stream was hard-deleted", TEXT_CONTENT),
                 },
             },
         },
@@ -220,7 +225,7 @@ def _stream_reads() -> dict[str, Any]:
                     },
                 ],
                 "responses": {
-                    "200": _r("text/event-stream of event and caught-up messages"),
+                    "200": response_object("text/event-stream of event and caught-up messages"),
                     "400": _BAD,
                     "401": _UNAUTH,
                     "403": _FORBIDDEN,
@@ -237,19 +242,26 @@ def _plain(summary: str, responses: dict[str, Any], method: str = "get") -> dict
 def build_document() -> dict[str, Any]:
     paths: dict[str, Any] = {}
     paths.update(_stream_reads())
-    paths["/info"] = _plain("Node version, state and features", {"200": _r("Node information", _JSON_OBJECT)})
-    paths["/gossip"] = _plain("Cluster members as this node sees them", {"200": _r("Members", _JSON_OBJECT)})
-    paths["/stats"] = _plain(
-        "Process, system and database statistics", {"200": _r("Statistics", _JSON_OBJECT)}
+    paths["/info"] = _plain(
+        "Node version, state and features", {"200": response_object("Node information", _JSON_OBJECT)}
     )
-    paths["/metrics"] = _plain("Prometheus metrics", {"200": _r("Prometheus text format")})
-    paths["/ping"] = _plain("Liveness", {"200": _r("Pong", _JSON_OBJECT)})
-    paths["/openapi.json"] = _plain("This document", {"200": _r("OpenAPI 3.0", _JSON_OBJECT)})
+    paths["/gossip"] = _plain(
+        "Cluster members as this node sees them", {"200": response_object("Members", _JSON_OBJECT)}
+    )
+    paths["/stats"] = _plain(
+        "Process, system and database statistics", {"200": response_object("Statistics", _JSON_OBJECT)}
+    )
+    paths["/metrics"] = _plain("Prometheus metrics", {"200": response_object("Prometheus text format")})
+    paths["/ping"] = _plain("Liveness", {"200": response_object("Pong", _JSON_OBJECT)})
+    paths["/openapi.json"] = _plain("This document", {"200": response_object("OpenAPI 3.0", _JSON_OBJECT)})
     paths["/admin/shutdown"] = _plain(
-        "Shut the node down", {"200": _r("Shutting down"), "401": _UNAUTH}, method="post"
+        "Shut the node down", {"200": response_object("Shutting down"), "401": _UNAUTH}, method="post"
     )
     paths["/users"] = {
-        "get": {"summary": "List users", "responses": {"200": _r("Users", _JSON_OBJECT), "401": _UNAUTH}},
+        "get": {
+            "summary": "List users",
+            "responses": {"200": response_object("Users", _JSON_OBJECT), "401": _UNAUTH},
+        },
         "post": {
             "summary": "Create a user",
             "requestBody": {
@@ -265,20 +277,20 @@ def build_document() -> dict[str, Any]:
                 ),
             },
             "responses": {
-                "201": _r("Created", _JSON_OBJECT),
+                "201": response_object("Created", _JSON_OBJECT),
                 "400": _BAD,
                 "401": _UNAUTH,
-                "409": _r("Already exists", _TEXT),
+                "409": response_object("Already exists", TEXT_CONTENT),
             },
         },
     }
     login = {"name": "login", "in": "path", "required": True, "schema": {"type": "string"}}
     user_responses = {
-        "200": _r("Done", _JSON_OBJECT),
+        "200": response_object("Done", _JSON_OBJECT),
         "400": _BAD,
         "401": _UNAUTH,
         "403": _FORBIDDEN,
-        "404": _r("No such user", _TEXT),
+        "404": response_object("No such user", TEXT_CONTENT),
     }
     paths["/users/{login}"] = {
         "get": {"summary": "Read a user", "parameters": [login], "responses": user_responses},
@@ -348,7 +360,7 @@ _ANY_OPERATION = {
     },
     "503": {"description": "The node is not ready: starting, or its database is being reopened"},
 }
-_DISK_FULL = _r("The node's disk is full: nothing was written", _TEXT)
+_DISK_FULL = response_object("The node's disk is full: nothing was written", TEXT_CONTENT)
 
 
 def _with_common_answers(paths: dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ from evdb.cluster.forwarding import FORWARDED_BY, forward_request
 from evdb.cluster.peers import PeerError
 from evdb.errors import InvalidInput, PersistentSubscriptionsNotReady
 from evdb.http.common import get_principal, get_services, json_response, read_json, unauthorized
-from evdb.http.openapi import EXTRA_PATHS, json_object
+from evdb.http.openapi import EXTRA_PATHS, TEXT_CONTENT, json_object, response_object
 from evdb.http.streams import _entry, _feed, check_access
 from evdb.persistent import ALL, EventSource, GroupSettings
 from evdb.persistent.model import group_key, parked_stream
@@ -565,19 +565,11 @@ async def nack_many(request: web.Request) -> web.Response:
 def _doc() -> dict[str, Any]:
     any_object = json_object()
     json_array = {"application/json": {"schema": {"type": "array", "items": {"type": "object"}}}}
-    text = {"text/plain": {"schema": {"type": "string"}}}
-
-    def r(description: str, content: dict | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {"description": description}
-        if content is not None:
-            out["content"] = content
-        return out
-
     stream = {"name": "stream", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
     group = {"name": "group", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
-    unauth = r("Not authenticated, or without the required role")
-    bad = r("Invalid input; the body says why", {**text, **any_object})
-    missing = r("No such subscription group", text)
+    unauth = response_object("Not authenticated, or without the required role")
+    bad = response_object("Invalid input; the body says why", {**TEXT_CONTENT, **any_object})
+    missing = response_object("No such subscription group", TEXT_CONTENT)
     stop_at = {
         "name": "stopAt",
         "in": "query",
@@ -590,7 +582,12 @@ def _doc() -> dict[str, Any]:
             "post": {
                 "summary": summary,
                 "parameters": [stream, group, stop_at],
-                "responses": {"200": r(answer, any_object), "400": bad, "401": unauth, "404": missing},
+                "responses": {
+                    "200": response_object(answer, any_object),
+                    "400": bad,
+                    "401": unauth,
+                    "404": missing,
+                },
             }
         }
 
@@ -634,15 +631,20 @@ def _doc() -> dict[str, Any]:
         "schema": {"type": "string", "enum": ["park", "retry", "skip", "stop"]},
     }
     ids = {"name": "ids", "in": "query", "required": True, "schema": {"type": "string"}}
-    accepted = {"202": r("Accepted"), "400": bad, "401": unauth, "403": r("No read access", text)}
+    accepted = {
+        "202": response_object("Accepted"),
+        "400": bad,
+        "401": unauth,
+        "403": response_object("No read access", TEXT_CONTENT),
+    }
     feed = {
-        "200": r(
+        "200": response_object(
             "Messages now in flight (competing-consumer atom feed)",
             {COMPETING: {"schema": {"type": "object"}}},
         ),
         "400": bad,
         "401": unauth,
-        "403": r("No read access", text),
+        "403": response_object("No read access", TEXT_CONTENT),
         "404": missing,
     }
     count = {
@@ -676,14 +678,14 @@ def _doc() -> dict[str, Any]:
         "schema": {"type": "string", "enum": ["none", "content", "rich", "body", "pretty", "tryharder"]},
     }
     parked_feed = {
-        "200": r(
+        "200": response_object(
             "The parked stream's atom feed",
             {"application/vnd.kurrent.atom+json": {"schema": {"type": "object"}}},
         ),
         "400": bad,
         "401": unauth,
-        "403": r("No read access to the parked stream", text),
-        "404": r("No parked stream", text),
+        "403": response_object("No read access to the parked stream", TEXT_CONTENT),
+        "404": response_object("No parked stream", TEXT_CONTENT),
     }
     return {
         "/subscriptions": {
@@ -703,14 +705,20 @@ def _doc() -> dict[str, Any]:
                         "schema": {"type": "integer", "minimum": 1},
                     },
                 ],
-                "responses": {"200": r("Groups", {"application/json": {}}), "400": bad, "401": unauth},
+                "responses": {
+                    "200": response_object("Groups", {"application/json": {}}),
+                    "400": bad,
+                    "401": unauth,
+                },
             }
         },
         "/subscriptions/restart": {
             "post": {
                 "summary": "Restart the persistent subscriptions",
                 "responses": {
-                    "200": r("Restarting", {"application/json": {"schema": {"type": "string"}}}),
+                    "200": response_object(
+                        "Restarting", {"application/json": {"schema": {"type": "string"}}}
+                    ),
                     "400": bad,
                     "401": unauth,
                 },
@@ -720,7 +728,7 @@ def _doc() -> dict[str, Any]:
             "get": {
                 "summary": "The groups of one stream",
                 "parameters": [stream],
-                "responses": {"200": r("Groups", json_array), "401": unauth, "404": missing},
+                "responses": {"200": response_object("Groups", json_array), "401": unauth, "404": missing},
             }
         },
         "/subscriptions/{stream}/{group}": {
@@ -729,22 +737,32 @@ def _doc() -> dict[str, Any]:
                 "parameters": [stream, group],
                 "requestBody": config_body,
                 "responses": {
-                    "201": r("Created", any_object),
+                    "201": response_object("Created", any_object),
                     "400": bad,
                     "401": unauth,
-                    "409": r("Exists", text),
+                    "409": response_object("Exists", TEXT_CONTENT),
                 },
             },
             "post": {
                 "summary": "Update a group",
                 "parameters": [stream, group],
                 "requestBody": config_body,
-                "responses": {"200": r("Updated", any_object), "400": bad, "401": unauth, "404": missing},
+                "responses": {
+                    "200": response_object("Updated", any_object),
+                    "400": bad,
+                    "401": unauth,
+                    "404": missing,
+                },
             },
             "delete": {
                 "summary": "Delete a group",
                 "parameters": [stream, group],
-                "responses": {"200": r("Deleted", any_object), "400": bad, "401": unauth, "404": missing},
+                "responses": {
+                    "200": response_object("Deleted", any_object),
+                    "400": bad,
+                    "401": unauth,
+                    "404": missing,
+                },
             },
             "get": {"summary": "Read the next message", "parameters": [stream, group], "responses": feed},
         },
@@ -752,7 +770,7 @@ def _doc() -> dict[str, Any]:
             "get": {
                 "summary": "A group's statistics, settings and connections",
                 "parameters": [stream, group],
-                "responses": {"200": r("The group", any_object), "401": unauth, "404": missing},
+                "responses": {"200": response_object("The group", any_object), "401": unauth, "404": missing},
             }
         },
         "/subscriptions/{stream}/{group}/replayParked": parked_action(

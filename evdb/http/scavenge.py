@@ -15,7 +15,7 @@ from evdb.http.common import (
     response_format,
     text_or_json,
 )
-from evdb.http.openapi import EXTRA_PATHS, SCAVENGE_ID_CONTENT, json_object
+from evdb.http.openapi import EXTRA_PATHS, SCAVENGE_ID_CONTENT, TEXT_CONTENT, json_object
 from evdb.scavenge.params import ScavengeRequest, parse_scavenge_request
 
 #: ``GET /admin/scavenge/last`` when no scavenge has run: KurrentDB answers ``Guid.Empty``
@@ -134,7 +134,6 @@ _q = [
     },
 ]
 _ok = {"description": "OK", "content": SCAVENGE_ID_CONTENT}
-_text = {"text/plain": {"schema": {"type": "string"}}}
 EXTRA_PATHS.append(
     {
         "/admin/scavenge": {
@@ -146,10 +145,10 @@ EXTRA_PATHS.append(
                         "description": "Started",
                         "content": {
                             **json_object({"scavengeId": {"type": "string"}}, ["scavengeId"]),
-                            **_text,
+                            **TEXT_CONTENT,
                         },
                     },
-                    "400": {"description": "Invalid parameter, or already running", "content": _text},
+                    "400": {"description": "Invalid parameter, or already running", "content": TEXT_CONTENT},
                     "401": {"description": "Not authenticated, or not admin/ops"},
                 },
             }
@@ -162,9 +161,9 @@ EXTRA_PATHS.append(
             "delete": {
                 "summary": "Stop the running scavenge (answers once it has stopped)",
                 "responses": {
-                    "200": {"description": "Stopped", "content": _text},
+                    "200": {"description": "Stopped", "content": TEXT_CONTENT},
                     "401": {"description": "Not authenticated, or not admin/ops"},
-                    "404": {"description": "No scavenge is running", "content": _text},
+                    "404": {"description": "No scavenge is running", "content": TEXT_CONTENT},
                 },
             },
         },
@@ -193,9 +192,9 @@ EXTRA_PATHS.append(
                     {"name": "scavengeId", "in": "path", "required": True, "schema": {"type": "string"}}
                 ],
                 "responses": {
-                    "200": {"description": "Stopped", "content": _text},
+                    "200": {"description": "Stopped", "content": TEXT_CONTENT},
                     "401": {"description": "Not authenticated, or not admin/ops"},
-                    "404": {"description": "No scavenge with this id is running", "content": _text},
+                    "404": {"description": "No scavenge with this id is running", "content": TEXT_CONTENT},
                 },
             }
         },
