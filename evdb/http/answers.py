@@ -50,9 +50,9 @@ REOPENING = _text(503, DatabaseReopening.MESSAGE, ("Retry-After", "1"))
 def error_answer(
     services: ApiServices, exc: BaseException, method: str, path: str, generation: int
 ) -> Answer:
-    """The answer to a request whose handling failed with ``exc`` (``generation``: the node's
-    ``db_generation`` when the request began). A database closed or reopened under the request is a
-    503 (nothing of it was acknowledged); evdb's errors get their status from the one table
+    """The answer to a request whose handling failed with ``exc`` (``generation``: the open database's
+    ``generation`` when the request began). A database closed or reopened under the request is a 503
+    (nothing of it was acknowledged); evdb's errors get their status from the one table
     (evdb/errors.py STATUSES, shared with gRPC); anything unexpected is logged and a 500."""
     if services.database.db is None or services.database.generation != generation:
         services.logger.info("Request %s %s met the database reopening: %s", method, path, exc)

@@ -165,10 +165,6 @@ class Node:
     def scavenge(self) -> ScavengeService | None:
         return self.opened.scavenge
 
-    @property
-    def db_generation(self) -> int:
-        return self.opened.generation
-
     def _tls_listeners(self) -> list[SwappableServerContext]:
         """The swappable ssl contexts a certificate reload swaps: the HTTP port, the node-to-node port."""
         listeners = [self.server_tls]
