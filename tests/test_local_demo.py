@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import httpx
 import yaml
 
+from evdb.clock import SystemClock
 from evdb.cluster.launcher import LOCAL_CHUNK_SIZE, LocalCluster
 from evdb.demo import BATCH, DEFAULT_EVENTS, write_demo_data
 from evdb.node import Node
@@ -54,7 +56,9 @@ async def test_the_demo_spreads_over_many_chunks_of_mixed_streams(tmp_path, cloc
         name="demo",
     ) as node:
         with httpx.Client(base_url=node.http_url, auth=ADMIN, timeout=30) as client:
-            report = await asyncio.to_thread(write_demo_data, client, events=4000)
+            report = await asyncio.to_thread(
+                partial(write_demo_data, client, events=4000, clock=SystemClock())
+            )
         assert report.events_written == 4000
         chunks = [f for f in os.listdir(node.options.db) if f.startswith("chunk-")]
         assert len(chunks) >= 15, chunks  # 4,000 events of ~320 bytes: ~19 chunks of 64 KiB

@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
 import httpx
 import pytest
 
+from evdb.clock import ManualClock
 from evdb.licensing.issuers import issue_demo_license
 from evdb.logs import node_log_files, read_log_lines
 from evdb.node import Node
@@ -73,3 +78,22 @@ async def clients(licensed_node):
     finally:
         for c in out.values():
             await c.aclose()
+
+
+@contextlib.asynccontextmanager
+async def time_moves(clock: ManualClock, step: float = 0.25) -> AsyncIterator[None]:
+    """While inside, the node's manual clock moves on by ``step`` every few real milliseconds: a wait the
+    node bounds on its own clock (a member waiting up to GossipTimeoutMs for a sign-in lease) ends."""
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(0.005)
+            clock.advance(step)
+
+    ticker = asyncio.create_task(tick())
+    try:
+        yield
+    finally:
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker

@@ -15,7 +15,7 @@ from evdb.autoscavenge.machine import CycleNowRefused
 from evdb.autoscavenge.schedule import parse_schedule
 from evdb.autoscavenge.state import EVENTS_STREAM
 from evdb.node import Node
-from tests.autoscavenge.conftest import ADMIN, options_for
+from tests.autoscavenge.conftest import ADMIN, options_for, time_moves
 from tests.autoscavenge.test_machine import (  # `world`: ManualClock, in-memory store, scripted cluster
     LEADER,
     START,
@@ -165,7 +165,7 @@ async def test_a_node_that_never_had_a_leader_answers_not_ready(tmp_path, clock,
         pass  # a single node: it leads and creates the default users
     seeds = f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
     options = options_for(tmp_path, "--cluster-size", "3", "--gossip-seed", seeds, license_at=clock.time())
-    async with Node(options, clock=clock, name="alone") as node:
+    async with Node(options, clock=clock, name="alone") as node, time_moves(clock):
         assert node.cluster is not None and not node.cluster.is_leader
         async with httpx.AsyncClient(base_url=node.http_url, auth=ADMIN, timeout=30) as c:
             # it never heard from a leader, so it holds no sign-in lease and judges no credentials

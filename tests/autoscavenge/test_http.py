@@ -14,7 +14,7 @@ from evdb.autoscavenge.state import CONFIGURATION_STREAM, EVENTS_STREAM
 from evdb.http import autoscavenge as autoscavenge_http
 from evdb.node import Node
 from evdb.scavenge.events import SCAVENGES_STREAM
-from tests.autoscavenge.conftest import ADMIN, OPS, log_messages, options_for
+from tests.autoscavenge.conftest import ADMIN, OPS, log_messages, options_for, time_moves
 
 COMMANDS = ("/auto-scavenge/pause", "/auto-scavenge/resume", "/auto-scavenge/configure")
 READS = ("/auto-scavenge/enabled", "/auto-scavenge/status", "/auto-scavenge/progress")
@@ -196,7 +196,7 @@ async def test_with_no_leader_a_signed_in_caller_is_not_judged_and_told_to_retry
         pass  # a single node: it leads and creates the default users
     seeds = f"127.0.0.1:{_free_port()},127.0.0.1:{_free_port()}"
     options = options_for(tmp_path, "--cluster-size", "3", "--gossip-seed", seeds, license_at=clock.time())
-    async with Node(options, clock=clock, name="alone") as node:
+    async with Node(options, clock=clock, name="alone") as node, time_moves(clock):
         assert not node.cluster.is_leader
         for auth in (ADMIN, OPS):
             async with httpx.AsyncClient(base_url=node.http_url, auth=auth, timeout=30) as c:
