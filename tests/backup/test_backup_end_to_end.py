@@ -71,8 +71,8 @@ class Appender:
 async def test_full_differential_restore_and_a_node_on_the_restore(tmp_path, clock):
     dest = str(tmp_path / "backup")
     async with Node(options(tmp_path / "src"), clock=clock, name="src") as node:
-        db_dir = node._db_config.db_dir
-        index_dir = node._db_config.resolved_index_dir
+        db_dir = node.db_config.db_dir
+        index_dir = node.db_config.resolved_index_dir
         guard = HttpScavengeGuard(node.http_url, auth=ADMIN)
         try:
             with Appender(node.db) as appender:
@@ -155,8 +155,8 @@ async def test_a_running_scavenge_is_refused_or_stopped_and_restarted(tmp_path, 
         gate = threading.Event()
         node.scavenge.stage_hook = lambda stage: gate.wait(30)
         scavenge_id = await asyncio.to_thread(node.scavenge.start, _request())
-        db_dir = node._db_config.db_dir
-        index_dir = node._db_config.resolved_index_dir
+        db_dir = node.db_config.db_dir
+        index_dir = node.db_config.resolved_index_dir
         dest = str(tmp_path / "bk")
         guard = ReleasingGuard(node.http_url, gate, auth=ADMIN)
         try:
