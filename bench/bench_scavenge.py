@@ -33,6 +33,10 @@ without a scavenge, during it, and 5 s after, and the scavenge's time (issue 38'
 
     .venv/bin/python bench/bench_scavenge.py --size-gib 2 --chunk-mib 256 --runs 3 --steady on,off
 
+``--writeback-probe none,steps-1m,flat-8m,paced,steps-1m+idle,paced+idle`` measures the disk alone:
+300-byte appends with ``fdatasync`` every 2 ms while another process writes 768 MiB in each of those
+ways (the copy writer's modes, evdb/scavenge/workers.py; ``+idle``: in the idle I/O class).
+
 ``--before DIR`` also scavenges, in each run, a fresh ``cp -r; sync`` copy with the ``evdb`` package in
 DIR (an earlier version), for before/after figures measured in the same runs.
 """
@@ -260,6 +264,7 @@ def steady(directory: str, chunk_size: int, auto_pacing: bool, seconds: float = 
     db = Database.open(os.path.join(directory, "db"), chunk_size=chunk_size)
     service = ScavengeService(
         db,
+        clock=SystemClock(),
         state_path=ScavengeService.state_path_for(os.path.join(directory, "db", "index")),
         logger=logging.getLogger("bench"),
         **({} if auto_pacing else {"auto_pacing": False}),
@@ -376,6 +381,104 @@ def run_steady(source: str, base: str, chunk_size: int, runs: int, modes: list[b
         )
 
 
+def _probe_writer(directory: str, variant: str, out) -> None:
+    """--writeback-probe's copy writer: 768 MiB in six files of 128 MiB, written 1 MiB at a time the
+    way ``variant`` says (see writeback_probe), each file fsynced; puts its time on ``out``."""
+    from evdb.scavenge.workers import set_idle_io_priority
+    from evdb.storage import disk
+
+    if variant.endswith("+idle"):
+        set_idle_io_priority()
+    step = 8 << 20 if variant.startswith("flat") else 1 << 20
+    piece = os.urandom(1 << 20)
+    started = time.perf_counter()
+    for n in range(6):
+        path = os.path.join(directory, f"copy-{n}")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        since = end = 0
+        while end < 128 << 20:
+            os.pwrite(fd, piece, end)
+            end += len(piece)
+            if end - since < step:
+                continue
+            if variant.startswith("paced"):  # all of it on the disk, then a rest of a quarter of the wait
+                began = time.perf_counter()
+                disk.wait_writeback(fd, 0, end)
+                time.sleep(0.25 * (time.perf_counter() - began))
+            else:  # steps-1m, flat-8m: start this step, wait for the ones before
+                disk.start_writeback(fd, since, end - since)
+                if since:
+                    disk.wait_writeback(fd, 0, since)
+            since = end
+        os.fsync(fd)
+        os.close(fd)
+        os.unlink(path)
+    out.put(time.perf_counter() - started)
+
+
+def _probe_appender(directory: str, stop, out) -> None:
+    """A 300-byte pwrite + fdatasync every 2 ms (an append's disk work); puts the latencies on ``out``."""
+    fd = os.open(os.path.join(directory, "log"), os.O_WRONLY | os.O_CREAT, 0o644)
+    taken: list[float] = []
+    offset, due = 0, time.perf_counter()
+    while not stop.is_set():
+        now = time.perf_counter()
+        if now < due:
+            time.sleep(due - now)
+        due += 0.002
+        began = time.perf_counter()
+        os.pwrite(fd, b"x" * 300, offset)
+        os.fdatasync(fd)
+        taken.append(time.perf_counter() - began)
+        offset += 300
+    os.close(fd)
+    out.put(taken)
+
+
+def writeback_probe(base: str, variants: list[str], rounds: int) -> None:
+    """--writeback-probe: the disk alone, without evdb's scavenge. One process writes a copy (or
+    nothing: ``none``) while another times 300-byte appends with fdatasync, every 2 ms; variants:
+    ``steps-1m`` (each MiB started, the one before waited for: automatic pacing off), ``flat-8m``
+    (the same in 8 MiB steps: pacing on, nobody writing), ``paced`` (each MiB waited for, then a rest
+    of a quarter of that wait: pacing on, clients writing, the least rest); ``+idle``: the writer in
+    the idle I/O class. Alternated, ``rounds`` times."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    results: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
+    for round_number in range(rounds):
+        for variant in variants:
+            stop, times, took = context.Event(), context.Queue(), context.Queue()
+            appender = context.Process(target=_probe_appender, args=(base, stop, times))
+            appender.start()
+            time.sleep(0.5)
+            if variant == "none":
+                time.sleep(2.0)
+                seconds = 0.0
+            else:
+                writer = context.Process(target=_probe_writer, args=(base, variant, took))
+                writer.start()
+                seconds = took.get()
+                writer.join()
+            stop.set()
+            taken = times.get()[100:]  # (the appender's first appends: before the writer starts)
+            appender.join()
+            ordered = sorted(taken)
+            p50, p99 = (ordered[min(len(ordered) - 1, int(len(ordered) * q))] * 1000 for q in (0.5, 0.99))
+            results[variant].append((p99, seconds))
+            print(
+                f"round {round_number + 1}, {variant}: append p50 {p50:.2f} ms, p99 {p99:.2f} ms "
+                f"({len(taken)} appends); writer {seconds:.2f} s; load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+    print("\n| writer | append p99 (median) | writer, 768 MiB (median) |\n|---|---|---|")
+    for variant, rows in results.items():
+        print(
+            f"| {variant} | {statistics.median(r[0] for r in rows):.2f} ms | "
+            f"{statistics.median(r[1] for r in rows):.2f} s |"
+        )
+
+
 def latency_in_child(directory: str, chunk_size: int, evdb_from: str | None = None) -> dict[str, float]:
     """:func:`latency` in a process of its own (``evdb_from``: another version of ``evdb``)."""
     env = dict(os.environ, PYTHONPATH=evdb_from) if evdb_from else None
@@ -487,6 +590,13 @@ def main() -> None:
         help="instead of the copy and latency figures: a steady append load at half capacity during a "
         "scavenge, with automatic pacing 'on', 'off' or 'on,off' (alternated in each run)",
     )
+    parser.add_argument(
+        "--writeback-probe",
+        default="",
+        metavar="VARIANTS",
+        help="instead: the disk alone, appends timed while a writer writes a copy in each way named "
+        "(none, steps-1m, flat-8m, paced, each also with +idle), alternated --runs times",
+    )
     parser.add_argument("--steady-one", default=None, help=argparse.SUPPRESS)  # steady, in a child
     parser.add_argument("--no-auto-pacing", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # scavenge_here, in a child
@@ -494,6 +604,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.near_empty:
         near_empty(args.near_empty)
+        return
+    if args.writeback_probe:
+        probe_dir = tempfile.mkdtemp(dir=args.dir, prefix="bench-writeback-")
+        try:
+            writeback_probe(probe_dir, args.writeback_probe.split(","), args.runs)
+        finally:
+            shutil.rmtree(probe_dir, ignore_errors=True)
         return
     thread_counts = [int(t) for t in args.threads.split(",")]
     chunk_size = args.chunk_mib * 1024 * 1024

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The tools the network benchmarks use (docs/performance.md, "Network paths (issue 24)"):
+# The tools the network benchmarks use (docs/performance-lab-notes.md, "Network paths (issue 24)"):
 #   wrk           compiled HTTP/1.1 load generator (bench_http.py, bench_cluster.py, bench_recovery.py)
 #   h2load        compiled HTTP/2 load generator, package nghttp2-client (bench_grpc.py)
 #   postgresql    Debian's PostgreSQL server, started by bench_eventsourcing.py in a temporary folder

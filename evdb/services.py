@@ -16,7 +16,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from evdb.errors import DatabaseReopening
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from evdb.subscriptions import CommitNotifier
     from evdb.tls.reload import ConfigReloader, ReloadableSettings
 
-__all__ = ["ApiServices", "NodeAddresses", "OpenDatabase"]
+__all__ = ["ApiServices", "GrpcServices", "NodeAddresses", "OpenDatabase", "WebUiServices"]
 
 
 class OpenDatabase:
@@ -149,3 +149,58 @@ class ApiServices:
     def options(self) -> Options:
         """The options in effect (a reload replaces them): read at each use."""
         return self.settings.options
+
+
+class _NodeFacts(Protocol):
+    """What every API surface reads: the node's identity, addresses, open database, cluster and
+    persistent subscriptions."""
+
+    @property
+    def instance_id(self) -> uuid.UUID: ...
+
+    @property
+    def addresses(self) -> NodeAddresses: ...
+
+    @property
+    def database(self) -> OpenDatabase: ...
+
+    @property
+    def cluster(self) -> ClusterService | None: ...
+
+    @property
+    def persistent(self) -> PersistentSubscriptionService: ...
+
+
+class GrpcServices(_NodeFacts, Protocol):
+    """What the gRPC API reads of :class:`ApiServices` (its services are typed with this smaller set)."""
+
+    @property
+    def logger(self) -> logging.Logger: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def settings(self) -> ReloadableSettings: ...
+
+    @property
+    def options(self) -> Options: ...
+
+    @property
+    def projections(self) -> SystemProjections | None: ...
+
+    @property
+    def metrics(self) -> NodeMetrics: ...
+
+    @property
+    def license(self) -> License | None: ...
+
+    @property
+    def shutdown_requested(self) -> asyncio.Event: ...
+
+
+class WebUiServices(_NodeFacts, Protocol):
+    """What the web Admin UI reads of :class:`ApiServices`."""
+
+    @property
+    def name(self) -> str: ...

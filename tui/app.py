@@ -4,86 +4,44 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import httpx
 from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import VerticalScroll
-from textual.notifications import SeverityLevel
+from textual.screen import Screen
 from textual.widgets import Header, Static, TabbedContent, TabPane
 
 from evdb.clock import Clock, SystemClock
-from evdb.tls.trust import FollowedTrust
-from tui.calls import (
-    BackupForm,
-    FormError,
-    PlannedCall,
-    ScavengeForm,
-    answer_text,
-    configure_auto_scavenge,
-    cycle_now,
-    pause_auto_scavenge,
-    reload_config,
-    resign_leader,
-    resume_auto_scavenge,
-    stop_scavenge,
-)
+from tui.actions import NodeActions
+from tui.calls import PlannedCall
 from tui.client import HttpNodeClient, NodeClient
-from tui.collector import MirrorCollector, NodeCollector, json_or_text, member_url, normalise_url
+from tui.collector import MirrorCollector, NodeCollector, member_url, normalise_url
+from tui.connection import Connection, NodeSpec
 from tui.dialogs import (
-    BackupDialog,
-    Confirmable,
-    ConfirmCall,
-    CronDialog,
     FilterDialog,
     HelpScreen,
     QuitDialog,
-    RestoreDialog,
-    ScavengeDialog,
 )
 from tui.event_browser import EventBrowser, EventSource
+from tui.frames import FrameCache, frames
 from tui.gating import CHANGING_ACTIONS, GATED_ACTIONS, LOCAL_JOBS, Situation, why_not
+from tui.job_actions import JobActions
 from tui.jobs import (
-    DEMO_EVENTS,
-    LocalNode,
     LocalNodes,
-    PlannedJob,
-    RestoreForm,
-    demo_job,
-    node_job,
-    restore_job,
-    restore_summary,
-    run_demo_load,
 )
 from tui.logtail import LogBook, LogFilter, LogTail
-from tui.panels import (
-    backup_seconds,
-    endpoint_labels,
-    render_activity,
-    render_auto_scavenge,
-    render_backup,
-    render_certificates,
-    render_chunks,
-    render_cluster,
-    render_logs,
-    render_scavenge,
-    short_duration,
-    size,
-)
+from tui.observe import BackupEnds, note_cycle_roles
 from tui.routine import (
     LEADER_WAIT_SECONDS,
     FollowersFirst,
-    RoutineItem,
-    plan_followers_first,
 )
-from tui.state import Activity, DashboardState, NodeState
+from tui.sending import CallSender
+from tui.state import DashboardState, NodeState
 from tui.subscriptions import SubscriptionsScreen
 from tui.widgets import KeyBar
 
@@ -97,92 +55,6 @@ TABS = ("scavenge", "chunks", "auto", "backup", "certs", "logs", "activity")
 TAB_LABELS = ("Scavenge", "Chunks", "Auto-scavenge", "Backup", "Certificates", "Logs", "Activity")
 SHORT_TAB_LABELS = ("Scavenge", "Chunks", "Auto", "Backup", "Certs", "Logs", "Activity")
 _BACKUP_ENDED = ("completed", "failed", "stopped")
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    """A node to watch: its address, and for a launched node its name, pid and log folder."""
-
-    url: str
-    name: str = ""
-    pid: int | None = None
-    log_dir: str | None = None
-
-
-@dataclass
-class Connection:
-    """How to talk to the nodes: credentials, trust, and (tests) the httpx transport."""
-
-    user: str | None = None
-    password: str | None = None
-    ca_file: str | None = None
-    insecure_skip_verify: bool = False
-    transport: httpx.AsyncBaseTransport | None = None
-    timeout: float = 2.0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    trust: FollowedTrust | None = field(default=None, init=False, repr=False)
-
-    def client(self) -> httpx.AsyncClient:
-        verify: Any = True
-        if self.insecure_skip_verify:
-            verify = False
-        elif self.ca_file:
-            self.trust = FollowedTrust(self.ca_file)
-            verify = self.trust.context
-        auth = (self.user, self.password or "") if self.user else None
-        return httpx.AsyncClient(
-            auth=auth, verify=verify, transport=self.transport, timeout=self.timeout, **self.extra
-        )
-
-    def sync_client(self, base_url: str, timeout: float = 60.0) -> httpx.Client:
-        """A blocking client of one node with the same credentials and trust (for a worker thread)."""
-        verify: Any = True
-        if self.insecure_skip_verify:
-            verify = False
-        elif self.ca_file:
-            verify = (self.trust or FollowedTrust(self.ca_file)).context
-        auth = (self.user, self.password or "") if self.user else None
-        transport = self.transport if isinstance(self.transport, httpx.BaseTransport) else None
-        return httpx.Client(
-            base_url=base_url, auth=auth, verify=verify, transport=transport, timeout=timeout, **self.extra
-        )
-
-
-class JobReport:
-    """What a job running in a worker thread tells the dashboard: lines for its activity entry, its
-    progress (the entry and the node's "doing" column), and what to do on the event loop once it is done."""
-
-    def __init__(
-        self, app: DashboardApp, node: NodeState, index: int, loop: asyncio.AbstractEventLoop
-    ) -> None:
-        self.app = app
-        self.node = node
-        self.index = index
-        self.loop = loop
-        self.lines: list[str] = []
-        self.on_finish: list[Callable[[], None]] = []
-
-    def log(self, text: str) -> None:
-        self.loop.call_soon_threadsafe(self._add, text)
-
-    def progress(self, text: str, doing: str) -> None:
-        self.loop.call_soon_threadsafe(self._progress, text, doing)
-
-    def finish(self, callback: Callable[[], None]) -> None:
-        self.on_finish.append(callback)
-
-    def _add(self, text: str) -> None:
-        self.lines.append(text)
-        self.app.state.update_activity(self.index, body="; ".join(self.lines))
-        self.app.render_panels()
-
-    def _progress(self, text: str, doing: str) -> None:
-        self.app.state.update_activity(self.index, body="; ".join([*self.lines, text]))
-        if self.node.job:
-            self.node.job = doing
-            self.node.version += 1
-        self.app.render_panels()
 
 
 class DashboardCommands(Provider):
@@ -287,22 +159,21 @@ class DashboardApp(App[str | None]):
         self.client: NodeClient | None = None
         self._specs = list(nodes)
         self._extra_log_dirs = list(log_dirs)
-        self._rendered: dict[str, Any] = {}
+        self._rendered = FrameCache()
         self._gates: tuple = ()
         self._seen_versions: dict[str, int] = {}
-        self._last_form: ScavengeForm | None = None
-        self._last_backup: dict[str, BackupForm] = {}  # per node: the dialog starts from the last one
         self._first_frame_at: float | None = None
         self._started_at = self.clock.monotonic()
-        #: backups this dashboard started, by node: the id the node answered (their end is told)
-        self._backup_watch: dict[str, str | None] = {}
-        self._backups_told: set[tuple] = set()
+        #: backups whose end is told: those this dashboard started, and those it saw running
+        self.backups = BackupEnds()
         #: ``evdb dashboard --record``: an ``evdb.scenario.Recorder`` that sees every key and click
         self.recorder: Any = None
         #: the local cluster the dashboard launched or was given: the node jobs (o, u, B) act on it
         self.local = LocalNodes(local_cluster) if local_cluster is not None else None
-        self._last_restore: dict[str, str] = {}  # per node: the restore dialog starts from the last folder
-        self._routine: FollowersFirst | None = None
+        #: the keys' actions: the confirmed calls, the calls on the selected node, the jobs
+        self.sender = CallSender(self)
+        self.actions = NodeActions(self, self.sender)
+        self.jobs = JobActions(self, self.sender, self.actions)
         #: how long the followers-first routine waits for a new leader after the resign
         self.routine_leader_wait = LEADER_WAIT_SECONDS
         self._subscriptions_wanted = False  # the subscriptions screen is open: collectors read them
@@ -370,7 +241,7 @@ class DashboardApp(App[str | None]):
 
     async def on_mount(self) -> None:
         self.client = HttpNodeClient(self.connection.client(), timeout=self.connection.timeout)
-        self._refresh_local(force=True)
+        self.refresh_local(force=True)
         self.sub_title = "read-only" if self.state.readonly else ""
         for node in self.state.ordered():
             self._start_collector(node)
@@ -435,7 +306,7 @@ class DashboardApp(App[str | None]):
             self.run_worker(collector.run(), group="collectors", name=f"mirror {source}", exit_on_error=False)
 
     def _on_poll(self, node: NodeState) -> None:
-        self._note_cycle_roles(node)
+        note_cycle_roles(self.state, node)
         if self.discover:
             scheme = urlsplit(node.url).scheme
             for member in node.members:
@@ -449,55 +320,13 @@ class DashboardApp(App[str | None]):
             self._tell_backup_end(node)
             self.render_panels()
 
-    def _note_cycle_roles(self, node: NodeState) -> None:
-        """The role of the node a cluster scavenge works on, as first seen while designated: the summary
-        names the role each node was scavenged in, not the one it has by then."""
-        auto = node.auto_scavenge
-        cycle = auto.cycle if auto is not None else None
-        if cycle is None or not cycle.cycle_id or cycle.designated is None:
-            return
-        key = (cycle.cycle_id, cycle.designated)
-        if key in self.state.cycle_roles:
-            return
-        for other in self.state.ordered():
-            if cycle.designated in other.endpoints() and other.reachable and other.role:
-                self.state.cycle_roles[key] = other.role
-                return
-
     def _tell_backup_end(self, node: NodeState) -> None:
         """A backup that ended (one this dashboard started, or one it saw running) is told once."""
-        backup = node.backup
-        if backup is None or not backup.available or backup.body.get("state") not in _BACKUP_ENDED:
-            return
-        body = backup.body
-        key = (node.url, body.get("backupId"), body.get("startedAt"), body.get("destination"))
-        if key in self._backups_told:
-            return
-        watched = node.url in self._backup_watch
-        if (
-            watched
-            and self._backup_watch[node.url] not in (None, body.get("backupId"))
-            and body.get("backupId")
-        ):
-            return  # still the answer of an earlier backup
-        if not watched and not backup.seen_running:
-            return
-        self._backups_told.add(key)
-        self._backup_watch.pop(node.url, None)
-        from tui.calls import explain_backup_error
-
-        state = str(body.get("state"))
-        seconds = backup_seconds(backup)
-        took = f", took {short_duration(seconds)}" if seconds is not None else ""
-        if state == "completed":
-            message = (
-                f"{body.get('kind') or body.get('operation', '')} backup completed into {body.get('destination', '?')}: "
-                f"{body.get('filesCopied', 0)} files, {size(body.get('bytesCopied'))}{took}"
-            )
-            self.notify(message, title=node.label, timeout=10)
-        else:
-            error = explain_backup_error(str(body.get("error") or "no reason given"))
-            self.notify(f"The backup {state}{took}: {error}", title=node.label, severity="error", timeout=20)
+        end = self.backups.ended(node)
+        if end is not None and end.failed:
+            self.notify(end.message, title=node.label, severity="error", timeout=20)
+        elif end is not None:
+            self.notify(end.message, title=node.label, timeout=10)
 
     async def poll_all(self) -> None:
         """One poll of every node now (tests, and the first frame)."""
@@ -512,10 +341,10 @@ class DashboardApp(App[str | None]):
         if self.connection.trust is not None:
             self.connection.trust.refresh()  # a rolling certificate update: trust the new CA as well
         self.logbook.poll()
-        self._refresh_local()
+        self.refresh_local()
         self.render_panels()
 
-    def _refresh_local(self, force: bool = False) -> None:
+    def refresh_local(self, force: bool = False) -> None:
         """The local cluster's processes and node options (read at most once a second)."""
         if self.local is None or not self.local.refresh(self.clock.monotonic(), force=force):
             return
@@ -526,12 +355,8 @@ class DashboardApp(App[str | None]):
                 node.pid = local.pid  # a restarted node: its new process's figures
         self.state.jobs_version += 1
 
-    def _update(self, widget_id: str, key: Any, make) -> None:
-        if not force_needed(self._rendered, widget_id, key):
-            return
-        self.query_one(f"#{widget_id}", Static).update(make())
-
     def render_panels(self, force: bool = False) -> None:
+        """Redraw what changed (tui/frames.py says what each part is drawn from)."""
         if not self.screen_stack:
             return
         try:
@@ -541,80 +366,28 @@ class DashboardApp(App[str | None]):
             return
         if force:
             self._rendered.clear()
-        now = self.clock.time()
-        mono = self.clock.monotonic()
-        node = self.state.node()
-        versions = tuple(n.version for n in self.state.ordered())
-        nv = node.version if node else -1
-        width = self._panel_width()
-        jv = self.state.jobs_version
-        # a panel showing stale figures tells their age: redrawn each second while a read fails
-        ticking = int(now) if node is not None and node.errors else 0
-        # every second while a row ages towards stale (two intervals unread), else every 5 s
-        aging = any(n.last_ok is not None and now - n.last_ok > self.interval for n in self.state.ordered())
-        self._update(
-            "cluster",
-            (
-                versions,
-                self.state.mirrors_version,
-                self.state.selected,
-                int(now) // (1 if aging else 5),
-                width,
-                jv,
-            ),
-            lambda: render_cluster(self.state, now, width),
+        shown = frames(
+            self.state,
+            tabs.active,
+            now=self.clock.time(),
+            mono=self.clock.monotonic(),
+            width=self._panel_width(),
+            interval=self.interval,
+            logbook=self.logbook,
+            log_filter=self.log_filter,
         )
-        active = tabs.active
-        if active == "scavenge":
-            self._update(
-                "scavenge-panel",
-                (nv, versions, self.state.selected, self.state.all_history, width, ticking, jv),
-                lambda: render_scavenge(node, state=self.state, now=now, width=width),
-            )
-        elif active == "chunks":
-            self._update(
-                "chunks-panel",
-                (nv, self.state.selected, width, ticking),
-                lambda: render_chunks(node, panel_width=width, now=now),
-            )
-        elif active == "auto":
-            self._update(
-                "auto-panel",
-                (versions, self.state.selected, int(mono), width, jv),
-                lambda: render_auto_scavenge(self.state, mono, now, width),
-            )
-        elif active == "backup":
-            self._update(
-                "backup-panel",
-                (nv, self.state.selected, width, int(now) // 10, ticking),
-                lambda: render_backup(node, now=now, width=width),
-            )
-        elif active == "certs":
-            self._update(
-                "certs-panel",
-                (versions, self.logbook.version, int(now) // 60, width, ticking),
-                lambda: render_certificates(
-                    self.state, now, list(self.logbook.lines) if self.logbook.tails else None, width
-                ),
-            )
-        elif active == "logs":
-            self._update("logs-panel", (self.logbook.version, self.log_filter), lambda: self._render_logs())
-        elif active == "activity":
-            self._update(
-                "activity-panel", (len(self.state.activity), jv), lambda: render_activity(self.state)
-            )
+        for frame in shown:
+            if self._rendered.changed(frame):
+                self.query_one(f"#{frame.widget_id}", Static).update(frame.draw())
+                if frame.widget_id == "logs-panel":
+                    scroller = self.query_one("#logs-scroll", VerticalScroll)
+                    self.call_after_refresh(scroller.scroll_end, animate=False)
         if self._first_frame_at is None and all(n.reachable is not None for n in self.state.ordered()):
             self._first_frame_at = self.clock.monotonic() - self._started_at
         gates = tuple(self.why_not(a) for a in sorted(GATED_ACTIONS))
         if gates != self._gates:  # the footer only needs redrawing when a key's state changed
             self._gates = gates
             self.refresh_bindings()
-
-    def _render_logs(self):
-        lines = self.logbook.filtered(self.log_filter, limit=500)
-        renderable = render_logs(lines, self.log_filter.describe(), bool(self.logbook.tails))
-        self.call_after_refresh(self.query_one("#logs-scroll", VerticalScroll).scroll_end, animate=False)
-        return renderable
 
     @property
     def first_frame_seconds(self) -> float | None:
@@ -628,7 +401,8 @@ class DashboardApp(App[str | None]):
     def why_not(self, action: str) -> str | None:
         """None when the action can act now, else the reason, naming the node (shown in help, and as a
         notice when its key is pressed): ``tui.gating.why_not`` of what the dashboard knows now."""
-        routine_running = self._routine is not None and self._routine.state.running
+        routine = self.jobs.routine
+        routine_running = routine is not None and routine.state.running
         situation = Situation(self.state, self.local, routine_running, bool(self.logbook.tails))
         return why_not(action, situation)
 
@@ -735,7 +509,7 @@ class DashboardApp(App[str | None]):
         self.render_panels()
 
     def action_help(self) -> None:
-        self._refresh_local(force=True)
+        self.refresh_local(force=True)
         self.push_screen(HelpScreen(self.help_rows(), self.help_notes()))
 
     def help_notes(self) -> list[str]:
@@ -781,51 +555,6 @@ class DashboardApp(App[str | None]):
 
         self.push_screen(FilterDialog(self.log_filter.describe(), validate), done)
 
-    def action_start_scavenge(self) -> None:
-        node = self.state.node()
-        assert node is not None
-
-        def done(call: PlannedCall | None) -> None:
-            if call is not None:
-                self._last_form = ScavengeForm(
-                    dict(call.params)["threads"],
-                    dict(call.params)["threshold"],
-                    dict(call.params)["throttlePercent"],
-                    dict(call.params)["syncOnly"] == "true",
-                )
-                self.confirm([call])
-
-        self.push_screen(ScavengeDialog(node.url, node.label, self._last_form), done)
-
-    def action_start_backup(self) -> None:
-        node = self.state.node()
-        assert node is not None
-        previous = self._last_backup.get(node.url) or BackupForm(self._default_backup_folder(node.label))
-
-        running = node.scavenge.current_id or node.scavenge.starting_id or None
-
-        def done(call: PlannedCall | None) -> None:
-            if call is not None:
-                body = call.json_body
-                self._last_backup[node.url] = BackupForm(body["to"], True, body["stopScavenge"])
-                note = "The node copies its files in the spec's order; progress shows in the Backup tab."
-                if running and body["stopScavenge"]:
-                    note = (
-                        f"The node stops scavenge {running} first and starts it again after the backup "
-                        "(it resumes where it stopped). " + note
-                    )
-                self.confirm([call], note=note)
-
-        self.push_screen(BackupDialog(node.url, node.label, previous, running), done)
-
-    def _default_backup_folder(self, label: str) -> str:
-        """For a cluster this dashboard launched: a folder beside it; else the operator types one."""
-        folder = self.local.data_dir if self.local is not None else self.cluster_dir
-        if not folder:
-            return ""
-        safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in label)
-        return os.path.join(os.path.abspath(folder), "backups", safe)
-
     def action_browse_events(self) -> None:
         node = self.state.node()
         assert node is not None and self.client is not None
@@ -846,330 +575,66 @@ class DashboardApp(App[str | None]):
                 collector.full_poll_next = True
                 collector.wake.set()
 
+    # the keys that send calls or run jobs: their own objects (tui/actions.py, tui/job_actions.py)
+    def action_start_scavenge(self) -> None:
+        self.actions.start_scavenge()
+
     def action_stop_scavenge(self) -> None:
-        node = self.state.node()
-        assert node is not None
-        self.confirm(
-            [stop_scavenge(node.url, node.scavenge.current_id or node.scavenge.starting_id)],
-            note="The node answers once the scavenge has stopped; the next start resumes it.",
-        )
+        self.actions.stop_scavenge()
+
+    def action_start_backup(self) -> None:
+        self.actions.start_backup()
 
     def action_resign(self) -> None:
-        node = self.state.node()
-        assert node is not None
-        self.confirm(
-            [resign_leader(node.url)], note="The leader steps down and the cluster elects a new one."
-        )
+        self.actions.resign()
 
     def action_reload(self) -> None:
-        node = self.state.node()
-        assert node is not None
-        self.confirm([reload_config(node.url)])
+        self.actions.reload()
 
     def action_reload_all(self) -> None:
-        # the leader last: during a rolling certificate update the majority that still trusts each
-        # other keeps the leader as long as possible (docs/operations/certificates.md)
-        nodes = sorted((n for n in self.state.ordered() if n.reachable), key=lambda n: n.role == "Leader")
-        calls = [reload_config(n.url) for n in nodes]
-        self.confirm(calls, note="One node after the other, the leader last; stops at the first failure.")
+        self.actions.reload_all()
 
     def action_pause_resume_auto(self) -> None:
-        node = self.state.node()
-        assert node is not None and node.auto_scavenge is not None
-        paused = node.auto_scavenge.state in ("Paused",)
-        self.confirm([resume_auto_scavenge(node.url) if paused else pause_auto_scavenge(node.url)])
+        self.actions.pause_resume_auto()
 
     def action_configure_auto(self) -> None:
-        node = self.state.node()
-        assert node is not None and node.auto_scavenge is not None
-
-        def done(schedule: str | None) -> None:
-            if schedule:
-                self.confirm([configure_auto_scavenge(node.url, schedule, self.clock.time())])
-
-        auto = node.auto_scavenge
-        self.push_screen(CronDialog(auto.schedule_as_given or auto.schedule, self.clock.time), done)
-
-    # -- jobs of the local cluster, the demo load, the followers-first routine, cycle now ----------------
-    def _local_target(self) -> tuple[NodeState, LocalNode]:
-        node = self.state.node()
-        assert node is not None and self.local is not None
-        local = self.local.node(node.url)
-        assert local is not None
-        return node, local
-
-    def action_stop_node(self) -> None:
-        node, local = self._local_target()
-        assert self.local is not None
-        job = node_job("stop", self.local, local, node.label)
-        note = (
-            f"{local.name} is asked to shut down (POST /admin/shutdown; SIGTERM if it does not answer) and "
-            "killed if it has not stopped after 15 s; the other nodes keep running."
-        )
-        if node.role == "Leader":
-            note += " It leads: the others elect a new leader."
-        cluster = self.local.cluster
-
-        def work(report: JobReport) -> str:
-            stopped = cluster.stop_node(local.name, timeout=15.0, log=report.log)
-            return f"{local.name} stopped" if stopped else f"{local.name} was not running"
-
-        self.confirm_items([job], note=note, on_send=lambda: self._start_job(node, "stopping", job, work))
-
-    def action_start_node(self) -> None:
-        node, local = self._local_target()
-        assert self.local is not None
-        job = node_job("start", self.local, local, node.label)
-        cluster = self.local.cluster
-
-        def work(report: JobReport) -> str:
-            pid = cluster.start_node(local.name)
-            report.log(f"Started {local.name} (pid {pid}); waiting until it joins the cluster")
-            row = cluster.wait_for_node(local.name, timeout=60.0)
-            return f"{local.name} is {row['state']}"
-
-        self.confirm_items(
-            [job],
-            note=f"{local.name} starts with its node.yaml (the cluster's node options) and catches up from the "
-            "leader; the job ends once it is a follower, leader or read-only replica (at most 60 s).",
-            on_send=lambda: self._start_job(node, "starting", job, work),
-        )
-
-    def action_restore_node(self) -> None:
-        node, local = self._local_target()
-        assert self.local is not None
-        nodes = self.local
-        folder = (
-            self._last_restore.get(node.url)
-            or (self._last_backup[node.url].destination if node.url in self._last_backup else "")
-            or self._default_backup_folder(node.label)
-        )
-
-        def check(text: str, start: bool) -> str:
-            return RestoreForm(text, start).check(nodes, local)
-
-        def done(answer: tuple[str, bool] | None) -> None:
-            if answer is None:
-                return
-            chosen, start = answer
-            self._last_restore[node.url] = chosen
-            job = restore_job(nodes, local, node.label, chosen, start)
-            cluster = nodes.cluster
-
-            def work(report: JobReport) -> str:
-                result = cluster.restore_node(local.name, chosen, start=start, log=report.log)
-                # its next backup is a full one into a new folder (the restore's reminder): the backup
-                # dialog no longer offers a differential one into the old folder
-                report.finish(lambda: self._restored(node))
-                summary = restore_summary(result)
-                if not start:
-                    return f"{summary}; {local.name} stays stopped (u starts it)"
-                report.log(f"waiting until {local.name} follows again")
-                row = cluster.wait_for_node(local.name, timeout=60.0)
-                return f"{summary}; {local.name} is {row['state']}"
-
-            note = (
-                f"{local.name}'s database files are replaced by those of {chosen} (evdb restore's procedure: "
-                "the backup is verified first)."
-            )
-            if start:
-                note += (
-                    " Then it starts, cuts its log at the backup's position and catches up from the leader."
-                )
-            self.confirm_items(
-                [job], note=note, on_send=lambda: self._start_job(node, "restoring", job, work)
-            )
-
-        self.push_screen(RestoreDialog(node.label, folder, check), done)
-
-    def _restored(self, node: NodeState) -> None:
-        """After a restore the node's next backup is a full one into a new folder of its own (the
-        restore's reminder): the dialog offers one, named after the node and the time."""
-        folder = self._default_backup_folder(node.label)
-        when = datetime.fromtimestamp(self.clock.time(), UTC).strftime("%Y%m%d-%H%M%S")
-        self._last_backup[node.url] = BackupForm(f"{folder}-after-restore-{when}" if folder else "")
-
-    def action_demo_load(self) -> None:
-        node = self.state.node()
-        assert node is not None
-        local = self.local if self.local is not None and self.local.node(node.url) else None
-        job = demo_job(
-            node.url,
-            node.label,
-            events=DEMO_EVENTS,
-            local=local,
-            ca_file=self.connection.ca_file,
-            user=self.connection.user,
-        )
-        connection = self.connection
-
-        def work(report: JobReport) -> str:
-            with connection.sync_client(node.url) as client:
-                demo = run_demo_load(
-                    client,
-                    DEMO_EVENTS,
-                    lambda done, total: report.progress(
-                        f"wrote {done:,} of {total:,} events", f"writing demo data {100 * done // total}%"
-                    ),
-                )
-            lines = demo.summary()
-            report.finish(lambda: self._demo_written(node, lines))
-            return " ".join(line.strip() for line in lines)
-
-        note = (
-            f"Writes {DEMO_EVENTS:,} events over ten new streams demo-<run>-* through {node.label} (a follower "
-            "forwards them to the leader), then sets $maxCount 10 on three, soft-deletes two and hard-deletes "
-            "two: a scavenge then has something to reclaim on every node."
-        )
-        self.confirm_items(
-            [job], note=note, on_send=lambda: self._start_job(node, "writing demo data", job, work)
-        )
-
-    def _demo_written(self, node: NodeState, lines: list[str]) -> None:
-        self.state.demo = (node.label, lines)
-        self.state.jobs_version += 1
-        self.notify("\n".join(lines), title=f"Demo data through {node.label}", timeout=20)
-
-    def _start_job(
-        self, node: NodeState, doing: str, job: PlannedJob, work: Callable[[JobReport], str]
-    ) -> None:
-        """Run a confirmed job in a worker thread: its progress and result go to the activity log (and
-        the node's "doing" column), its end to a notice."""
-        index = self.state.add_activity(
-            Activity(self.clock.time(), node.label, job.command_line(), None, f"{doing}…", outcome="running")
-        )
-        node.job = doing
-        node.version += 1
-        self.render_panels()
-        self.run_worker(self._job_worker(node, job, index, work), group="jobs", exit_on_error=False)
-
-    async def _job_worker(
-        self, node: NodeState, job: PlannedJob, index: int, work: Callable[[JobReport], str]
-    ) -> None:
-        report = JobReport(self, node, index, asyncio.get_running_loop())
-        try:
-            result = await asyncio.to_thread(work, report)
-        except Exception as exc:  # every failure of a job is told (the launcher's, the restore's, HTTP)
-            reason = str(exc) or type(exc).__name__
-            body = "; ".join([*report.lines, f"failed: {reason}"])
-            self.state.update_activity(index, body=body, outcome="failed")
-            self.notify(
-                f"{job.command_line()}\nfailed: {reason}", title=node.label, severity="error", timeout=20
-            )
-        else:
-            self.state.update_activity(index, body="; ".join([*report.lines, result]), outcome="done")
-            self.notify(f"{job.title}: {result}", title=node.label, timeout=8)
-            for callback in report.on_finish:
-                callback()
-        finally:
-            node.job = ""
-            node.version += 1
-            self._refresh_local(force=True)
-            local = self.local.node(node.url) if self.local is not None else None
-            if local is not None:
-                node.pid = local.pid
-            for collector in self.collectors.values():  # the node's new state, and its peers' views of it
-                collector.full_poll_next = True
-                collector.wake.set()
-            self.render_panels()
+        self.actions.configure_auto()
 
     def action_cycle_now(self) -> None:
-        node = self.state.node()
-        assert node is not None
-        self.confirm(
-            [cycle_now(node.url)],
-            note="An evdb extension: the leader starts a cluster scavenge now, as if the schedule fired "
-            "(followers and replicas first, then the leader resigns and is scavenged last). Progress shows in "
-            "the Auto-scavenge tab (3).",
-        )
+        self.actions.cycle_now()
+
+    def action_stop_node(self) -> None:
+        self.jobs.stop_node()
+
+    def action_start_node(self) -> None:
+        self.jobs.start_node()
+
+    def action_restore_node(self) -> None:
+        self.jobs.restore_node()
+
+    def action_demo_load(self) -> None:
+        self.jobs.demo_load()
 
     def action_followers_first(self) -> None:
-        routine = self._routine
-        if routine is not None and routine.state.running:
-            self._confirm_stop_routine(routine)
-            return
-        form = self._last_form or ScavengeForm()
-        try:
-            items = plan_followers_first(self.state.ordered(), form)
-        except FormError as exc:
-            self.notify(f"Followers-first scavenge: {exc}", severity="error", timeout=8)
-            return
-        threads, threshold, throttle, sync_only = form.validate()
-        whence = "your last start-scavenge dialog (s)" if self._last_form else "the defaults (s sets others)"
-        note = (
-            f"Scavenge parameters from {whence}: threads {threads}, threshold {threshold}, throttlePercent "
-            f"{throttle}, syncOnly {str(sync_only).lower()}. One node at a time, each scavenge awaited; the "
-            "first failure ends the routine; F again stops it. Every request is sent with "
-            + (f"Authorization: Basic <{self.connection.user}:•••••> and " if self.connection.user else "")
-            + "Accept: application/json."
-        )
-        title = f"Followers-first cluster scavenge: {len(items)} steps, in this order"
-        self.confirm_items(items, note=note, title=title, on_send=lambda: self._start_routine(items))
+        self.jobs.followers_first()
 
-    def _confirm_stop_routine(self, routine: FollowersFirst) -> None:
-        calls: list[PlannedCall] = []
-        if routine.current_scavenge is not None:
-            url, scavenge_id = routine.current_scavenge
-            calls.append(stop_scavenge(url, scavenge_id))
-        note = "No further step starts."
-        if calls:
-            note += " The scavenge it waits for is stopped now (the next start on that node resumes it)."
-        labelled = self._labelled(calls)
+    @property
+    def _routine(self) -> FollowersFirst | None:
+        return self.jobs.routine
 
-        def stop() -> None:
-            routine.stop()
-            if labelled:
-                self.run_worker(self.send_all(labelled), group="calls", exit_on_error=False)
+    def _restored(self, node: NodeState) -> None:
+        self.jobs._restored(node)
 
-        self.confirm_items(
-            labelled, note=note, title="Stop the followers-first cluster scavenge", on_send=stop
-        )
+    # -- what the action objects ask of the app (tui/host.py) -------------------------------------------
+    def confirm(self, calls: list[PlannedCall], note: str = "") -> None:
+        """Confirm the calls, then send them one after the other (tui/sending.py)."""
+        self.sender.confirm(calls, note)
 
-    def _start_routine(self, items: list[RoutineItem]) -> None:
-        assert self.client is not None
-        routine = FollowersFirst(
-            items,
-            send=self._request,
-            client=self.client,
-            clock=self.clock,
-            interval=min(self.interval, 1.0),
-            on_change=self._routine_changed,
-            label_of=self._label_of,
-            leader_wait=self.routine_leader_wait,
-        )
-        self._routine = routine
-        self.state.routine = routine.state
-        steps = " → ".join(item.title for item in items)
-        index = self.state.add_activity(
-            Activity(
-                self.clock.time(),
-                "cluster",
-                "followers-first cluster scavenge",
-                None,
-                steps,
-                outcome="running",
-            )
-        )
-        self.run_worker(self._run_routine(routine, index), group="routine", exit_on_error=False)
+    def spawn(self, work: Coroutine[Any, Any, None], group: str) -> None:
+        self.run_worker(work, group=group, exit_on_error=False)
 
-    async def _run_routine(self, routine: FollowersFirst, index: int) -> None:
-        state = await routine.run()
-        ok = state.outcome == "completed"
-        outcome = "done" if ok else "stopped" if routine.stop_reason else "failed"
-        self.state.update_activity(index, outcome=outcome, body=state.outcome)
-        self.notify(
-            f"Followers-first cluster scavenge {state.outcome}",
-            severity="information" if ok else "warning" if routine.stop_reason else "error",
-            timeout=10 if ok else 20,
-        )
-        self.render_panels()
-
-    def _routine_changed(self) -> None:
-        self.state.jobs_version += 1
-        self.render_panels()
-
-    def _label_of(self, endpoint: str) -> str:
-        return endpoint_labels(self.state).get(endpoint, (endpoint, ""))[0]
+    def ask(self, screen: Screen[Any], then: Callable[[Any], None]) -> None:
+        self.push_screen(screen, then)
 
     def action_quit_dashboard(self) -> None:
         if self.cluster_dir is None:
@@ -1181,149 +646,3 @@ class DashboardApp(App[str | None]):
                 self.exit(choice)
 
         self.push_screen(QuitDialog(self.cluster_dir), done)
-
-    # -- sending ---------------------------------------------------------------------------------------
-    def _labelled(self, calls: list[PlannedCall]) -> list[PlannedCall]:
-        return [
-            replace(call, node_label=self.state.nodes[call.node_url].label)
-            if call.node_url in self.state.nodes and not call.node_label
-            else call
-            for call in calls
-        ]
-
-    def confirm(self, calls: list[PlannedCall], note: str = "") -> None:
-        calls = self._labelled(calls)
-        self.confirm_items(
-            calls,
-            note=note,
-            on_send=lambda: self.run_worker(self.send_all(calls), group="calls", exit_on_error=False),
-        )
-
-    def confirm_items(
-        self,
-        items: Sequence[Confirmable],
-        *,
-        on_send: Callable[[], Any],
-        note: str = "",
-        title: str | None = None,
-    ) -> None:
-        """The confirmation (focus on Cancel); ``on_send`` runs when the operator sends."""
-
-        def done(send: bool | None) -> None:
-            if send:
-                on_send()
-
-        self.push_screen(ConfirmCall(items, self.connection.user, note, title), done)
-
-    async def send_all(self, calls: list[PlannedCall]) -> None:
-        for call in calls:
-            ok = await self.send(call)
-            if not ok:
-                break
-
-    async def send(self, call: PlannedCall) -> bool:
-        response = await self._request(call)
-        if response is None or response.status_code >= 300:
-            return False
-        if call.path == "/admin/reloadconfig":  # 200 whatever the outcome, as KurrentDB answers
-            return await self._reload_succeeded(call)
-        return True
-
-    async def _reload_succeeded(self, call: PlannedCall) -> bool:
-        """A reload answered 200 may still have failed: the node's lastReload says (tui/certificates.py).
-        Its notice tells that outcome, never the bare 200."""
-        from tui.certificates import reload_outcome
-
-        assert self.client is not None
-        outcome, reason = await reload_outcome(self.client, call.node_url)
-        node = self.state.nodes.get(call.node_url)
-        label = node.label if node else call.node_url
-        if outcome != "Failed":
-            said = (
-                "→ reloaded (its lastReload: Success)"
-                if outcome == "Success"
-                else f"→ sent; outcome not known here: {reason}"
-            )
-            self.tell_call(label, call.request_line(), said, timeout=8)
-            return True
-        self.state.add_activity(
-            Activity(
-                self.clock.time(),
-                label,
-                call.request_line(),
-                200,
-                f"reload failed: {reason}",
-                outcome="failed",
-            )
-        )
-        self.tell_call(
-            label,
-            call.request_line(),
-            "→ the reload failed; the node keeps its configuration",
-            reason[:300],
-            severity="error",
-            timeout=8,
-        )
-        self.render_panels()
-        return False
-
-    async def _request(self, call: PlannedCall) -> httpx.Response | None:
-        """Make a call: logged in the activity, told in a notice; the answer (None: no answer)."""
-        assert self.client is not None
-        node = self.state.nodes.get(call.node_url)
-        label = node.label if node else call.node_url
-        try:
-            response = await self.client.send(call)
-        except httpx.HTTPError as exc:
-            self.state.add_activity(
-                Activity(self.clock.time(), label, call.request_line(), None, str(exc) or type(exc).__name__)
-            )
-            self.tell_call(label, call.request_line(), f"no answer: {exc}", severity="error", timeout=8)
-            self.render_panels()
-            return None
-        body = response.text.strip()
-        self.state.add_activity(
-            Activity(self.clock.time(), label, call.request_line(), response.status_code, body)
-        )
-        severity: SeverityLevel = "information" if response.status_code < 300 else "error"
-        if call.path == "/auto-scavenge/cycle-now":
-            self.state.cycle_now = (self.clock.time(), label, response.status_code, answer_text(body))
-        # a reload answers 200 whatever its outcome (as KurrentDB's): send() tells the outcome instead
-        if not (call.path == "/admin/reloadconfig" and response.status_code < 300):
-            self.tell_call(
-                label,
-                call.request_line(),
-                f"→ {response.status_code} {response.reason_phrase}",
-                answer_text(body)[:300],
-                severity=severity,
-                timeout=8,
-            )
-        if response.status_code < 300 and node is not None:
-            self._after_start(call, node, response)
-        collector = self.collectors.get(call.node_url)
-        if collector is not None:
-            collector.full_poll_next = True
-            collector.wake.set()
-        self.render_panels()
-        return response
-
-    def _after_start(self, call: PlannedCall, node: NodeState, response: httpx.Response) -> None:
-        """What the node's answer to a start says is shown at once (until a poll confirms it): the
-        started scavenge; a started backup is watched so that its end is told."""
-        if call.method != "POST":
-            return
-        answer = json_or_text(response)
-        if call.path == "/admin/scavenge" and answer.get("scavengeId"):
-            node.scavenge.starting_id = str(answer["scavengeId"])
-            node.scavenge.starting_after_poll = node.polls
-            node.version += 1
-        elif call.path == "/admin/backup":
-            self._backup_watch[node.url] = str(answer["backupId"]) if answer.get("backupId") else None
-
-
-def force_needed(cache: dict[str, Any], widget_id: str, key: Any) -> bool:
-    """True (and remembered) when a panel's inputs changed since it was last drawn."""
-    if cache.get(widget_id, object()) == key:
-        return False
-    cache[widget_id] = key
-    return True

@@ -13,7 +13,6 @@ import json
 import re
 import ssl
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -21,27 +20,34 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from evdb.clock import Clock
+from tui.answers import (
+    backup_state,
+    check,
+    cycle_from_progress,
+    describe,
+    json_object,
+    mirror_state,
+    node_certificates,
+    node_endpoint,
+    parse_iso,
+    status_error,
+    subscription_group,
+)
 from tui.certificates import read_certificate
 from tui.client import NodeClient, as_node_client
+from tui.collect_scavenge import ScavengeReader
 from tui.state import (
     AutoScavengeCycle,
     AutoScavengeState,
     AutoScavengeTransition,
     BackupState,
-    ChunkRow,
     DashboardState,
     FinishedCycle,
     Member,
     MirrorState,
-    NodeCertificates,
     NodeState,
-    PeerFailure,
     ProcessFigures,
-    ScavengeHistoryEntry,
-    ScavengeState,
     SourceError,
-    SubscriptionConnection,
-    SubscriptionGroup,
     SubscriptionsState,
 )
 
@@ -50,7 +56,6 @@ __all__ = [
     "NodeCollector",
     "backup_state",
     "cycle_from_progress",
-    "json_or_text",
     "member_url",
     "mirror_state",
     "node_certificates",
@@ -87,7 +92,7 @@ _AUTO_EVENTS = {
     "$cluster-scavenge-completed": ("Waiting", "cluster scavenge completed"),
 }
 #: a backup in one of these states has ended
-_BACKUP_ENDED = ("completed", "failed", "stopped")
+
 #: persistent subscription groups whose ``/info`` is read each poll (the rest are listed without it)
 MAX_SUBSCRIPTION_DETAILS = 50
 
@@ -147,14 +152,14 @@ class NodeCollector:
         self.certificate_every = certificate_every
         self.on_members = on_members
         self._in_flight = False
-        self._history_ids: tuple[str, ...] = ()
-        self._history_detail: dict[str, ScavengeHistoryEntry] = {}
         self._certificate_at: float | None = None
         self._certificates_at: float | None = None
         self._cycle_available: bool | None = None
         self._read_at: dict[str, float] = {}  # clock.time() of each source's last good read
         self._io_last: tuple[float, int, int] | None = None
         self._process: Any = None
+        #: the scavenge's readers (tui/collect_scavenge.py): progress, history, or what KurrentDB tells
+        self.scavenge = ScavengeReader(self.client, state, self._from)
         self.wake = asyncio.Event()
         #: set by the app after it sent this node a call: the next poll reads everything at once
         self.full_poll_next = False
@@ -198,12 +203,12 @@ class NodeCollector:
         full, self.full_poll_next = self.full_poll_next, False
         try:
             gossip = await self.client.gossip(self.state.url)
-            _check(gossip)
+            check(gossip)
             body = gossip.json()
         except (httpx.HTTPError, ValueError) as exc:
             s.reachable = False
             s.failures += 1
-            s.error = _describe(exc)
+            s.error = describe(exc)
             self._failed("gossip", exc)
             s.role = "Unreachable"
             s.process = self._process_figures()
@@ -216,7 +221,7 @@ class NodeCollector:
         s.errors.pop("gossip", None)
         s.last_ok = self._read_at["gossip"] = self.clock.time()
         self._read_gossip(body)
-        tasks = [self._from("scavenge", self._read_scavenge())]
+        tasks = [self._from("scavenge", self.scavenge.read())]
         if s.polls == 1 or s.polls % 10 == 0 or not s.info:
             tasks.append(self._from("info", self._read_info()))
             if s.options_available is not False or s.polls % 30 == 0:
@@ -251,7 +256,7 @@ class NodeCollector:
             if isinstance(error, asyncio.CancelledError):
                 raise error
         if errors:
-            s.error = _describe(errors[0])
+            s.error = describe(errors[0])
         s.process = self._process_figures()
         if self.on_members is not None:
             self.on_members(s)
@@ -275,7 +280,7 @@ class NodeCollector:
         errors = self.state.errors
         previous = errors.get(source)
         since = previous.since if previous is not None else self.clock.time()
-        errors[source] = SourceError(_describe(exc), since, self._read_at.get(source))
+        errors[source] = SourceError(describe(exc), since, self._read_at.get(source))
 
     def _fingerprint(self) -> tuple:
         s = self.state
@@ -330,7 +335,7 @@ class NodeCollector:
         if response.status_code in (404, 405):
             self.state.options, self.state.options_available = None, False
             return
-        _check(response)
+        check(response)
         rows = response.json()
         if not isinstance(rows, list):
             raise ValueError(f"/info/options answered {type(rows).__name__}, not a list")
@@ -352,250 +357,6 @@ class NodeCollector:
         for old in sorted(s.writer_marks)[:-8]:
             del s.writer_marks[old]
 
-    async def _read_scavenge(self) -> None:
-        s = self.state
-        sc = s.scavenge
-        if sc.progress_available:  # evdb's progress names the running scavenge: one request suffices
-            progress = await self.client.scavenge_progress(self.state.url)
-            if progress.status_code == 200:
-                body = progress.json()
-                current = str(body.get("scavengeId") or "") if body.get("running") else ""
-                changed = current != sc.current_id
-                sc.current_id = current
-                self._apply_progress(sc, body)
-                self._confirm_start(sc)
-                if changed or s.polls % 5 == 1 or not self._history_ids:
-                    await self._from("history", self._read_history(sc))
-                if self._ended_in_history(sc):
-                    await self._reread_progress(sc)
-                return
-            if progress.status_code not in (404, 405):
-                raise _status_error(progress)  # the figures read before stay, marked stale
-            sc.progress_available = None  # ask both again
-        response = await self.client.scavenge_current(self.state.url)
-        if response.status_code == 401:
-            raise PermissionError(
-                "401 from /admin/scavenge/current: give --user/--password of an admin or ops user"
-            )
-        _check(response)
-        current = json_or_text(response).get("scavengeId", "") or ""
-        changed = current != sc.current_id
-        if sc.progress_available is not False:
-            progress = await self.client.scavenge_progress(self.state.url)
-            if progress.status_code in (404, 405):
-                sc.progress_available = False
-            elif progress.status_code == 200:
-                sc.progress_available = True
-                sc.current_id = current
-                self._apply_progress(sc, progress.json())
-            else:
-                raise _status_error(progress)
-        sc.current_id = current
-        if sc.progress_available is False:
-            await self._scavenge_from_streams(sc, current)
-        self._confirm_start(sc)
-        if changed or s.polls % 5 == 1 or not self._history_ids:
-            await self._from("history", self._read_history(sc))
-        if sc.progress_available and self._ended_in_history(sc):
-            await self._reread_progress(sc)
-
-    def _ended_in_history(self, sc: ScavengeState) -> bool:
-        """The history (read after the progress) says the run the progress showed running has ended:
-        the progress is the older of the two (a short run ends between the reads)."""
-        return sc.running and any(
-            h.scavenge_id == sc.current_id and h.result not in ("InProgress", "Unknown") for h in sc.history
-        )
-
-    async def _reread_progress(self, sc: ScavengeState) -> None:
-        """Read the progress again, so that the panel never shows a run as running below a history
-        that says it ended; if the node still says running, the history's end is believed."""
-        progress = await self.client.scavenge_progress(self.state.url)
-        if progress.status_code == 200:
-            body = progress.json()
-            sc.current_id = str(body.get("scavengeId") or "") if body.get("running") else ""
-            self._apply_progress(sc, body)
-        if self._ended_in_history(sc):
-            ended = next(h for h in sc.history if h.scavenge_id == sc.current_id)
-            sc.running, sc.current_id, sc.result = False, "", ended.result
-
-    def _confirm_start(self, sc: ScavengeState) -> None:
-        """A poll begun after the answer to a start tells the truth about it: the optimistic "starting"
-        gives way (a poll that was under way when the answer came does not count)."""
-        if sc.starting_id and self.state.polls > sc.starting_after_poll:
-            sc.starting_id = ""
-
-    def _apply_progress(self, sc: ScavengeState, body: dict[str, Any]) -> None:
-        running = bool(body.get("running"))
-        figures = body if running else (body.get("last") or {})
-        sc.running = running
-        if not figures:
-            sc.phase = ""
-            sc.shown_id = ""
-            sc.chunks = []
-            sc.weights = {}
-            sc.result = None
-            sc.point = None
-            sc.phase_seconds = {}
-            sc.executed_through = None
-            return
-        sc.shown_id = str(figures.get("scavengeId", ""))
-        point = figures.get("scavengePoint")
-        sc.point = point if isinstance(point, dict) else None
-        sc.phase = str(figures.get("phase", ""))
-        sc.phase_elapsed = float(figures.get("phaseElapsedSeconds") or 0)
-        sc.elapsed = float(figures.get("elapsedSeconds") or 0)
-        sc.threads = figures.get("threads")
-        sc.threshold = figures.get("threshold")
-        sc.throttle_percent = figures.get("throttlePercent")
-        sc.chunks_total = int(figures.get("chunksTotal") or 0)
-        sc.chunks_done = int(figures.get("chunksDone") or 0)
-        sc.streams_total = int(figures.get("streamsTotal") or 0)
-        sc.streams_done = int(figures.get("streamsDone") or 0)
-        sc.current_chunk = figures.get("currentChunk")
-        sc.bytes_reclaimed = int(figures.get("bytesReclaimed") or 0)
-        sc.records_removed = int(figures.get("recordsRemoved") or 0)
-        sc.weights = {int(k): float(v) for k, v in (figures.get("chunkWeights") or {}).items()}
-        sc.chunks = [
-            ChunkRow(
-                start=int(c["chunkStartNumber"]),
-                end=int(c["chunkEndNumber"]),
-                weight=c.get("weight"),
-                executed=c.get("executed"),
-                merged=bool(c.get("merged")),
-                size_before=c.get("sizeBefore"),
-                size_after=c.get("sizeAfter"),
-                space_saved=(c["sizeBefore"] - c["sizeAfter"])
-                if c.get("sizeBefore") is not None and c.get("sizeAfter") is not None
-                else None,
-            )
-            for c in figures.get("chunks") or []
-        ]
-        sc.phase_seconds = {
-            str(p["phase"]): float(p["seconds"])
-            for p in figures.get("phaseSeconds") or []
-            if isinstance(p, dict) and isinstance(p.get("seconds"), (int, float)) and p.get("phase")
-        }
-        through = figures.get("executedThrough")
-        sc.executed_through = through if isinstance(through, int) else None
-        sc.result = "InProgress" if running else figures.get("result")
-
-    async def _read_events(self, stream: str, start: int, count: int = 100) -> list[dict[str, Any]]:
-        """Events of a stream, oldest first (KurrentDB's AtomPub feed with ``embed=body``)."""
-        response = await self.client.read_stream(self.state.url, stream, start, "forward", count)
-        if response.status_code in (404, 410):
-            return []
-        response.raise_for_status()
-        return list(reversed(response.json().get("entries", [])))
-
-    async def _scavenge_from_streams(self, sc: ScavengeState, current: str) -> None:
-        """Without evdb's progress endpoint: what ``$scavenges-<id>`` and ``/metrics`` tell."""
-        sc.running = bool(current)
-        if not current:
-            sc.phase = ""
-            return
-        if sc.shown_id != current:
-            sc.shown_id = current
-            sc.chunks = []
-            sc.bytes_reclaimed = 0
-        sc.result = "InProgress"
-        entries = await self._read_events(f"$scavenges-{current}", 0, 4096)
-        rows = []
-        saved = 0
-        for e in entries:
-            data = _object(e.get("data"))
-            if e.get("eventType") == "$scavengeChunksCompleted":
-                rows.append(
-                    ChunkRow(
-                        start=int(data.get("chunkStartNumber", 0)),
-                        end=int(data.get("chunkEndNumber", 0)),
-                        executed=bool(data.get("wasScavenged")),
-                        space_saved=data.get("spaceSaved"),
-                    )
-                )
-                saved += int(data.get("spaceSaved") or 0)
-            elif e.get("eventType") == "$scavengeMergeCompleted" and data.get("wasMerged"):
-                rows.append(
-                    ChunkRow(
-                        start=int(data.get("chunkStartNumber", 0)),
-                        end=int(data.get("chunkEndNumber", 0)),
-                        executed=True,
-                        merged=True,
-                        space_saved=data.get("spaceSaved"),
-                    )
-                )
-                saved += int(data.get("spaceSaved") or 0)
-        sc.chunks = rows
-        sc.bytes_reclaimed = saved
-        sc.phase = await self._phase_from_metrics() or ("Chunk execution" if rows else "")
-
-    async def _phase_from_metrics(self) -> str:
-        response = await self.client.metrics(self.state.url)
-        if response.status_code != 200:
-            return ""
-        latest = max(((float(v), name) for name, v in _STATUS.findall(response.text)), default=None)
-        return _METRIC_PHASES.get(latest[1], "") if latest else ""
-
-    async def _read_history(self, sc: ScavengeState) -> None:
-        response = await self.client.read_stream(self.state.url, "$scavenges", count=_HISTORY_LINKS)
-        if response.status_code in (401, 403, 404, 410):
-            sc.history = []
-            self._history_ids = ()
-            return
-        _check(response)
-        ids: list[str] = []
-        started: dict[str, str] = {}
-        nodes: dict[str, str] = {}
-        finished: dict[str, dict[str, Any]] = {}
-        for e in response.json().get("entries", []):
-            data = e.get("data")
-            event_type = e.get("eventType")
-            if event_type == "$>" and isinstance(data, str):  # an unresolved link: "n@$scavenges-<id>"
-                scavenge_id = data.partition("@")[2].removeprefix("$scavenges-")
-            elif isinstance(data, dict):  # KurrentDB resolves links: the linked event itself
-                scavenge_id = str(data.get("scavengeId", ""))
-                if data.get("nodeEndpoint"):
-                    nodes[scavenge_id] = str(data["nodeEndpoint"])
-                if event_type == "$scavengeCompleted":
-                    finished[scavenge_id] = data
-                elif event_type == "$scavengeStarted":
-                    started[scavenge_id] = str(e.get("updated", ""))
-            else:
-                continue
-            if scavenge_id and scavenge_id not in ids:
-                ids.append(scavenge_id)
-        for i, scavenge_id in enumerate(ids):
-            known = self._history_detail.get(scavenge_id)
-            if known is not None and (known.result not in ("InProgress", "Unknown") or i >= 10):
-                continue  # finished runs are read once; unfinished ones again while they are recent
-            if scavenge_id in finished:
-                self._history_detail[scavenge_id] = _history_entry(
-                    scavenge_id, finished[scavenge_id], started.get(scavenge_id, ""), nodes.get(scavenge_id)
-                )
-                continue
-            self._history_detail[scavenge_id] = await self._history_from_stream(scavenge_id)
-        self._history_ids = tuple(ids)
-        sc.history = [self._history_detail[i] for i in ids]
-
-    async def _history_from_stream(self, scavenge_id: str) -> ScavengeHistoryEntry:
-        stream = f"$scavenges-{scavenge_id}"
-        first = await self.client.read_stream(self.state.url, stream, 0, "forward", 1)
-        last = await self.client.read_stream(self.state.url, stream, count=1)
-        started = ""
-        node = ""
-        if first.status_code == 200 and first.json().get("entries"):
-            entry = first.json()["entries"][0]
-            started = str(entry.get("updated", ""))
-            node = str(_object(entry.get("data")).get("nodeEndpoint") or "")
-        if last.status_code == 200 and last.json().get("entries"):
-            entry = last.json()["entries"][0]
-            if entry.get("eventType") == "$scavengeCompleted" and isinstance(entry.get("data"), dict):
-                return _history_entry(scavenge_id, entry["data"], started, node)
-            running = scavenge_id == self.state.scavenge.current_id
-            return ScavengeHistoryEntry(
-                scavenge_id, "InProgress" if running else "Unknown", started, node=node
-            )
-        return ScavengeHistoryEntry(scavenge_id, "Unknown", started, node=node)
-
     async def _read_auto_scavenge(self) -> None:
         s = self.state
         before = s.auto_scavenge
@@ -603,7 +364,7 @@ class NodeCollector:
         if response.status_code in (404, 405):
             s.auto_scavenge = AutoScavengeState(available=False)
             return
-        _check(response)  # any other failure: the state read before stays, marked stale
+        check(response)  # any other failure: the state read before stays, marked stale
         body = response.json()
         state = str(body.get("state", ""))
         cycle: AutoScavengeCycle | None = None
@@ -629,13 +390,13 @@ class NodeCollector:
             elif progress.status_code == 200:
                 self._cycle_available = True
                 answer = progress.json()
-                as_given = _object(answer).get("scheduleAsGiven")
-                if schedule is not None and _object(answer).get("schedule") == schedule:
+                as_given = json_object(answer).get("scheduleAsGiven")
+                if schedule is not None and json_object(answer).get("schedule") == schedule:
                     given = as_given if isinstance(as_given, str) and as_given else schedule
                 seen = cycle_from_progress(answer)
                 if state in _CYCLE_STATES:
                     cycle = seen
-                completed = parse_iso(_object(answer).get("lastCompletedAt"))
+                completed = parse_iso(json_object(answer).get("lastCompletedAt"))
                 if completed is not None and (finished is None or finished.completed_at != completed):
                     summary = None
                     if last_seen is not None and (seen is None or seen.cycle_id != last_seen.cycle_id):
@@ -646,7 +407,7 @@ class NodeCollector:
                 if seen is not None and seen.cycle_id:
                     last_seen = seen
             else:
-                cycle_error = _describe(_status_error(progress))
+                cycle_error = describe(status_error(progress))
         transitions = before.transitions if before is not None else ()
         from_events = before.transitions_from_events if before is not None else False
         changed = before is None or before.state != state
@@ -684,7 +445,7 @@ class NodeCollector:
             return None
         out = []
         for e in response.json().get("entries", []):
-            data = _object(e.get("data"))
+            data = json_object(e.get("data"))
             kind = str(e.get("eventType", ""))
             step = _AUTO_EVENTS.get(kind)
             if step is None:
@@ -696,7 +457,7 @@ class NodeCollector:
                 detail = f"{detail} {data.get('result', '')}"
             stamped = next((v for k, v in data.items() if k.endswith("At") and isinstance(v, str)), None)
             at = parse_iso(stamped) or parse_iso(e.get("updated"))
-            out.append(AutoScavengeTransition(at, state, detail, _node_endpoint(data.get("nodeId"))))
+            out.append(AutoScavengeTransition(at, state, detail, node_endpoint(data.get("nodeId"))))
         return tuple(out)
 
     async def _read_subscriptions(self) -> None:
@@ -711,21 +472,19 @@ class NodeCollector:
             s.subscriptions = SubscriptionsState(available=False)
             return
         if response.status_code == 503 and s.role != "Leader":
-            s.subscriptions = SubscriptionsState(
-                available=True, not_served=_describe(_status_error(response))
-            )
+            s.subscriptions = SubscriptionsState(available=True, not_served=describe(status_error(response)))
             return
         if response.status_code >= 300 and s.subscriptions is not None and s.subscriptions.not_served:
             s.subscriptions = None  # what it said as a follower is not the leader's answer: unknown
-        _check(response)
+        check(response)
         body = response.json()
         if not isinstance(body, list):
             raise ValueError("/subscriptions did not answer a JSON list")
         summaries = [item for item in body if isinstance(item, dict)]
         shown = summaries[:MAX_SUBSCRIPTION_DETAILS]
         details = await asyncio.gather(*(self._subscription_info(item) for item in shown))
-        groups = [_subscription_group(item, *detail) for item, detail in zip(shown, details, strict=True)]
-        groups += [_subscription_group(item, None, None) for item in summaries[MAX_SUBSCRIPTION_DETAILS:]]
+        groups = [subscription_group(item, *detail) for item, detail in zip(shown, details, strict=True)]
+        groups += [subscription_group(item, None, None) for item in summaries[MAX_SUBSCRIPTION_DETAILS:]]
         s.subscriptions = SubscriptionsState(
             available=True,
             groups=tuple(groups),
@@ -738,9 +497,9 @@ class NodeCollector:
         try:
             response = await self.client.subscription_info(self.state.url, stream, group)
         except httpx.HTTPError as exc:
-            return None, _describe(exc)
+            return None, describe(exc)
         if response.status_code != 200:
-            return None, _describe(_status_error(response))
+            return None, describe(status_error(response))
         try:
             body = response.json()
         except ValueError:
@@ -761,7 +520,7 @@ class NodeCollector:
         elif response.status_code == 204:
             s.backup = BackupState(available=True)
         else:
-            raise _status_error(response)  # the backup read before stays, marked stale
+            raise status_error(response)  # the backup read before stays, marked stale
 
     async def _read_certificate(self) -> None:
         try:
@@ -784,7 +543,7 @@ class NodeCollector:
         known = self.state.certificates
         if response.status_code >= 500 and known is not None and known.available and not known.error:
             self._certificates_at = None
-            raise _status_error(response)  # what was read before stays, marked stale
+            raise status_error(response)  # what was read before stays, marked stale
         self.state.certificates = node_certificates(response)
 
     def _process_figures(self) -> ProcessFigures | None:
@@ -886,7 +645,7 @@ class MirrorCollector:
             try:
                 response = await self.client.mirror_status(self.source)
             except httpx.HTTPError as exc:
-                return MirrorState(self.source, error=_describe(exc))
+                return MirrorState(self.source, error=describe(exc))
             if response.status_code != 200:
                 return MirrorState(self.source, error=f"HTTP {response.status_code} from {self.status_url()}")
             try:
@@ -902,247 +661,3 @@ class MirrorCollector:
             except (OSError, ValueError) as exc:
                 return MirrorState(self.source, error=f"cannot read {path}: {exc}")
         return mirror_state(self.source, body)
-
-
-def backup_state(before: BackupState | None, body: dict[str, Any]) -> BackupState:
-    """``GET /admin/backup/current``'s answer, with what the dashboard saw of the same backup before: a
-    backup that ended without a duration of its own (a failed one) keeps the elapsed time it had when
-    the dashboard first saw it ended (the node's clock runs on after the end)."""
-    same = before is not None and _backup_key(before.body) == _backup_key(body) and bool(before.body)
-    running = body.get("state") == "running"
-    seen_running = running or (same and before is not None and before.seen_running)
-    ended_elapsed = None
-    if body.get("state") in _BACKUP_ENDED and body.get("seconds") is None and same and before is not None:
-        if before.ended_elapsed is not None:
-            ended_elapsed = before.ended_elapsed
-        elif before.body.get("state") == "running":  # the first sight of its end
-            ended_elapsed = _float_or_none(body.get("elapsedSeconds"))
-    return BackupState(available=True, body=body, ended_elapsed=ended_elapsed, seen_running=seen_running)
-
-
-def _backup_key(body: dict[str, Any]) -> tuple:
-    return (body.get("backupId"), body.get("startedAt"), body.get("destination"), body.get("operation"))
-
-
-def mirror_state(source: str, body: Any) -> MirrorState:
-    """The fields of an ``evdb mirror`` status (Mirror.status() in evdb/mirror/mirror.py)."""
-    if not isinstance(body, dict) or body.get("kind", "evdb-mirror") != "evdb-mirror":
-        return MirrorState(source, error="not an evdb mirror status")
-    return MirrorState(
-        source,
-        state=str(body.get("state") or ""),
-        from_url=str(body.get("from") or ""),
-        to_url=str(body.get("to") or ""),
-        position=_int_or_none(body.get("position")),
-        primary_head=_int_or_none(body.get("primaryHead")),
-        lag_bytes=_int_or_none(body.get("lagBytes")),
-        lag_seconds=_float_or_none(body.get("lagSeconds")),
-        caught_up=bool(body.get("caughtUp")),
-        events_copied=_int_or_none(body.get("eventsCopied")) or 0,
-        events_per_second=_float_or_none(body.get("eventsPerSecond")),
-        last_error=str(body["lastError"]) if body.get("lastError") else None,
-        updated=parse_iso(body.get("updated")),
-    )
-
-
-def node_certificates(response: httpx.Response) -> NodeCertificates:
-    """evdb's ``GET /admin/certificates`` answer (evdb/tls/reload.py ``ConfigReloader.describe``)."""
-    if response.status_code in (404, 405):
-        return NodeCertificates(available=False)
-    if response.status_code in (401, 403):
-        return NodeCertificates(
-            available=True,
-            error=f"HTTP {response.status_code}: reading it needs an admin or ops user (--user/--password)",
-        )
-    if response.status_code != 200:
-        return NodeCertificates(available=True, error=f"HTTP {response.status_code} from /admin/certificates")
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        return NodeCertificates(available=True, error="/admin/certificates did not answer a JSON object")
-    cert = _object(body.get("certificate"))
-    ca = _object(body.get("ca"))
-    last = _object(body.get("lastReload"))
-    return NodeCertificates(
-        available=True,
-        secure=bool(body.get("secure")),
-        subject=str(cert.get("subject") or ""),
-        dns_names=tuple(str(n) for n in cert.get("dnsNames") or ()),
-        ip_addresses=tuple(str(n) for n in cert.get("ipAddresses") or ()),
-        ca_subject=str(ca["subject"]) if ca.get("subject") else None,
-        ca_fingerprint=str(ca["fingerprintSha256"]) if ca.get("fingerprintSha256") else None,
-        loaded_at=parse_iso(body.get("loadedAt")),
-        reload_at=parse_iso(last.get("time")),
-        reload_trigger=str(last.get("trigger") or ""),
-        reload_result=str(last.get("result") or ""),
-        reload_error=str(last["error"]) if last.get("error") else None,
-        certificate_changed=bool(last.get("certificateChanged")),
-        peer_failures=tuple(
-            PeerFailure(
-                peer=str(f.get("peer") or "?"),
-                reason=str(f.get("reason") or ""),
-                certificate=bool(f.get("certificate")),
-                since=parse_iso(f.get("since")),
-                failures=int(f.get("failures") or 1),
-            )
-            for f in body.get("peerErrors") or ()
-            if isinstance(f, dict)
-        ),
-    )
-
-
-def cycle_from_progress(body: Any) -> AutoScavengeCycle | None:
-    """evdb's ``GET /auto-scavenge/progress`` (``AutoScavengeState.describe`` in evdb/autoscavenge/state.py)."""
-    if not isinstance(body, dict):
-        return None
-    done = _object(body.get("done"))
-    return AutoScavengeCycle(
-        cycle_id=str(body["clusterScavengeId"]) if body.get("clusterScavengeId") else None,
-        status=str(body.get("status") or ""),
-        members=tuple(str(m) for m in body.get("members") or ()),
-        done=tuple((str(k), str(v)) for k, v in done.items()),
-        designated=str(body["designatedNode"]) if body.get("designatedNode") else None,
-        node_scavenge_id=str(body["nodeScavengeId"]) if body.get("nodeScavengeId") else None,
-        paused=bool(body.get("paused")),
-        pause_requested=bool(body.get("pauseRequested")),
-        started_at=parse_iso(body.get("startedAt")),
-        last_problem=str(body["lastProblem"]) if body.get("lastProblem") else None,
-    )
-
-
-def _subscription_group(
-    summary: dict[str, Any], info: dict[str, Any] | None, error: str | None
-) -> SubscriptionGroup:
-    """A group from its ``/subscriptions`` summary and its ``/info`` (KurrentDB's JSON shapes)."""
-    config = _object(info.get("config")) if info is not None else {}
-    connections = tuple(
-        SubscriptionConnection(
-            source=str(c.get("from") or ""),
-            username=str(c.get("username") or ""),
-            connection_name=str(c.get("connectionName") or ""),
-            in_flight=_int_or_none(c.get("inFlightMessages")) or 0,
-            available_slots=_int_or_none(c.get("availableSlots")) or 0,
-            items_per_second=_float_or_none(c.get("averageItemsPerSecond")) or 0.0,
-            total_items=_int_or_none(c.get("totalItemsProcessed")) or 0,
-        )
-        for c in (info.get("connections") or () if info is not None else ())
-        if isinstance(c, dict)
-    )
-    source = info if info is not None else summary
-    return SubscriptionGroup(
-        stream=str(summary.get("eventStreamId", "")),
-        group=str(summary.get("groupName", "")),
-        status=str(source.get("status") or ""),
-        connection_count=len(connections)
-        if info is not None
-        else _int_or_none(summary.get("connectionCount")) or 0,
-        in_flight=_int_or_none(source.get("totalInFlightMessages")) or 0,
-        last_known=_text_or_none(source.get("lastKnownEventPosition")),
-        last_checkpointed=_text_or_none(source.get("lastCheckpointedEventPosition")),
-        items_per_second=_float_or_none(source.get("averageItemsPerSecond")) or 0.0,
-        total_items=_int_or_none(source.get("totalItemsProcessed")) or 0,
-        strategy=str(config["namedConsumerStrategy"]) if config.get("namedConsumerStrategy") else None,
-        parked=_int_or_none(info.get("parkedMessageCount")) if info is not None else None,
-        outstanding=_int_or_none(info.get("outstandingMessagesCount")) if info is not None else None,
-        connections=connections,
-        detail_error=error,
-    )
-
-
-def _node_endpoint(value: Any) -> str:
-    """A node as ``$auto-scavenges`` names it (``{"address", "port"}``, or a string) as host:port."""
-    if isinstance(value, dict) and value.get("address") and value.get("port"):
-        host = str(value["address"])
-        return f"[{host}]:{value['port']}" if ":" in host else f"{host}:{value['port']}"
-    return str(value) if isinstance(value, str) else ""
-
-
-def _text_or_none(value: Any) -> str | None:
-    return None if value is None or value == "" else str(value)
-
-
-def _object(value: Any) -> dict[str, Any]:
-    """A JSON object of an answer, or an empty one when the answer has something else there."""
-    return value if isinstance(value, dict) else {}
-
-
-def parse_iso(text: Any) -> float | None:
-    """ISO 8601 time (``Z`` or an offset; naive is UTC) to epoch seconds."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return when.timestamp()
-
-
-def _int_or_none(value: Any) -> int | None:
-    try:
-        return None if value is None else int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _float_or_none(value: Any) -> float | None:
-    try:
-        return None if value is None else float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _history_entry(
-    scavenge_id: str, data: dict[str, Any], started: str, node: str | None = None
-) -> ScavengeHistoryEntry:
-    return ScavengeHistoryEntry(
-        scavenge_id=scavenge_id,
-        result=str(data.get("result", "Unknown")),
-        started=started,
-        time_taken=str(data.get("timeTaken", "")),
-        space_saved=data.get("spaceSaved"),
-        error=data.get("error") or None,
-        node=str(data.get("nodeEndpoint") or node or ""),
-    )
-
-
-def json_or_text(response: httpx.Response) -> dict[str, Any]:
-    """KurrentDB answers ``Key: value`` text when it ignores the Accept header."""
-    try:
-        body = response.json()
-        return body if isinstance(body, dict) else {}
-    except ValueError:
-        out: dict[str, Any] = {}
-        for line in response.text.splitlines():
-            key, _, value = line.partition(":")
-            if key:
-                out[key[0].lower() + key[1:].strip()] = value.strip()
-        return out
-
-
-def _check(response: httpx.Response) -> None:
-    if response.status_code >= 300:
-        raise _status_error(response)
-
-
-def _status_error(response: httpx.Response) -> httpx.HTTPStatusError:
-    return httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request, response=response)
-
-
-def _describe(exc: BaseException) -> str:
-    """What failed, as the operator needs it: the node's status and what it said (the body)."""
-    if isinstance(exc, httpx.HTTPStatusError):
-        text = f"HTTP {exc.response.status_code} from {exc.request.url.path}"
-        try:
-            body = " ".join(exc.response.text.split())
-        except (UnicodeDecodeError, httpx.ResponseNotRead):
-            body = ""
-        return f"{text}: {body[:300]}" if body else text
-    if isinstance(exc, httpx.TimeoutException):
-        return "timed out"
-    if isinstance(exc, httpx.ConnectError):
-        return f"cannot connect ({exc})" if str(exc) else "cannot connect"
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

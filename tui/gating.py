@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tui.routine import why_not_followers_first
-from tui.state import DashboardState, NodeState
+from tui.state import AutoScavengeState, DashboardState, NodeState
 
 __all__ = ["CHANGING_ACTIONS", "GATED_ACTIONS", "LOCAL_JOBS", "LocalView", "Situation", "why_not"]
 
@@ -105,11 +105,21 @@ def _auto_unknown(node: NodeState) -> str | None:
     return None
 
 
-def _cycle_now(node: NodeState) -> str | None:
-    unknown = _auto_unknown(node)
-    if unknown or node.auto_scavenge is None:
-        return unknown
-    auto = node.auto_scavenge
+def _on_auto(
+    rule: Callable[[NodeState, AutoScavengeState], str | None],
+) -> Callable[[NodeState], str | None]:
+    """A rule of auto-scavenge's state, asked only once the node's auto-scavenge is known to be there."""
+
+    def check(node: NodeState) -> str | None:
+        unknown = _auto_unknown(node)
+        if unknown or node.auto_scavenge is None:
+            return unknown
+        return rule(node, node.auto_scavenge)
+
+    return check
+
+
+def _cycle_now(node: NodeState, auto: AutoScavengeState) -> str | None:
     if auto.cycle_available is False:
         return f"cycle now is an evdb extension, which {node.label} does not have"
     if auto.state in ("InProgress", "Pausing"):
@@ -119,13 +129,9 @@ def _cycle_now(node: NodeState) -> str | None:
     return None
 
 
-def _pause_resume(node: NodeState) -> str | None:
-    unknown = _auto_unknown(node)
-    if unknown or node.auto_scavenge is None:
-        return unknown
-    state = node.auto_scavenge.state
-    if state in ("NotConfigured", "Pausing", ""):
-        return f"auto-scavenge is {state or 'unknown'} on {node.label}"
+def _pause_resume(node: NodeState, auto: AutoScavengeState) -> str | None:
+    if auto.state in ("NotConfigured", "Pausing", ""):
+        return f"auto-scavenge is {auto.state or 'unknown'} on {node.label}"
     return None
 
 
@@ -140,11 +146,11 @@ def _start_backup(node: NodeState) -> str | None:
 #: the rule of each action on the selected node, once it answers
 _NODE_RULES: dict[str, Callable[[NodeState], str | None]] = {
     "demo_load": lambda n: f"{n.label} is busy: {n.job}" if n.job else None,
-    "cycle_now": _cycle_now,
+    "cycle_now": _on_auto(_cycle_now),
     "start_scavenge": lambda n: f"a scavenge is running on {n.label}" if _scavenging(n) else None,
     "stop_scavenge": lambda n: None if _scavenging(n) else f"no scavenge is running on {n.label}",
     "resign": lambda n: None if n.role == "Leader" else f"{n.label} is not the leader",
-    "pause_resume_auto": _pause_resume,
+    "pause_resume_auto": _on_auto(_pause_resume),
     "configure_auto": _auto_unknown,
     "start_backup": _start_backup,
 }

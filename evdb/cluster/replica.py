@@ -5,7 +5,7 @@ The cluster's decisions (evdb/cluster/service.py) call a :class:`ReplicationLog`
 :class:`ChunkLogReplication`, works on a :class:`~evdb.database.Database`: it reads through the
 database's public ``log`` and writes only inside the database's writer thread, through its typed
 :class:`~evdb.database.WriterContext` (``commit``, ``index``, ``note_epoch``, ...), so the database knows
-nothing of clusters. The deterministic simulator (evdb/cluster/sim.py) has an in-memory one.
+nothing of clusters. The deterministic simulator (evdb/cluster/sim/disk.py) has an in-memory one.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from evdb.grpc.context import CallContext, database
 from evdb.grpc.errors import access_denied, not_leader_error
 
 if TYPE_CHECKING:
-    from evdb.services import ApiServices
+    from evdb.services import GrpcServices
 
 __all__ = [
     "check_leader",
@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 
-def check_stream_access(services: ApiServices, principal: Principal, stream: str, action: str) -> None:
+def check_stream_access(services: GrpcServices, principal: Principal, stream: str, action: str) -> None:
     """The HTTP API's stream access rules (evdb.auth.stream_access), on the event loop as the HTTP API
     checks them: the stream's metadata is read through the index and the chunks' maps (``mmap``), which
     hold the GIL in a worker thread as much as on the loop, so a thread hop would only add wake-ups."""
@@ -41,14 +41,14 @@ def require_ops(principal: Principal) -> None:
         raise access_denied()
 
 
-def check_leader(services: ApiServices, ctx: CallContext) -> None:
+def check_leader(services: GrpcServices, ctx: CallContext) -> None:
     """A call that requires the leader, on a node that is not: the not-leader answer."""
     cluster = services.cluster
     if ctx.requires_leader and cluster is not None and not cluster.is_leader:
         raise not_leader_error(services)
 
 
-def require_leader(services: ApiServices) -> None:
+def require_leader(services: GrpcServices) -> None:
     """A call only the leader serves, whatever the ``requires-leader`` header says (KurrentDB's
     persistent-subscription Create/Update/Delete/Read/ReplayParked on any other node): the not-leader
     answer, or "Server Is Not Ready" while no leader is known."""

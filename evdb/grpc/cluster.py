@@ -32,7 +32,7 @@ from evdb.grpc.errors import grpc_error
 from evdb.scavenge.params import parse_scavenge_request
 
 if TYPE_CHECKING:
-    from evdb.services import ApiServices
+    from evdb.services import GrpcServices
 
 __all__ = ["GossipService", "OperationsService", "cluster_info"]
 
@@ -42,7 +42,7 @@ _STATE_NAMES = frozenset(_STATES.keys())
 ScavengeResp = operations_pb2.ScavengeResp
 
 
-def cluster_info(services: ApiServices) -> gossip_pb2.ClusterInfo:
+def cluster_info(services: GrpcServices) -> gossip_pb2.ClusterInfo:
     """The node's view of the cluster (evdb's gossip members) in the gRPC gossip shape, with the
     addresses clients are told (AdvertiseHostToClientAs, evdb/cluster/advertising.py)."""
     if services.cluster is not None:
@@ -80,7 +80,7 @@ def cluster_info(services: ApiServices) -> gossip_pb2.ClusterInfo:
 
 
 class GossipService:
-    def __init__(self, services: ApiServices) -> None:
+    def __init__(self, services: GrpcServices) -> None:
         self.services = services
 
     def __mapping__(self) -> dict[str, Handler]:
@@ -97,7 +97,7 @@ class GossipService:
 
 
 class OperationsService:
-    def __init__(self, services: ApiServices) -> None:
+    def __init__(self, services: GrpcServices) -> None:
         self.services = services
 
     def __mapping__(self) -> dict[str, Handler]:

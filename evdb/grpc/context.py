@@ -21,7 +21,7 @@ from evdb.tls.user_certificates import certificate_principal
 if TYPE_CHECKING:
     from evdb.database import Database
     from evdb.scavenge.service import ScavengeService
-    from evdb.services import ApiServices
+    from evdb.services import GrpcServices
 
 __all__ = [
     "SYSTEM",
@@ -48,7 +48,7 @@ class CallContext:
         self.requires_leader = requires_leader
 
 
-async def call_context(services: ApiServices, stream: Stream) -> CallContext:
+async def call_context(services: GrpcServices, stream: Stream) -> CallContext:
     """Authenticate the call (``authorization: Basic``); wrong credentials are UNAUTHENTICATED."""
     metadata: Mapping[str, Any] = stream.metadata or {}
     header = metadata.get("authorization")
@@ -71,13 +71,19 @@ async def call_context(services: ApiServices, stream: Stream) -> CallContext:
                 raise GRPCError(Status.UNAUTHENTICATED, "Bad credentials.")
         return CallContext(principal, requires_leader)
     if services.options.user_certificates_enabled and stream.peer is not None:  # X.509 user certificates
-        by_certificate = await certificate_principal(services, stream.peer._transport)
+        by_certificate = await certificate_principal(
+            stream.peer._transport,
+            settings=services.settings,
+            license=services.license,
+            clock=services.clock,
+            users=services.database.users,
+        )
         if by_certificate is not None:
             return CallContext(by_certificate, requires_leader)
     return CallContext(SYSTEM if services.options.insecure else _ANONYMOUS, requires_leader)
 
 
-def database(services: ApiServices) -> Database:
+def database(services: GrpcServices) -> Database:
     """The node's open database (Node.open_db); UNAVAILABLE while a follower reopens it."""
     try:
         return services.database.open_db()
@@ -85,7 +91,7 @@ def database(services: ApiServices) -> Database:
         raise GRPCError(Status.UNAVAILABLE, str(exc)) from None
 
 
-def scavenge_service(services: ApiServices) -> ScavengeService:
+def scavenge_service(services: GrpcServices) -> ScavengeService:
     """The node's scavenge service (Node.open_scavenge); UNAVAILABLE while a follower reopens it."""
     try:
         return services.database.open_scavenge()

@@ -17,7 +17,7 @@ from evdb.errors import (
 from evdb.streams import ANY, NO_STREAM, STREAM_EXISTS, check_stream_name
 
 if TYPE_CHECKING:
-    from evdb.services import ApiServices
+    from evdb.services import GrpcServices
 
 __all__ = [
     "expected_version",
@@ -82,7 +82,7 @@ def parse_uuid(message: shared_pb2.UUID) -> uuid.UUID:
     raise GRPCError(Status.INVALID_ARGUMENT, "Every event needs a valid id (a UUID).")
 
 
-def timestamp_now(services: ApiServices) -> timestamp_pb2.Timestamp:
+def timestamp_now(services: GrpcServices) -> timestamp_pb2.Timestamp:
     ts = timestamp_pb2.Timestamp()
     ts.FromNanoseconds(int(services.clock.time() * 1_000_000_000))
     return ts

@@ -31,7 +31,7 @@ from evdb.http.connections import ConnectionLimit, _Dispatch, connection_limit
 
 if TYPE_CHECKING:
     from evdb.http.lean import LeanServer
-    from evdb.services import ApiServices
+    from evdb.services import GrpcServices
 
 __all__ = ["ALPN", "JOIN_LIMIT", "DispatchSite", "GrpcServer"]
 #: In the server's order of preference: a client offering both (a browser, curl) gets HTTP/1.1, which
@@ -46,7 +46,7 @@ JOIN_LIMIT = 256 * 1024
 class GrpcServer:
     """The node's gRPC services (grpclib handlers) and the live gRPC connections."""
 
-    def __init__(self, services: ApiServices) -> None:
+    def __init__(self, services: GrpcServices) -> None:
         from evdb.grpc.cluster import GossipService, OperationsService
         from evdb.grpc.persistent import PersistentSubscriptionsService
         from evdb.grpc.server import KurrentServer

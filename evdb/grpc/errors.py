@@ -30,7 +30,7 @@ from evdb.errors import (
 )
 
 if TYPE_CHECKING:
-    from evdb.services import ApiServices
+    from evdb.services import GrpcServices
 
 __all__ = [
     "KurrentError",
@@ -46,7 +46,7 @@ def access_denied() -> GRPCError:
     return kurrent_error(Status.PERMISSION_DENIED, "Access Denied", trailers_of(AccessDenied()))
 
 
-def not_leader_error(services: ApiServices) -> GRPCError:
+def not_leader_error(services: GrpcServices) -> GRPCError:
     """KurrentDB's ``RpcExceptions.LeaderInfo``: NOT_FOUND "Leader info available" with the
     ``not-leader`` trailers naming the leader's address, as KurrentDB answers a requires-leader call on
     a follower; UNAVAILABLE "Server Is Not Ready" when no leader is known."""
@@ -59,7 +59,7 @@ def not_leader_error(services: ApiServices) -> GRPCError:
     return kurrent_error(Status.NOT_FOUND, "Leader info available", trailers_of(NotLeader(host, port)))
 
 
-def grpc_error(services: ApiServices, exc: BaseException) -> GRPCError:
+def grpc_error(services: GrpcServices, exc: BaseException) -> GRPCError:
     """evdb's errors as the gRPC statuses KurrentDB answers with (messages and trailers included)."""
     if isinstance(exc, GRPCError):
         return exc

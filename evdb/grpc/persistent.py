@@ -38,7 +38,7 @@ from evdb.persistent.service import PersistentSubscriptionService
 from evdb.storage.records import EventRecord
 
 if TYPE_CHECKING:
-    from evdb.services import ApiServices
+    from evdb.services import GrpcServices
 
 __all__ = ["PersistentSubscriptionsService"]
 
@@ -232,7 +232,7 @@ class _Sink:
 class PersistentSubscriptionsService:
     """The gRPC adapter over the node's persistent subscriptions (a grpclib handler)."""
 
-    def __init__(self, services: ApiServices) -> None:
+    def __init__(self, services: GrpcServices) -> None:
         self.services = services
 
     def __mapping__(self) -> dict[str, Handler]:
@@ -481,7 +481,7 @@ class PersistentSubscriptionsService:
                 service.nack(key, ids, action, request.nack.reason)
 
 
-async def restart_subscriptions(services: ApiServices) -> None:
+async def restart_subscriptions(services: GrpcServices) -> None:
     """RestartPersistentSubscriptions (this service's RestartSubsystem and the Operations call)."""
     try:
         await services.persistent.restart()

@@ -31,7 +31,7 @@ from evdb.grpc.errors import grpc_error
 
 if TYPE_CHECKING:
     from evdb.projections import SystemProjections
-    from evdb.services import ApiServices
+    from evdb.services import GrpcServices
 
 __all__ = ["ProjectionsService"]
 
@@ -51,7 +51,7 @@ def _value(state: str) -> struct_pb2.Value:
 class ProjectionsService:
     """The Projections service of one node (a grpclib handler: see ``__mapping__``)."""
 
-    def __init__(self, services: ApiServices) -> None:
+    def __init__(self, services: GrpcServices) -> None:
         self.services = services
 
     def __mapping__(self) -> dict[str, Handler]:

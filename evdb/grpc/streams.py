@@ -61,7 +61,7 @@ from evdb.streams import (
 from evdb.subscriptions import CaughtUp, FilterCheckpoint, subscribe_to_all, subscribe_to_stream
 
 if TYPE_CHECKING:
-    from evdb.services import ApiServices
+    from evdb.services import GrpcServices
 
 __all__ = ["StreamsService"]
 
@@ -229,7 +229,7 @@ def _new_event(message: Any) -> NewEvent:
 class StreamsService:
     """The Streams service of one node (a grpclib handler: see ``__mapping__``)."""
 
-    def __init__(self, services: ApiServices) -> None:
+    def __init__(self, services: GrpcServices) -> None:
         self.services = services
 
     def __mapping__(self) -> dict[str, Handler]:
@@ -563,16 +563,36 @@ class StreamsService:
         A batch has the deadline its options give (a duration, or before 21.10 a point in time), as
         KurrentDB's: one already passed is answered ``Timeout`` at once; one that passes before the
         batch's final request has arrived is answered ``Timeout`` then, and what else comes for that
-        batch is ignored."""
+        batch is ignored.
+
+        Complete batches are written as KurrentDB's are: handed to the writer in the order they
+        arrive, without waiting for the ones before them to be written, and each answered when its
+        write is done. So the batches of one call share the writer's commit groups (a client with
+        10,000 appends in flight on one call, as the Node.js client's flood test, is not written one
+        commit at a time past their deadlines)."""
         services = self.services
         ctx = await call_context(services, stream)
         pending: dict[bytes, tuple[Any, list[NewEvent], asyncio.Task[None] | None]] = {}
         expired: set[bytes] = set()
+        writing: set[asyncio.Task[None]] = set()
+        failed: list[BaseException] = []
         sending = asyncio.Lock()  # the answers of the call and of its timers, one at a time
+        loop = asyncio.get_running_loop()
+        reading = asyncio.current_task()
 
         async def answer(message: streams_pb2.BatchAppendResp) -> None:
             async with sending:
                 await stream.send_message(message)
+
+        async def write(correlation_id: Any, options: Any, events: list[NewEvent]) -> None:
+            try:
+                await answer(await self._batch(ctx, correlation_id, options, events))
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # the call fails with it (not leader), as KurrentDB's
+                failed.append(exc)
+                if reading is not None:
+                    reading.cancel()  # at once, not at the client's next request
 
         async def expire(correlation: bytes, correlation_id: Any, options: Any, seconds: float) -> None:
             await services.clock.sleep(seconds)
@@ -609,11 +629,23 @@ class StreamsService:
                     if timer is not None:
                         timer.cancel()
                     check_leader(services, ctx)
-                    await answer(await self._batch(ctx, request.correlation_id, options, events))
+                    # the task runs up to the writer's queue before the next request is read
+                    task = loop.create_task(write(request.correlation_id, options, events))
+                    writing.add(task)
+                    task.add_done_callback(writing.discard)
+                    await asyncio.sleep(0)
+            if writing:  # the client has sent everything: its last answers still go out
+                await asyncio.gather(*writing)
+        except asyncio.CancelledError:
+            if failed:  # a batch's write failed the call
+                raise failed[0] from None
+            raise
         finally:
             for _, _, timer in pending.values():
                 if timer is not None:
                     timer.cancel()
+            for task in writing:
+                task.cancel()
 
     async def _batch(
         self, ctx: CallContext, correlation_id: Any, options: Any, events: list[NewEvent]

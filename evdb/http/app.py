@@ -50,7 +50,13 @@ async def auth_middleware(request: web.Request, handler):
     header = request.headers.get("Authorization")
     services = request.app[SERVICES]
     if not header and services.options.user_certificates_enabled:  # KurrentDB's X.509 user certificates
-        by_certificate = await certificate_principal(services, request.transport)
+        by_certificate = await certificate_principal(
+            request.transport,
+            settings=services.settings,
+            license=services.license,
+            clock=services.clock,
+            users=services.database.users,
+        )
         if by_certificate is not None:
             request[PRINCIPAL] = by_certificate
             return await handler(request)

@@ -64,7 +64,7 @@ def freeze_startup_heap() -> None:
     generation: a node's start-up heap (modules, options, TLS, logging; about 63,000 objects) is never
     scanned again. Every full collection scanned it: 40-85 ms pauses, one about every 5 s under load on
     each node, the followers' at the same moments (they do the same work), which held a cluster's
-    answers until one follower came back (issue 24, docs/performance.md "Replication: the tail").
+    answers until one follower came back (issue 24, docs/performance-lab-notes.md "Replication: the tail").
     Called before the database opens, so that nothing a node drops later (a database reopened, chunks
     switched out) is frozen: objects made after this are collected as before."""
     global _startup_heap_frozen
@@ -81,7 +81,6 @@ class Node:
     def __init__(self, options: Options, *, clock: Clock | None = None, name: str | None = None) -> None:
         #: the options and certificates in effect; a reload replaces them (evdb/tls/reload.py)
         self.settings = NodeSettings(options)
-        self.settings.on_change(self._settings_changed)
         self.clock = clock or SystemClock()
         self.instance_id = uuid.uuid4()
         self.name = name or f"node-{self.instance_id.hex[:8]}"
@@ -211,12 +210,6 @@ class Node:
             on_became_leader=self.on_became_leader,
             truncate_and_reopen=self.truncate_and_reopen,
         )
-
-    def _settings_changed(self, options: Options, tls: NodeTls | None) -> None:
-        """A reload's new settings reach the part that keeps a copy: the replication stream's
-        ConnectionResetInterval (the peer client and the node-to-node listener read theirs at use)."""
-        if self.cluster is not None:
-            self.cluster.reset_interval = float(options.connection_reset_interval)
 
     # -- addresses -------------------------------------------------------------------------------------
     @property

@@ -134,7 +134,9 @@ class PaceValues:
 class Pacer:
     """The controller (see the module's text); ``flushed`` is called for each group commit's flush,
     from whichever thread made it, with its start and length (monotonic seconds). ``now``: monotonic
-    seconds."""
+    seconds, the system's own (``time.monotonic``) and not the node's clock: the worker processes
+    compare the times the pacer writes with their own clock, and the flush times are the database's
+    ``timer`` readings (perf_counter: on Linux the same clock)."""
 
     def __init__(
         self,

@@ -224,7 +224,7 @@ class _WritebackDisk:
       (``disk.start_writeback``) and the writer waits for the step before it;
     - automatic pacing off (``DisableScavengeAutoPacing``, a ``throttlePercent`` below 100): the fixed
       steps of issue 23, ``_STEP`` at a time, waiting for the step before (8 MiB in flight cost an
-      append about 2 ms, 1 MiB about 0.5 ms: docs/performance.md).
+      append about 2 ms, 1 MiB about 0.5 ms: docs/performance-lab-notes.md).
 
     Without ``sync_file_range`` (not Linux) a copy ``fdatasync``s every ``_FALLBACK_STEP`` bytes
     instead (every ``_STEP`` when paced). Everything else is the plain OS disk."""

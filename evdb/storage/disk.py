@@ -218,12 +218,12 @@ class Reclaimer:
     ``discard`` they are discarded then (with a journal: by the commit that frees them; ext4 without
     one, as on the machine measured, in the truncation itself): an append's write and cache flush
     wait behind the discard in the device's queue (a 256 MiB chunk file: the unlink took about 50 ms
-    and an append in another process waited 15-35 ms behind it, docs/performance.md issue 23, fourth
+    and an append in another process waited 15-35 ms behind it, docs/performance-lab-notes.md issue 23, fourth
     round). Cut down ``step`` bytes at a time with a ``pause`` between the cuts, the blocks are
     freed and discarded ``step`` bytes at a time. An append that meets a cut waits for about one
     step's discard: 2 MiB steps 2 ms apart kept an append's p99 beside the
     cuts of a 1 GiB file at 0.56-0.64 ms against 1.42-1.69 ms with 8 MiB steps 4 ms apart, and free
-    about 760 MB/s (docs/performance.md issue 23, sixth round).
+    about 760 MB/s (docs/performance-lab-notes.md issue 23, sixth round).
 
     The file is deleted by name as before (the deletion is what a power cut may undo or not); a
     descriptor opened before it (:meth:`hold`) keeps the blocks until the last map of the file in

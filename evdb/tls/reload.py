@@ -144,22 +144,17 @@ class ReloadableSettings(Protocol):
 class NodeSettings:
     """The options and certificates a node runs with now: one holder, replaced whole by a reload.
 
-    Whatever depends on a setting either reads it here at each use (the peer client takes the
-    certificates at its next call) or subscribes with :meth:`on_change` and is told at once (the
-    ConnectionResetInterval of the peer client and of the replication stream, say)."""
+    Whatever depends on a setting a reload changes reads it here at each use, through the
+    :class:`ReloadableSettings` port its type names (the peer client takes the certificates and
+    ConnectionResetInterval at its next call, the node-to-node listener the common name at the next
+    connection, the replication stream its reset interval when it is made): nobody keeps a copy."""
 
     def __init__(self, options: Options, tls: NodeTls | None = None) -> None:
         self.options = options
         self.tls = tls
-        self._subscribers: list[Callable[[Options, NodeTls | None], None]] = []
-
-    def on_change(self, subscriber: Callable[[Options, NodeTls | None], None]) -> None:
-        self._subscribers.append(subscriber)
 
     def replace(self, options: Options, tls: NodeTls | None) -> None:
         self.options, self.tls = options, tls
-        for subscriber in self._subscribers:
-            subscriber(options, tls)
 
 
 class ConfigReloader:

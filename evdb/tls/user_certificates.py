@@ -17,8 +17,10 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 if TYPE_CHECKING:
-    from evdb.auth import Principal
-    from evdb.services import ApiServices
+    from evdb.auth import Principal, UserStore
+    from evdb.clock import Clock
+    from evdb.licensing import License
+    from evdb.tls.reload import ReloadableSettings
 
 __all__ = ["certificate_principal", "certificate_user", "peer_certificate"]
 
@@ -70,19 +72,21 @@ def peer_certificate(transport: Any) -> bytes | None:
     return der if isinstance(der, bytes) else None
 
 
-async def certificate_principal(services: ApiServices, transport: Any) -> Principal | None:
+async def certificate_principal(
+    transport: Any, *, settings: ReloadableSettings, license: License | None, clock: Clock, users: UserStore
+) -> Principal | None:
     """The user a request's TLS client certificate authenticates, when the node has user certificates
-    enabled (UserCertificatesEnabled) and licensed (USER_CERTIFICATES); None otherwise (the request
-    goes on as it would without the certificate, as KurrentDB's plugin falls through)."""
-    if not services.options.user_certificates_enabled:
+    enabled (UserCertificatesEnabled, in the settings in effect) and licensed (USER_CERTIFICATES); None
+    otherwise (the request goes on as it would without the certificate, as KurrentDB's plugin falls
+    through)."""
+    if not settings.options.user_certificates_enabled:
         return None
-    license_ = services.license
-    if license_ is None or not license_.allows("USER_CERTIFICATES", services.clock.time()):
+    if license is None or not license.allows("USER_CERTIFICATES", clock.time()):
         return None
     der = peer_certificate(transport)
     if der is None:
         return None
-    login = certificate_user(der, services.clock.time())
+    login = certificate_user(der, clock.time())
     if login is None:
         return None
-    return await asyncio.to_thread(services.database.users.principal_of_certificate, login)
+    return await asyncio.to_thread(users.principal_of_certificate, login)

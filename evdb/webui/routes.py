@@ -32,7 +32,7 @@ from evdb.scavenge.scavenger import STAGES
 from evdb.webui import views
 
 if TYPE_CHECKING:
-    from evdb.services import ApiServices
+    from evdb.services import WebUiServices
 
 __all__ = ["MAX_PAGE", "PAGE", "setup"]
 
@@ -136,7 +136,7 @@ def _count(request: web.Request) -> int:
 async def cluster_fragment(request: web.Request) -> web.Response:
     """This node and the cluster members as it sees them (the members of ``/gossip``)."""
     principal = require_authenticated(request)
-    services = get_services(request)
+    services: WebUiServices = get_services(request)
     members = services.cluster.members() if services.cluster else []
     own_id = str(services.instance_id)
     return _html(
@@ -150,7 +150,7 @@ async def cluster_fragment(request: web.Request) -> web.Response:
     )
 
 
-def _current_values(services: ApiServices) -> dict[str, Any]:
+def _current_values(services: WebUiServices) -> dict[str, Any]:
     """Blocking: the running scavenge's figures, or the last one's id and result."""
     service = services.database.scavenge
     figures = service.progress() if service else None
@@ -174,7 +174,7 @@ def _current_values(services: ApiServices) -> dict[str, Any]:
 async def admin_current_fragment(request: web.Request) -> web.Response:
     """The running scavenge (id, phase, progress) with its stop button; the page polls it."""
     require_ops(request, legacy=False)
-    services = get_services(request)
+    services: WebUiServices = get_services(request)
     values = await asyncio.to_thread(_current_values, services)
     return _html("admin_current.html", **values)
 
@@ -182,7 +182,7 @@ async def admin_current_fragment(request: web.Request) -> web.Response:
 async def admin_fragment(request: web.Request) -> web.Response:
     """The Admin page: current scavenge, start form, auto-scavenge box, history from ``$scavenges``."""
     require_ops(request, legacy=False)
-    services = get_services(request)
+    services: WebUiServices = get_services(request)
     db = database(request)
 
     def gather() -> dict[str, Any]:
@@ -224,7 +224,7 @@ async def subscriptions_fragment(request: web.Request) -> web.Response:
     with a replay button for parked messages; a node that does not serve them (a follower: the leader
     does) says so and names the leader."""
     require_authenticated(request)
-    services = get_services(request)
+    services: WebUiServices = get_services(request)
     state = services.cluster.state if services.cluster else "Leader"
     try:
         groups = services.persistent.list()

@@ -7,8 +7,10 @@ from __future__ import annotations
 import base64
 import json
 import queue
+import threading
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -24,6 +26,7 @@ from kurrentdbclient.protos.v1 import (
     streams_pb2,
     streams_pb2_grpc,
 )
+from waiting import wait_until
 
 from tests.clients.conftest import ADMIN, NodeThread, tls_node_with_user
 
@@ -187,3 +190,49 @@ def test_deleting_a_stream_with_only_metadata_as_no_stream_succeeds(node):
         # a stream without even metadata: still refused (kurrentdbclient: NotFoundError)
         with pytest.raises(NotFoundError):
             client.delete_stream(name("never"), current_version=StreamState.NO_STREAM)
+
+
+class _HeldQueue:
+    """The writer's queue with its blocking ``get`` held until ``release``: the test sees what is
+    handed to the writer while it writes nothing."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.puts = 0
+        self.released = threading.Event()
+
+    def put(self, item: Any) -> None:
+        self.puts += 1
+        self.real.put(item)
+
+    def get(self) -> Any:
+        self.released.wait()
+        return self.real.get()
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.real, attribute)
+
+
+def test_the_batches_of_one_call_are_written_without_waiting_for_each_other(node):
+    """KurrentDB hands each complete batch of a BatchAppend call to its writer as it arrives and answers
+    each when written: the Node.js client's flood test has 10,000 appends in flight on one call, each
+    with a 10 s deadline. Written one at a time (each awaited before the next was read), they missed
+    their deadlines on a loaded machine; now they reach the writer together, in their order."""
+    stream = name("flood")
+    count = 50
+    writer = node.thread.node.db._writer  # the database's GroupCommitWriter
+    held = _HeldQueue(writer._queue)
+    node.thread.call(setattr, writer, "_queue", held)
+    stub = streams_pb2_grpc.StreamsStub(node.channel)
+    requests = [batch_request(stream, str(uuid.uuid4()), final=True) for _ in range(count)]
+    try:
+        call = stub.BatchAppend(iter(requests), metadata=node.metadata(), timeout=60)
+        # the writer takes nothing while held: every batch must still have been handed to it
+        wait_until(lambda: held.puts >= count, 30, "every batch handed to the writer")
+        held.released.set()
+        answers = {a.correlation_id.string: a for a in call}
+    finally:
+        held.released.set()
+        node.thread.call(setattr, writer, "_queue", held.real)
+    revisions = [answers[r.correlation_id.string].success.current_revision for r in requests]
+    assert revisions == list(range(count))  # written in the order they came

@@ -22,8 +22,9 @@ import pytest
 from waiting import wait_until
 
 from evdb.cluster.launcher import LocalCluster
+from evdb.cluster.receiving import ChunkFileReceiver
 from evdb.cluster.replica import ChunkLogReplication
-from evdb.cluster.service import ChunkFileReceiver, chunk_file_header, chunk_file_pieces
+from evdb.cluster.sending import chunk_file_header, chunk_file_pieces
 from evdb.database import Database
 from evdb.errors import CorruptedFile, EvdbError, StorageError
 from evdb.scavenge.service import ScavengeRequest, ScavengeService
@@ -542,20 +543,21 @@ async def test_a_replica_refuses_a_corrupted_chunk_file_and_takes_it_again(tmp_p
     replica refuses it (nothing installed), reconnects, takes the file again and serves the same reads."""
     import asyncio
 
-    import evdb.cluster.service as service
+    import evdb.cluster.sending as sending
+    from evdb.cluster.wire import CHUNK_PIECE
     from evdb.node import Node
 
-    real_pieces = service.chunk_file_pieces
+    real_pieces = sending.chunk_file_pieces
     corrupted: list[str] = []
 
-    def pieces_with_one_flipped_byte(chunk, piece_size=service._CHUNK_PIECE):
+    def pieces_with_one_flipped_byte(chunk, piece_size=CHUNK_PIECE):
         for i, piece in enumerate(real_pieces(chunk, piece_size)):
             if not corrupted and i == 0:
                 corrupted.append(chunk.file_name)
                 piece = piece[:500] + bytes([piece[500] ^ 1]) + piece[501:]
             yield piece
 
-    monkeypatch.setattr(service, "chunk_file_pieces", pieces_with_one_flipped_byte)
+    monkeypatch.setattr(sending, "chunk_file_pieces", pieces_with_one_flipped_byte)
     async with Node(node_options(tmp_path / "leader"), clock=clock, name="leader") as leader:
         db = leader.db
         await asyncio.to_thread(fill, db, 20)

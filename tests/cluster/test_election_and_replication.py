@@ -10,8 +10,9 @@ from collections.abc import Iterator
 import pytest
 
 from evdb.cluster.election import LogStanding, VoteRequest, grant_vote, majority
+from evdb.cluster.gossip import parse_gossip_seeds
 from evdb.cluster.replica import ChunkLogReplication
-from evdb.cluster.service import parse_gossip_seeds, resolve_common_point
+from evdb.cluster.sending import resolve_common_point
 from evdb.database import Database
 from evdb.errors import InvalidOption, NotLeader, WrongExpectedVersion
 from evdb.streams import NewEvent

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from evdb.cluster import receiving, sim
 from evdb.cluster import service as cluster_service
-from evdb.cluster import sim
 from evdb.cluster.following import FollowerStream
 from evdb.cluster.transport import Message
 
@@ -101,7 +101,7 @@ def _records(position: int, frames: bytes, commit: int) -> Message:
 
 def test_the_follower_takes_commit_messages_as_they_arrive_and_queues_the_rest():
     taken: list[int] = []
-    inbox = cluster_service._Inbox(taken.append)
+    inbox = receiving.Inbox(taken.append)
     stream = _Stream(
         _records(0, b"aa", commit=-1),
         Message(binary=struct.pack("<q", 2)),

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from evdb.cluster import service as cluster_service
-from evdb.cluster import sim
+from evdb.cluster import sending, sim
 
 SEEDS = range(2)
 CLIENTS = 40  # writers at once: commit groups of several writes, as under load
@@ -31,7 +30,7 @@ def _messages(monkeypatch, *, window: int) -> tuple[Counter, list[sim.Simulation
 
     monkeypatch.setattr(sim.SimChannel, "post_bytes", counted_post)
     monkeypatch.setattr(sim.SimChannel, "send_json", counted_json)
-    monkeypatch.setattr(cluster_service, "SEND_WINDOW", window)
+    monkeypatch.setattr(sending, "SEND_WINDOW", window)
     results = [sim.run_seed(seed, seconds=4.0, clients=CLIENTS) for seed in SEEDS]
     return counts, results
 

@@ -8,11 +8,11 @@ import uuid
 
 import pytest
 
-from evdb.cluster import service as cluster_service
-from evdb.cluster import sim
+from evdb.cluster import sending, sim
+from evdb.cluster.receiving import Inbox, records_batch_of
 from evdb.cluster.replica import ChunkLogReplication
-from evdb.cluster.service import _RECORDS, _Inbox, _records_batch
 from evdb.cluster.transport import Message
+from evdb.cluster.wire import RECORDS
 from evdb.database import Database
 from evdb.errors import StorageError
 from tests.cluster.test_election_and_replication import events, leader_and_follower, log_content
@@ -117,11 +117,11 @@ def test_a_bad_message_keeps_the_whole_ones_before_it_and_nothing_of_itself(tmp_
 
 
 def records_message(position: int, frames: bytes, commit: int = -1) -> Message:
-    return Message(binary=_RECORDS.pack(position, commit) + frames)
+    return Message(binary=RECORDS.pack(position, commit) + frames)
 
 
 def test_the_follower_takes_the_records_queued_behind_a_message_and_the_commits_with_them():
-    inbox = _Inbox()
+    inbox = Inbox()
     queued = [
         records_message(13, b"bb", commit=10),
         records_message(15, b"ccc", commit=12),
@@ -129,12 +129,12 @@ def test_the_follower_takes_the_records_queued_behind_a_message_and_the_commits_
         records_message(18, b"d", commit=15),
     ]
     inbox.messages.extend(queued)
-    pieces, commit = _records_batch(records_message(10, b"aaa", commit=7).binary, inbox)  # type: ignore[arg-type]
+    pieces, commit = records_batch_of(records_message(10, b"aaa", commit=7).binary, inbox)  # type: ignore[arg-type]
     assert pieces == [(10, b"aaa"), (13, b"bb"), (15, b"ccc")]
     assert commit == 12
     assert list(inbox.messages) == queued[2:]
     # nothing queued: the message alone, with the commit position it carries
-    pieces, commit = _records_batch(records_message(18, b"d", commit=15).binary, _Inbox())  # type: ignore[arg-type]
+    pieces, commit = records_batch_of(records_message(18, b"d", commit=15).binary, Inbox())  # type: ignore[arg-type]
     assert (pieces, commit) == ([(18, b"d")], 15)
 
 
@@ -149,7 +149,7 @@ def test_simulated_followers_write_what_arrived_together_in_one_batch(monkeypatc
     monkeypatch.setattr(sim.SimDatabase, "apply_replicated_batch", counted)
     # a leader keeps at most SEND_WINDOW records messages out, so with the default of 2 a follower
     # never finds two queued: open the window to see the follower's own batching
-    monkeypatch.setattr(cluster_service, "SEND_WINDOW", 1000)
+    monkeypatch.setattr(sending, "SEND_WINDOW", 1000)
     for seed in range(8):  # messages that arrive while a follower writes are rare in the simulation
         result = sim.run_seed(seed, seconds=4.0)
         assert result.ok, result.violations

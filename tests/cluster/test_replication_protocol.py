@@ -8,8 +8,10 @@ import logging
 from types import SimpleNamespace
 from typing import Any
 
-from evdb.cluster.service import REPLICATION_PROTOCOL, ClusterService
+from evdb.cluster.receiving import ReplicationSink
+from evdb.cluster.sending import ReplicationSource
 from evdb.cluster.transport import Message
+from evdb.cluster.wire import REPLICATION_PROTOCOL
 
 
 class FakeChannel:
@@ -33,7 +35,7 @@ def test_a_leader_refuses_a_follower_of_an_older_protocol(caplog):
     channel = FakeChannel(old_hello)
     leader = SimpleNamespace(logger=logging.getLogger("evdb.cluster.test"))
     with caplog.at_level(logging.WARNING, "evdb.cluster.test"):
-        asyncio.run(ClusterService._serve_follower(leader, channel))  # type: ignore[arg-type]
+        asyncio.run(ReplicationSource._serve_follower(leader, channel))  # type: ignore[arg-type]
     assert channel.sent == [{"error": f"replication protocol 1; this leader speaks {REPLICATION_PROTOCOL}"}]
     assert "Follower f-1 speaks replication protocol 1" in caplog.text
 
@@ -44,4 +46,4 @@ def test_the_hello_names_the_protocol():
         read_only=False,
         db=SimpleNamespace(committed_position=0, epochs=lambda n: []),
     )
-    assert ClusterService._hello(service)["protocol"] == REPLICATION_PROTOCOL  # type: ignore[arg-type]
+    assert ReplicationSink._hello(SimpleNamespace(service=service))["protocol"] == REPLICATION_PROTOCOL  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""A node's start-up heap is out of the cyclic collector's reach (issue 24, docs/performance.md
+"""A node's start-up heap is out of the cyclic collector's reach (issue 24, docs/performance-lab-notes.md
 "Replication: the tail"): every full collection used to scan the ~63,000 objects a node makes at start-up
 (modules, options, TLS, logging), 40-85 ms pauses about every 5 s under load on each node, the
 followers' at the same moments. The node freezes that heap once, before its database opens, so a full

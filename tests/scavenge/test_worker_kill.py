@@ -327,6 +327,7 @@ def _kill_during_a_paced_scavenge(tmp_path: Path, name: str, moment: float | Non
     seen: list[psutil.Process] = []
     appender = Appender(str(node.client.base_url), "load")
     try:
+        wait_until(lambda: len(appender.acknowledged) >= 5, 60, "the client's first appends")
         r = node.client.post(
             "/admin/scavenge", params={"threshold": "-1"}, headers={"Accept": "application/json"}
         )
@@ -375,7 +376,12 @@ def test_kill_9_at_moments_of_a_paced_scavenge_leaves_no_orphan_and_the_next_one
     appender = Appender(str(node.client.base_url), "load")
     try:
         assert not temp_files(tmp_path)
-        r = node.client.post("/admin/scavenge", headers={"Accept": "application/json"})
+        # the client is writing before the scavenge starts, and the scavenge copies every chunk
+        # (a killed run may have ended before its kill): there are copies to pace
+        wait_until(lambda: len(appender.acknowledged) >= 5, 60, "the client's first appends")
+        r = node.client.post(
+            "/admin/scavenge", params={"threshold": "-1"}, headers={"Accept": "application/json"}
+        )
         assert r.status_code == 200, r.text
         assert wait_until(lambda: scavenge_result(node.client), 120, "the scavenge to end", 0.1) == "Success"
         appender.stop()

@@ -1,4 +1,4 @@
-"""The deterministic cluster simulation (evdb/cluster/sim.py) in CI: the real ClusterService of every
+"""The deterministic cluster simulation (evdb/cluster/sim/) in CI: the real ClusterService of every
 node under seeded crashes, restarts, partitions, pauses, message loss and delay, clock jumps and resigns.
 
 Each seed is checked for safety and for liveness (Simulation.check_liveness: once a majority has been
@@ -34,8 +34,8 @@ def _failures(results: list[sim.SimulationResult]) -> list[str]:
     ]
 
 
-# CPU-bound (141 ms of CPU a 3-node seed, 318 ms a 5-node one: about 2 minutes on two idle cores); on a
-# machine that also runs another copy of the suite it took over 5, the default bound
+# CPU-bound (121 ms of CPU a 3-node seed, 275 ms a 5-node one: about 1.5 minutes on two idle cores); on
+# a machine that also runs another copy of the suite it took over 5, the default bound
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize(("nodes", "first", "count"), [(3, 0, 1100), (5, 100_000, 270)])
 def test_seeds_keep_every_invariant(nodes, first, count):

@@ -125,7 +125,10 @@ class FakeNode:
     auto_scavenge_progress: dict[str, Any] | None = None
     #: evdb's GET /admin/certificates (None: 404, as KurrentDB)
     certificates: dict[str, Any] | None = None
+    #: GET /admin/backup/current: None 404 (a node without backups), {} 204 (never backed up)
     backup: dict[str, Any] | None = None
+    #: evdb's GET /info/options rows (None: 404, as KurrentDB and older evdb nodes)
+    options: list[dict[str, Any]] | None = None
     #: the cluster's persistent subscriptions (None: no /subscriptions endpoint, 404)
     subscriptions: FakeSubscriptions | None = None
     requests: list[httpx.Request] = field(default_factory=list)
@@ -232,6 +235,8 @@ class FakeNode:
         if path == "/info":
             features = {"evdb": True} if self.evdb else {}
             return httpx.Response(200, json={"esVersion": "x", "features": features})
+        if path == "/info/options" and self.options is not None:
+            return httpx.Response(200, json=self.options)
         if path == "/admin/scavenge/current":
             link = f"/admin/scavenge/{self.scavenge_id}" if self.scavenge_id else ""
             return httpx.Response(200, json={"scavengeId": self.scavenge_id, "scavengeLink": link})
@@ -320,7 +325,7 @@ class FakeNode:
         if path == "/admin/backup/current":
             if self.backup is None:
                 return httpx.Response(404)
-            return httpx.Response(200, json=self.backup)
+            return httpx.Response(200, json=self.backup) if self.backup else httpx.Response(204)
         if (
             path == "/subscriptions" or path.startswith("/subscriptions/")
         ) and self.subscriptions is not None:
@@ -331,7 +336,13 @@ class FakeNode:
             if path == "/admin/node/resign" and self.on_resign is not None:
                 self.on_resign()
             return httpx.Response(200)
-        return httpx.Response(404, text="Not found")
+        return NO_ROUTE()
+
+
+def NO_ROUTE() -> httpx.Response:
+    """What a fake answers a request it does not serve: 404, marked so that the contract's meta-test
+    (tests/tui/test_client_contract.py) tells a fake lacking a request from a node's own 404."""
+    return httpx.Response(404, text="Not found", headers={"x-fake": "no-route"})
 
 
 @dataclass
@@ -354,7 +365,7 @@ class FakeMirror:
             raise httpx.ConnectError("connection refused", request=request)
         if request.url.path == "/status" and self.status is not None:
             return httpx.Response(200, json=self.status)
-        return httpx.Response(404, text="Not found")
+        return NO_ROUTE()
 
 
 def mirror_status(**changes: Any) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import pytest
 from evdb.clock import ManualClock
 from tests.tui.conftest import PROGRESS, make_app
 from tests.tui.fake_node import FakeMirror, FakeNode, mirror_status
+from tests.tui.pilot import notices, until
 from tui.state import CertificateState
 
 
@@ -216,12 +217,18 @@ def test_every_panel(snap_compare, tmp_path, size, state, panel):
             clock.advance(9)
             await app.poll_all()
         app.tick()
+        await pilot.pause()  # a notice is a message: handled before it is cleared
         app.clear_notifications()  # the toasts (a backup's end) are tested in test_truth.py
         if panel == "activity":
             await pilot.press("l")
             await pilot.pause()
             await pilot.click("#send")
+            # the dialog's answer reaches the app a message later (only then is the call's worker started)
+            # and a notice is a message too: on a busy machine the notices were cleared before the call's
+            # came, which then showed in the screenshot
+            await until(pilot, lambda: notices(app), "the reload's notice")
             await app.workers.wait_for_complete()
+            await pilot.pause()
             app.clear_notifications()
         await pilot.press(PANELS[panel])
         await pilot.pause()
