@@ -48,12 +48,14 @@ _FRAME_FIXED = rec.FRAME_OVERHEAD + rec.EVENT_HEADER.size
 class Pending:
     """Records written in the current segment, waiting for the fsync that commits them."""
 
-    __slots__ = ("answers", "entries", "names")
+    __slots__ = ("answers", "entries", "names", "told")
 
     def __init__(self) -> None:
         self.entries: list[tuple[int, int, int]] = []
         self.names: set[str] = set()
         self.answers: list = []  # (answer, result)
+        #: the visibility watches told of ``names`` (evdb.database.visibility.Told)
+        self.told: list = []
 
 
 class Segment(Protocol):
