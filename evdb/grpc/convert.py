@@ -18,14 +18,40 @@ from evdb.streams import ANY, NO_STREAM, STREAM_EXISTS, check_stream_name
 
 if TYPE_CHECKING:
     from evdb.services import GrpcServices
+    from evdb.storage.records import EventRecord
 
 __all__ = [
+    "BINARY",
+    "JSON",
     "expected_version",
     "parse_uuid",
+    "recorded_event_fields",
     "stream_name",
     "timestamp_now",
     "uuid_message",
 ]
+
+JSON = "application/json"
+BINARY = "application/octet-stream"
+
+
+def recorded_event_fields(record: EventRecord, position: int, event_id: shared_pb2.UUID) -> dict[str, Any]:
+    """The fields of a ``RecordedEvent`` (the streams' reads and the persistent subscriptions' alike):
+    evdb's commit and prepare positions are one and the same, ``position``."""
+    return {
+        "id": event_id,
+        "stream_identifier": shared_pb2.StreamIdentifier(stream_name=record.stream.encode()),
+        "stream_revision": record.event_number,
+        "prepare_position": position,
+        "commit_position": position,
+        "metadata": {
+            "type": record.event_type,
+            "content-type": JSON if record.is_json else BINARY,
+            "created": str(record.timestamp),
+        },
+        "custom_metadata": record.metadata,
+        "data": record.data,
+    }
 
 
 def expected_version(options: Any, oneof: str, revision_field: str) -> int:

@@ -29,7 +29,7 @@ from evdb.errors import (
 )
 from evdb.grpc.access import check_leader, check_stream_access, require_leader
 from evdb.grpc.context import CallContext, call_context
-from evdb.grpc.convert import stream_name
+from evdb.grpc.convert import recorded_event_fields, stream_name
 from evdb.grpc.errors import access_denied, grpc_error
 from evdb.grpc.server import MessageWriter
 from evdb.persistent import ALL, EventFilterSpec, EventSource, GroupSettings
@@ -44,28 +44,14 @@ __all__ = ["PersistentSubscriptionsService"]
 
 P = persistent_pb2
 PREFIX = "/event_store.client.persistent_subscriptions.PersistentSubscriptions/"
-JSON = "application/json"
-BINARY = "application/octet-stream"
 _NAMED = {0: "DispatchToSingle", 1: "RoundRobin", 2: "Pinned"}
 _NACK = {0: "Unknown", 1: "Park", 2: "Retry", 3: "Skip", 4: "Stop"}
 _DROPPED = object()
 
 
 def _recorded(record: EventRecord, position: int) -> P.ReadResp.ReadEvent.RecordedEvent:
-    return P.ReadResp.ReadEvent.RecordedEvent(
-        id=shared_pb2.UUID(string=str(uuid.UUID(bytes=record.event_id))),
-        stream_identifier=shared_pb2.StreamIdentifier(stream_name=record.stream.encode()),
-        stream_revision=record.event_number,
-        prepare_position=position,
-        commit_position=position,
-        metadata={
-            "type": record.event_type,
-            "content-type": JSON if record.is_json else BINARY,
-            "created": str(record.timestamp),
-        },
-        custom_metadata=record.metadata,
-        data=record.data,
-    )
+    event_id = shared_pb2.UUID(string=str(uuid.UUID(bytes=record.event_id)))
+    return P.ReadResp.ReadEvent.RecordedEvent(**recorded_event_fields(record, position, event_id))
 
 
 def _read_event(resolved: ResolvedEvent, retry_count: int, structured: bool) -> P.ReadResp:

@@ -45,7 +45,16 @@ from evdb.errors import (
 )
 from evdb.grpc.access import check_leader, check_stream_access
 from evdb.grpc.context import CallContext, call_context, database
-from evdb.grpc.convert import expected_version, parse_uuid, stream_name, timestamp_now, uuid_message
+from evdb.grpc.convert import (
+    BINARY,
+    JSON,
+    expected_version,
+    parse_uuid,
+    recorded_event_fields,
+    stream_name,
+    timestamp_now,
+    uuid_message,
+)
 from evdb.grpc.errors import grpc_error
 from evdb.grpc.server import MessageWriter, send_messages
 from evdb.projections.links import LINK_TYPE, Resolved, resolve_link, resolve_links
@@ -73,26 +82,13 @@ LOOP_PAGE = 128
 #: KurrentDB's ``Enumerator.DefaultReadBatchSize``: the most matching events of a filtered page, and the
 #: search window of a filter sent with ``count``
 READ_BATCH_SIZE = 32
-JSON = "application/json"
-BINARY = "application/octet-stream"
 _FORWARDS = streams_pb2.ReadReq.Options.Forwards
 
 
 def _recorded(record: EventRecord, structured: bool) -> ReadResp:
     position = record.log_position
     event = RecordedEvent(
-        id=uuid_message(record.event_id, structured),
-        stream_identifier=shared_pb2.StreamIdentifier(stream_name=record.stream.encode()),
-        stream_revision=record.event_number,
-        prepare_position=position,
-        commit_position=position,
-        metadata={
-            "type": record.event_type,
-            "content-type": JSON if record.flags & 0x100 else BINARY,
-            "created": str(record.timestamp),
-        },
-        custom_metadata=record.metadata,
-        data=record.data,
+        **recorded_event_fields(record, position, uuid_message(record.event_id, structured))
     )
     return ReadResp(event=ReadResp.ReadEvent(event=event, commit_position=position))
 
@@ -654,14 +650,7 @@ class StreamsService:
         response = streams_pb2.BatchAppendResp(
             correlation_id=correlation_id, stream_identifier=options.stream_identifier
         )
-        if expected >= 0:
-            response.stream_position = expected
-        elif expected == NO_STREAM:
-            response.no_stream.CopyFrom(empty_pb2.Empty())
-        elif expected == STREAM_EXISTS:
-            response.stream_exists.CopyFrom(empty_pb2.Empty())
-        else:
-            response.any.CopyFrom(empty_pb2.Empty())
+        _set_expected(response, expected)
         try:
             name = stream_name(options.stream_identifier)
         except GRPCError as exc:  # this batch fails, with the reason; the call goes on
@@ -677,14 +666,7 @@ class StreamsService:
                 detail.current_no_stream.CopyFrom(empty_pb2.Empty())
             else:
                 detail.current_stream_revision = exc.current_version
-            if expected >= 0:
-                detail.expected_stream_position = expected
-            elif expected == NO_STREAM:
-                detail.expected_no_stream.CopyFrom(empty_pb2.Empty())
-            elif expected == STREAM_EXISTS:
-                detail.expected_stream_exists.CopyFrom(empty_pb2.Empty())
-            else:
-                detail.expected_any.CopyFrom(empty_pb2.Empty())
+            _set_expected(detail, expected, "expected_")
             response.error.CopyFrom(_status(Status.FAILED_PRECONDITION, str(exc), detail))
             return response
         except StreamDeleted as exc:
@@ -786,3 +768,14 @@ def _status(status: Status, message: str, detail: Any) -> status_pb2.Status:
     packed.Pack(detail)
     code = code_pb2.Code.Value(status.name)  # grpclib's Status as google.rpc.Code (same names, numbers)
     return status_pb2.Status(code=code, message=message, details=packed)
+
+
+def _set_expected(message: Any, expected: int, prefix: str = "") -> None:
+    """Set the expected-version oneof of a BatchAppend answer (``prefix`` "") or of its
+    WrongExpectedVersion detail (``prefix`` "expected_"): ``stream_position``, ``no_stream``,
+    ``stream_exists`` or ``any``."""
+    if expected >= 0:
+        setattr(message, f"{prefix}stream_position", expected)
+        return
+    kind = {NO_STREAM: "no_stream", STREAM_EXISTS: "stream_exists"}.get(expected, "any")
+    getattr(message, f"{prefix}{kind}").CopyFrom(empty_pb2.Empty())
