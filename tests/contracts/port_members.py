@@ -29,7 +29,10 @@ def drift(port: type, real: type, fake: type) -> list[str]:
 
 def _instance_attributes(cls: type) -> set[str]:
     """The attributes an instance sets in ``__init__`` (self.name = ...)."""
-    source = inspect.getsource(cls.__init__)  # type: ignore[misc]
+    try:
+        source = inspect.getsource(cls.__init__)  # type: ignore[misc]
+    except TypeError:  # no __init__ of its own (object's, written in C): no instance attributes set
+        return set()
     return {line.split("self.", 1)[1].split(":")[0].split("=")[0].strip() for line in source.splitlines()
             if line.strip().startswith("self.") and "=" in line}  # fmt: skip
 
