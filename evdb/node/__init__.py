@@ -17,7 +17,7 @@ import os
 import socket
 import ssl
 import uuid
-from typing import Any
+from typing import Any, TypedDict
 
 from aiohttp import web
 
@@ -73,6 +73,18 @@ def freeze_startup_heap() -> None:
     _startup_heap_frozen = True
     gc.collect()
     gc.freeze()
+
+
+class NodeFacts(TypedDict):
+    """The keywords every set of services the node builds shares (ApiServices, NodeClusterHost)."""
+
+    name: str
+    instance_id: uuid.UUID
+    logger: logging.Logger
+    clock: Clock
+    settings: NodeSettings
+    addresses: NodeAddresses
+    database: OpenDatabase
 
 
 class Node:
@@ -192,9 +204,10 @@ class Node:
             ),
         )
 
-    def _cluster_host(self) -> NodeClusterHost:
-        """What the cluster service is given of this node (once the HTTP port is bound)."""
-        return NodeClusterHost(
+    def _facts(self) -> NodeFacts:
+        """What every set of services is given of this node: who it is, its log and clock, its settings
+        and addresses (read at use), the database open now."""
+        return NodeFacts(
             name=self.name,
             instance_id=self.instance_id,
             logger=self.logger,
@@ -202,6 +215,12 @@ class Node:
             settings=self.settings,
             addresses=self.addresses,
             database=self.opened,
+        )
+
+    def _cluster_host(self) -> NodeClusterHost:
+        """What the cluster service is given of this node (once the HTTP port is bound)."""
+        return NodeClusterHost(
+            **self._facts(),
             replication_log=self.replication_log,
             on_became_leader=self.on_became_leader,
             truncate_and_reopen=self.truncate_and_reopen,
@@ -212,41 +231,13 @@ class Node:
     def host(self) -> str:
         return self.addresses.host
 
-    @host.setter
-    def host(self, host: str) -> None:
-        self.addresses.host = host
-
     @property
     def port(self) -> int:
         return self.addresses.port
 
-    @port.setter
-    def port(self, port: int) -> None:
-        self.addresses.port = port
-
-    @property
-    def scheme(self) -> str:
-        return self.addresses.scheme
-
     @property
     def http_url(self) -> str:
         return self.addresses.http_url
-
-    @property
-    def advertised_host(self) -> str:
-        return self.addresses.advertised_host
-
-    @property
-    def advertised_port(self) -> int:
-        return self.addresses.advertised_port
-
-    @property
-    def client_endpoint(self) -> tuple[str, int]:
-        return self.addresses.client_endpoint
-
-    @property
-    def endpoint(self) -> str:
-        return self.addresses.endpoint
 
     def set_status(self, name: str, status: str) -> None:
         self.statuses[name] = (status, self.clock.time())
@@ -325,7 +316,7 @@ class Node:
             db,
             state_path=ScavengeService.state_path_for(self.db_config.resolved_index_dir),
             logger=self.logger,
-            node_endpoint=self.endpoint,
+            node_endpoint=self.addresses.endpoint,
             merging=not o.disable_scavenge_merging,
             auto_pacing=not o.disable_scavenge_auto_pacing,
             unsafe_ignore_hard_delete=o.unsafe_ignore_hard_delete,
@@ -428,7 +419,8 @@ class Node:
             name=self.name,
             db=lambda: self.db,
             cluster=MembershipView(
-                lambda: self.cluster, lambda: peer_name((self.advertised_host, self.advertised_port))
+                lambda: self.cluster,
+                lambda: peer_name((self.addresses.advertised_host, self.addresses.advertised_port)),
             ),
             peers=self.peer_client,
         )
@@ -524,13 +516,7 @@ class Node:
     def api_services(self) -> ApiServices:
         """What the HTTP API, the gRPC API and the web UI answer from (once the services run)."""
         return ApiServices(
-            name=self.name,
-            instance_id=self.instance_id,
-            logger=self.logger,
-            clock=self.clock,
-            settings=self.settings,
-            addresses=self.addresses,
-            database=self.opened,
+            **self._facts(),
             cluster=self.cluster,
             peers=self.peer_client,
             persistent=self.persistent,
@@ -595,7 +581,7 @@ class Node:
     # -- statistics ------------------------------------------------------------------------------------
     @property
     def stats_stream(self) -> str:
-        return f"$stats-{self.endpoint}"
+        return f"$stats-{self.addresses.endpoint}"
 
     def collect_stats(self) -> dict[str, Any]:
         """KurrentDB's /stats shape, grouped by name (proc, sys, es)."""

@@ -111,7 +111,9 @@ def test_each_series_without_meaning_is_documented_with_its_reason():
 async def _traffic(node, stop: asyncio.Event, log: list[str]) -> None:
     """Appends and reads over HTTP and gRPC, a nack that parks an event, until ``stop``."""
     headers = {"Content-Type": "application/vnd.eventstore.events+json"}
-    client = await asyncio.to_thread(KurrentDBClient, f"kurrentdb://admin:changeit@{node.endpoint}?tls=false")
+    client = await asyncio.to_thread(
+        KurrentDBClient, f"kurrentdb://admin:changeit@{node.addresses.endpoint}?tls=false"
+    )
     try:
         async with httpx.AsyncClient(base_url=node.http_url, auth=("admin", "changeit"), timeout=30) as c:
             r = await c.put("/subscriptions/metrics-s/metrics-g", json={"minCheckPointCount": 1})
