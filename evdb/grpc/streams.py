@@ -26,7 +26,7 @@ import re
 import uuid
 from collections.abc import Callable
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from google.protobuf import any_pb2, empty_pb2
 from grpclib import GRPCError
@@ -277,9 +277,9 @@ class StreamsService:
                     _event_filter(options.filter) if options.WhichOneof("filter_option") == "filter" else None
                 )
                 if subscribe:
-                    await self._subscribe_all(stream, options, event_filter, structured, resolve)
+                    await self._subscribe_all(stream, _AllRead(options, event_filter, structured, resolve))
                 else:
-                    await self._read_all(stream, options, event_filter, structured, resolve)
+                    await self._read_all(stream, _AllRead(options, event_filter, structured, resolve))
             else:
                 name = stream_name(options.stream.stream_identifier)
                 await self._check_access(ctx, name, "read")
@@ -355,14 +355,8 @@ class StreamsService:
                 return
             number = page.next_event_number
 
-    async def _read_all(
-        self,
-        stream: Stream,
-        options: Any,
-        event_filter: Callable[[EventRecord], bool] | None,
-        structured: bool,
-        resolve: bool = False,
-    ) -> None:
+    async def _read_all(self, stream: Stream, read: _AllRead) -> None:
+        options, event_filter, structured, resolve = read
         db = database(self.services)
         remaining = options.count
         which = options.all.WhichOneof("all_option")
@@ -433,14 +427,8 @@ class StreamsService:
             await writer.flush()  # what was read goes out before the error's trailers, as before
             raise
 
-    async def _subscribe_all(
-        self,
-        stream: Stream,
-        options: Any,
-        event_filter: Callable[[EventRecord], bool] | None,
-        structured: bool,
-        resolve: bool = False,
-    ) -> None:
+    async def _subscribe_all(self, stream: Stream, read: _AllRead) -> None:
+        options, event_filter, structured, resolve = read
         services = self.services
         which = options.all.WhichOneof("all_option")
         after = options.all.position.commit_position if which == "position" else None
@@ -779,3 +767,13 @@ def _set_expected(message: Any, expected: int, prefix: str = "") -> None:
         return
     kind = {NO_STREAM: "no_stream", STREAM_EXISTS: "stream_exists"}.get(expected, "any")
     getattr(message, f"{prefix}{kind}").CopyFrom(empty_pb2.Empty())
+
+
+class _AllRead(NamedTuple):
+    """A read or subscription of ``$all`` as asked: the request's options, its filter (None: every
+    event), whether ids go as structured UUIDs, whether links are resolved."""
+
+    options: Any
+    event_filter: Callable[[EventRecord], bool] | None
+    structured: bool
+    resolve: bool
