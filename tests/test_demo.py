@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from functools import partial
 
 import httpx
 import pytest
 
 from evdb.cli import main as evdb_main
+from evdb.clock import SystemClock
 from evdb.cluster.launcher import ClusterLaunchError, LocalCluster
 from evdb.demo import MAX_COUNT, DemoReport, check_event_count, connection_settings, write_demo_data
 from evdb.errors import InvalidInput
@@ -42,7 +44,8 @@ async def test_a_scavenge_reclaims_what_the_demo_says(tmp_path, clock):
         seen: list[tuple[int, int]] = []
         with httpx.Client(base_url=node.http_url, auth=ADMIN, timeout=30) as client:
             report = await asyncio.to_thread(
-                write_demo_data, client, events=600, progress=lambda done, total: seen.append((done, total))
+                partial(write_demo_data, client, events=600, clock=SystemClock()),
+                progress=lambda done, total: seen.append((done, total)),
             )
         assert isinstance(report, DemoReport)
         assert report.events_written == 600 and seen[-1] == (600, 600)

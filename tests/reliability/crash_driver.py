@@ -392,8 +392,17 @@ def node_options(p: dict):
             "--certificate-private-key-file", os.path.join(current, "node.key"),
             "--trusted-root-certificates-path", os.path.join(current, "ca"),
         ],
-        {},
+        _node_environment(),
     )  # fmt: skip
+
+
+def _node_environment() -> dict[str, str]:
+    """The environment the node's options are read from, at start as at each reload (a reload reads
+    the process's environment again): only the suite's password hash cost (tests/conftest.py) passes."""
+    from evdb.options.spec import env_name
+
+    name = env_name("PasswordHashCost")
+    return {name: os.environ[name]} if name in os.environ else {}
 
 
 def presented_fingerprint(port: int, ca_file: str) -> str:
