@@ -61,8 +61,11 @@ def test_demo_load_follows_the_leader_across_a_resign(tmp_path):
                 clock=SystemClock(),
             )
         assert resigned == [100] and report.events_written == 2000
-        # a node answered "not the leader" and the writes moved to the leader its gossip named
-        assert notices and all(n.startswith("following the leader at https://127.0.0.1:") for n in notices)
+        # the old leader answered "not the leader" while it resigned, and the writes went on: at the leader
+        # its gossip named by then (a notice), or, when the gossip asked named none yet (the election
+        # still running), at the old leader again, a follower by the next attempt, which forwards them
+        # to the new leader (the race is the machine's: seen under a loaded full run)
+        assert all(n.startswith("following the leader at https://127.0.0.1:") for n in notices)
         new_leader = local.wait_for_leader(60)
         assert new_leader != old_leader
         with local.client(new_leader) as c:
