@@ -148,3 +148,14 @@ def test_the_checker_sees_a_chunk_file_that_lost_a_record(monkeypatch):
     monkeypatch.setattr(sim.SimChunk, "records", staticmethod(lambda *args: records(*args)[:-1]))
     result = sim.run_seed(5, seconds=2.0, schedule=_follower_down_for_chunks)
     assert result.chunk_files >= 1 and not result.ok
+
+
+def test_a_member_cut_one_way_from_a_live_leader_is_not_a_lost_majority():
+    """Seed 10211 (found by the long run): a one-way cut leaves node1 unable to reach the leader node3,
+    which node2 follows; node2 rightly refuses node1's pre-votes (it hears a live leader), so the
+    majority {node1, node2} has no leader of its own while {node2, node3} is live and writable. The
+    liveness check counts such a leader (connected both ways to a majority sharing a member with the
+    required one); before, it reported '[node1, node2] ... has 0 leaders'."""
+    result = sim.run_seed(10211, nodes=3, seconds=SECONDS)
+    assert result.ok, result.violations
+    assert result.acknowledged > 0

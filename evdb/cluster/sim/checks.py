@@ -243,6 +243,13 @@ class Checks(SimulationState):
             }
         )
         leaders = [self.nodes[i] for i in covered if self.nodes[i].service.state == "Leader"]
+        if not leaders:
+            # a leader outside it that serves a majority of its own sharing a member with it: a one-way
+            # cut can leave a member of the majority unable to reach that leader, and the member it
+            # shares refuses to elect another while it hears a live leader (check-quorum): the
+            # cluster is live, as Raft's pre-vote and check-quorum mean it to be
+            leaders = [n for n in self.nodes if self._serves_overlapping_majority(n, linked, required)]
+            covered = sorted(set(covered) | {n.index for n in leaders})
         if len(leaders) != 1:
             names = [self.nodes[i].name for i in covered]
             self.violation(
@@ -267,6 +274,16 @@ class Checks(SimulationState):
         if not self._probing and now >= self._probe_due:
             self._probing = True
             self.loop.create_task(self._probe(leader, key, required))
+
+    def _serves_overlapping_majority(
+        self, node: SimNode, linked: set[frozenset[int]], required: list[frozenset[int]]
+    ) -> bool:
+        """``node`` leads, is connected both ways to a majority (itself included) and to a member of
+        every required majority."""
+        if not (node.alive and node.service.state == "Leader"):
+            return False
+        reached = {node.index} | {n.index for n in self.nodes if frozenset((node.index, n.index)) in linked}
+        return 2 * len(reached) > len(self.nodes) and all(reached & m for m in required)
 
     async def _probe(self, leader: SimNode, key: tuple[str, int], required: list[frozenset[int]]) -> None:
         """The majority's one leader acknowledges a write within PROBE_TIMEOUT (unless the majority
