@@ -324,8 +324,8 @@ def test_concurrent_appends_group_commit(db, monkeypatch):
     from evdb.storage.chunk import Chunk
 
     syncs = []
-    real_sync = Chunk.sync  # every fdatasync of appends: the writer's commits and its sync thread's
-    monkeypatch.setattr(Chunk, "sync", lambda self: (syncs.append(self.path), real_sync(self))[1])
+    real_flush = Chunk.flush
+    monkeypatch.setattr(Chunk, "flush", lambda self: (syncs.append(self.path), real_flush(self))[1])
     commits: list[int] = []
     db.add_commit_listener(commits.append)
     running, release = threading.Event(), threading.Event()

@@ -48,14 +48,12 @@ _FRAME_FIXED = rec.FRAME_OVERHEAD + rec.EVENT_HEADER.size
 class Pending:
     """Records written in the current segment, waiting for the fsync that commits them."""
 
-    __slots__ = ("answers", "entries", "names", "told")
+    __slots__ = ("answers", "entries", "names")
 
     def __init__(self) -> None:
         self.entries: list[tuple[int, int, int]] = []
         self.names: set[str] = set()
         self.answers: list = []  # (answer, result)
-        #: the visibility watches told of ``names`` (evdb.database.visibility.Told)
-        self.told: list = []
 
 
 class Segment(Protocol):

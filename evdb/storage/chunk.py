@@ -453,14 +453,7 @@ class Chunk:
     def flush(self) -> None:
         if self._fd is not None:
             self.write_out()
-            self.sync()
-
-    def sync(self) -> None:
-        """fdatasync what :meth:`write_out` gave the file (from any thread: the writer may go on
-        appending and writing out meanwhile; nothing else changes the file until the sync returns)."""
-        fd = self._fd
-        if fd is not None:
-            disk.current.fdatasync(fd)
+            disk.current.fdatasync(self._fd)
 
     def complete(self) -> None:
         """Write the footer, cut the file to its exact size and make it durable.

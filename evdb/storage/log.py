@@ -282,14 +282,8 @@ class TransactionLog:
         end = chunk.start_position + chunk.physical_end
         if end != self.committed:
             chunk.flush()
-            self.commit_to(end)
-
-    def commit_to(self, end: int) -> None:
-        """Records up to ``end`` are durable (the active chunk's :meth:`Chunk.sync` after they were
-        written out: the database's sync thread runs it while its writer goes on appending): readers
-        may see them. The writer checkpoint follows (synced at chunk completion and close)."""
-        self.checkpoints.writer.write(end, flush=False)
-        self.committed = end
+            self.checkpoints.writer.write(end, flush=False)
+            self.committed = end
 
     def complete_active_chunk(self) -> None:
         """Flush, complete the active chunk and start the next one (even if the active one is empty)."""

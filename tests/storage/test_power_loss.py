@@ -158,7 +158,7 @@ def test_acknowledged_appends_survive_a_power_loss(tmp_path):
 def test_the_check_catches_a_missing_sync(tmp_path, monkeypatch):
     """Without the fdatasync before each acknowledgement, acknowledged appends are lost (or the log no
     longer opens) for some seed: the model and the check above can see a missing sync."""
-    monkeypatch.setattr(Chunk, "sync", lambda self: None)
+    monkeypatch.setattr(Chunk, "flush", lambda self: None)
     caught = []
     for seed in range(SEEDS):
         outcome = run_power_loss(tmp_path, seed)

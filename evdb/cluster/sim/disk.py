@@ -63,13 +63,9 @@ class SimDatabase:
         self.fail_next_sync = False  # the next sync fails (an I/O error): its records are rolled back
         self._read_limit: int | None = None
         self._listeners: list = []
-        self._watches: list = []  # told of a client's writes as they land (as the real writer does)
-        #: (answer, result, how many records it waits for, the stream it wrote)
-        self._pending: list[tuple[concurrent.futures.Future, Any, int, str]] = []
+        self._watches: list = []  # told of a client's writes as they are written (the real writer: at commit)
+        self._pending: list[tuple[concurrent.futures.Future, Any]] = []
         self._sync_scheduled = False
-        #: the records the scheduled sync covers: those written before it began (the real writer syncs
-        #: one group while it writes and ships the next: evdb/database/writer.py)
-        self._sync_covers = 0
         self.closed = False
         self.config = SimpleNamespace(db_dir=None, chunk_size=SIM_CHUNK)
 
@@ -158,12 +154,8 @@ class SimDatabase:
         if self.before_sync is not None:
             self.before_sync(self.end)  # written, not yet synced: a leader ships them meanwhile
         if not self._sync_scheduled:
-            self._schedule_sync()
-
-    def _schedule_sync(self) -> None:
-        self._sync_scheduled = True
-        self._sync_covers = len(self.records)
-        self.sim.loop.call_later(self.sim.rng.uniform(0.0005, 0.004), self._sync, self.node.incarnation)
+            self._sync_scheduled = True
+            self.sim.loop.call_later(self.sim.rng.uniform(0.0005, 0.004), self._sync, self.node.incarnation)
 
     def _sync(self, incarnation: int) -> None:
         self._sync_scheduled = False
@@ -172,23 +164,15 @@ class SimDatabase:
         if self.fail_next_sync and self.synced < len(self.records):
             self._fail_sync()
             return
-        self.synced = max(self.synced, min(self._sync_covers, len(self.records)))
-        self.durable.records = self.records[: self.synced]
-        landing = [entry for entry in self._pending if entry[2] <= self.synced]
-        self._pending = [entry for entry in self._pending if entry[2] > self.synced]
-        for watch in self._watches:
-            streams = frozenset(entry[3] for entry in landing if entry[3].startswith(watch.prefixes))
-            if streams:
-                watch.changing(streams)
-        ready = [(future, result) for future, result, *_ in landing]
-        if self.replication_gate is not None and ready:
-            self.replication_gate(self.committed_position, ready)
+        self.synced = len(self.records)
+        self.durable.records = list(self.records)
+        pending, self._pending = self._pending, []
+        if self.replication_gate is not None and pending:
+            self.replication_gate(self.committed_position, pending)
         else:
-            for future, result in ready:
+            for future, result in pending:
                 if not future.done():
                     future.set_result(result)
-        if self.synced < len(self.records):  # written during this sync: the next sync covers them
-            self._schedule_sync()
         self._notify()
 
     def _fail_sync(self) -> None:
@@ -201,7 +185,7 @@ class SimDatabase:
         self.records = self.records[: self.synced]
         self.sim.check_truncation(self.node, lost)
         pending, self._pending = self._pending, []
-        for future, *_ in pending:
+        for future, _ in pending:
             if not future.done():
                 future.set_exception(EvdbError("the sync of this write failed"))
         self._notify()
@@ -215,7 +199,6 @@ class SimDatabase:
         """The real writer runs one group at a time: a group written before this one is synced and
         answered first."""
         if self.synced < len(self.records) or self._pending:
-            self._sync_covers = len(self.records)
             self._sync(self.node.incarnation)
 
     def _place(self, records: list[SimRecord], size: int) -> int:
@@ -274,7 +257,7 @@ class SimDatabase:
                 # a majority holds the log (the real writer's duplicates wait in the gate too)
                 last_seen = self.sim.find_in_log(self, stream, ids[-1:]) or seen
                 result = AppendResult(seen.number + len(ids) - 1, last_seen.position, seen.number, True)
-                self._pending.append((future, result, len(self.records), ""))
+                self._pending.append((future, result))
                 self._write([])
                 return future
             last = self._stream_last(stream)
@@ -286,12 +269,15 @@ class SimDatabase:
                 record = SimRecord(self._place(placed, 160), 160, "event", stream, last + 1 + i, event_id)
                 placed.append(record)
             records = placed[1:] if self.records else placed
+            for watch in self._watches:
+                if stream.startswith(watch.prefixes):
+                    watch.changing(frozenset([stream]))
             self._write(records)
             written = [r for r in records if r.kind == "event"]
             # the position of the last record written, as the real writer's answer
             result = AppendResult(last + len(ids), written[-1].position, last + 1)
             self.sim.note_write(self.node, self._epoch_number(), written)
-            self._pending.append((future, result, len(self.records), stream))
+            self._pending.append((future, result))
         except EvdbError as exc:
             future.set_exception(exc)
         return future
