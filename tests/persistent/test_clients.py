@@ -254,7 +254,10 @@ def test_parked_messages_over_http_view_truncate_and_extra_statistics(
     view = "/subscriptions/viewparkedmessages/orders-5/web"
     status, parked = _http(node.port, "GET", f"{view}/head/backward/20?embed=body")
     assert status == 200 and parked["streamId"] == "$persistentsubscription-orders-5::web-parked"
-    assert [e["eventNumber"] for e in parked["entries"]] == [2, 1, 0]  # resolved: the parked events
+    # resolved: the parked events (the parks of one nack run concurrently, each write off the loop, so
+    # their order in the parked stream is the order they were written in, not always the nack's)
+    order = [e["eventNumber"] for e in parked["entries"]]
+    assert sorted(order) == [0, 1, 2]
     assert {e["streamId"] for e in parked["entries"]} == {"orders-5"}
     status, forward = _http(node.port, "GET", f"{view}/1/forward/1")
     assert status == 200 and len(forward["entries"]) == 1
@@ -268,7 +271,7 @@ def test_parked_messages_over_http_view_truncate_and_extra_statistics(
     assert status == 200 and body["result"] == "Success"
     wait_until(lambda: info()["parkedMessageCount"] == 1, what="two parked messages truncated")
     status, parked = _http(node.port, "GET", f"{view}/head/backward/20")
-    assert [e["eventNumber"] for e in parked["entries"]] == [2]
+    assert [e["eventNumber"] for e in parked["entries"]] == order[:1]  # the newest parked one is kept
     # extra statistics: a gRPC consumer's time to ack, KurrentDB's measurement names
     sub = client.read_subscription_to_stream("web", stream_name="orders-5")
     try:
