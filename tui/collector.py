@@ -67,18 +67,6 @@ __all__ = [
 #: auto-scavenge states in which a cluster scavenge can be under way (its progress is read then)
 _CYCLE_STATES = ("InProgress", "Pausing", "Paused")
 _TIMESPAN = re.compile(r"^(?:(\d+)\.)?(\d+):(\d+):(\d+)(?:\.(\d+))?$")
-# KurrentDB's status gauge: kurrentdb_statuses{name="Scavenge",status="Accumulation Phase"} 1.7e9
-_STATUS = re.compile(r'^\w*statuses\{[^}]*name="Scavenge"[^}]*status="([^"]+)"[^}]*\}\s+([0-9.eE+-]+)', re.M)
-_METRIC_PHASES = {
-    "Accumulation Phase": "Accumulation",
-    "Calculation Phase": "Calculation",
-    "Chunk execution Phase": "Chunk execution",
-    "Chunk merging Phase": "Chunk merging",
-    "Index execution Phase": "Index execution",
-    "Cleaning Phase": "Cleaning",
-}
-#: links of ``$scavenges`` read for the history (two per run: started, completed)
-_HISTORY_LINKS = 100
 #: auto-scavenge transitions kept (and ``$auto-scavenges`` events read)
 _TRANSITIONS = 20
 #: ``$auto-scavenges`` events (evdb/autoscavenge/state.py): the state each leads to, and what it says
