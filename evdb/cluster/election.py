@@ -71,15 +71,21 @@ def grant_vote(
     own_priority: int,
     follows_live_leader: bool,
     eligible: bool,
+    fresh_vote_for: str | None = None,
 ) -> tuple[bool, str]:
     """Whether to vote for ``request`` (or, for a pre-vote, whether this node would), and why (logged by
-    both sides). A pre-vote is granted only for a term newer than any this node voted in."""
+    both sides). A pre-vote is granted only for a term newer than any this node voted in.
+    ``fresh_vote_for``: the candidate this node voted for within its election wait, if any."""
     if request.pre_vote:
         voted_for = None
     if request.term < voted_term or (request.term == voted_term and voted_for != request.candidate_id):
         return False, f"term {request.term} is not newer than term {voted_term} already voted in"
     if follows_live_leader:
         return False, "this node follows a live leader"
+    if fresh_vote_for is not None and fresh_vote_for != request.candidate_id:
+        # it just elected that candidate, which is taking office: a newer term now would depose a
+        # leader a majority chose a moment ago (the same lease as hearing a live leader)
+        return False, f"this node voted for {fresh_vote_for} in term {voted_term} a moment ago"
     if request.standing < own:
         return False, (
             f"the candidate's log (epoch {request.standing.epoch_number}, position "

@@ -13,7 +13,10 @@ The rules (docs/cluster.md, "Elections"), Raft's pre-vote and check-quorum as et
 - A member refuses a pre-vote or a vote while it hears a live leader (it leads, or it follows a leader
   that answered gossip within the gossip timeout and still says Leader), while it takes office, when
   the term is not new to it, when the candidate's log is behind its own, and, between equal logs, when
-  its own priority is higher and it may stand.
+  its own priority is higher and it may stand. For one election wait after it votes it grants no
+  other candidate a pre-vote or a vote: the one it elected is taking office, and a pre-vote granted
+  before this node hears of it would let a node cut off from the new leader raise its term and
+  depose it when the link heals.
 - A leader steps down when it has not heard from a majority (itself included) within the gossip
   timeout (check-quorum), when another leader with a newer epoch answers its gossip, or when a voting
   member it hears is in a newer term than its epoch: with pre-votes a term rises only after a majority
@@ -136,6 +139,9 @@ class Elector:
         self.leader_seen = now
         self._wait: tuple[float, float] = (now - 1.0, 0.0)  # (leader_seen it was drawn for, seconds)
         self.no_candidacy_until = 0.0  # after a resign: this node does not stand until then
+        #: the candidate this node last voted for, and when: for one election wait it grants no other
+        #: candidate a pre-vote or a vote, so the one it elected can take office
+        self._last_vote: tuple[str, float] | None = None
 
     # -- time
     def wait_before_standing(self) -> float:
@@ -231,6 +237,11 @@ class Elector:
             and leader.state == "Leader"
             and leader.instance_id != request.candidate_id
         )
+        fresh_vote_for = None
+        if self._last_vote is not None:
+            candidate, at = self._last_vote
+            if now - at < max(self.gossip_timeout, self.election_timeout):
+                fresh_vote_for = candidate
         granted, reason = grant_vote(
             request,
             voted_term=own.term,
@@ -239,6 +250,7 @@ class Elector:
             own_priority=self.priority,
             follows_live_leader=hears_leader,
             eligible=not self.read_only and now >= self.no_candidacy_until,
+            fresh_vote_for=fresh_vote_for,
         )
         if self.read_only:
             return VoteAnswer(False, "read-only replicas do not vote")
@@ -248,5 +260,6 @@ class Elector:
             return VoteAnswer(False, "this node is taking office as leader")
         if granted and not request.pre_vote:
             self.leader_seen = now  # give the candidate time to take office
+            self._last_vote = (request.candidate_id, now)
             return VoteAnswer(True, reason, record=True)
         return VoteAnswer(granted, reason)

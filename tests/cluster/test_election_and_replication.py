@@ -334,6 +334,31 @@ def test_a_node_that_hears_a_live_leader_refuses_pre_votes_and_votes():
         ).granted
 
 
+def test_a_node_that_just_voted_gives_its_candidate_one_election_wait_to_take_office():
+    """Simulator seed 22523: node1 voted for node2, then granted node3 a pre-vote for the next term in
+    the same instant, before it heard that node2 had won. node3, cut one way from node2, raised its
+    term on that pre-vote, and when the link healed three seconds later node2, the healthy majority's
+    leader, stepped down for it. For one election wait after a vote, no other candidate gets one."""
+    machine = elector()  # gossip timeout 2 s, election timeout 1 s: the wait is 2 s
+    assert machine.answer(101.0, request(term=5, candidate="b"), own(term=4), None).record
+    voted = own(term=5, voted_for="b")
+    for pre_vote in (True, False):
+        req = request(term=6, candidate="c")
+        req = pre(req) if pre_vote else req
+        refused = machine.answer(101.05, req, voted, None)
+        assert not refused.granted and "voted for b in term 5 a moment ago" in refused.reason
+        # the candidate it voted for may stand again (it lost, say), and after the wait anyone may
+        assert machine.answer(
+            101.05,
+            request(term=6, candidate="b") if not pre_vote else pre(request(term=6, candidate="b")),
+            voted,
+            None,
+        ).granted
+    # (its last vote, for b again at 101.05, started a new wait)
+    assert not machine.answer(103.0, pre(request(term=7, candidate="c")), voted, None).granted
+    assert machine.answer(103.1, pre(request(term=7, candidate="c")), voted, None).granted
+
+
 def test_a_leader_steps_down_for_a_lost_majority_or_a_real_newer_term_only():
     from evdb.cluster.elector import StepDown
 
