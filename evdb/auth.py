@@ -265,6 +265,11 @@ class UserStore:
         admission = self._admission
         return admission is None or admission.admits_sign_in(self._changing > 0)
 
+    def may_judge_now(self) -> bool:
+        """Whether this node may judge credentials at this moment (a cluster member: while it holds a
+        sign-in lease, evdb/cluster/lease.py; a single node: always)."""
+        return self._admitted()
+
     async def _until_admitted(self) -> None:
         admission = self._admission
         if admission is None or admission.admits_sign_in(self._changing > 0):

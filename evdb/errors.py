@@ -31,6 +31,7 @@ Every error evdb raises on purpose derives from :class:`EvdbError`::
     │   ├── PersistentSubscriptionNotFound, PersistentSubscriptionExists, PersistentSubscriptionFailed
     │   └── MaximumSubscribersReached, PersistentSubscriptionDropped
     ├── PersistentSubscriptionsNotReady  the node does not serve persistent subscriptions (not the leader)
+    ├── ProjectionsNotReady           the leader has not loaded the system projections yet (503)
     ├── ProjectionError               (evdb.projections) carries the projection's name
     │   ├── ProjectionNotFound, ProjectionOperationFailed
     │   └── UserProjectionsNotSupported  user-defined (JavaScript) projections: evdb runs only the system ones
@@ -69,6 +70,7 @@ __all__ = [
     "ProjectionError",
     "ProjectionNotFound",
     "ProjectionOperationFailed",
+    "ProjectionsNotReady",
     "ScavengeAlreadyRunning",
     "ScavengeError",
     "ScavengeNotFound",
@@ -358,6 +360,18 @@ class PersistentSubscriptionsNotReady(EvdbError):
         super().__init__("Server Is Not Ready")
 
 
+class ProjectionsNotReady(EvdbError):
+    """This node is the leader but has not loaded the system projections yet (it just took office): not
+    a redirect to another node, a moment's wait (HTTP 503 with Retry-After, gRPC UNAVAILABLE, which
+    clients retry)."""
+
+    #: seconds an HTTP client is told to wait (Retry-After)
+    retry_after = 1
+
+    def __init__(self) -> None:
+        super().__init__("Server Is Not Ready: the system projections are starting on this leader")
+
+
 class ProjectionError(EvdbError):
     """A projections management call that failed, naming the projection."""
 
@@ -408,6 +422,7 @@ STATUSES: tuple[tuple[type[EvdbError], int, str], ...] = (
     (PersistentSubscriptionDropped, 410, "CANCELLED"),
     (PersistentSubscriptionFailed, 400, "INTERNAL"),  # KurrentDB: HTTP 400, gRPC Internal
     (PersistentSubscriptionsNotReady, 503, "UNAVAILABLE"),
+    (ProjectionsNotReady, 503, "UNAVAILABLE"),
     (ProjectionNotFound, 404, "NOT_FOUND"),
     (UserProjectionsNotSupported, 501, "UNIMPLEMENTED"),
     (ProjectionOperationFailed, 500, "FAILED_PRECONDITION"),  # KurrentDB: HTTP 500 "Failed"

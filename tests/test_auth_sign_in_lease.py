@@ -6,6 +6,7 @@ cached credentials are not used, a sign-in waits for it (bounded) and then answe
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 import pytest
@@ -69,3 +70,58 @@ def test_the_admission_hears_of_user_records_not_yet_shown(users: UserStore):
     users.changed(frozenset({"$user-admin"}))
     users.authenticate("admin", "changeit")
     assert admission.unseen[-1] is False
+
+
+async def test_public_routes_answer_a_member_without_a_lease_as_to_an_anonymous_caller(users: UserStore):
+    """A CI run killed a cluster's leader and for 30 s `LocalCluster.status()` showed every surviving
+    node as "Unreachable (JSONDecodeError)": it sends credentials everywhere, and with no leader no
+    member holds a sign-in lease, so even ``/gossip`` answered 503. Routes that need no authority
+    (``/gossip``, ``/ping``, ``/info``, ``/health/live``, and gRPC's Gossip.Read) serve such a caller as
+    an anonymous one; everything else still waits for the lease and answers 503."""
+    from types import SimpleNamespace
+
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+    from grpclib.const import Status
+    from grpclib.exceptions import GRPCError
+
+    from evdb.grpc.context import call_context
+    from evdb.http.app import auth_middleware, error_middleware
+    from evdb.http.common import PRINCIPAL, SERVICES
+
+    admission = Admission()
+    users.admit_with(admission)
+    admission.open = False
+    services = SimpleNamespace(
+        options=SimpleNamespace(user_certificates_enabled=False, insecure=False),
+        database=SimpleNamespace(users=users, db=object(), generation=0),
+        metrics=SimpleNamespace(observe_http=lambda *args: None),
+        logger=logging.getLogger("tests.auth"),
+    )
+
+    async def who(request: web.Request) -> web.Response:
+        return web.json_response({"login": request[PRINCIPAL].name})
+
+    app = web.Application(middlewares=[error_middleware, auth_middleware])
+    app[SERVICES] = services  # type: ignore[assignment]
+    app.router.add_get("/gossip", who)
+    app.router.add_get("/streams/x", who)
+    header = {"Authorization": "Basic YWRtaW46Y2hhbmdlaXQ="}  # admin:changeit
+    async with TestClient(TestServer(app)) as client:
+        public = await client.get("/gossip", headers=header)
+        assert public.status == 200, await public.text()
+        assert (await public.json()) == {"login": ""}
+        protected = await client.get("/streams/x", headers=header)
+        assert protected.status == 503
+        admission.open = True
+        judged = await client.get("/gossip", headers=header)
+        assert judged.status == 200 and (await judged.json()) == {"login": "admin"}
+        wrong = await client.get("/gossip", headers={"Authorization": "Basic YWRtaW46d3Jvbmc="})
+        assert wrong.status == 401  # judged again: wrong credentials are refused everywhere
+    admission.open = False
+    call = SimpleNamespace(metadata={"authorization": header["Authorization"]})
+    context = await call_context(services, call, public=True)  # type: ignore[arg-type]
+    assert context.principal.name == ""
+    with pytest.raises(GRPCError) as refused:
+        await call_context(services, call)  # type: ignore[arg-type]
+    assert refused.value.status == Status.UNAVAILABLE

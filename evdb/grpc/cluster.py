@@ -91,7 +91,8 @@ class GossipService:
         }
 
     async def read(self, stream: Stream) -> None:
-        await call_context(self.services, stream)  # bad credentials are refused; anyone may ask
+        # anyone may ask; bad credentials are refused while this node may judge them (a sign-in lease)
+        await call_context(self.services, stream, public=True)
         await stream.recv_message()
         await stream.send_message(cluster_info(self.services))
 

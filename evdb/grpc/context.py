@@ -48,8 +48,10 @@ class CallContext:
         self.requires_leader = requires_leader
 
 
-async def call_context(services: GrpcServices, stream: Stream) -> CallContext:
-    """Authenticate the call (``authorization: Basic``); wrong credentials are UNAUTHENTICATED."""
+async def call_context(services: GrpcServices, stream: Stream, *, public: bool = False) -> CallContext:
+    """Authenticate the call (``authorization: Basic``); wrong credentials are UNAUTHENTICATED.
+    ``public``: a call anyone may make (gossip): on a member without a sign-in lease it is answered as
+    to an anonymous caller rather than UNAVAILABLE (the HTTP API's rule for its public routes)."""
     metadata: Mapping[str, Any] = stream.metadata or {}
     header = metadata.get("authorization")
     requires_leader = str(metadata.get("requires-leader", "false")).lower() == "true"
@@ -58,6 +60,8 @@ async def call_context(services: GrpcServices, stream: Stream) -> CallContext:
     if header:
         users = services.database.users
         principal = users.principal_now(header)  # signed in before: no wait (as the HTTP API)
+        if principal is None and public and not users.may_judge_now():
+            return CallContext(_ANONYMOUS, requires_leader)
         if principal is None:
             parsed = parse_basic_authorization(header)
             if parsed is None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from evdb.auth import parse_basic_authorization
+from evdb.auth import ANONYMOUS, parse_basic_authorization
 from evdb.autoscavenge.nodeauth import NODE_SCHEME, authenticate_node
 from evdb.http.answers import REOPENING, ClientLimit, authenticate_now, error_answer
 from evdb.http.common import LOOP, PRINCIPAL, SERVICES, AppLoop, unauthorized
@@ -66,6 +66,12 @@ async def auth_middleware(request: web.Request, handler):
         if header.startswith(f"{NODE_SCHEME} "):
             # the auto-scavenge leader driving this node's scavenge (evdb/autoscavenge/nodeauth.py)
             principal = await asyncio.to_thread(authenticate_node, services.database.db, header)
+        elif request.path in _PUBLIC and not services.database.users.may_judge_now():
+            # a route anyone may call, on a member without a sign-in lease (no leader this moment):
+            # served as to an anonymous caller, without judging the credentials, rather than a 503.
+            # Else `evdb cluster status`, the dashboard and clients' discovery, which send credentials
+            # everywhere, see every node as unreachable exactly when an election is under way
+            principal = ANONYMOUS
         else:
             parsed = parse_basic_authorization(header)
             if parsed is None:
@@ -87,6 +93,8 @@ async def auth_middleware(request: web.Request, handler):
 
 #: routes whose callers a cluster member judges without a sign-in lease (evdb/cluster/lease.py)
 _WITHOUT_LEASE = frozenset({"/admin/reloadconfig", "/admin/certificates"})
+#: routes that need no authority (anonymous callers may use them, and they answer every caller alike)
+_PUBLIC = frozenset({"/gossip", "/ping", "/info", "/health/live"})
 
 
 @web.middleware

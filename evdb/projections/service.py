@@ -39,6 +39,7 @@ from evdb.errors import (
     NotLeader,
     ProjectionNotFound,
     ProjectionOperationFailed,
+    ProjectionsNotReady,
     StreamDeleted,
     StreamNotFound,
 )
@@ -537,12 +538,20 @@ class SystemProjections:
     def _runtime(self, name: str) -> Runtime:
         if by_name(name) is None:
             raise ProjectionNotFound(name)
-        if not self._active:
-            raise NotLeader()
+        self._require_active()
         rt = self._runtimes.get(name)
         if rt is None:
             raise NotLeader()
         return rt
+
+    def _require_active(self) -> None:
+        """Projections are managed on the leader once it has loaded them: a follower redirects
+        (NotLeader), a leader that is still loading them asks for a moment (ProjectionsNotReady)."""
+        if self._active:
+            return
+        if self._is_leader():
+            raise ProjectionsNotReady()
+        raise NotLeader()
 
     def names(self) -> list[str]:
         return [p.name for p in STANDARD_PROJECTIONS]
@@ -551,8 +560,7 @@ class SystemProjections:
         """KurrentDB's ``ProjectionStatistics`` of one projection (or all), as the gRPC Details fields."""
         if name is not None:
             return [self._statistics(self._runtime(name))]
-        if not self._active:
-            raise NotLeader()
+        self._require_active()
         return [self._statistics(self._runtimes[p.name]) for p in STANDARD_PROJECTIONS]
 
     def _statistics(self, rt: Runtime) -> dict[str, Any]:

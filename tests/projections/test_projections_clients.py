@@ -13,7 +13,12 @@ import httpx
 import pytest
 from clients.conftest import ADMIN, NodeThread, node_options
 from kurrentdbclient import KurrentDBClient, NewEvent, StreamState
-from kurrentdbclient.exceptions import FailedPreconditionError, GrpcError, NotFoundError
+from kurrentdbclient.exceptions import (
+    FailedPreconditionError,
+    GrpcError,
+    NotFoundError,
+    ServiceUnavailableError,
+)
 from waiting import wait_until
 
 from evdb.tls.certs import DevCertificates, generate_dev_certificates
@@ -301,7 +306,8 @@ def test_a_tombstoned_emitted_stream_faults_the_projection_as_kurrentdb(tmp_path
         def faulted():
             return client.get_projection_statistics(name="$by_correlation_id").status == "Faulted (Enabled)"
 
-        wait_until(faulted, 20, "$by_correlation_id to fault")
+        # the leader may still be loading its projections (UNAVAILABLE: "Server Is Not Ready")
+        wait_until(faulted, 20, "$by_correlation_id to fault", tolerate=(ServiceUnavailableError,))
         stats = client.get_projection_statistics(name="$by_correlation_id")
         assert stats.state_reason == reason
         over_http = fresh.http.get("/projection/$by_correlation_id").json()

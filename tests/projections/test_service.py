@@ -420,3 +420,33 @@ async def test_a_checkpoint_stream_tombstoned_while_running_faults_only_its_proj
     assert "faulted" not in caplog.text
     assert _links(db, "$ce-live") == ["0@live-1", "0@live-2", "0@live-3"]
     assert service.statistics("$by_event_type")[0]["status"] == "Running"
+
+
+def test_before_it_loads_them_a_leader_asks_for_a_moment_and_a_follower_redirects():
+    """A CI run asked a single node for a projection's statistics in the instant between taking office
+    and loading the projections, and got "Leader info available" from the leader itself (a redirect
+    to nowhere). The leader answers ProjectionsNotReady (503 / UNAVAILABLE, which clients retry); a
+    follower still redirects."""
+    from evdb.errors import NotLeader, ProjectionsNotReady, status_of
+
+    leading = True
+    db = Database.open(None, chunk_size=65536)
+    try:
+        service = SystemProjections(
+            database=lambda: db,
+            notifier=lambda: CommitNotifier(db),
+            is_leader=lambda: leading,
+            clock=ManualClock(),
+            logger=LOG,
+            start_standard=True,
+        )
+        with pytest.raises(ProjectionsNotReady) as not_ready:
+            service.statistics("$by_category")
+        with pytest.raises(ProjectionsNotReady):
+            service.statistics()
+        assert status_of(not_ready.value) == (503, "UNAVAILABLE")
+        leading = False
+        with pytest.raises(NotLeader):
+            service.statistics("$by_category")
+    finally:
+        db.close()
