@@ -103,7 +103,7 @@ async def test_public_routes_answer_a_member_without_a_lease_as_to_an_anonymous_
         return web.json_response({"login": request[PRINCIPAL].name})
 
     app = web.Application(middlewares=[error_middleware, auth_middleware])
-    app[SERVICES] = services  # type: ignore[assignment]
+    app[SERVICES] = services  # type: ignore[assignment,misc]
     app.router.add_get("/gossip", who)
     app.router.add_get("/streams/x", who)
     header = {"Authorization": "Basic YWRtaW46Y2hhbmdlaXQ="}  # admin:changeit
