@@ -43,49 +43,7 @@ from __future__ import annotations
 import errno
 from typing import ClassVar
 
-__all__ = [
-    "STATUSES",
-    "AccessDenied",
-    "ArchiveError",
-    "ArchiveUnavailable",
-    "BodyTooLarge",
-    "CorruptedFile",
-    "DatabaseClosed",
-    "DatabaseLocked",
-    "DatabaseReopening",
-    "DiskFull",
-    "EvdbError",
-    "EventTooLarge",
-    "InvalidInput",
-    "InvalidOption",
-    "JobConflict",
-    "MaximumSubscribersReached",
-    "NotLeader",
-    "PersistentSubscriptionDropped",
-    "PersistentSubscriptionError",
-    "PersistentSubscriptionExists",
-    "PersistentSubscriptionFailed",
-    "PersistentSubscriptionNotFound",
-    "PersistentSubscriptionsNotReady",
-    "ProjectionError",
-    "ProjectionNotFound",
-    "ProjectionOperationFailed",
-    "ProjectionsNotReady",
-    "ScavengeAlreadyRunning",
-    "ScavengeError",
-    "ScavengeNotFound",
-    "StorageError",
-    "StreamDeleted",
-    "StreamError",
-    "StreamNotFound",
-    "UnsupportedContentEncoding",
-    "UserProjectionsNotSupported",
-    "UsersNotReady",
-    "WrongExpectedVersion",
-    "resource_status",
-    "status_of",
-    "trailers_of",
-]
+# every name here not starting with an underscore is public (no __all__ to keep in step)
 
 
 class EvdbError(Exception):

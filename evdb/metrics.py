@@ -433,18 +433,12 @@ class _NodeCollector:
         truncations = family(
             GaugeMetricFamily, "kurrentdb_persistent_sub_parked_message_truncations", "Truncations requested"
         )
-        now_ticks = None
         for g in groups:
             key = [g.source.stream, g.group]
             connections.add_metric(key, len(g.clients))
             parked.add_metric(key, g.parked.count)
             in_flight.add_metric(key, sum(c.in_flight for c in list(g.clients.values())))
-            if g.parked.oldest_ticks is None:
-                age = 0.0
-            else:
-                now_ticks = now_ticks if now_ticks is not None else g._clock.ticks()
-                age = max(0, now_ticks - g.parked.oldest_ticks) / 10_000_000
-            oldest.add_metric(key, age)
+            oldest.add_metric(key, g.parked.oldest_age_seconds())
             items.add_metric(key, g.throughput.total_items)
             is_all = g.source.is_all
             last_known = _position_of(g.last_known)

@@ -22,7 +22,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from evdb.clock import Clock, SystemClock
@@ -30,7 +30,7 @@ from evdb.database.answers import Answer, Append, Delete, LoopAnswer, Request
 from evdb.database.appends import check_events
 from evdb.database.config import DEFAULT_CHUNK_SIZE, DatabaseConfig
 from evdb.database.opening import open_index, reindex, remember_recent_appends
-from evdb.database.reads import EventFilter, StreamReads
+from evdb.database.reads import EventFilter, StreamReads, read_through
 from evdb.database.replication import Call, WriterContext
 from evdb.database.visibility import Visibility, VisibilityWatch
 from evdb.database.writer import GroupCommitWriter
@@ -41,12 +41,9 @@ from evdb.storage import records as rec
 from evdb.storage.log import TransactionLog
 from evdb.streams import (
     ANY,
-    AllSlice,
     AppendResult,
     NewEvent,
     StreamMetadata,
-    StreamSlice,
-    StreamState,
     check_expected_version,
     check_metadata_events,
     check_stream_name,
@@ -491,52 +488,12 @@ class Database:
         self._log.checkpoints.truncate.write(position)
         self._log.checkpoints.truncate.flush()
 
-    # -- reading (evdb.database.reads) -------------------------------------------------------------------
-    def stream_state(self, stream: str, *, all_written: bool = False) -> StreamState:
-        """The state of a stream as readers see it (last event number, tombstone, metadata); with
-        ``all_written``, as the writer sees it (every record durable here, committed by the cluster
-        or not)."""
-        return self._reads.stream_state(stream, all_written=all_written)
-
-    def get_stream_metadata(self, stream: str) -> tuple[StreamMetadata, int]:
-        """(metadata, metastream version); raises StreamDeleted for a tombstoned stream."""
-        return self._reads.get_stream_metadata(stream)
-
-    def read_stream_forward(
-        self, stream: str, from_event_number: int = 0, max_count: int = 4096
-    ) -> StreamSlice:
-        """Events of ``stream`` from ``from_event_number`` on, oldest first, as clients see them:
-        deleted, truncated and expired events are left out."""
-        return self._reads.read_stream_forward(stream, from_event_number, max_count)
-
-    def read_stream_backward(
-        self, stream: str, from_event_number: int | None = None, max_count: int = 4096
-    ) -> StreamSlice:
-        """Events of ``stream`` from ``from_event_number`` (None: the end) backwards, newest first."""
-        return self._reads.read_stream_backward(stream, from_event_number, max_count)
-
-    def read_event(self, stream: str, event_number: int) -> rec.EventRecord:
-        """One event as clients see it; -1 means the last. Raises StreamNotFound when not visible."""
-        return self._reads.read_event(stream, event_number)
-
-    def read_all_forward(
-        self,
-        position: int = 0,
-        max_count: int = 4096,
-        event_filter: EventFilter | None = None,
-        *,
-        max_scan: int | None = None,
-    ) -> AllSlice:
-        """Events of the whole log from ``position`` (included), in log order (see
-        :meth:`StreamReads.read_all_forward`)."""
-        return self._reads.read_all_forward(position, max_count, event_filter, max_scan=max_scan)
-
-    def read_all_backward(
-        self, position: int | None = None, max_count: int = 4096, event_filter: EventFilter | None = None
-    ) -> AllSlice:
-        """Events before ``position`` (None: the end), newest first."""
-        return self._reads.read_all_backward(position, max_count, event_filter)
-
-    def iter_all(self, position: int = 0) -> Iterator[rec.EventRecord]:
-        """Every committed event from ``position`` on (a long scan, for catch-up and tools)."""
-        return self._reads.iter_all(position)
+    # -- reading: StreamReads' methods (evdb.database.reads), with their parameters and docstrings -----
+    stream_state = read_through(StreamReads.stream_state)
+    get_stream_metadata = read_through(StreamReads.get_stream_metadata)
+    read_stream_forward = read_through(StreamReads.read_stream_forward)
+    read_stream_backward = read_through(StreamReads.read_stream_backward)
+    read_event = read_through(StreamReads.read_event)
+    read_all_forward = read_through(StreamReads.read_all_forward)
+    read_all_backward = read_through(StreamReads.read_all_backward)
+    iter_all = read_through(StreamReads.iter_all)

@@ -7,8 +7,9 @@ the log, never from the writer's private caches.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Protocol
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from evdb.clock import TICKS_PER_SECOND, Clock
 from evdb.errors import InvalidInput, StreamDeleted, StreamNotFound
@@ -29,7 +30,7 @@ from evdb.streams import (
     original_stream_of,
 )
 
-__all__ = ["EventFilter", "ReadScope", "StreamReads"]
+__all__ = ["EventFilter", "ReadScope", "StreamReads", "read_through"]
 
 EventFilter = Callable[[rec.EventRecord], bool]
 
@@ -341,3 +342,24 @@ class StreamReads:
 def _check_count(max_count: int) -> None:
     if isinstance(max_count, bool) or not isinstance(max_count, int) or max_count <= 0:
         raise InvalidInput("The number of events to read must be a positive integer.")
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+class _Reading(Protocol):
+    _reads: StreamReads
+
+
+def read_through(
+    method: Callable[Concatenate[StreamReads, _P], _R],
+) -> Callable[Concatenate[_Reading, _P], _R]:
+    """A :class:`~evdb.database.Database` method that is ``method`` of its :class:`StreamReads`: the same
+    parameters (checked by mypy at every call) and docstring, written once, here."""
+
+    @functools.wraps(method)
+    def read(self: _Reading, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return method(self._reads, *args, **kwargs)
+
+    return read

@@ -75,6 +75,12 @@ class ParkedMessages:
             return 0
         return max(0, (now_ticks - self.oldest_ticks) // 10_000_000)
 
+    def oldest_age_seconds(self) -> float:
+        """The oldest parked message's age now, in seconds (0.0 while none is parked): the metrics'."""
+        if self.oldest_ticks is None:
+            return 0.0
+        return max(0, self._clock.ticks() - self.oldest_ticks) / 10_000_000
+
     # -- parking ---------------------------------------------------------------------------------------
     def park(
         self, resolved: ResolvedEvent, reason: str, why: str, then: Callable[[], None], attempt: int = 0

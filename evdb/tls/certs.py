@@ -31,6 +31,7 @@ __all__ = [
     "CA_DAYS",
     "DEFAULT_NODE_COMMON_NAME",
     "KEY_SIZE",
+    "LEAF_KEY_USAGE",
     "NODE_DAYS",
     "ClusterCertificates",
     "DevCertificates",
@@ -86,6 +87,21 @@ class DevCertificates:
     ca_path: Path
     cert_path: Path
     key_path: Path
+
+
+#: the key usage of a certificate that is not a CA's (a node's; a user's, as es-gencert-cli makes them):
+#: signatures and key encipherment, nothing else
+LEAF_KEY_USAGE = x509.KeyUsage(
+    digital_signature=True,
+    content_commitment=False,
+    key_encipherment=True,
+    data_encipherment=False,
+    key_agreement=False,
+    key_cert_sign=False,
+    crl_sign=False,
+    encipher_only=False,
+    decipher_only=False,
+)
 
 
 def create_ca(
@@ -198,20 +214,7 @@ def create_node_certificate(
         .not_valid_before(now - _BACKDATE)
         .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=True,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(LEAF_KEY_USAGE, critical=True)
         .add_extension(
             x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
             critical=False,

@@ -11,6 +11,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from evdb.tls.certs import LEAF_KEY_USAGE
+
 #: a user certificate's extended key usage (a node's has server authentication too)
 CLIENT_USAGE = [ExtendedKeyUsageOID.CLIENT_AUTH]
 
@@ -39,20 +41,7 @@ def make_user_certificate(
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(hours=1))
         .not_valid_after(not_after or now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=True,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(LEAF_KEY_USAGE, critical=True)
     )
     if usages is not None:
         builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
