@@ -211,8 +211,9 @@ def test_numbers_are_written_as_kurrentdb_s_n0_format():
 
 def test_a_node_on_a_fixed_port_keeps_one_log_folder_across_restarts(tmp_path):
     """LocalCluster's nodes got a new random name at every start, so each restart began a new log
-    folder and ``/admin/logs`` lost the earlier runs. A node's default name is KurrentDB's log folder,
-    ``<ip>-<port>-cluster-node``; one on a port picked at start (0) still gets a name of its own."""
+    folder and ``/admin/logs`` lost the earlier runs. A node's default name is its address, as
+    KurrentDB's log folder ``<ip>-<port>-cluster-node`` (dashes for dots: it names a logger too); one
+    on a port picked at start (0) still gets a name of its own."""
     import uuid
 
     from evdb.node import default_node_name
@@ -222,6 +223,13 @@ def test_a_node_on_a_fixed_port_keeps_one_log_folder_across_restarts(tmp_path):
         ["--http-port", "21130", "--http-ip", "127.0.0.2", "--db", str(tmp_path)], environ={}
     )
     names = {default_node_name(fixed, uuid.uuid4()) for _ in range(2)}
-    assert names == {"127.0.0.2-21130-cluster-node"}
+    assert names == {"127-0-0-2-21130-cluster-node"}
+    v6 = load_options(["--http-port", "21130", "--http-ip", "::1", "--db", str(tmp_path)], environ={})
+    assert default_node_name(v6, uuid.uuid4()) == "1-21130-cluster-node"
+    for options in (fixed, v6):  # a name the node's logging takes
+        logger = configure_node_logging(
+            node_name=default_node_name(options, uuid.uuid4()), level="Information", log_dir=None
+        )
+        close_node_logging(logger)
     picked = load_options(["--http-port", "0", "--db", str(tmp_path)], environ={})
     assert len({default_node_name(picked, uuid.uuid4()) for _ in range(2)}) == 2

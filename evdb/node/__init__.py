@@ -14,6 +14,7 @@ import gc
 import json
 import logging
 import os
+import re
 import socket
 import ssl
 import uuid
@@ -88,12 +89,14 @@ class NodeFacts(TypedDict):
 
 
 def default_node_name(options: Options, instance_id: uuid.UUID) -> str:
-    """A node's name when none is given: its log folder's (evdb.logs). KurrentDB's,
-    ``<ip>-<port>-cluster-node``, the same at every start, so one node's logs stay in one folder and
-    ``/admin/logs`` lists them across restarts; a node on a port picked at start (HttpPort 0) has no
-    such address yet and gets a name of its own."""
+    """A node's name when none is given: its log folder's (evdb.logs). Its address, as KurrentDB's
+    ``<ip>-<port>-cluster-node`` with the address's dots and colons as dashes (the name is a logger's
+    too: evdb.logs allows letters, digits, '-' and '_'), the same at every start, so one node's logs
+    stay in one folder and ``/admin/logs`` lists them across restarts; a node on a port picked at start
+    (HttpPort 0) has no such address yet and gets a name of its own."""
     if options.http_port:
-        return f"{options.http_ip}-{options.http_port}-cluster-node"
+        host = re.sub(r"[^A-Za-z0-9]+", "-", options.http_ip).strip("-") or "any"
+        return f"{host}-{options.http_port}-cluster-node"
     return f"node-{instance_id.hex[:8]}"
 
 
