@@ -4,6 +4,7 @@ a persistent subscription created "from end" through the deprecated ``Settings.r
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import queue
@@ -236,3 +237,32 @@ def test_the_batches_of_one_call_are_written_without_waiting_for_each_other(node
         node.thread.call(setattr, writer, "_queue", held.real)
     revisions = [answers[r.correlation_id.string].success.current_revision for r in requests]
     assert revisions == list(range(count))  # written in the order they came
+
+
+def test_a_batch_costs_the_node_no_task_of_its_own(node):
+    """The flood test's batches (one request each: options with a deadline, one event, is_final) are
+    handed to the writer from the call's reading loop and answered from their writes' callbacks: the
+    call's tasks do not grow with its batches. Before, each batch had two (a deadline timer, cancelled
+    when its final request came at once, and its write), 2 x 200 here."""
+    stream = name("tasks")
+    count = 200
+    created: list[Any] = []
+    loop = node.thread.loop
+    previous = node.thread.call(loop.get_task_factory)
+
+    def counting(loop: Any, coro: Any, **kwargs: Any) -> Any:
+        created.append(getattr(coro, "__qualname__", coro))
+        if previous is not None:
+            return previous(loop, coro, **kwargs)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    stub = streams_pb2_grpc.StreamsStub(node.channel)
+    deadline = Duration(seconds=600)
+    requests = [batch_request(stream, str(uuid.uuid4()), final=True, deadline=deadline) for _ in range(count)]
+    node.thread.call(loop.set_task_factory, counting)
+    try:
+        answers = list(stub.BatchAppend(iter(requests), metadata=node.metadata(), timeout=60))
+    finally:
+        node.thread.call(loop.set_task_factory, previous)
+    assert [a.success.current_revision for a in answers] == list(range(count))  # answered in order
+    assert len(created) < count // 4, created[:20]
