@@ -37,6 +37,7 @@ from pathlib import Path
 import grpc
 from kurrentdbclient.protos.v1 import shared_pb2, streams_pb2
 from netbench import PY_SPY, ROOT, cpu_seconds
+from profile_summary import _writer_wait
 
 sys.path.insert(0, str(ROOT))
 from tests.clients.nodejs_suite.launcher import Instance  # the suite's own nodes
@@ -113,14 +114,15 @@ def run(node: Instance, count: int, deadline: float, stream: str) -> dict:
     }
 
 
-#: the innermost frames of a thread waiting for work (uvloop's loop waits in C, under Runner.run)
+#: the innermost frames of a thread waiting for work (uvloop's loop waits in C, under Runner.run; the
+#: writer in its queue's get)
 IDLE = (
     "Runner.run (asyncio/runners.py",
     "select (selectors.py",
     "wait (threading.py",
     "_worker (concurrent/futures/thread.py",
     "get (queue.py",
-    "first = self._queue.get()",
+    _writer_wait(),
 )
 
 
@@ -137,7 +139,7 @@ def profile_table(path: Path, count: int, top: int = 25) -> str:
         thread = frames[0].rsplit("): ", 1)[-1].strip('"')
         thread = "thread pool" if thread.startswith(("asyncio_", "uvloop_")) else thread
         leaf = frames[-1]
-        if any(idle in leaf for idle in IDLE) or leaf.startswith("_loop (evdb/database/writer.py"):
+        if any(idle in leaf for idle in IDLE):
             continue
         own.setdefault(thread, Counter())[leaf] += int(number)
         for frame in set(frames[1:]):
