@@ -40,6 +40,7 @@ from evdb.errors import (
     EvdbError,
     EventTooLarge,
     InvalidInput,
+    NotLeader,
     StreamDeleted,
     StreamNotFound,
     WrongExpectedVersion,
@@ -56,7 +57,7 @@ from evdb.grpc.convert import (
     timestamp_now,
     uuid_message,
 )
-from evdb.grpc.errors import grpc_error
+from evdb.grpc.errors import KurrentError, grpc_error
 from evdb.grpc.server import MessageWriter, send_messages
 from evdb.projections.links import LINK_TYPE, Resolved, resolve_link, resolve_links
 from evdb.storage.records import EventRecord
@@ -726,7 +727,9 @@ class StreamsService:
         if not isinstance(exc, EvdbError):
             raise exc
         error = grpc_error(self.services, exc)
-        if error.details:  # not leader: the call itself fails, as KurrentDB's does
+        if isinstance(exc, NotLeader) and isinstance(error, KurrentError):
+            # not leader, the leader known: the call fails with its address, as KurrentDB's (with no
+            # leader known, that batch alone is answered "Server Is Not Ready")
             raise error from None
         message = error.message or str(exc)
         # bad input is a BadRequest with its reason (kurrentdbclient: BadRequestError), else Unknown
