@@ -78,6 +78,13 @@ class MessageWriter:
 
     async def add(self, message: Any) -> None:
         """Hold ``message`` for the next :meth:`flush` (flushing first when enough is waiting)."""
+        self.hold(message)
+        if self._size >= FLUSH_BYTES:
+            await self.flush()
+
+    def hold(self, message: Any) -> None:
+        """Hold ``message`` for the next :meth:`flush`, whatever is already held (for a callback,
+        which cannot await: the caller flushes)."""
         stream = self._stream
         if stream._dispatch._listeners.get(SendMessage):
             self._messages.append(message)
@@ -87,8 +94,11 @@ class MessageWriter:
         self._parts.append(payload)
         self._count += 1
         self._size += 5 + len(payload)
-        if self._size >= FLUSH_BYTES:
-            await self.flush()
+
+    @property
+    def held(self) -> bool:
+        """Whether messages wait for :meth:`flush`."""
+        return bool(self._parts or self._messages)
 
     async def flush(self) -> None:
         """Write everything held, in order."""

@@ -25,6 +25,7 @@ import asyncio
 import re
 import uuid
 from collections.abc import Callable
+from functools import partial
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -39,6 +40,7 @@ from evdb.errors import (
     EvdbError,
     EventTooLarge,
     InvalidInput,
+    NotLeader,
     StreamDeleted,
     StreamNotFound,
     WrongExpectedVersion,
@@ -55,7 +57,7 @@ from evdb.grpc.convert import (
     timestamp_now,
     uuid_message,
 )
-from evdb.grpc.errors import grpc_error
+from evdb.grpc.errors import KurrentError, grpc_error
 from evdb.grpc.server import MessageWriter, send_messages
 from evdb.projections.links import LINK_TYPE, Resolved, resolve_link, resolve_links
 from evdb.storage.records import EventRecord
@@ -252,7 +254,7 @@ class StreamsService:
         }
 
     # -- access ----------------------------------------------------------------------------------------
-    async def _check_access(self, ctx: CallContext, stream: str, action: str) -> None:
+    def _check_access(self, ctx: CallContext, stream: str, action: str) -> None:
         if ctx.principal.is_admin:
             return
         if is_metastream(stream):
@@ -272,7 +274,7 @@ class StreamsService:
         resolve = options.resolve_links
         try:
             if options.WhichOneof("stream_option") == "all":
-                await self._check_access(ctx, "$all", "read")
+                self._check_access(ctx, "$all", "read")
                 event_filter = (
                     _event_filter(options.filter) if options.WhichOneof("filter_option") == "filter" else None
                 )
@@ -282,7 +284,7 @@ class StreamsService:
                     await self._read_all(stream, _AllRead(options, event_filter, structured, resolve))
             else:
                 name = stream_name(options.stream.stream_identifier)
-                await self._check_access(ctx, name, "read")
+                self._check_access(ctx, name, "read")
                 if subscribe:
                     await self._subscribe_stream(stream, name, options.stream, structured, resolve)
                 else:
@@ -483,17 +485,24 @@ class StreamsService:
         )
 
     # -- Append ------------------------------------------------------------------------------------------
-    async def _write(self, name: str, events: list[NewEvent], expected: int) -> AppendResult:
-        services = self.services
+    def _submit(self, name: str, events: list[NewEvent], expected: int) -> asyncio.Future[AppendResult]:
+        """Hand an append to the writer; answered on the loop: one wake-up per commit group, not one
+        per append (asyncio.wrap_future)."""
         check_metadata_events(name, events)  # how kurrentdbclient sets stream metadata
-        started = services.clock.monotonic()
-        # answered on the loop: one wake-up per commit group, not one per append (asyncio.wrap_future)
-        result = await database(services).append_on_loop(name, events, expected)
+        return database(self.services).append_on_loop(name, events, expected)
+
+    def _appended(self, started: float, events: list[NewEvent], result: AppendResult) -> None:
+        services = self.services
         if result.duplicate:  # one rule with the HTTP API (evdb/http/streams.py appended)
             services.metrics.observe_append(services.clock.monotonic() - started, 0, 0)
         else:
             size = sum(len(e.data) + len(e.metadata) for e in events)
             services.metrics.observe_append(services.clock.monotonic() - started, len(events), size)
+
+    async def _write(self, name: str, events: list[NewEvent], expected: int) -> AppendResult:
+        started = self.services.clock.monotonic()
+        result = await self._submit(name, events, expected)
+        self._appended(started, events, result)
         return result
 
     async def append(self, stream: Stream) -> None:
@@ -511,7 +520,7 @@ class StreamsService:
                 raise GRPCError(Status.INVALID_ARGUMENT, "Only events may follow an append's options.")
             events.append(_new_event(message.proposed_message))
         check_leader(services, ctx)
-        await self._check_access(ctx, name, "write")
+        self._check_access(ctx, name, "write")
         try:
             result = await self._write(name, events, expected)
         except WrongExpectedVersion as exc:
@@ -547,43 +556,85 @@ class StreamsService:
         A batch has the deadline its options give (a duration, or before 21.10 a point in time), as
         KurrentDB's: one already passed is answered ``Timeout`` at once; one that passes before the
         batch's final request has arrived is answered ``Timeout`` then, and what else comes for that
-        batch is ignored.
+        batch is ignored (a batch complete in its first request, as every one the Node.js client
+        sends with a single event, needs no timer).
 
         Complete batches are written as KurrentDB's are: handed to the writer in the order they
         arrive, without waiting for the ones before them to be written, and each answered when its
         write is done. So the batches of one call share the writer's commit groups (a client with
         10,000 appends in flight on one call, as the Node.js client's flood test, is not written one
-        commit at a time past their deadlines)."""
+        commit at a time past their deadlines). A batch costs no task of its own: it is handed to the
+        writer from the reading loop, its answer is made in its write's done-callback, and one task
+        of the call writes the answers held, those of a commit group in one write."""
         services = self.services
         ctx = await call_context(services, stream)
         pending: dict[bytes, tuple[Any, list[NewEvent], asyncio.Task[None] | None]] = {}
         expired: set[bytes] = set()
-        writing: set[asyncio.Task[None]] = set()
+        writing: set[asyncio.Future[AppendResult]] = set()
+        answers = MessageWriter(stream)
+        held = asyncio.Event()  # answers wait in ``answers``
         failed: list[BaseException] = []
-        sending = asyncio.Lock()  # the answers of the call and of its timers, one at a time
         loop = asyncio.get_running_loop()
         reading = asyncio.current_task()
+        done_reading = False
 
-        async def answer(message: streams_pb2.BatchAppendResp) -> None:
-            async with sending:
-                await stream.send_message(message)
+        def fail(exc: BaseException) -> None:  # the call fails with it (not leader), as KurrentDB's
+            failed.append(exc)
+            if reading is not None:
+                reading.cancel()  # at once, not at the client's next request
 
-        async def write(correlation_id: Any, options: Any, events: list[NewEvent]) -> None:
+        def answer(message: streams_pb2.BatchAppendResp) -> None:
+            answers.hold(message)
+            held.set()
+
+        async def send() -> None:
+            """The answers held, written until the client has sent everything and all is answered."""
             try:
-                await answer(await self._batch(ctx, correlation_id, options, events))
+                while writing or not done_reading or answers.held:
+                    await held.wait()
+                    held.clear()
+                    await answers.flush()
             except asyncio.CancelledError:
                 raise
-            except BaseException as exc:  # the call fails with it (not leader), as KurrentDB's
-                failed.append(exc)
-                if reading is not None:
-                    reading.cancel()  # at once, not at the client's next request
+            except BaseException as exc:
+                fail(exc)
+
+        def written(future: asyncio.Future[AppendResult], batch: _Batch, started: float) -> None:
+            writing.discard(future)
+            if future.cancelled():
+                return
+            outcome: AppendResult | BaseException | None = future.exception()
+            if outcome is None:
+                outcome = future.result()
+                self._appended(started, batch.events, outcome)
+            try:
+                answer(self._batch_answer(batch, outcome))
+            except BaseException as exc:
+                fail(exc)
+
+        def submit(batch: _Batch) -> None:
+            try:
+                name = stream_name(batch.options.stream_identifier)
+            except GRPCError as exc:  # this batch fails, with the reason; the call goes on
+                answer(self._batch_answer(batch, exc))
+                return
+            self._check_access(ctx, name, "write")
+            started = services.clock.monotonic()
+            try:
+                future = self._submit(name, batch.events, batch.expected)
+            except EvdbError as exc:
+                answer(self._batch_answer(batch, exc))
+                return
+            writing.add(future)
+            future.add_done_callback(partial(written, batch=batch, started=started))
 
         async def expire(correlation: bytes, correlation_id: Any, options: Any, seconds: float) -> None:
             await services.clock.sleep(seconds)
             if pending.pop(correlation, None) is not None:
                 expired.add(correlation)
-                await answer(_timed_out(correlation_id, options))
+                answer(_timed_out(correlation_id, options))
 
+        sender = loop.create_task(send())
         try:
             async for request in stream:
                 correlation = request.correlation_id.SerializeToString()
@@ -598,11 +649,11 @@ class StreamsService:
                     if seconds is not None and seconds <= 0:
                         if not request.is_final:
                             expired.add(correlation)
-                        await answer(_timed_out(request.correlation_id, request.options))
+                        answer(_timed_out(request.correlation_id, request.options))
                         continue
                     timer = None
-                    if seconds is not None:
-                        timer = asyncio.get_running_loop().create_task(
+                    if seconds is not None and not request.is_final:
+                        timer = loop.create_task(
                             expire(correlation, request.correlation_id, request.options, seconds)
                         )
                     pending[correlation] = (request.options, [], timer)
@@ -613,13 +664,11 @@ class StreamsService:
                     if timer is not None:
                         timer.cancel()
                     check_leader(services, ctx)
-                    # the task runs up to the writer's queue before the next request is read
-                    task = loop.create_task(write(request.correlation_id, options, events))
-                    writing.add(task)
-                    task.add_done_callback(writing.discard)
-                    await asyncio.sleep(0)
-            if writing:  # the client has sent everything: its last answers still go out
-                await asyncio.gather(*writing)
+                    expected = expected_version(options, "expected_stream_position", "stream_position")
+                    submit(_Batch(request.correlation_id, options, expected, events))
+            done_reading = True  # the client has sent everything: its last answers still go out
+            held.set()
+            await sender
         except asyncio.CancelledError:
             if failed:  # a batch's write failed the call
                 raise failed[0] from None
@@ -628,68 +677,65 @@ class StreamsService:
             for _, _, timer in pending.values():
                 if timer is not None:
                     timer.cancel()
-            for task in writing:
-                task.cancel()
+            sender.cancel()
 
-    async def _batch(
-        self, ctx: CallContext, correlation_id: Any, options: Any, events: list[NewEvent]
+    def _batch_answer(
+        self, batch: _Batch, outcome: AppendResult | BaseException
     ) -> streams_pb2.BatchAppendResp:
-        expected = expected_version(options, "expected_stream_position", "stream_position")
+        """The answer to a batch, written or failed; raises what fails the whole call (not leader, or
+        an error that is no append's)."""
         response = streams_pb2.BatchAppendResp(
-            correlation_id=correlation_id, stream_identifier=options.stream_identifier
+            correlation_id=batch.correlation_id, stream_identifier=batch.options.stream_identifier
         )
+        expected = batch.expected
         _set_expected(response, expected)
-        try:
-            name = stream_name(options.stream_identifier)
-        except GRPCError as exc:  # this batch fails, with the reason; the call goes on
-            message = exc.message or "Invalid stream name."
-            response.error.CopyFrom(_status(exc.status, message, shared_pb2.BadRequest(message=message)))
+        if isinstance(outcome, BaseException):
+            response.error.CopyFrom(self._batch_error(batch, outcome))
             return response
-        await self._check_access(ctx, name, "write")
-        try:
-            result = await self._write(name, events, expected)
-        except WrongExpectedVersion as exc:
+        success = response.success
+        if outcome.next_expected_version < 0:
+            success.no_stream.SetInParent()
+        else:
+            success.current_revision = outcome.next_expected_version
+        if outcome.position < 0:
+            success.no_position.SetInParent()
+        else:
+            success.position.commit_position = outcome.position
+            success.position.prepare_position = outcome.position
+        return response
+
+    def _batch_error(self, batch: _Batch, exc: BaseException) -> status_pb2.Status:
+        expected = batch.expected
+        if isinstance(exc, GRPCError):  # an invalid stream name
+            message = exc.message or "Invalid stream name."
+            return _status(exc.status, message, shared_pb2.BadRequest(message=message))
+        if isinstance(exc, WrongExpectedVersion):
             detail = shared_pb2.WrongExpectedVersion()
             if exc.current_version < 0:
                 detail.current_no_stream.CopyFrom(empty_pb2.Empty())
             else:
                 detail.current_stream_revision = exc.current_version
             _set_expected(detail, expected, "expected_")
-            response.error.CopyFrom(_status(Status.FAILED_PRECONDITION, str(exc), detail))
-            return response
-        except StreamDeleted as exc:
-            detail = shared_pb2.StreamDeleted(stream_identifier=options.stream_identifier)
-            response.error.CopyFrom(_status(Status.FAILED_PRECONDITION, str(exc), detail))
-            return response
-        except EventTooLarge as exc:
+            return _status(Status.FAILED_PRECONDITION, str(exc), detail)
+        if isinstance(exc, StreamDeleted):
+            deleted = shared_pb2.StreamDeleted(stream_identifier=batch.options.stream_identifier)
+            return _status(Status.FAILED_PRECONDITION, str(exc), deleted)
+        if isinstance(exc, EventTooLarge):
             limit = min(database(self.services).config.max_append_size, 2**32 - 1)
-            detail = shared_pb2.MaximumAppendSizeExceeded(maxAppendSize=limit)
-            response.error.CopyFrom(_status(Status.INVALID_ARGUMENT, str(exc), detail))
-            return response
-        except EvdbError as exc:
-            error = grpc_error(self.services, exc)
-            if error.details:  # not leader: the call itself fails, as KurrentDB's does
-                raise error from None
-            message = error.message or str(exc)
-            # bad input is a BadRequest with its reason (kurrentdbclient: BadRequestError), else Unknown
-            detail = (
-                shared_pb2.BadRequest(message=message)
-                if isinstance(exc, InvalidInput)
-                else shared_pb2.Unknown()
-            )
-            response.error.CopyFrom(_status(error.status, message, detail))
-            return response
-        success = response.success
-        if result.next_expected_version < 0:
-            success.no_stream.CopyFrom(empty_pb2.Empty())
-        else:
-            success.current_revision = result.next_expected_version
-        if result.position < 0:
-            success.no_position.CopyFrom(empty_pb2.Empty())
-        else:
-            success.position.commit_position = result.position
-            success.position.prepare_position = result.position
-        return response
+            exceeded = shared_pb2.MaximumAppendSizeExceeded(maxAppendSize=limit)
+            return _status(Status.INVALID_ARGUMENT, str(exc), exceeded)
+        if not isinstance(exc, EvdbError):
+            raise exc
+        error = grpc_error(self.services, exc)
+        if isinstance(exc, NotLeader) and isinstance(error, KurrentError):
+            # not leader, the leader known: the call fails with its address, as KurrentDB's (with no
+            # leader known, that batch alone is answered "Server Is Not Ready")
+            raise error from None
+        message = error.message or str(exc)
+        # bad input is a BadRequest with its reason (kurrentdbclient: BadRequestError), else Unknown
+        if isinstance(exc, InvalidInput):
+            return _status(error.status, message, shared_pb2.BadRequest(message=message))
+        return _status(error.status, message, shared_pb2.Unknown())
 
     # -- Delete and Tombstone ----------------------------------------------------------------------------
     async def delete(self, stream: Stream) -> None:
@@ -707,7 +753,7 @@ class StreamsService:
         name = stream_name(options.stream_identifier)
         expected = expected_version(options, "expected_stream_revision", "revision")
         check_leader(services, ctx)
-        await self._check_access(ctx, name, "delete")
+        self._check_access(ctx, name, "delete")
         try:
             result = await database(services).delete_stream_on_loop(name, expected, hard=hard)
         except StreamNotFound:
@@ -767,6 +813,16 @@ def _set_expected(message: Any, expected: int, prefix: str = "") -> None:
         return
     kind = {NO_STREAM: "no_stream", STREAM_EXISTS: "stream_exists"}.get(expected, "any")
     getattr(message, f"{prefix}{kind}").CopyFrom(empty_pb2.Empty())
+
+
+class _Batch(NamedTuple):
+    """A complete batch of a BatchAppend call: its correlation id and options as sent, the expected
+    version they give, its events."""
+
+    correlation_id: Any
+    options: Any
+    expected: int
+    events: list[NewEvent]
 
 
 class _AllRead(NamedTuple):

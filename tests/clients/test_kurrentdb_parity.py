@@ -4,13 +4,15 @@ a persistent subscription created "from end" through the deprecated ``Settings.r
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import queue
 import threading
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -28,6 +30,10 @@ from kurrentdbclient.protos.v1 import (
 )
 from waiting import wait_until
 
+from evdb.errors import NotLeader
+from evdb.grpc.errors import KurrentError
+from evdb.grpc.streams import StreamsService, _Batch
+from evdb.services import GrpcServices
 from tests.clients.conftest import ADMIN, NodeThread, tls_node_with_user
 
 USER = ("parity-user", "parity-pw")
@@ -236,3 +242,86 @@ def test_the_batches_of_one_call_are_written_without_waiting_for_each_other(node
         node.thread.call(setattr, writer, "_queue", held.real)
     revisions = [answers[r.correlation_id.string].success.current_revision for r in requests]
     assert revisions == list(range(count))  # written in the order they came
+
+
+def test_a_batch_costs_the_node_no_task_of_its_own(node):
+    """The flood test's batches (one request each: options with a deadline, one event, is_final) are
+    handed to the writer from the call's reading loop and answered from their writes' callbacks: the
+    call's tasks do not grow with its batches. Before, each batch had two (a deadline timer, cancelled
+    when its final request came at once, and its write), 2 x 200 here."""
+    stream = name("tasks")
+    count = 200
+    created: list[Any] = []
+    loop = node.thread.loop
+    previous = node.thread.call(loop.get_task_factory)
+
+    def counting(loop: Any, coro: Any, **kwargs: Any) -> Any:
+        created.append(getattr(coro, "__qualname__", coro))
+        if previous is not None:
+            return previous(loop, coro, **kwargs)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    stub = streams_pb2_grpc.StreamsStub(node.channel)
+    deadline = Duration(seconds=600)
+    requests = [batch_request(stream, str(uuid.uuid4()), final=True, deadline=deadline) for _ in range(count)]
+    node.thread.call(loop.set_task_factory, counting)
+    try:
+        answers = list(stub.BatchAppend(iter(requests), metadata=node.metadata(), timeout=60))
+    finally:
+        node.thread.call(loop.set_task_factory, previous)
+    assert [a.success.current_revision for a in answers] == list(range(count))  # answered in order
+    assert len(created) < count // 4, created[:20]
+
+
+def test_a_write_refused_as_not_leader_fails_the_call_when_the_leader_is_known():
+    """KurrentDB's BatchAppend: a write its node refuses as not leader, with the leader known, fails
+    the whole call with the leader's address (RpcExceptions.LeaderInfo); with none known that batch
+    alone is answered. The not-leader error carries trailers, not google.rpc details, so a check of
+    ``details`` let it pass as one batch's error."""
+    options = streams_pb2.BatchAppendReq.Options()
+    options.stream_identifier.stream_name = b"s"
+    batch = _Batch(shared_pb2.UUID(string=str(uuid.uuid4())), options, -2, [])
+
+    def service(leader: tuple[str, int] | None) -> StreamsService:
+        cluster = SimpleNamespace(leader_client_endpoint=lambda: leader)
+        return StreamsService(cast(GrpcServices, SimpleNamespace(cluster=cluster)))
+
+    with pytest.raises(KurrentError) as raised:
+        service(("10.0.0.9", 2113))._batch_error(batch, NotLeader())
+    assert raised.value.status.name == "NOT_FOUND" and raised.value.message == "Leader info available"
+    assert raised.value.trailers["leader-endpoint-host"] == "10.0.0.9"
+    assert service(None)._batch_error(batch, NotLeader()).message == "Server Is Not Ready"
+
+
+def test_a_write_that_fails_the_call_ends_it_after_the_answers_before(node):
+    """A batch's write that fails the call (here an error no append answers) ends the call at once,
+    without waiting for the client's next request, and the batches written before it were answered."""
+    stream = name("fails")
+    db = node.thread.node.db
+    real = db.append_on_loop
+    calls: list[str] = []
+
+    def failing_third(stream_name: str, events: Any, expected: int, **kwargs: Any) -> Any:
+        calls.append(stream_name)
+        if len(calls) < 3:
+            return real(stream_name, events, expected, **kwargs)
+        failed = asyncio.get_running_loop().create_future()
+        failed.set_exception(RuntimeError("the writer stopped"))
+        return failed
+
+    stub = streams_pb2_grpc.StreamsStub(node.channel)
+    requests: queue.Queue[streams_pb2.BatchAppendReq | None] = queue.Queue()
+    node.thread.call(setattr, db, "append_on_loop", failing_third)
+    try:
+        call = stub.BatchAppend(iter(requests.get, None), metadata=node.metadata(), timeout=30)
+        answers = iter(call)
+        for revision in (0, 1):
+            requests.put(batch_request(stream, str(uuid.uuid4()), final=True))
+            assert next(answers).success.current_revision == revision
+        requests.put(batch_request(stream, str(uuid.uuid4()), final=True))
+        with pytest.raises(grpc.RpcError) as ended:
+            next(answers)  # the client sends nothing more: the failure alone ends the call
+    finally:
+        requests.put(None)
+        node.thread.call(delattr, db, "append_on_loop")  # the class's method again
+    assert ended.value.code() == grpc.StatusCode.UNKNOWN  # an unexpected error: grpclib ends the call so
