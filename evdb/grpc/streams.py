@@ -618,7 +618,13 @@ class StreamsService:
             except GRPCError as exc:  # this batch fails, with the reason; the call goes on
                 answer(self._batch_answer(batch, exc))
                 return
-            self._check_access(ctx, name, "write")
+            try:
+                self._check_access(ctx, name, "write")
+            except GRPCError as exc:  # access denied: this batch is refused; the call goes on, as KurrentDB's
+                if exc.status != Status.PERMISSION_DENIED:
+                    raise
+                answer(self._batch_answer(batch, exc))
+                return
             started = services.clock.monotonic()
             try:
                 future = self._submit(name, batch.events, batch.expected)
@@ -706,6 +712,8 @@ class StreamsService:
 
     def _batch_error(self, batch: _Batch, exc: BaseException) -> status_pb2.Status:
         expected = batch.expected
+        if isinstance(exc, GRPCError) and exc.status == Status.PERMISSION_DENIED:
+            return _status(exc.status, exc.message or "Access Denied", shared_pb2.AccessDenied())
         if isinstance(exc, GRPCError):  # an invalid stream name
             message = exc.message or "Invalid stream name."
             return _status(exc.status, message, shared_pb2.BadRequest(message=message))

@@ -325,3 +325,22 @@ def test_a_write_that_fails_the_call_ends_it_after_the_answers_before(node):
         requests.put(None)
         node.thread.call(delattr, db, "append_on_loop")  # the class's method again
     assert ended.value.code() == grpc.StatusCode.UNKNOWN  # an unexpected error: grpclib ends the call so
+
+
+def test_a_batch_refused_for_access_is_answered_and_the_call_goes_on(node):
+    """KurrentDB's BatchAppend answers a batch its caller may not write with PermissionDenied
+    (AccessDenied) and goes on with the call's other batches; evdb failed the whole call."""
+    allowed = name("allowed")
+    stub = streams_pb2_grpc.StreamsStub(node.channel)
+    denied = str(uuid.uuid4())
+    requests = [
+        batch_request(f"${name('system')}", denied, final=True),  # a system stream: admins only
+        batch_request(allowed, str(uuid.uuid4()), final=True),
+    ]
+    answers = list(stub.BatchAppend(iter(requests), metadata=node.metadata(("ops", "changeit")), timeout=30))
+    assert len(answers) == 2
+    refused = next(a for a in answers if a.correlation_id.string == denied)
+    assert refused.error.code == grpc.StatusCode.PERMISSION_DENIED.value[0]
+    assert refused.error.details.Is(shared_pb2.AccessDenied.DESCRIPTOR)
+    written = next(a for a in answers if a.correlation_id.string != denied)
+    assert written.success.current_revision == 0
