@@ -14,8 +14,10 @@ each verified by the archiver. A restore from it:
    log the claim names;
 3. writes the checkpoints as the backup restore leaves them: the log ends at the archive checkpoint
    (``writer.chk`` and ``truncate.chk``), nothing is indexed (``chaser.chk`` 0), the epochs are found
-   again when the node indexes the log (``epoch.chk``, ``proposal.chk`` -1); the staging folder is
-   synced;
+   again when the node indexes the log (``epoch.chk``, ``proposal.chk`` -1); all of it was committed
+   cluster-wide (the archiver uploads only committed chunks), so ``replication.chk`` is the archive
+   checkpoint too: as a restarted member, the node serves it before its leader confirms more. The
+   staging folder is synced;
 4. moves it into place: the old index files first when the index folder lies outside the database
    folder, then one exchange of the two folders (``renameat2(RENAME_EXCHANGE)``), then the old one
    (now under the staging name) is removed. An archiver node's own id (``archiving/archiver-id``) is
@@ -195,12 +197,13 @@ def restore_from_archive(
                     p.file_copied(f"archive/{name}", info.size)
                 p.end_step()
 
-                p.begin_step("restore", 3, "write the checkpoints: the log ends at the archive checkpoint", 5)
+                p.begin_step("restore", 3, "write the checkpoints: the log ends at the archive checkpoint", 6)
                 position = checkpoint.position
                 for file, value in (
                     ("chaser.chk", 0),
                     ("epoch.chk", -1),
                     ("proposal.chk", -1),
+                    ("replication.chk", position),
                     ("truncate.chk", position),
                     ("writer.chk", position),
                 ):

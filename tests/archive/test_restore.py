@@ -42,6 +42,8 @@ def _all(folder, clock) -> tuple[list, int, int]:
             order_0 = len(db.read_stream_forward("order-0", 0, 4096).events)
         except StreamNotFound:
             order_0 = 0
+        if db.committed_position == ARCHIVED:  # restored: all of it committed cluster-wide
+            assert db.commit_limit_at_open() == ARCHIVED
         return list(db.iter_all(0)), db.committed_position, order_0
     finally:
         db.close()
