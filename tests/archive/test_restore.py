@@ -10,11 +10,12 @@ import logging
 import os
 
 import pytest
-from archive_helpers import CHUNK, archiver, database, drain
+from archive_helpers import CHUNK, REGION, archiver, database, drain
 
 from evdb.archive.archiver import CLAIM, chunk_object_name
 from evdb.archive.filesystem import FileSystemStore
 from evdb.archive.restore import exchange_folders, restore_from_archive, staging_folder
+from evdb.archive.s3 import S3Store
 from evdb.backup.errors import BackupError, BackupIncomplete, InvalidBackupFolder
 from evdb.cli import main
 from evdb.database import Database
@@ -270,3 +271,14 @@ def test_an_index_outside_the_database_folder_is_replaced_too(archived, tmp_path
         )
     finally:
         db.close()
+
+
+def test_no_bucket_and_an_empty_bucket_are_refused(s3_environ, make_bucket, tmp_path):
+    target = tmp_path / "node" / "db"
+    missing = S3Store("evdb-archive-no-such-bucket", REGION, s3_environ)
+    with pytest.raises(InvalidBackupFolder, match="There is no archive there"):
+        restore_from_archive(missing, str(target), chunk_size=CHUNK)
+    empty = S3Store(make_bucket(), REGION, s3_environ)
+    with pytest.raises(BackupIncomplete, match="holds no archived chunk yet"):
+        restore_from_archive(empty, str(target), chunk_size=CHUNK)
+    assert not target.exists()
