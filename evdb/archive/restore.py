@@ -7,7 +7,8 @@ each verified by the archiver. A restore from it:
    claimed by a cluster (``archive.claim``), its checkpoint readable and past chunk 0, its chunk size
    the node's ``ChunkSize``, every chunk object before the checkpoint present; then, holding the
    database folder's lock (``evdb.lock``: no node runs there, none starts meanwhile), that the folders
-   hold no database unless ``overwrite`` (the backup restore's checks, evdb/backup/restore.py);
+   hold no database unless ``overwrite`` (the backup restore's checks, evdb/backup/restore.py), and
+   that the database folder is no mount point (step 4 renames it);
 2. downloads every archived chunk into a staging folder beside the database folder
    (``.<name>.archive-restore``), each verified by its checksum as the archive cache verifies what it
    reads (:func:`~evdb.archive.cache.download_verified`), chunk 0's first record checked against the
@@ -107,6 +108,18 @@ def _remove_tree(path: str) -> None:
         fsync_dir(os.path.dirname(path))
 
 
+def _check_beside(db_dir: str, staging: str) -> None:
+    """InvalidBackupFolder unless the staging folder can take the database folder's name in one rename:
+    the database folder is no mount point and lies on its parent's file system."""
+    parent = os.path.dirname(staging)
+    if os.path.ismount(db_dir) or os.stat(db_dir).st_dev != os.stat(parent).st_dev:
+        raise InvalidBackupFolder(
+            f"{db_dir} is a mount point (or another file system than {parent}): a restore from the archive "
+            f"builds the database beside it, in {staging}, and renames it into place, which a mount point "
+            "cannot be. Give the node a Db folder inside the volume (e.g. <mount>/db). Nothing was restored."
+        )
+
+
 def _checked_archive(store: ArchiveStore, chunk_size: int) -> tuple[ArchiveCheckpoint, str, int]:
     """The checkpoint, the claimed log and the bytes to download, or the refusal (nothing touched)."""
     try:
@@ -172,6 +185,7 @@ def restore_from_archive(
     with hold_database_lock(db_dir):
         p.begin_step("restore", 1, "check the node is stopped and its folders free")
         _old_db, old_index = check_destination(db_dir, index_dir, overwrite, "the archive's log")
+        _check_beside(db_dir, staging)
         for leftover in (staging, staging + ".old"):  # what an interrupted restore left
             _remove_tree(leftover)
         p.end_step()

@@ -48,17 +48,18 @@ environment, or the --archive-* options; S3 endpoint and credentials from the st
 providers), as `evdb node` does. Before any file is touched it checks the archive is reachable,
 claimed by a cluster (archive.claim), its checkpoint (archive.chk) readable, its chunk size the
 node's ChunkSize and every chunk before the checkpoint there; that no node runs on the folders and
-that they hold no database unless --overwrite. It then downloads every archived chunk into
-.<db>.archive-restore beside the database folder, each verified by its checksum, writes the
-checkpoints so that the log ends at the archive checkpoint, syncs, and swaps that folder with the
-database folder in one rename. A kill at any point leaves the old folder or the whole restored one.
-At its next start the node indexes the log, joins its cluster and catches up the rest from the
-leader as any follower behind.
+that they hold no database unless --overwrite, and that the database folder is no mount point. It
+then downloads every archived chunk into .<db>.archive-restore beside the database folder, each
+verified by its checksum, writes the checkpoints so that the log ends at the archive checkpoint,
+syncs, and swaps that folder with the database folder in one rename. A kill at any point leaves the
+old folder or the whole restored one. At its next start the node indexes the log, joins its cluster
+and catches up the rest from the leader as any follower behind.
 
 Exit codes: 0 done; 1 failed (a damaged or missing archived chunk, an archive unreachable, the
 folders hold a database and no --overwrite); 2 bad usage (no archive there, a ChunkSize other than
-the archive's, options); 3 a scavenge runs or ran; 4 files of another node; 5 unfinished backup, or
-an archive with nothing archived yet; 6 a node runs on the restore's folders.
+the archive's, a database folder that is a mount point, options); 3 a scavenge runs or ran; 4 files
+of another node; 5 unfinished backup, or an archive with nothing archived yet; 6 a node runs on the
+restore's folders.
 """
 
 _log = logging.getLogger("evdb.backup")

@@ -16,7 +16,7 @@ from evdb.archive.archiver import CLAIM, chunk_object_name
 from evdb.archive.filesystem import FileSystemStore
 from evdb.archive.restore import exchange_folders, restore_from_archive, staging_folder
 from evdb.archive.s3 import S3Store
-from evdb.backup.errors import BackupError, BackupIncomplete, InvalidBackupFolder
+from evdb.backup.errors import BackupError, BackupIncomplete, InvalidBackupFolder, NodeRunning
 from evdb.cli import main
 from evdb.database import Database
 from evdb.errors import StreamNotFound
@@ -282,3 +282,27 @@ def test_no_bucket_and_an_empty_bucket_are_refused(s3_environ, make_bucket, tmp_
     with pytest.raises(BackupIncomplete, match="holds no archived chunk yet"):
         restore_from_archive(empty, str(target), chunk_size=CHUNK)
     assert not target.exists()
+
+
+def test_a_database_folder_that_is_a_mount_point_is_refused_before_the_download(
+    archived, tmp_path, monkeypatch
+):
+    store, _ = archived
+    target = tmp_path / "node" / "db"
+    mounted = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda path: path == str(target) or mounted(path))
+    with pytest.raises(InvalidBackupFolder, match="is a mount point"):
+        restore_from_archive(store, str(target), chunk_size=CHUNK)
+    _nothing_written(target)
+
+
+def test_a_node_running_on_the_folders_is_refused(archived, tmp_path, clock):
+    store, _ = archived
+    target = tmp_path / "node" / "db"
+    running = Database.open(str(target), clock=clock, chunk_size=CHUNK)
+    try:
+        with pytest.raises(NodeRunning, match="A node is running on"):
+            restore_from_archive(store, str(target), chunk_size=CHUNK, overwrite=True)
+        assert not os.path.exists(staging_folder(str(target)))
+    finally:
+        running.close()
