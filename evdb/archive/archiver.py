@@ -69,7 +69,9 @@ __all__ = [
     "archiver_identity",
     "backoff_seconds",
     "chunk_object_name",
+    "first_record_identity",
     "read_checkpoint",
+    "read_claim",
     "start_archiver",
 ]
 
@@ -132,14 +134,22 @@ class DatabaseChunks:
         first = self.chunk(0)
         if first is None or first.start_number != 0 or self.readable_position() == 0:
             return None
-        offset = first.physical_offset_at_or_after(0)
-        return xxhash.xxh3_128(first.raw_frame(offset)).hexdigest()
+        return first_record_identity(first)
 
 
 @dataclass(frozen=True)
 class ArchiveCheckpoint:
     position: int
     etag: str | None  # None: there is no checkpoint object yet
+    #: what the checkpoint object says besides its position (None when not read from the archive)
+    chunk_size: int | None = None
+    log: str | None = None
+
+
+def first_record_identity(first: Chunk) -> str:
+    """A log's identity from its chunk 0: the hash of its first record (what ``archive.claim`` and
+    ``archive.chk`` name)."""
+    return xxhash.xxh3_128(first.raw_frame(first.physical_offset_at_or_after(0))).hexdigest()
 
 
 def read_checkpoint(store: ArchiveStore) -> ArchiveCheckpoint:
@@ -152,8 +162,11 @@ def read_checkpoint(store: ArchiveStore) -> ArchiveCheckpoint:
     except ObjectMissing:
         return ArchiveCheckpoint(0, None)
     try:
-        position = int(json.loads(raw)["position"])
-    except (ValueError, KeyError, TypeError) as exc:
+        body = json.loads(raw)
+        position = int(body["position"])
+        chunk_size = int(body["chunkSize"]) if body.get("chunkSize") is not None else None
+        log = body.get("log")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ArchiveError(
             f"The archive checkpoint {CHECKPOINT} in {store.description} is damaged: {exc}"
         ) from exc
@@ -161,7 +174,23 @@ def read_checkpoint(store: ArchiveStore) -> ArchiveCheckpoint:
     again = store.head(CHECKPOINT)
     if again is None or again.etag != info.etag:
         raise ObjectChanged(f"The archive checkpoint {CHECKPOINT} in {store.description} changed while read")
-    return ArchiveCheckpoint(position, info.etag)
+    return ArchiveCheckpoint(position, info.etag, chunk_size, log if isinstance(log, str) else None)
+
+
+def read_claim(store: ArchiveStore) -> dict[str, Any] | None:
+    """The archive's claim (``{"log": ..., "archiver": ..., "name": ...}``), None when unclaimed;
+    ArchiveError when it is damaged."""
+    try:
+        found = json.loads(store.get_bytes(CLAIM))
+    except ObjectMissing:
+        return None
+    except ValueError as exc:
+        raise ArchiveError(f"The archive claim {CLAIM} in {store.description} is damaged: {exc}") from exc
+    if not isinstance(found, dict) or "log" not in found or "archiver" not in found:
+        raise ArchiveError(
+            f"The archive claim {CLAIM} in {store.description} is damaged: it names no log and archiver"
+        )
+    return found
 
 
 class Archiver:
@@ -208,13 +237,12 @@ class Archiver:
             self.store.put_bytes(CLAIM, claim, if_absent=True)
             self.logger.info("Archive %s claimed for this cluster's log %s", self.store.description, identity)
         except ObjectExists:
-            try:
-                found = json.loads(self.store.get_bytes(CLAIM))
-                log, archiver = found["log"], found["archiver"]
-            except (ValueError, KeyError, TypeError) as exc:
+            found = read_claim(self.store)
+            if found is None:  # deleted since: claim it again at the next step
                 raise ArchiveError(
-                    f"The archive claim {CLAIM} in {self.store.description} is damaged: {exc}"
-                ) from exc
+                    f"The archive claim {CLAIM} in {self.store.description} vanished"
+                ) from None
+            log, archiver = found["log"], found["archiver"]
             if log != identity:
                 raise ArchiveClaimed(
                     f"The archive {self.store.description} belongs to another cluster (its {CLAIM} names the "

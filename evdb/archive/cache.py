@@ -25,15 +25,53 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from evdb.archive.archiver import chunk_object_name
-from evdb.archive.store import ArchiveStore
+from evdb.archive.store import ArchiveStore, ObjectInfo
 from evdb.errors import ArchiveError, CorruptedFile
 from evdb.index.durable import fsync_dir
 from evdb.storage.chunk import Chunk
 
-__all__ = ["ArchiveCache", "CacheStats"]
+__all__ = ["ArchiveCache", "CacheStats", "check_archived_chunk", "download_verified"]
 
 _SUFFIX = ".archived"
 _TMP = ".archived.tmp"
+
+
+def check_archived_chunk(chunk: Chunk, number: int, chunk_size: int, where: str) -> None:
+    """CorruptedFile unless ``chunk`` (opened with its checksum verified) is logical chunk ``number``
+    of a log of ``chunk_size`` (what the archive's object of that number must hold)."""
+    if chunk.start_number != number or chunk.end_number != number or chunk.chunk_size != chunk_size:
+        raise CorruptedFile(
+            where,
+            f"holds chunks {chunk.start_number}-{chunk.end_number} of size {chunk.chunk_size}, "
+            f"not chunk {number} of size {chunk_size}",
+        )
+
+
+def download_verified(
+    store: ArchiveStore, number: int, chunk_size: int, tmp: str, path: str
+) -> tuple[Chunk, ObjectInfo]:
+    """Archived chunk ``number`` downloaded to ``tmp``, verified (the footer's checksum of every byte,
+    the header's chunk number and size: :func:`check_archived_chunk`), renamed to ``path`` and the
+    folder synced; returned open. A damaged object is an ArchiveError and ``tmp`` is removed: nothing
+    unverified is ever kept (the cache's downloads and ``evdb restore --from-archive``'s)."""
+    name = chunk_object_name(number)
+    try:
+        info = store.download(name, tmp)
+        try:
+            chunk = Chunk.open(tmp, verify=True)
+            check_archived_chunk(chunk, number, chunk_size, tmp)
+        except CorruptedFile as exc:
+            raise ArchiveError(
+                f"The archived {name} in {store.description} is damaged ({exc.reason}): not read"
+            ) from exc
+        os.replace(tmp, path)
+        fsync_dir(os.path.dirname(path) or ".")
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    chunk.path = path
+    return chunk, info
 
 
 @dataclass
@@ -98,14 +136,6 @@ class ArchiveCache:
             self.stats.hits += 1
         return found
 
-    def _check(self, chunk: Chunk, number: int, where: str) -> None:
-        if chunk.start_number != number or chunk.end_number != number or chunk.chunk_size != self.chunk_size:
-            raise CorruptedFile(
-                where,
-                f"holds chunks {chunk.start_number}-{chunk.end_number} of size {chunk.chunk_size}, "
-                f"not chunk {number} of size {self.chunk_size}",
-            )
-
     def _open_cached(self, number: int) -> Chunk | None:
         """The chunk's file left in the folder by an earlier run, checked again; None when absent."""
         path = self._path(number)
@@ -113,7 +143,7 @@ class ArchiveCache:
             return None
         try:
             chunk = Chunk.open(path, verify=True)
-            self._check(chunk, number, path)
+            check_archived_chunk(chunk, number, self.chunk_size, path)
             return chunk
         except CorruptedFile as exc:
             self.logger.warning("Archive cache: %s dropped (%s); downloading it again", path, exc)
@@ -121,24 +151,8 @@ class ArchiveCache:
             return None
 
     def _download(self, number: int) -> Chunk:
-        name = chunk_object_name(number)
         tmp = os.path.join(self.folder, f"{uuid.uuid4().hex}{_TMP}")
-        try:
-            info = self.store.download(name, tmp)
-            try:
-                chunk = Chunk.open(tmp, verify=True)
-                self._check(chunk, number, tmp)
-            except CorruptedFile as exc:
-                raise ArchiveError(
-                    f"The archived {name} in {self.store.description} is damaged ({exc.reason}): not read"
-                ) from exc
-            os.replace(tmp, self._path(number))
-            fsync_dir(self.folder)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        chunk.path = self._path(number)
+        chunk, info = download_verified(self.store, number, self.chunk_size, tmp, self._path(number))
         self.stats.downloads += 1
         self.stats.downloaded_bytes += info.size
         self.logger.info(

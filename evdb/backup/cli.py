@@ -1,7 +1,8 @@
 """``evdb backup``, ``evdb backup verify`` and ``evdb restore``.
 
 Exit codes: 0 done; 1 failed; 2 bad usage; 3 a scavenge runs or ran (see --stop-scavenge);
-4 files of another node; 5 unfinished backup; 6 a node runs on the restore's folders.
+4 files of another node; 5 unfinished backup (or an archive with nothing archived yet: ``evdb
+restore --from-archive``, evdb/archive/restore.py); 6 a node runs on the restore's folders.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 
 from evdb.backup.errors import BackupError, InvalidBackupFolder
 from evdb.backup.layout import check_folder
@@ -19,6 +21,46 @@ from evdb.backup.scavenge_guard import FolderScavengeGuard, HttpScavengeGuard
 from evdb.backup.verify import verify_backup
 
 __all__ = ["register_cli"]
+
+#: the node's options ``evdb restore --from-archive`` reads (with ``--db`` and ``--index``): the file
+#: that holds them, the chunk size, and the archive's
+_ARCHIVE_OPTIONS = (
+    "Config",
+    "ChunkSize",
+    "ArchiveEnabled",
+    "ArchiveStorageType",
+    "ArchiveS3Region",
+    "ArchiveS3Bucket",
+    "ArchiveFileSystemPath",
+    "ArchiveRetainAtLeastDays",
+    "ArchiveRetainAtLeastLogicalBytes",
+)
+
+_RESTORE_HELP = """\
+Restore a stopped node's database folders, from a backup (--from BACKUP) or from the archive alone
+(--from-archive); exactly one of the two.
+
+--from BACKUP: copy the backup into place and copy chaser.chk over truncate.chk; at its next start
+the node truncates the log there and re-indexes.
+
+--from-archive: read the archive the node's configuration names (--config node.yaml, the
+environment, or the --archive-* options; S3 endpoint and credentials from the standard AWS
+providers), as `evdb node` does. Before any file is touched it checks the archive is reachable,
+claimed by a cluster (archive.claim), its checkpoint (archive.chk) readable, its chunk size the
+node's ChunkSize and every chunk before the checkpoint there; that no node runs on the folders and
+that they hold no database unless --overwrite, and that the database folder is no mount point. It
+then downloads every archived chunk into .<db>.archive-restore beside the database folder, each
+verified by its checksum, writes the checkpoints so that the log ends at the archive checkpoint,
+syncs, and swaps that folder with the database folder in one rename. A kill at any point leaves the
+old folder or the whole restored one. At its next start the node indexes the log, joins its cluster
+and catches up the rest from the leader as any follower behind.
+
+Exit codes: 0 done; 1 failed (a damaged or missing archived chunk, an archive unreachable, the
+folders hold a database and no --overwrite); 2 bad usage (no archive there, a ChunkSize other than
+the archive's, a database folder that is a mount point, options); 3 a scavenge runs or ran; 4 files
+of another node; 5 unfinished backup, or an archive with nothing archived yet; 6 a node runs on the
+restore's folders.
+"""
 
 _log = logging.getLogger("evdb.backup")
 
@@ -79,20 +121,29 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 
     restore = subparsers.add_parser(
         "restore",
-        help="restore a backup onto a stopped node's folders",
-        description=(
-            "Copy a backup into place for a stopped node and copy chaser.chk over truncate.chk; at its "
-            "next start the node truncates the log there and re-indexes."
-        ),
+        help="restore a backup, or the archive, onto a stopped node's folders",
+        description=_RESTORE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    restore.add_argument("--from", dest="backup_dir", required=True, metavar="BACKUP")
-    restore.add_argument("--db", required=True, help="the node's database folder")
+    source = restore.add_mutually_exclusive_group()
+    source.add_argument("--from", dest="backup_dir", metavar="BACKUP", help="the backup folder to restore")
+    source.add_argument(
+        "--from-archive",
+        action="store_true",
+        help="restore from the archive the node's configuration names (--config, or the --archive-* options)",
+    )
+    restore.add_argument(
+        "--db", help="the node's database folder (with --from-archive: default the configuration's Db)"
+    )
     restore.add_argument("--index", help="the node's index folder (default: <db>/index)")
     restore.add_argument("--overwrite", action="store_true", help="replace the database the folders hold now")
     restore.add_argument(
         "--no-verify", action="store_true", help="skip checking the backup's checksums before copying"
     )
     restore.add_argument("--progress-json", action="store_true", help="print progress as JSON lines")
+    from evdb.options import add_arguments
+
+    add_arguments(restore, only=_ARCHIVE_OPTIONS)
     restore.set_defaults(func=_restore)
 
 
@@ -200,7 +251,16 @@ def _snapshot_hook(args: argparse.Namespace) -> int:
 
 def _restore(args: argparse.Namespace) -> int:
     _console_logging(False)
-    try:
+    if args.from_archive:
+        return _restore_from_archive(args)
+    if not args.backup_dir:
+        print("evdb restore: name what to restore: --from BACKUP or --from-archive", file=sys.stderr)
+        return 2
+    if not args.db:
+        print("evdb restore: --db required", file=sys.stderr)
+        return 2
+
+    def run() -> str:
         result = restore_backup(
             args.backup_dir,
             args.db,
@@ -209,15 +269,68 @@ def _restore(args: argparse.Namespace) -> int:
             verify=not args.no_verify,
             progress=_progress("restore", args.progress_json),
         )
+        return (
+            f"restore complete: {result.files_copied} files, {result.bytes_copied} bytes; the node truncates "
+            f"to position {result.truncate_to} and re-indexes at its next start.\nREMINDER: {result.reminder}"
+        )
+
+    return _restored(run)
+
+
+def _restored(run: Callable[[], str]) -> int:
+    """Run a restore; print what it says when done, or why it failed (its exit code)."""
+    try:
+        done = run()
     except BackupError as exc:
         print(f"evdb restore: {exc}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:
         print(f"evdb restore: {exc}", file=sys.stderr)
         return 1
-    print(
-        f"restore complete: {result.files_copied} files, {result.bytes_copied} bytes; the node truncates "
-        f"to position {result.truncate_to} and re-indexes at its next start.\nREMINDER: {result.reminder}",
-        file=sys.stderr,
-    )
+    print(done, file=sys.stderr)
     return 0
+
+
+def _restore_from_archive(args: argparse.Namespace) -> int:
+    import os
+
+    from evdb.archive.restore import restore_from_archive
+    from evdb.archive.settings import archive_settings
+    from evdb.errors import EvdbError
+    from evdb.options import options_from_namespace
+
+    try:
+        options = options_from_namespace(args, os.environ)
+        settings = archive_settings(options)
+        if not settings.enabled:
+            raise EvdbError(
+                "--from-archive reads the archive the node's configuration names, and it does not enable "
+                "one (Archive: Enabled: true): give the node's configuration (--config) or the --archive-* "
+                "options"
+            )
+        if options.config_sources["Db"] == "default":
+            raise EvdbError("name the node's database folder: --db, or Db in its configuration (--config)")
+        store = settings.open_store()
+    except EvdbError as exc:
+        print(f"evdb restore: {exc}", file=sys.stderr)
+        return 2
+
+    def run() -> str:
+        try:
+            result = restore_from_archive(
+                store,
+                options.db,
+                options.index,
+                chunk_size=options.chunk_size,
+                overwrite=args.overwrite,
+                progress=_progress("restore", args.progress_json),
+            )
+        finally:
+            store.close()
+        return (
+            f"restore complete: {result.chunks} chunks, {result.bytes_copied} bytes from {result.archive}; "
+            f"the node's log ends at the archive checkpoint {result.position}. At its next start it indexes "
+            "the log, then joins its cluster and catches up the rest from the leader."
+        )
+
+    return _restored(run)

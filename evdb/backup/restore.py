@@ -23,7 +23,7 @@ from evdb.backup.errors import BackupError, BackupIncomplete, InvalidBackupFolde
 from evdb.backup.progress import Progress
 from evdb.backup.verify import verify_backup
 
-__all__ = ["RestoreResult", "restore_backup"]
+__all__ = ["RestoreResult", "check_destination", "hold_database_lock", "restore_backup", "restore_folders"]
 
 _log = logging.getLogger("evdb.backup")
 LOCK_NAME = "evdb.lock"  # evdb.database takes an exclusive flock on it while a node runs
@@ -81,6 +81,27 @@ def _evdb_files(db_dir: str, index_dir: str) -> tuple[list[str], list[str]]:
     return db_files, index_files
 
 
+def restore_folders(db_dir: str, index_dir: str | None) -> tuple[str, str]:
+    """The folders a restore writes (the index's: ``<db>/index`` unless given), each checked
+    (InvalidBackupFolder, exit 2) before anything is touched."""
+    L.check_folder(db_dir, "database folder")
+    if index_dir is not None:
+        L.check_folder(index_dir, "index folder")
+    return db_dir, index_dir or os.path.join(db_dir, "index")
+
+
+def check_destination(db_dir: str, index_dir: str, overwrite: bool, what: str) -> tuple[list[str], list[str]]:
+    """The files of a database the folders hold now (chunks and checkpoints; the index's), which a
+    restore replaces; a BackupError when there are any and not ``overwrite``. Called holding the lock."""
+    old_db, old_index = _evdb_files(db_dir, index_dir)
+    if (old_db or old_index) and not overwrite:
+        raise BackupError(
+            f"{db_dir} (or {index_dir}) already holds a database. Give --overwrite to replace it with "
+            f"{what} (its current files are removed)."
+        )
+    return old_db, old_index
+
+
 def restore_backup(
     backup: str,
     db_dir: str,
@@ -91,10 +112,7 @@ def restore_backup(
     progress: Progress | None = None,
 ) -> RestoreResult:
     L.check_folder(backup)
-    L.check_folder(db_dir, "database folder")
-    if index_dir is not None:
-        L.check_folder(index_dir, "index folder")
-    index_dir = index_dir or os.path.join(db_dir, "index")
+    db_dir, index_dir = restore_folders(db_dir, index_dir)
     p = progress or Progress("restore", _log)
     if not os.path.isdir(backup):
         raise InvalidBackupFolder(
@@ -111,12 +129,7 @@ def restore_backup(
     source_index = os.path.join(backup, "index")
     with hold_database_lock(db_dir):
         p.begin_step("restore", 1, "check the node is stopped and the backup is whole")
-        old_db, old_index = _evdb_files(db_dir, index_dir)
-        if (old_db or old_index) and not overwrite:
-            raise BackupError(
-                f"{db_dir} (or {index_dir}) already holds a database. Give --overwrite to replace it with "
-                "the backup (its current files are removed)."
-            )
+        old_db, old_index = check_destination(db_dir, index_dir, overwrite, "the backup")
         if verify:
             report = verify_backup(backup)
             if not report.ok:

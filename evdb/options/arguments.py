@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Collection
 
 from evdb.options.spec import GROUPS, OptionSpec
 from evdb.options.table import OPTIONS
@@ -43,15 +44,15 @@ def _metavar(o: OptionSpec) -> str:
     }[o.type]
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add every option, one argument group per option group.
+def add_arguments(parser: argparse.ArgumentParser, only: Collection[str] | None = None) -> None:
+    """Add every option (or those ``only`` names), one argument group per option group.
 
     Values are kept as given (strings; ``argparse.SUPPRESS`` when absent) and checked by
     :func:`~evdb.options.options_from_namespace`, so that errors name the option and what it accepts.
     A boolean flag alone means true (``--mem-db``); ``--mem-db=false`` and ``--mem-db false`` work too.
     """
     for group_name in GROUPS:
-        members = [o for o in OPTIONS if o.group == group_name]
+        members = [o for o in OPTIONS if o.group == group_name and (only is None or o.name in only)]
         if not members:
             continue
         group = parser.add_argument_group(group_name)

@@ -1,22 +1,28 @@
 """The archiver as a real process: a one-node cluster and a read-only replica with `Archiver: true`,
 archiving into a folder. Every completed chunk the leader writes reaches the archive, byte for byte as
-the replica holds it; a kill -9 of the archiver and a restart neither upload a chunk twice nor skip one."""
+the replica holds it; a kill -9 of the archiver and a restart neither upload a chunk twice nor skip one. Its disk lost, the
+replica restored from the archive alone (`evdb restore --from-archive`) catches up from the leader,
+serves the same `$all` and archives on."""
 
 from __future__ import annotations
 
 import glob
 import json
 import os
+import shutil
 import signal
+import subprocess
+import sys
 import uuid
 
 import pytest
 import yaml
 from waiting import wait_until
 
-from evdb.archive.archiver import CHECKPOINT, chunk_object_name, read_checkpoint
+from evdb.archive.archiver import CHECKPOINT, CLAIM, chunk_object_name, read_checkpoint
 from evdb.archive.filesystem import FileSystemStore
 from evdb.cluster.launcher import LocalCluster
+from evdb.database import Database
 from evdb.logs import read_log_lines
 
 pytestmark = pytest.mark.slow
@@ -101,5 +107,43 @@ def test_the_archiver_uploads_every_completed_chunk_and_survives_kill_9(tmp_path
         assert sorted(uploads) == sorted(set(uploads))  # no chunk uploaded twice
         assert {int(line.split()[1]) for line in lines} == set(range(end))  # each one logged, by the archiver
         assert store.head(CHECKPOINT) is not None
+
+        # the replica's disk lost: restored from the archive alone, it catches up and serves the same $all
+        assert local.stop_node("replica1", log=lambda *_: None)
+        shutil.rmtree(db)
+        evdb = os.path.join(os.path.dirname(sys.executable), "evdb")
+        restore = subprocess.run(
+            [evdb, "restore", "--from-archive", "--config", replica["config"]],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert restore.returncode == 0, restore.stderr
+        assert f"archive checkpoint {read_checkpoint(store).position}" in restore.stderr
+        # its archiver id went with the disk: as when archiving moves to another node, the claim goes
+        store.delete(CLAIM)
+        local.start_node("replica1")
+        local.wait_for_node("replica1", 60)
+        _write(local, leader, 160)  # more after the restore: streamed to it as to any follower
+        wait_until(lambda: _positions(local) is not None, 60, "the restored replica caught up")
+        # it is the archiver again: the next chunks reach the archive
+        wait_until(lambda: read_checkpoint(store).position > end * CHUNK, 90, "archiving goes on")
     finally:
         local.down(timeout=10, log=lambda *_: None)
+    leader_db = next(n for n in local.info()["nodes"] if n["name"] == "node1")["db"]
+    served = _all(leader_db)
+    assert len(served) > 600 and _all(db) == served
+
+
+def _positions(local: LocalCluster) -> int | None:
+    """The common end of the leader's and the replica's logs, once they are the same."""
+    ends = {row["name"]: row.get("writer") for row in local.status()}
+    return ends["node1"] if ends.get("node1") and ends["node1"] == ends.get("replica1") else None
+
+
+def _all(db: str) -> list:
+    opened = Database.open(db, chunk_size=CHUNK, existence_filter_capacity=10_000)
+    try:
+        return [(e.log_position, e.stream, e.event_number, e.event_id, e.data) for e in opened.iter_all(0)]
+    finally:
+        opened.close()
