@@ -159,3 +159,14 @@ def test_a_member_cut_one_way_from_a_live_leader_is_not_a_lost_majority():
     result = sim.run_seed(10211, nodes=3, seconds=SECONDS)
     assert result.ok, result.violations
     assert result.acknowledged > 0
+
+
+def test_a_voter_grants_no_other_candidate_a_pre_vote_while_its_own_takes_office():
+    """Seed 22523 (found by the long run): node1 voted for node2 and, in the same instant, before it
+    heard node2 had won, granted node3 (cut one way from node2) a pre-vote for the next term; node3
+    raised its term on it and, when the cut healed, node2, the healthy majority's leader, stepped down
+    for it ('[node1, node2, node3] ... has 0 leaders'). A voter now gives the candidate it elected one
+    election wait to take office before it grants anyone else a pre-vote or a vote."""
+    result = sim.run_seed(22523, nodes=3, seconds=SECONDS)
+    assert result.ok, result.violations
+    assert result.acknowledged > 0
