@@ -287,7 +287,10 @@ class Checks(SimulationState):
         for node in self.nodes:
             if not node.alive or node.service is None:
                 continue
-            left = node.service.elector.no_candidacy_until - node.monotonic()
+            elector = getattr(node.service, "elector", None)  # (the election code before it had none)
+            if elector is None:
+                continue
+            left = elector.no_candidacy_until - node.monotonic()
             if left + LIVENESS_GRACE <= 0:
                 continue
             own = node.service.standing()
@@ -335,8 +338,12 @@ class Checks(SimulationState):
         try:
             while True:
                 await asyncio.sleep(0.05)
-                self.check_liveness()
-                self.check_sign_ins()
+                try:
+                    self.check_liveness()
+                    self.check_sign_ins()
+                except Exception as exc:  # a check that cannot run is a failed seed, never a silent pass
+                    self.violation(f"the liveness check failed: {exc!r}")
+                    return
         finally:
             self._checking_liveness = False
 
