@@ -17,11 +17,13 @@ import os
 import socket
 import ssl
 import uuid
+from dataclasses import replace
 from typing import Any, TypedDict
 
 from aiohttp import web
 
 from evdb.archive.archiver import ArchiverService, start_archiver
+from evdb.archive.reads import ArchiveReads
 from evdb.archive.settings import starting_archive
 from evdb.auth import HashCost, UserStore
 from evdb.autoscavenge.service import AutoScavengeService, MembershipView, create_auto_scavenge
@@ -107,6 +109,8 @@ class Node:
         self.archiver: ArchiverService | None = (
             None  # the archiver node's uploads (Archiver: true; evdb/archive)
         )
+        #: the reads of chunks this node keeps in the archive only (Archive: Enabled; evdb/archive/reads.py)
+        self.archive_reads: ArchiveReads | None = None
         self.auto_scavenge: AutoScavengeService | None = None
         #: the database of the node (on disk or in memory), decided at start
         self.db_config: DatabaseConfig | None = None
@@ -410,6 +414,11 @@ class Node:
         self.archive_settings = starting_archive(
             o, check_license(o, self.clock.time()), self.clock.time(), self.logger
         )
+        if self.archive_settings.enabled and not o.mem_db:
+            self.archive_reads = ArchiveReads.for_database(
+                self.archive_settings.open_store(), o.db, chunk_size=o.chunk_size, logger=self.logger
+            )
+            self.db_config = replace(self.db_config, archive=self.archive_reads)
         # may refuse to start (earlier plugin form)
         auto_scavenge = self.auto_scavenge = create_auto_scavenge(
             o,
@@ -557,6 +566,9 @@ class Node:
         if self.peer_client is not None:
             await self.peer_client.close()
         await self._close_database()
+        if self.archive_reads is not None:
+            await asyncio.to_thread(self.archive_reads.close)
+            self.archive_reads = None
         self.logger.info("Node stopped")
         close_node_logging(self.logger)
 
