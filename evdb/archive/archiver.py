@@ -66,6 +66,7 @@ __all__ = [
     "ArchiverService",
     "ChunkSource",
     "DatabaseChunks",
+    "archived_as",
     "archiver_identity",
     "backoff_seconds",
     "chunk_object_name",
@@ -134,6 +135,15 @@ class DatabaseChunks:
             return None
         offset = first.physical_offset_at_or_after(0)
         return xxhash.xxh3_128(first.raw_frame(offset)).hexdigest()
+
+
+def archived_as(store: ArchiveStore, name: str) -> tuple[int, bytes] | None:
+    """(size, footer checksum) of the archived chunk ``name``, or None when there is none: what a
+    local chunk file's ``(file_size, footer.checksum)`` must be for the object to hold its bytes."""
+    info = store.head(name)
+    if info is None or info.size < _CHECKSUM_SIZE:
+        return None
+    return info.size, store.get_range(name, info.size - _CHECKSUM_SIZE, _CHECKSUM_SIZE)
 
 
 @dataclass(frozen=True)
@@ -363,10 +373,7 @@ class Archiver:
         self.logger.info("Chunk %d archived as %s (%d bytes, verified)", number, name, chunk.file_size)
 
     def _archived_as(self, name: str) -> tuple[int, bytes] | None:
-        info = self.store.head(name)
-        if info is None or info.size < _CHECKSUM_SIZE:
-            return None
-        return info.size, self.store.get_range(name, info.size - _CHECKSUM_SIZE, _CHECKSUM_SIZE)
+        return archived_as(self.store, name)
 
     # -- the loop --------------------------------------------------------------------------------------
     def run(self, idle_seconds: float = 1.0) -> None:

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from evdb.archive.archiver import ArchiverService, start_archiver
 from evdb.archive.reads import ArchiveReads
+from evdb.archive.retention import Retention
 from evdb.archive.settings import starting_archive
 from evdb.auth import HashCost, UserStore
 from evdb.autoscavenge.service import AutoScavengeService, MembershipView, create_auto_scavenge
@@ -330,8 +331,23 @@ class Node:
             cache_size_bytes=o.scavenge_backend_cache_size,
             set_status=lambda status: self.set_status("Scavenge", status),
             clock=self.clock,
+            retention=self._retention(),
         )
         await asyncio.to_thread(scavenge.mark_interrupted)
+
+    def _retention(self) -> Retention | None:
+        """The archive's retention policy, which scavenges apply (Archive: Enabled)."""
+        settings = self.archive_settings
+        if self.archive_reads is None or settings is None:
+            return None
+        assert settings.retain_days is not None and settings.retain_logical_bytes is not None
+        return Retention(
+            self.archive_reads,
+            days=settings.retain_days,
+            logical_bytes=settings.retain_logical_bytes,
+            clock=self.clock,
+            logger=self.logger,
+        )
 
     async def _close_database(self) -> None:
         opened = self.opened

@@ -220,6 +220,12 @@ def test_a_node_serves_archived_events_over_http_and_grpc_and_says_503_when_the_
     node = NodeThread(options, clock=clock, name="archived").start()
     try:
         assert node.node is not None and node.node.archive_reads is not None
+        retention = node.node.opened.scavenge.retention  # scavenges apply RetainAtLeast
+        assert (retention.days, retention.logical_bytes, retention.reads) == (
+            1,
+            1000,
+            node.node.archive_reads,
+        )
         cache = node.node.archive_reads.cache
         assert cache.stats.downloads == 0  # nothing archived was read to open the node
         cache.store = _unreachable(tmp_path)
