@@ -23,7 +23,8 @@ says so) and the scavenge's result is not changed by it.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from evdb.archive.archiver import archived_as, chunk_object_name, read_checkpoint
 from evdb.archive.reads import ArchiveReads
@@ -33,9 +34,11 @@ from evdb.errors import ArchiveError, ArchiveUnavailable
 from evdb.storage.chunk import Chunk
 from evdb.storage.log import TransactionLog
 
-__all__ = ["Retention", "RetentionPlan"]
+__all__ = ["PANEL_SECONDS", "Retention", "RetentionPlan", "newest_timestamp"]
 
 _DAY_TICKS = 24 * 3600 * TICKS_PER_SECOND
+#: how often the stats' archive panel asks the archive (its checkpoint) at most
+PANEL_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class Retention:
     logical_bytes: int
     clock: Clock
     logger: logging.Logger
+    #: (monotonic time, log end, the archive's part of the panel) of the last look (see panel)
+    _panel_cache: tuple[float, int, dict[str, Any]] | None = field(default=None, init=False, repr=False)
 
     @property
     def store(self) -> ArchiveStore:
@@ -91,6 +96,41 @@ class Retention:
                 break
             chunks.append(chunk)
         return RetentionPlan(checkpoint, tuple(chunks))
+
+    def panel(self, log: TransactionLog) -> dict[str, Any]:
+        """The archive's figures for a node's stats (``es.archive``; the dashboard's archive panel):
+        local against archived bytes, the archive checkpoint and what the next scavenge would free
+        (files not yet checked against the archive). The archive is asked at most every
+        ``PANEL_SECONDS`` (the stats are polled); when it cannot be reached, ``archiveError`` says why."""
+        now = self.clock.monotonic()
+        cached = self._panel_cache
+        if cached is None or now - cached[0] >= PANEL_SECONDS or cached[1] != log.committed:
+            try:
+                plan = self.plan(log)
+                found: dict[str, Any] = {
+                    "archiveCheckpoint": plan.archive_checkpoint,
+                    "nextScavengeFrees": {"chunkFiles": len(plan.chunks), "bytes": plan.bytes},
+                }
+            except ArchiveError as exc:
+                found = {"archiveCheckpoint": -1, "archiveError": str(exc)}
+            cached = self._panel_cache = (now, log.committed, found)
+        local = log.distinct_chunks()
+        cache = self.reads.cache
+        return {
+            "location": self.store.description,
+            "retainAtLeast": {"days": self.days, "logicalBytes": self.logical_bytes},
+            "localChunkFiles": len(local),
+            "localBytes": sum(c.file_size for c in local),
+            "localLogicalBytes": log.committed - log.local_start,
+            "archivedOnlyChunks": log.archived_chunks,
+            "archivedLogicalBytes": max(cached[2]["archiveCheckpoint"], 0),
+            "readCache": {
+                "bytes": cache.cached_bytes,
+                "downloads": cache.stats.downloads,
+                "hits": cache.stats.hits,
+            },
+            **cached[2],
+        }
 
     def _verified(self, chunk: Chunk) -> bool:
         """Whether the archive holds ``chunk``'s records, checked (see the module); a warning names

@@ -649,8 +649,18 @@ class Node:
                 },
                 "readIndex": {"indexEntries": db.index.entry_count() if db else 0},
                 "queue": {},
+                **self._archive_stats(),
             },
         }
+
+    def _archive_stats(self) -> dict[str, Any]:
+        """``archive``: the archive panel's figures (evdb/archive/retention.py), when the archive is on."""
+        scavenge = self.opened.scavenge
+        retention = scavenge.retention if scavenge is not None else None
+        db = self.db
+        if not isinstance(retention, Retention) or db is None:
+            return {}
+        return {"archive": retention.panel(db.log)}
 
     async def _write_statistics(self) -> None:
         """Write a ``$statsCollected`` event every StatsPeriodSec; the stream keeps them for 24 hours."""

@@ -247,5 +247,11 @@ def test_a_node_serves_archived_events_over_http_and_grpc_and_says_503_when_the_
                     w for w in written if w[0] == stream
                 ]
         wait_until(lambda: cache.stats.downloads == 3, what="each archived chunk downloaded once")
+        panel = node.node.collect_stats()["es"]["archive"]  # the stats' archive panel
+        assert (panel["archivedOnlyChunks"], panel["localChunkFiles"], panel["archiveCheckpoint"]) == (
+            3,
+            1,
+            3 * CHUNK,
+        )
     finally:
         node.stop()

@@ -18,7 +18,7 @@ from archive_helpers import drain as _drain
 from evdb.archive.archiver import chunk_object_name
 from evdb.archive.filesystem import FileSystemStore
 from evdb.archive.reads import ArchiveReads
-from evdb.archive.retention import Retention, newest_timestamp
+from evdb.archive.retention import PANEL_SECONDS, Retention, newest_timestamp
 from evdb.clock import TICKS_PER_SECOND, ManualClock
 from evdb.database import Database
 from evdb.scavenge.params import ScavengeRequest
@@ -233,3 +233,35 @@ def test_a_power_cut_at_every_disk_call_of_a_deletion_leaves_every_event_readabl
             if violation:
                 failures.append(f"cut at disk call {cut}, seed {seed}: {violation}")
     assert not failures, "\n".join(failures)
+
+
+def test_the_panel_shows_local_and_archived_bytes_and_what_the_next_scavenge_frees(archived, clock, tmp_path):
+    db, _, reads = archived
+    log = db.log
+    policy = _retention(reads, clock, logical_bytes=CHUNK)
+    panel = policy.panel(log)
+    assert panel["archiveCheckpoint"] == panel["archivedLogicalBytes"] == 3 * CHUNK
+    assert panel["nextScavengeFrees"] == {"chunkFiles": 0, "bytes": 0}  # all of it written today
+    assert (panel["localChunkFiles"], panel["archivedOnlyChunks"], panel["localLogicalBytes"]) == (
+        4,
+        0,
+        log.committed,
+    )
+    assert panel["retainAtLeast"] == {"days": 1, "logicalBytes": CHUNK}
+    clock.advance(2 * DAY)
+    sizes = sum(log.chunk_by_number(n).file_size for n in (0, 1))
+    assert policy.panel(log)["nextScavengeFrees"] == {"chunkFiles": 2, "bytes": sizes}
+    policy.apply(log)
+    clock.advance(PANEL_SECONDS)
+    panel = policy.panel(log)
+    assert panel["nextScavengeFrees"] == {"chunkFiles": 0, "bytes": 0}
+    assert (panel["localChunkFiles"], panel["archivedOnlyChunks"], panel["localLogicalBytes"]) == (
+        2,
+        2,
+        log.committed - 2 * CHUNK,
+    )
+    shutil.rmtree(tmp_path / "archive")  # the archive gone: the panel says so, the local figures stay
+    clock.advance(PANEL_SECONDS)
+    panel = policy.panel(log)
+    assert panel["archiveCheckpoint"] == -1 and str(tmp_path / "archive") in panel["archiveError"]
+    assert panel["localChunkFiles"] == 2
