@@ -231,7 +231,9 @@ def test_a_node_serves_archived_events_over_http_and_grpc_and_says_503_when_the_
         cache.store = _unreachable(tmp_path)
         with httpx.Client(base_url=f"http://127.0.0.1:{node.port}", auth=ADMIN, timeout=30) as http:
             down = http.get(f"/streams/{quote('$all')}/{'0' * 32}/forward/10")
-            assert down.status_code == 503 and "s3://evdb-archive" in down.text
+            assert (
+                down.status_code == 503 and "s3://evdb-archive" in down.text and down.headers["Retry-After"]
+            )
             with pytest.raises(grpc.RpcError) as refused:
                 _grpc_read_all(node.port)
             assert refused.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
