@@ -8,9 +8,11 @@ the events beyond ``$maxCount`` (record frames as the node stores them; the dele
 the newest ``$maxCount`` events stay). A scavenge writes a scavenge point, which completes the active
 chunk, so even data written into a fresh database's first chunk is reclaimed.
 
-A cluster may change its leader while the demo writes (a resign, a node stopped): an answer ``503 This
+A cluster may change its leader while the demo writes (a resign, a node stopped). Its writes ask for
+the leader (``Kurrent-RequireLeader``): a follower's redirect is followed at once; an answer ``503 This
 node is not the leader`` (or no answer) is retried, for up to :data:`FOLLOW_LEADER_FOR` seconds, against
-the leader the nodes' gossip names, which the rest of the run then writes to (:class:`_Target`). A retry
+the leader the nodes' gossip names, which the rest of the run then writes to (:class:`_Target`, with
+evdb/client_retry.py's rules). A retry
 never writes an event twice: every batch carries its event ids and the exact version the stream is at,
 so a batch that was written before the answer was lost is answered as a duplicate; the metadata is
 written at an exact version too, and a deletion is retried only when the leader shows it is not done.
@@ -35,6 +37,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
+from evdb.client_retry import REQUIRE_LEADER, LeaderRetry, leader_from_gossip, member_urls, not_leader
 from evdb.clock import Clock, SystemClock
 from evdb.errors import EvdbError, InvalidInput
 from evdb.storage.records import event_frame_size
@@ -135,26 +138,25 @@ def _check(response: httpx.Response, what: str) -> httpx.Response:
     return response
 
 
-def _not_leader(response: httpx.Response) -> bool:
-    """A node's answer that it cannot take a write now: no leader, a leader that stepped down, or a node
-    not ready yet (503 with Retry-After: a new leader taking office, a member waiting for its sign-in
-    lease after an election)."""
-    return response.status_code == 503 and (
-        "not the leader" in response.text or "Retry-After" in response.headers
-    )
+def _not_ready(response: httpx.Response) -> bool:
+    """A node's answer that it cannot take a write this moment, without naming another node: 503 with
+    Retry-After (a new leader taking office, a member waiting for its sign-in lease after an election)."""
+    return response.status_code == 503 and "Retry-After" in response.headers
 
 
 class _Target:
     """Where the demo's requests go: the node it was given until a node says it is not the leader (or
-    does not answer); then the leader the nodes' gossip names. ``send`` retries such an answer for up
-    to ``patience`` seconds (``monotonic`` and ``sleep`` are injected), each retry at the leader found."""
+    does not answer); then the leader that answer or the nodes' gossip names, as KurrentDB's clients
+    do (evdb/client_retry.py: writes ask for the leader, a follower's redirect is followed, a
+    not-leader answer is tried again at the leader, bounded by ``patience`` seconds of ``clock``;
+    ``sleep`` is injected)."""
 
     def __init__(
         self,
         client: httpx.Client,
         *,
         patience: float,
-        monotonic: Callable[[], float],
+        clock: Clock,
         sleep: Callable[[float], None],
         notice: Callable[[str], None] | None,
     ) -> None:
@@ -163,7 +165,7 @@ class _Target:
         self.scheme = urlsplit(self.url).scheme
         self.known = [self.url]  # nodes to ask for the leader: the one given, then every member seen
         self.patience = patience
-        self.monotonic = monotonic
+        self.clock = clock
         self.sleep = sleep
         self.notice = notice
         self.answered = False  # a node answered a request of this run (then one that does not is retried)
@@ -181,8 +183,8 @@ class _Target:
         """The answer to the request (raising DemoLoadError for a refusal). ``done(answer)`` is asked
         before each retry and of a retry's answer (``None``: before the retry is sent): True means the
         earlier attempt was written after all, and None is returned."""
-        deadline = self.monotonic() + self.patience
-        delay = 0.1
+        retry = LeaderRetry(self.patience, clock=self.clock)
+        headers = {**(headers or {}), **REQUIRE_LEADER}
         retried = False
         while True:
             if retried and done is not None and done(None):
@@ -195,17 +197,22 @@ class _Target:
                 problem = f"{self.url} did not answer ({exc!r})"
             else:
                 self.answered = True
-                if not _not_leader(response):
+                answer = not_leader(response.status_code, response.headers, response.content, self.url)
+                if answer is None and not _not_ready(response):
                     if retried and done is not None and done(response):
                         return None
                     return _check(response, what)
                 problem = f"{method} {self.url}{path} answered {response.status_code} {response.text[:200]}"
-            if self.monotonic() + delay > deadline:
+                if answer is not None and answer.leader and answer.leader != self.url and retry.follow():
+                    self._point_at(answer.leader)  # a follower's redirect: the leader, at once
+                    retried = True
+                    continue
+            wait = retry.next_wait()
+            if wait is None:
                 raise DemoLoadError(
                     f"{what}: no leader took the write within {self.patience:.0f} s ({problem})"
                 )
-            self.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            self.sleep(wait)
             retried = True
             self._follow_leader()
 
@@ -217,30 +224,25 @@ class _Target:
             return None
         return None if response.status_code >= 500 else response
 
+    def _point_at(self, leader: str) -> None:
+        if leader != self.url and self.notice is not None:
+            self.notice(f"following the leader at {leader}")
+        self.url = leader
+        if leader not in self.known:
+            self.known.append(leader)
+
     def _follow_leader(self) -> None:
         """Point at the leader that the first answering node's gossip names (nothing changes while none
         is known: the next attempt goes where the last did)."""
         for node in list(self.known):
             try:
-                members = self.client.get(node + "/gossip", timeout=5).json()["members"]
-            except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                gossip = self.client.get(node + "/gossip", timeout=5).json()
+            except (httpx.HTTPError, ValueError):
                 continue
-            urls = {}
-            for member in members:
-                try:
-                    host, port = member["httpEndPointIp"], int(member["httpEndPointPort"])
-                except (KeyError, TypeError, ValueError):
-                    continue
-                host = f"[{host}]" if ":" in host else host
-                urls[f"{self.scheme}://{host}:{port}"] = member
-            self.known += [url for url in urls if url not in self.known]
-            leaders = [
-                url for url, m in urls.items() if m.get("state") == "Leader" and m.get("isAlive", True)
-            ]
-            if len(leaders) == 1:
-                if leaders[0] != self.url and self.notice is not None:
-                    self.notice(f"following the leader at {leaders[0]}")
-                self.url = leaders[0]
+            self.known += [url for url in member_urls(gossip, self.scheme) if url not in self.known]
+            leader = leader_from_gossip(gossip, self.scheme)
+            if leader is not None:
+                self._point_at(leader)
                 return
 
 
@@ -267,7 +269,7 @@ def write_demo_data(
         for i, (short, _, _) in enumerate(STREAMS)
     }
     frames: dict[str, list[int]] = {short: [] for short in names}
-    target = _Target(client, patience=patience, monotonic=clock.monotonic, sleep=sleep, notice=notice)
+    target = _Target(client, patience=patience, clock=clock, sleep=sleep, notice=notice)
     done = 0
     # a batch of each stream in turn, so that a chunk holds several streams' events: its weight (what a
     # scavenge removes from it) lies anywhere from none to all, to read against a threshold

@@ -207,3 +207,21 @@ def test_numbers_are_written_as_kurrentdb_s_n0_format():
         "1,000,000",
         "-2",
     ]
+
+
+def test_a_node_on_a_fixed_port_keeps_one_log_folder_across_restarts(tmp_path):
+    """LocalCluster's nodes got a new random name at every start, so each restart began a new log
+    folder and ``/admin/logs`` lost the earlier runs. A node's default name is KurrentDB's log folder,
+    ``<ip>-<port>-cluster-node``; one on a port picked at start (0) still gets a name of its own."""
+    import uuid
+
+    from evdb.node import default_node_name
+    from evdb.options import load_options
+
+    fixed = load_options(
+        ["--http-port", "21130", "--http-ip", "127.0.0.2", "--db", str(tmp_path)], environ={}
+    )
+    names = {default_node_name(fixed, uuid.uuid4()) for _ in range(2)}
+    assert names == {"127.0.0.2-21130-cluster-node"}
+    picked = load_options(["--http-port", "0", "--db", str(tmp_path)], environ={})
+    assert len({default_node_name(picked, uuid.uuid4()) for _ in range(2)}) == 2

@@ -708,6 +708,10 @@ class LocalCluster:
                 )
             time.sleep(0.2)
 
+    def stdout_tail(self, name: str, lines: int = 5) -> str:
+        """The last ``lines`` lines of node ``name``'s stdout.log, introduced by the file's path."""
+        return self._stdout_tail(self._node(self.info(), name), lines)
+
     @staticmethod
     def _stdout_tail(node: dict[str, Any], lines: int = 5) -> str:
         path = Path(node["config"]).parent / "stdout.log"

@@ -90,6 +90,16 @@ class NodeFacts(TypedDict):
     database: OpenDatabase
 
 
+def default_node_name(options: Options, instance_id: uuid.UUID) -> str:
+    """A node's name when none is given: its log folder's (evdb.logs). KurrentDB's,
+    ``<ip>-<port>-cluster-node``, the same at every start, so one node's logs stay in one folder and
+    ``/admin/logs`` lists them across restarts; a node on a port picked at start (HttpPort 0) has no
+    such address yet and gets a name of its own."""
+    if options.http_port:
+        return f"{options.http_ip}-{options.http_port}-cluster-node"
+    return f"node-{instance_id.hex[:8]}"
+
+
 class Node:
     """A single evdb node. Start with ``await node.start()`` or ``async with``."""
 
@@ -98,7 +108,7 @@ class Node:
         self.settings = NodeSettings(options)
         self.clock = clock or SystemClock()
         self.instance_id = uuid.uuid4()
-        self.name = name or f"node-{self.instance_id.hex[:8]}"
+        self.name = name or default_node_name(options, self.instance_id)
         self.logger: logging.Logger = logging.getLogger(f"evdb.node.{self.name}")
         #: the database open now, its scavenge service, users and commit notifier (reopened after a truncation)
         self.opened = OpenDatabase()

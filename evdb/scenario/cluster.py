@@ -102,6 +102,18 @@ class ScenarioCluster:
                 name, node["url"], cluster, node["db"], node["log_dir"], node.get("read_only_replica", False)
             )
 
+    def stopped_nodes(self) -> str:
+        """For a failure's message: each node whose process is not running, with the end of its
+        stdout.log (a scenario's work folder is gone once a CI run ends)."""
+        parts = []
+        for cluster in self.clusters:
+            if not cluster.exists():
+                continue
+            for row in cluster.status():
+                if row["state"] == "Down":
+                    parts.append(f"{row['name']} is not running. {cluster.stdout_tail(row['name'], 12)}")
+        return "\n".join(parts)
+
     async def close(self) -> None:
         for client in self.clients.values():
             await client.aclose()

@@ -134,6 +134,12 @@ class StepDriver:
             detail = str(exc) if isinstance(exc, StepFailed) else f"{type(exc).__name__}: {exc}"
             where = step.describe() if step else "before the first step"
             self.result.message = f"{where}: {detail}"
+            try:
+                stopped = await asyncio.to_thread(self.cluster.stopped_nodes) if self.cluster else ""
+            except Exception as report_failed:  # the report must not hide the failure
+                stopped = f"(the nodes' states could not be read: {report_failed!r})"
+            if stopped:
+                self.result.message += f"\n{stopped}"
             self.result.failure_screenshot = self._failure_screenshot(step)
             if not self.options.headless:
                 self.app.notify(

@@ -35,7 +35,12 @@ EXCLUDED = (
 )
 SEED = 20261122
 MAX_EXAMPLES = 8
-DEADLINE = 50.0  # seconds for the engine run; past it the run is stopped and the test fails
+#: CPU seconds of this process (the node and the engine both run in it) for the engine run; past it the
+#: run is stopped and the test fails. CPU, not wall-clock time: a loaded machine slows the run, it does
+#: not make it do more (a run under `nice -n 10` beside a simulation took 51 s of wall-clock time)
+DEADLINE = 50.0
+#: wall-clock seconds after which a run that is stuck (waiting, not working) is stopped
+STUCK_AFTER = 600.0
 
 
 @dataclass(frozen=True)
@@ -106,10 +111,10 @@ def run_schemathesis(schema) -> Run:
     """Blocking: run the examples, coverage and fuzzing phases once."""
     run = Run()
     seen: set[tuple[str, str, str, int | None]] = set()
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), time.process_time()
     stream = schemathesis.engine.from_schema(schema).execute()
     for event in stream:
-        if time.monotonic() - started > DEADLINE:
+        if time.process_time() - cpu_started > DEADLINE or time.monotonic() - started > STUCK_AFTER:
             stream.stop()
         if isinstance(event, events.ScenarioFinished):
             recorder = event.recorder
@@ -144,7 +149,7 @@ def run_schemathesis(schema) -> Run:
             run.errors.append(f"fatal: {event.exception!r}")
         elif isinstance(event, events.EngineFinished):
             run.stop_reason = str(event.stop_reason)
-    run.elapsed = time.monotonic() - started
+    run.elapsed = time.process_time() - cpu_started
     return run
 
 
@@ -184,7 +189,7 @@ def run(tmp_path_factory) -> Run:
 
 def test_schemathesis_reached_every_operation_in_time(run):
     assert run.stop_reason == "completed", run.stop_reason
-    assert run.elapsed < DEADLINE
+    assert run.elapsed < DEADLINE, f"{run.elapsed:.1f} CPU s"
     assert run.responses > 100, f"schemathesis hardly reached the node ({run.responses} responses)"
     assert not any("/admin/shutdown" in op for op in run.operations)
     expected = {"GET /info", "GET /metrics", "POST /streams/{stream}", "POST /admin/scavenge", "POST /users"}

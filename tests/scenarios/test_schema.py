@@ -221,3 +221,39 @@ async def test_the_recorder_writes_a_session_that_replays_the_same_call(tmp_path
     assert result.passed, result.message
     assert second.changes() == first.changes()
     assert (tmp_path / "scenario-session-end.svg").read_text().startswith("<svg")
+
+
+async def test_a_failed_step_names_the_nodes_that_stopped_with_the_end_of_their_output(tmp_path):
+    """A CI run's scenario failed on "node3 DOWN" and its work folder, with node3's output, was gone
+    when the run ended: the failure's message carries each stopped node's stdout.log tail."""
+
+    from evdb.scenario.cluster import ScenarioCluster
+    from evdb.scenario.runner import RunOptions, ScenarioResult, StepDriver
+    from tests.tui.conftest import make_app
+    from tests.tui.fake_node import FakeNode
+
+    class Stopped:  # the LocalCluster calls stopped_nodes makes
+        def exists(self):
+            return True
+
+        def status(self):
+            return [{"name": "node1", "state": "Leader"}, {"name": "node3", "state": "Down"}]
+
+        def stdout_tail(self, name, lines):
+            return f"The end of /x/{name}/stdout.log:\nTraceback: boom"
+
+    cluster = ScenarioCluster.__new__(ScenarioCluster)
+    cluster.clusters = [Stopped()]  # type: ignore[list-item]
+    text = (
+        "name: fails\ndescription: a step that fails\ncluster: {nodes: 3}\nsteps:\n"
+        "  - wait_screen: {widget: '#cluster', contains: nothing-like-this, timeout: 0.2}\n"
+    )
+    scenario = parse_scenario(text, str(tmp_path / "fails.yaml"))
+    result = ScenarioResult(scenario, passed=False)
+    app = make_app(FakeNode(port=2113, state="Leader"))
+    async with app.run_test(size=(120, 36)) as pilot:
+        driver = StepDriver(scenario, cluster, app, None, RunOptions(failure_dir=tmp_path), result)
+        await driver.drive(pilot)
+    assert not result.passed
+    assert "node3 is not running. The end of /x/node3/stdout.log:\nTraceback: boom" in result.message
+    assert "node1" not in result.message.split("\n", 1)[1]
