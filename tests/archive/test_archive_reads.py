@@ -1,5 +1,6 @@
 """Reads of archived positions (issue 37): a node whose chunks left its disk for the archive serves every
-read that needs them from the archive (stream reads through the index, ``$all`` both ways, catch-up),
+read that needs them from the archive (stream reads through the index, ``$all`` both ways, catch-up
+subscriptions),
 on both stores and after a reopen; an unreachable archive is ArchiveUnavailable (HTTP 503, gRPC
 UNAVAILABLE), never other data; a read of a local chunk completes while an archive read is stalled."""
 
@@ -243,6 +244,14 @@ def test_a_node_serves_archived_events_over_http_and_grpc_and_says_503_when_the_
         with KurrentDBClient(f"kurrentdb://admin:changeit@127.0.0.1:{node.port}?tls=false") as client:
             got = [(e.stream_name, e.stream_position, e.data) for e in client.read_all()]
             assert [g for g in got if g[0] in STREAMS] == written
+            caught_up = []
+            with client.subscribe_to_all(timeout=30) as subscription:  # catch-up from the start
+                for event in subscription:
+                    if event.stream_name in STREAMS:
+                        caught_up.append((event.stream_name, event.stream_position, event.data))
+                    if len(caught_up) == len(written):
+                        break
+            assert caught_up == written
             for stream in STREAMS:
                 events = client.get_stream(stream)
                 assert [(e.stream_name, e.stream_position, e.data) for e in events] == [

@@ -143,7 +143,9 @@ def test_a_merged_file_goes_once_each_archived_chunk_it_covers_verifies_whole(ar
     assert reads.cache.stats.downloads == 2 and _events(db) == written
 
 
-def test_a_scavenge_applies_the_policy_as_it_ends(archived, clock, tmp_path):
+def test_a_scavenge_applies_the_policy_as_it_ends_and_the_next_one_runs_beside_archived_chunks(
+    archived, clock, tmp_path
+):
     db, _, reads = archived
     written = _events(db)
     clock.advance(2 * DAY)
@@ -151,17 +153,29 @@ def test_a_scavenge_applies_the_policy_as_it_ends(archived, clock, tmp_path):
         db, state_path=str(tmp_path / "scavenge.db"), logger=LOGGER, clock=clock,
         retention=_retention(reads, clock, logical_bytes=CHUNK * 3 // 2),
     )  # fmt: skip
-    try:
+
+    def scavenge() -> None:
         service.start(ScavengeRequest())
         assert service.wait(60)
         assert service.last()[1] == "Success"
+
+    def ours() -> list[tuple]:  # (the scavenges' own events come after)
+        return [e for e in _events(db) if e[0].startswith("order-")]
+
+    try:
+        scavenge()
+        # it completed chunk 3 (its end: a little over 4 chunks); chunk 2 ends within 1.5 chunks of it
+        assert db.log.committed > 4 * CHUNK and db.log.archived_chunks == 2
+        assert ours() == written
+        db.set_stream_metadata("order-3", {"$maxCount": 1})  # something for the next scavenge to remove
+        scavenge()  # a scavenge of a log whose first chunks are in the archive only
+        # chunk 2 (archived, now outside the policy) goes; the chunks in the archive only keep every event
+        assert db.log.archived_chunks == 3
+        assert [e for e in ours() if e[0] != "order-3"] == [e for e in written if e[0] != "order-3"]
+        last = db.read_stream_backward("order-3", None, 10).events
+        assert [e.event_number for e in last] == [max(w[1] for w in written if w[0] == "order-3")]
     finally:
         service.close()
-    # the scavenge completed chunk 3 (its end: a little over 4 chunks); chunk 2 ends within 1.5 chunks of it
-    assert db.log.committed > 4 * CHUNK and db.log.archived_chunks == 2
-    assert [
-        e for e in _events(db) if e[0].startswith("order-")
-    ] == written  # (the scavenge's own events after)
 
 
 # -- a power cut at every disk call of the deletion ---------------------------------------------------
