@@ -5,7 +5,8 @@ The transaction log asks :meth:`ArchiveReads.chunk` for logical chunk N when its
 (``archived.chk``, evdb/storage/log.py). A chunk already in the cache (:class:`ArchiveCache`) is
 given at once, on the reader's thread. Otherwise the download runs on this module's pool
 (``evdb-archive-read``, ``threads`` at a time) and the reader waits for it holding no lock of the log,
-so reads of local chunks go on meanwhile. At most ``max_waiting`` readers wait for the archive at
+so reads of local chunks go on meanwhile. The writer's reads (stream states for appends) never wait:
+the download starts and the append gets ArchiveUnavailable, try again. At most ``max_waiting`` readers wait for the archive at
 once: the next one gets :class:`~evdb.errors.ArchiveUnavailable` (HTTP 503 with Retry-After, gRPC
 UNAVAILABLE) instead of taking one more of the threads that serve local reads (the event loop's
 default executor: 6 threads on 2 cores). An archive that cannot be reached is ArchiveUnavailable too;
@@ -17,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from evdb.archive.cache import ArchiveCache
 from evdb.archive.store import ArchiveStore
@@ -51,6 +52,8 @@ class ArchiveReads:
         self.max_waiting = max_waiting
         self._waiting = threading.BoundedSemaphore(max_waiting)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="evdb-archive-read")
+        self._lock = threading.Lock()
+        self._fetching: dict[int, Future[Chunk]] = {}  # downloads under way on the pool
 
     @classmethod
     def for_database(
@@ -65,20 +68,42 @@ class ArchiveReads:
             logger=logger,
         )
 
-    def chunk(self, number: int) -> Chunk:
-        """Logical chunk ``number`` from the archive, verified (see the module)."""
+    def chunk(self, number: int, *, wait: bool = True) -> Chunk:
+        """Logical chunk ``number`` from the archive, verified (see the module); ``wait`` false: the
+        download is started and ArchiveUnavailable raised at once (the writer's reads)."""
         found = self.cache.cached(number)
         if found is not None:
             return found
+        if not wait:
+            self._fetch(number)
+            raise ArchiveUnavailable(
+                f"Chunk {number} is being read from the archive {self.store.description}: try again"
+            )
         if not self._waiting.acquire(blocking=False):
             raise ArchiveUnavailable(
                 f"{self.max_waiting} reads are waiting for the archive {self.store.description} already: "
                 f"chunk {number} not read (try again)"
             )
         try:
-            return self._pool.submit(self.cache.chunk, number).result()
+            return self._fetch(number).result()
         finally:
             self._waiting.release()
+
+    def _fetch(self, number: int) -> Future[Chunk]:
+        """The download of chunk ``number`` on the pool: the one under way, or a new one."""
+        with self._lock:
+            future = self._fetching.get(number)
+            if future is not None:
+                return future
+            future = self._fetching[number] = self._pool.submit(self.cache.chunk, number)
+        # outside the lock: a download already over runs the callback here, at once
+        future.add_done_callback(lambda done: self._done(number, done))
+        return future
+
+    def _done(self, number: int, future: Future[Chunk]) -> None:
+        with self._lock:
+            if self._fetching.get(number) is future:
+                del self._fetching[number]
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -8,6 +8,7 @@ chunk version in atomically, and truncating the tail at start.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -39,8 +40,10 @@ ARCHIVED_CHECKPOINT = "archived.chk"
 class ArchivedChunks(Protocol):
     """Where the log reads the chunks it keeps in the archive only (evdb/archive/reads.py)."""
 
-    def chunk(self, number: int) -> Chunk:
-        """Logical chunk ``number``, completed and verified; ArchiveUnavailable when it cannot be had."""
+    def chunk(self, number: int, *, wait: bool = True) -> Chunk:
+        """Logical chunk ``number``, completed and verified; ArchiveUnavailable when it cannot be had.
+        ``wait`` false: ArchiveUnavailable at once when the chunk must be downloaded first (the
+        download starts, so a later try finds it)."""
         ...
 
 
@@ -74,6 +77,7 @@ class TransactionLog:
         self.archived_chunks = 0
         #: where those are read (set by the node when its archive is on; None: such reads fail clearly)
         self.archive: ArchivedChunks | None = None
+        self._no_archive_waits = threading.local()  # see without_archive_waits
 
     # -- opening ---------------------------------------------------------------------------------------
     @classmethod
@@ -346,7 +350,20 @@ class TransactionLog:
                 f"Chunk {number} of {self.directory} is in the archive only ({ARCHIVED_CHECKPOINT}) and this "
                 "node has no archive configured (Archive: Enabled)"
             )
-        return self.archive.chunk(number)
+        return self.archive.chunk(number, wait=not getattr(self._no_archive_waits, "on", False))
+
+    @contextlib.contextmanager
+    def without_archive_waits(self) -> Iterator[None]:
+        """Reads made inside, on this thread, never wait for a chunk to come from the archive: one that
+        is not in the read cache is ArchiveUnavailable (try again) at once while its download goes on
+        (the writer's reads of stream states: appends never queue behind a download)."""
+        local = self._no_archive_waits
+        before = getattr(local, "on", False)
+        local.on = True
+        try:
+            yield
+        finally:
+            local.on = before
 
     # -- writing (one writer thread) --------------------------------------------------------------------
     def space_left(self) -> int:

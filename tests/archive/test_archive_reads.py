@@ -29,6 +29,7 @@ from evdb.database import Database
 from evdb.database.config import DatabaseConfig
 from evdb.errors import ArchiveUnavailable
 from evdb.licensing.issuers import issue_demo_license
+from evdb.streams import NewEvent
 from tests.clients.conftest import ADMIN, NodeThread, node_options
 from tests.waiting import wait_until
 
@@ -133,6 +134,33 @@ def test_a_local_read_completes_while_an_archive_read_is_stalled(tmp_path, clock
     finally:
         store.release.set()
         reader.join(30)
+        db.close()
+        reads.close()
+
+
+def test_an_append_to_a_stream_last_written_in_an_archived_chunk_never_holds_the_writer(tmp_path, clock):
+    (tmp_path / "archive").mkdir()
+    store = _Stalling(str(tmp_path / "archive"))
+    store.release.set()
+    written = _leave_archived(tmp_path / "db", clock, store)
+    store.release.clear()
+    reads = _reads(store, tmp_path)
+    db = _open(tmp_path / "db", clock, reads)
+    last = max(n for s, n, _ in written if s == "order-0")  # in chunk 2: in the archive only
+
+    def append():
+        return db.append("order-0", [NewEvent("Placed", data=b"new")], expected_version=last)
+
+    try:
+        with pytest.raises(ArchiveUnavailable, match=r"Chunk 2 is being read from the archive .*: try again"):
+            append()  # at once: the writer does not wait for the download
+        assert store.started.wait(30)  # which is under way, and stalled
+        assert db.append("fresh", [NewEvent("E", data=b"y")]).next_expected_version == 0  # others go on
+        store.release.set()
+        result = wait_until(append, what="the append, once the chunk is here", tolerate=(ArchiveUnavailable,))
+        assert result.next_expected_version == last + 1
+    finally:
+        store.release.set()
         db.close()
         reads.close()
 
