@@ -66,6 +66,7 @@ __all__ = [
     "ArchiverService",
     "ChunkSource",
     "DatabaseChunks",
+    "archived_as",
     "archiver_identity",
     "backoff_seconds",
     "chunk_object_name",
@@ -135,6 +136,15 @@ class DatabaseChunks:
         if first is None or first.start_number != 0 or self.readable_position() == 0:
             return None
         return first_record_identity(first)
+
+
+def archived_as(store: ArchiveStore, name: str) -> tuple[int, bytes] | None:
+    """(size, footer checksum) of the archived chunk ``name``, or None when there is none: what a
+    local chunk file's ``(file_size, footer.checksum)`` must be for the object to hold its bytes."""
+    info = store.head(name)
+    if info is None or info.size < _CHECKSUM_SIZE:
+        return None
+    return info.size, store.get_range(name, info.size - _CHECKSUM_SIZE, _CHECKSUM_SIZE)
 
 
 @dataclass(frozen=True)
@@ -391,10 +401,7 @@ class Archiver:
         self.logger.info("Chunk %d archived as %s (%d bytes, verified)", number, name, chunk.file_size)
 
     def _archived_as(self, name: str) -> tuple[int, bytes] | None:
-        info = self.store.head(name)
-        if info is None or info.size < _CHECKSUM_SIZE:
-            return None
-        return info.size, self.store.get_range(name, info.size - _CHECKSUM_SIZE, _CHECKSUM_SIZE)
+        return archived_as(self.store, name)
 
     # -- the loop --------------------------------------------------------------------------------------
     def run(self, idle_seconds: float = 1.0) -> None:

@@ -1,5 +1,5 @@
-"""Archived chunks on a node's disk for reading: a bounded cache of whole chunk files (issue 37, step
-3's read side; the storage read path's hook to it is still to come).
+"""Archived chunks on a node's disk for reading: a bounded cache of whole chunk files (issue 37; the
+log reads through it by evdb/archive/reads.py).
 
 :meth:`ArchiveCache.chunk` gives logical chunk N as an open, verified :class:`~evdb.storage.chunk.Chunk`:
 from the cache folder when it is there (no request to the archive), else downloaded from the archive
@@ -127,6 +127,11 @@ class ArchiveCache:
                 self._fetching.pop(number, None)
                 self._evict()
             return chunk
+
+    def cached(self, number: int) -> Chunk | None:
+        """The chunk when it is open in the cache already (no download, no wait); else None."""
+        with self._lock:
+            return self._cached(number)
 
     def _cached(self, number: int) -> Chunk | None:
         """The chunk when the table has it (now the most recently read); called under the lock."""

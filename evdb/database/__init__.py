@@ -151,6 +151,7 @@ class Database:
         self._log = TransactionLog.open(
             cfg.db_dir, chunk_size=cfg.chunk_size, verify=cfg.verify, logger=self.logger
         )
+        self._log.archive = cfg.archive  # before the index is rebuilt: it may read archived chunks
         self._index, self._existence = open_index(cfg, self._log, self.logger)
         reindex(self._log, self._index, self._existence, self.logger)
         self._reads = StreamReads(self, self._log, self._index, self._existence)

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from evdb.storage.log import ArchivedChunks
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "DatabaseConfig"]
 
@@ -23,6 +27,9 @@ class DatabaseConfig:
     stream_cache_capacity: int = 100_000
     idempotency_cache_capacity: int = 100_000
     existence_filter_capacity: int = 10_000_000
+    #: where the log reads the chunks it keeps in the archive only (evdb/archive/reads.py); None: such
+    #: reads fail with ArchiveUnavailable
+    archive: ArchivedChunks | None = field(default=None, compare=False)
 
     @property
     def resolved_index_dir(self) -> str | None:

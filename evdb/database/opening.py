@@ -113,7 +113,8 @@ def remember_recent_appends(
     start = None
     appends = events = 0
     try:
-        for record in log.iter_backward(log.committed):
+        # the local chunks only: an append older than the archived chunks is not retried by a client
+        for record in log.iter_backward(log.committed, stop=log.local_start):
             if isinstance(record, rec.EventRecord):
                 start = record.log_position
                 events += 1

@@ -238,7 +238,7 @@ class StreamReads:
             raise InvalidInput("A position in $all must be >= 0.")
         if position >= self._scope.readable_position:
             return
-        chunk = self._log.chunk_for(position)
+        chunk = self._log.reading_chunk_for(position)
         if chunk is None or chunk.is_scavenged or position == chunk.start_position:
             return
         if position >= chunk.data_end_position and chunk.is_completed:

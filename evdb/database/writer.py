@@ -158,7 +158,9 @@ class GroupCommitWriter:
         host = self._host
         observer = host.observer
         started = host.timer() if observer is not None else 0.0
-        with answers_batched():
+        # the writer never waits for an archive download (an append to a stream last written in a
+        # chunk in the archive only): that request gets ArchiveUnavailable, try again, the others go on
+        with answers_batched(), self.log.without_archive_waits():
             for request in group:
                 if request is STOP:
                     stop = True

@@ -18,11 +18,14 @@ import re
 import socket
 import ssl
 import uuid
+from dataclasses import replace
 from typing import Any, TypedDict
 
 from aiohttp import web
 
 from evdb.archive.archiver import ArchiverService, start_archiver
+from evdb.archive.reads import ArchiveReads
+from evdb.archive.retention import Retention
 from evdb.archive.settings import starting_archive
 from evdb.auth import HashCost, UserStore
 from evdb.autoscavenge.service import AutoScavengeService, MembershipView, create_auto_scavenge
@@ -120,6 +123,8 @@ class Node:
         self.archiver: ArchiverService | None = (
             None  # the archiver node's uploads (Archiver: true; evdb/archive)
         )
+        #: the reads of chunks this node keeps in the archive only (Archive: Enabled; evdb/archive/reads.py)
+        self.archive_reads: ArchiveReads | None = None
         self.auto_scavenge: AutoScavengeService | None = None
         #: the database of the node (on disk or in memory), decided at start
         self.db_config: DatabaseConfig | None = None
@@ -339,8 +344,23 @@ class Node:
             cache_size_bytes=o.scavenge_backend_cache_size,
             set_status=lambda status: self.set_status("Scavenge", status),
             clock=self.clock,
+            retention=self._retention(),
         )
         await asyncio.to_thread(scavenge.mark_interrupted)
+
+    def _retention(self) -> Retention | None:
+        """The archive's retention policy, which scavenges apply (Archive: Enabled)."""
+        settings = self.archive_settings
+        if self.archive_reads is None or settings is None:
+            return None
+        assert settings.retain_days is not None and settings.retain_logical_bytes is not None
+        return Retention(
+            self.archive_reads,
+            days=settings.retain_days,
+            logical_bytes=settings.retain_logical_bytes,
+            clock=self.clock,
+            logger=self.logger,
+        )
 
     async def _close_database(self) -> None:
         opened = self.opened
@@ -423,6 +443,11 @@ class Node:
         self.archive_settings = starting_archive(
             o, check_license(o, self.clock.time()), self.clock.time(), self.logger
         )
+        if self.archive_settings.enabled and not o.mem_db:
+            self.archive_reads = ArchiveReads.for_database(
+                self.archive_settings.open_store(), o.db, chunk_size=o.chunk_size, logger=self.logger
+            )
+            self.db_config = replace(self.db_config, archive=self.archive_reads)
         # may refuse to start (earlier plugin form)
         auto_scavenge = self.auto_scavenge = create_auto_scavenge(
             o,
@@ -570,6 +595,9 @@ class Node:
         if self.peer_client is not None:
             await self.peer_client.close()
         await self._close_database()
+        if self.archive_reads is not None:
+            await asyncio.to_thread(self.archive_reads.close)
+            self.archive_reads = None
         self.logger.info("Node stopped")
         close_node_logging(self.logger)
 
@@ -634,8 +662,18 @@ class Node:
                 },
                 "readIndex": {"indexEntries": db.index.entry_count() if db else 0},
                 "queue": {},
+                **self._archive_stats(),
             },
         }
+
+    def _archive_stats(self) -> dict[str, Any]:
+        """``archive``: the archive panel's figures (evdb/archive/retention.py), when the archive is on."""
+        scavenge = self.opened.scavenge
+        retention = scavenge.retention if scavenge is not None else None
+        db = self.db
+        if not isinstance(retention, Retention) or db is None:
+            return {}
+        return {"archive": retention.panel(db.log)}
 
     async def _write_statistics(self) -> None:
         """Write a ``$statsCollected`` event every StatsPeriodSec; the stream keeps them for 24 hours."""

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from evdb.clock import Clock
 from evdb.database import Database
@@ -26,8 +27,9 @@ from evdb.scavenge.point import ScavengePoint, latest_point, write_point
 from evdb.scavenge.run import Progress, RunContext, ScavengeStopped, Throttle, timespan
 from evdb.scavenge.state import ScavengeState
 from evdb.scavenge.workers import ChunkWorkers, WorkerPool
+from evdb.storage.log import TransactionLog
 
-__all__ = ["STAGES", "ScavengeOptions", "ScavengeResult", "Scavenger"]
+__all__ = ["STAGES", "RetentionStep", "ScavengeOptions", "ScavengeResult", "Scavenger"]
 
 #: Stages in order, with the phase name KurrentDB logs and reports for each.
 STAGES = (
@@ -38,6 +40,14 @@ STAGES = (
     ("ExecutingIndex", "Index execution"),
     ("Cleaning", "Cleaning"),
 )
+
+
+class RetentionStep(Protocol):
+    """The archive's retention policy as a scavenge applies it (evdb/archive/retention.py)."""
+
+    def apply(self, log: TransactionLog) -> list[str]:
+        """Delete the local chunk files the policy lets go; their paths."""
+        ...
 
 
 class ScavengeResult(enum.StrEnum):
@@ -78,8 +88,10 @@ class Scavenger:
         clock: Clock,
         workers: WorkerPool | None = None,
         handoffs: bool = True,
+        retention: RetentionStep | None = None,
     ) -> None:
         self.db = db
+        self.retention = retention
         #: whether accumulation hands what execution needs on (evdb/scavenge/handoff.py), in a
         #: folder beside the state file: on-disk state only
         self.handoff_dir = (
@@ -184,6 +196,7 @@ class Scavenger:
             return self.result
         if point is None:
             self.nothing_to_do = True
+            self._apply_retention()
             self.result = ScavengeResult.SUCCESS
             self.progress.finish(str(self.result), self.clock.time())
             self.set_status("Idle")
@@ -222,6 +235,7 @@ class Scavenger:
             pace.begin(auto=False)
         try:
             self._run_stages(ctx)
+            self._apply_retention()
             result = ScavengeResult.SUCCESS
         except ScavengeStopped:
             result = ScavengeResult.STOPPED
@@ -274,6 +288,23 @@ class Scavenger:
         self.result = result
         self.set_status("Idle")
         return result
+
+    def _apply_retention(self) -> None:
+        """Let the local chunk files outside the archive's retention policy go (evdb/archive/retention.py):
+        after the run's work, so the files it leaves are the ones deleted; a failure there is logged
+        and does not change the run's result."""
+        if self.retention is None:
+            return
+        self.set_status("Retention")
+        try:
+            deleted = self.retention.apply(self.db.log)
+        except Exception:
+            self.logger.exception("SCAVENGING: The retention policy's deletions failed")
+            return
+        if deleted:
+            self.logger.info(
+                "SCAVENGING: %d chunk files left the disk for the archive (RetainAtLeast).", len(deleted)
+            )
 
     def _clear_handoffs(self, *, keep: bool = True) -> str | None:
         """Empty the hand-off folder (``keep`` false: and remove it, as the run ends); its path, or

@@ -16,7 +16,7 @@ from evdb.errors import ScavengeAlreadyRunning, ScavengeNotFound, StreamNotFound
 from evdb.scavenge.events import SCAVENGES_STREAM, ScavengeEvents, scavenge_stream
 from evdb.scavenge.params import ScavengeRequest
 from evdb.scavenge.point import latest_point
-from evdb.scavenge.scavenger import ScavengeOptions, Scavenger, ScavengeResult
+from evdb.scavenge.scavenger import RetentionStep, ScavengeOptions, Scavenger, ScavengeResult
 from evdb.scavenge.state import ScavengeState
 from evdb.scavenge.workers import WorkerPool
 
@@ -49,8 +49,11 @@ class ScavengeService:
         clock: Clock,
         workers: WorkerPool | None = None,
         auto_pacing: bool = True,
+        retention: RetentionStep | None = None,
     ) -> None:
         self.db = db
+        #: the archive's retention policy (Archive: Enabled): applied as each successful run ends
+        self.retention = retention
         self.logger = logger
         #: the scavenge worker processes, kept from one run to the next (a pool given here is the
         #: caller's to close; one made here is closed by close())
@@ -155,6 +158,7 @@ class ScavengeService:
                 clock=self.clock,
                 workers=self.workers,
                 handoffs=self.handoffs,
+                retention=self.retention,
             )
             checkpoint_stage = self.state.checkpoint().get("stage")
             newest = latest_point(self.db)

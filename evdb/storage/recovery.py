@@ -74,13 +74,14 @@ def scan_files(directory: str, chunk_size: int) -> tuple[list[FileInfo], list[st
     return infos, leftovers
 
 
-def choose_files(infos: list[FileInfo], directory: str) -> tuple[list[FileInfo], list[str]]:
-    """The chunk files that make the log, in order, and the paths of those a newer version (or a
-    merged chunk) supersedes; refuses conflicting versions and a missing chunk."""
+def choose_files(infos: list[FileInfo], directory: str, first: int = 0) -> tuple[list[FileInfo], list[str]]:
+    """The chunk files that make the log from chunk ``first`` on (those before it are in the archive
+    only), in order, and the paths of those a newer version (or a merged chunk) supersedes; refuses
+    conflicting versions and a missing chunk."""
     infos.sort(key=lambda i: (i.start, -i.version))
     chosen: list[FileInfo] = []
     superseded: list[str] = []
-    covered = 0  # next chunk number not yet covered
+    covered = first  # next chunk number not yet covered
     for info in infos:
         if info.start < covered:
             # an older version, or a chunk a newer merged chunk covers

@@ -28,9 +28,10 @@ def environ_for(endpoint: str, home) -> dict[str, str]:
     return {**KEYS, "AWS_ENDPOINT_URL": endpoint, "HOME": str(home)}
 
 
-def database(path, clock, chunks: float = 3.5) -> Database:
-    """A database of ``chunks`` chunks of 64 KiB (the last one active)."""
-    db = Database.open(str(path), clock=clock, chunk_size=CHUNK, existence_filter_capacity=10_000)
+def database(path, clock, chunks: float = 3.5, **options) -> Database:
+    """A database of ``chunks`` chunks of 64 KiB (the last one active); ``options``: more of Database.open's."""
+    options.setdefault("existence_filter_capacity", 10_000)
+    db = Database.open(str(path), clock=clock, chunk_size=CHUNK, **options)
     events = int(chunks * CHUNK / 1100)
     for first in range(0, events, 10):  # ten events an append: fewer syncs, the same chunks
         batch = range(first, min(first + 10, events))
