@@ -9,7 +9,6 @@ chunk version in atomically, and truncating the tail at start.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -21,13 +20,13 @@ from evdb.storage import disk
 from evdb.storage import records as rec
 from evdb.storage.checkpoints import Checkpoint, Checkpoints
 from evdb.storage.chunk import (
-    HEADER_SIZE,
     Chunk,
     ChunkBuilder,
     chunk_file_name,
     fsync_dir,
 )
 from evdb.storage.recovery import FileInfo, check_checkpoints, choose_files, find_end, scan_files
+from evdb.storage.truncation import cut_completed_chunk, epoch_before
 
 __all__ = ["ARCHIVED_CHECKPOINT", "ArchivedChunks", "TransactionLog"]
 
@@ -203,7 +202,8 @@ class TransactionLog:
                 f"position {position} is inside the chunks this node keeps in the archive only "
                 f"({ARCHIVED_CHECKPOINT}: {self.archived.value})",
             )
-        last_epoch = self._epoch_before(position)  # read before the cut removes the later epochs
+        # read before the cut removes the later epochs
+        last_epoch = epoch_before(self.chunk_for, self.checkpoints.epoch.value, position)
         keep: list[Chunk] = []
         for chunk in self.distinct_chunks():
             if chunk.start_position >= position:
@@ -220,7 +220,9 @@ class TransactionLog:
             if chunk.data_end_position <= position:
                 keep.append(chunk)
                 continue
-            keep.append(self._cut_completed_chunk(chunk, position))
+            keep.append(
+                cut_completed_chunk(chunk, position, self.directory, self.chunk_size, self._rename_into_place)
+            )
         if self.directory is not None:
             fsync_dir(self.directory)
         self._install(keep)
@@ -234,61 +236,6 @@ class TransactionLog:
             self.checkpoints.epoch.write(last_epoch)
         self.checkpoints.truncate.write(-1)
         self.truncated_to = position
-
-    def _epoch_before(self, position: int) -> int:
-        """Position of the newest epoch record before ``position``: from ``epoch.chk`` back through each
-        epoch's ``previousEpochPosition`` (-1 when there is none or the chain cannot be read). A node
-        that keeps its epochs after a cut can still show the cluster which history it shares."""
-        epoch = self.checkpoints.epoch.value
-        while epoch >= position:
-            chunk = self.chunk_for(epoch)
-            if chunk is None:
-                return -1
-            offset, limit = chunk.physical_offset(epoch), chunk.physical_end
-            if offset is None:
-                return -1
-            try:
-                record, _ = chunk.read_at(offset, limit)
-                if not isinstance(record, rec.SystemRecord) or record.kind != rec.SystemRecordKind.EPOCH:
-                    return -1
-                previous = json.loads(record.payload).get("previousEpochPosition", -1)
-            except (CorruptedFile, ValueError, AttributeError):  # AttributeError: JSON but not an object
-                return -1
-            if not isinstance(previous, int) or previous >= epoch:
-                return -1
-            epoch = previous
-        return epoch
-
-    def _cut_completed_chunk(self, chunk: Chunk, position: int) -> Chunk:
-        """Replace a completed chunk by one holding only its records before ``position``."""
-        if not chunk.is_scavenged:
-            new = Chunk.create_active(
-                self.directory, self.chunk_size, chunk.start_number, chunk.file_version + 1
-            )
-            length = position - chunk.start_position
-            new.write(bytes(chunk.buffer[HEADER_SIZE : HEADER_SIZE + length]))
-            new.flush()
-        else:
-            end_number = (position - 1) // self.chunk_size
-            builder = ChunkBuilder(
-                self.directory,
-                chunk_size=self.chunk_size,
-                start_number=chunk.start_number,
-                end_number=end_number,
-                version=chunk.file_version + 1,
-                data_end_position=position,
-            )
-            offset = 0
-            while offset < chunk.physical_end:
-                record, nxt = chunk.read_at(offset)
-                if record.log_position >= position:
-                    break
-                builder.add(chunk.raw_frame(offset), record.log_position)
-                offset = nxt
-            new = self._rename_into_place(builder.finish())
-        if chunk.path:
-            disk.current.unlink(chunk.path)
-        return new
 
     # -- state -----------------------------------------------------------------------------------------
     @property
@@ -579,7 +526,9 @@ class TransactionLog:
             head = table[:start]
             if straddling is not None:
                 # a merged chunk of this node's own reaching into the new range: keep its first part
-                cut = self._cut_completed_chunk(straddling, new.start_position)
+                cut = cut_completed_chunk(
+                    straddling, new.start_position, self.directory, self.chunk_size, self._rename_into_place
+                )
                 head = [c if c is not straddling else cut for c in head]
             for chunk in replaced:
                 if chunk is straddling:
