@@ -287,10 +287,9 @@ def test_a_node_serves_archived_events_over_http_and_grpc_and_says_503_when_the_
                 ]
         wait_until(lambda: cache.stats.downloads == 3, what="each archived chunk downloaded once")
         panel = node.node.collect_stats()["es"]["archive"]  # the stats' archive panel
-        assert (panel["archivedOnlyChunks"], panel["localChunkFiles"], panel["archiveCheckpoint"]) == (
-            3,
-            1,
-            3 * CHUNK,
-        )
+        assert (panel["archivedOnlyChunks"], panel["archiveCheckpoint"]) == (3, 3 * CHUNK)
+        # the node's own writes (a dev node's projections checkpoint as time goes) may have filled its
+        # first local chunk: one or more (a full run on a loaded machine saw two)
+        assert panel["localChunkFiles"] >= 1
     finally:
         node.stop()

@@ -5,6 +5,7 @@ failures retried with backoff."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -268,3 +269,31 @@ def test_a_checkpoint_changed_by_another_writer_is_read_again_not_overwritten(st
         archiver.step()  # its own last write is stale: the If-Match refuses it
     assert read_checkpoint(store).position == 2 * CHUNK
     assert archiver.step() and read_checkpoint(store).position == 3 * CHUNK  # read again, went on from there
+
+
+def test_a_checkpoint_written_while_it_is_read_is_read_again(store, database):
+    """A full CI run's test polled the archive checkpoint beside a working archiver and got
+    ObjectChanged (the archiver wrote it between the read's head and get): such a read is made again;
+    ObjectChanged only when it changes under every read."""
+    assert _archiver(store, database).step() and read_checkpoint(store).position == CHUNK
+    heads = {"n": 0}
+    real_head = store.head
+
+    class Moving:  # the checkpoint's tag moves between a read's two heads, ``changes`` times
+        def __init__(self, changes: int) -> None:
+            self.changes = changes
+
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def head(self, name):
+            info = real_head(name)
+            heads["n"] += 1
+            if self.changes and heads["n"] % 2 == 0:
+                self.changes -= 1
+                return dataclasses.replace(info, etag=f"moved-{heads['n']}")
+            return info
+
+    assert read_checkpoint(Moving(2)).position == CHUNK  # type: ignore[arg-type]
+    with pytest.raises(ObjectChanged):
+        read_checkpoint(Moving(100))  # type: ignore[arg-type]
