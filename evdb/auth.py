@@ -261,20 +261,17 @@ class UserStore:
         else sign-ins wait for it (bounded) and answer UsersNotReady (503)."""
         self._admission = admission
 
-    def _admitted(self) -> bool:
-        admission = self._admission
-        return admission is None or admission.admits_sign_in(self._changing > 0)
-
     def may_judge_now(self) -> bool:
         """Whether this node may judge credentials at this moment (a cluster member: while it holds a
         sign-in lease, evdb/cluster/lease.py; a single node: always)."""
-        return self._admitted()
+        admission = self._admission
+        return admission is None or admission.admits_sign_in(self._changing > 0)
 
     async def _until_admitted(self) -> None:
         admission = self._admission
-        if admission is None or admission.admits_sign_in(self._changing > 0):
+        if admission is None or self.may_judge_now():
             return
-        if not await admission.wait_sign_in(self._admitted):
+        if not await admission.wait_sign_in(self.may_judge_now):
             raise UsersNotReady(_NOT_ADMITTED)
 
     # -- the database's visibility watch --------------------------------------------------------------
@@ -397,7 +394,7 @@ class UserStore:
         """The principal of an ``Authorization`` header value that :meth:`sign_in_header` or
         :meth:`principal_now` accepted before, with no user changed since; else None. One dict lookup:
         safe on the event loop. None while this node may not judge credentials (:meth:`admit_with`)."""
-        if self._admission is not None and not self._admitted():
+        if self._admission is not None and not self.may_judge_now():
             return None
         return self._headers.get(header)
 
@@ -407,7 +404,7 @@ class UserStore:
         remembered under the header. None: malformed, or a sign-in is needed (:meth:`sign_in_header`).
         The one way the node's APIs (HTTP, its lean append path, gRPC) look a caller up on the loop.
         None while this node may not judge credentials (:meth:`admit_with`)."""
-        if self._admission is not None and not self._admitted():
+        if self._admission is not None and not self.may_judge_now():
             return None
         principal = self._headers.get(header)
         if principal is not None:
@@ -449,7 +446,7 @@ class UserStore:
         or through :meth:`sign_in`. UsersNotReady too while this node may not judge credentials
         (:meth:`admit_with`), unless ``leased`` is False (then the cache is not used either)."""
         if leased:
-            if not self._admitted():
+            if not self.may_judge_now():
                 raise UsersNotReady(_NOT_ADMITTED)
             principal = self.cached(login, password)
             if principal is not None:
