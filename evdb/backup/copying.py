@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from evdb.index.durable import fsync_dir, fsync_file
+from evdb.scavenge import state as scavenge_state
 
 __all__ = [
     "TMP_SUFFIX",
@@ -337,8 +338,7 @@ def copy_sqlite(source: str, target: str) -> int:
     directory = os.path.dirname(target) or "."
     tmp = os.path.join(directory, f".{os.path.basename(target)}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
     try:
-        src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
-        try:
+        with scavenge_state.reading(source) as src:
             dst = sqlite3.connect(tmp)
             try:
                 src.backup(dst)
@@ -348,8 +348,6 @@ def copy_sqlite(source: str, target: str) -> int:
                 raise OSError(errno.ENOSPC if full else errno.EIO, f"SQLite: {exc}", target) from exc
             finally:
                 dst.close()
-        finally:
-            src.close()
         with _writing(target):
             fsync_file(tmp)
             os.replace(tmp, target)

@@ -18,6 +18,7 @@ from evdb.backup import layout as L
 from evdb.errors import CorruptedFile
 from evdb.index import ptable as P
 from evdb.index.indexmap import IndexMap
+from evdb.scavenge import state as scavenge_state
 from evdb.storage.chunk import Chunk, parse_chunk_file_name
 
 __all__ = ["VerifyReport", "verify_backup"]
@@ -151,11 +152,8 @@ def _verify_index(report: VerifyReport, index: str) -> None:
     scavenge_db = os.path.join(index, L.SCAVENGE_DB)
     if os.path.exists(scavenge_db):
         try:
-            conn = sqlite3.connect(f"file:{scavenge_db}?mode=ro", uri=True)
-            try:
+            with scavenge_state.reading(scavenge_db) as conn:
                 result = conn.execute("PRAGMA quick_check").fetchone()[0]
-            finally:
-                conn.close()
             if result != "ok":
                 report.problem(f"{scavenge_db}: {result}")
         except sqlite3.DatabaseError as exc:

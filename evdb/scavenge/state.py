@@ -14,10 +14,12 @@ on disk before the main file changes, and the main file before the journal goes)
 writes (a run from its beginning to its end, the mark of an interrupted one) go through a
 write-ahead log (``ScavengeState.running``: ``WAL``, ``synchronous = NORMAL``, a commit waits for no
 disk flush; a power cut may lose the last commits, never their order, and a run resumes from the
-last one kept), folded back into the file as they end, however they end. A kill leaves a WAL,
-which readers opening the file read-only can read (evdb backup, verification; a hot rollback
-journal would need a writer to roll it back first) and which the next open folds into the file, as
-it does a database an earlier version left in WAL mode.
+last one kept), folded back into the file as they end, however they end. A kill during a run leaves
+a WAL, which readers opening the file read-only can read and which the next open folds into the
+file, as it does a database an earlier version left in WAL mode. A kill during one of the few
+rollback-journal writes (the open's, the switch between modes) leaves a hot journal, which a
+read-only connection cannot roll back: readers (evdb backup, verification) go through
+``reading``, which then reads a rolled-back copy.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import sqlite3
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -35,7 +39,7 @@ from typing import Any
 
 from evdb.errors import CorruptedFile
 
-__all__ = ["HashUsers", "ScavengeState", "StreamRow", "to_signed", "to_unsigned"]
+__all__ = ["HashUsers", "ScavengeState", "StreamRow", "reading", "to_signed", "to_unsigned"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoint (id INTEGER PRIMARY KEY CHECK (id = 0), data TEXT NOT NULL);
@@ -64,6 +68,41 @@ _DAMAGED = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)  # primary result cod
 #: and those with ``$maxAge``, whose cut-off moves with every scavenge point
 _TO_CALCULATE = "dirty = 1 OR max_age IS NOT NULL"
 _COLUMNS = "stream, tombstoned, max_age, max_count, truncate_before, meta_number, last_number, discard_point"
+
+
+@contextlib.contextmanager
+def reading(path: str) -> Iterator[sqlite3.Connection]:
+    """A read-only connection to the scavenge database at ``path`` that sees what the node would see
+    on opening it. A hot rollback journal a killed writer left needs a writer to roll it back (SQLite
+    answers a read-only connection SQLITE_READONLY): then the file and its journal are copied to a
+    temporary folder and the copy is opened, rolled back, there. The files at ``path`` are never
+    written."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        conn.execute("PRAGMA schema_version").fetchone()  # reads the header: rolls back, or cannot
+        hot = False
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) != sqlite3.SQLITE_READONLY:
+            raise
+        hot = True
+    if not hot:
+        try:
+            yield conn
+        finally:
+            conn.close()
+        return
+    with tempfile.TemporaryDirectory(prefix="evdb-scavenge-db-") as folder:
+        copy = os.path.join(folder, os.path.basename(path))
+        for suffix in ("", "-journal", "-wal"):
+            with contextlib.suppress(FileNotFoundError):
+                shutil.copyfile(path + suffix, copy + suffix)
+        conn = sqlite3.connect(copy)
+        try:
+            conn.execute("PRAGMA schema_version").fetchone()
+            yield conn
+        finally:
+            conn.close()
 
 
 def to_signed(h: int) -> int:

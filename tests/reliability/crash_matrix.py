@@ -29,7 +29,6 @@ import logging
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -48,6 +47,7 @@ from evdb.backup.verify import VerifyReport, _verify_index
 from evdb.clock import SystemClock
 from evdb.database import Database
 from evdb.errors import StreamDeleted, StreamNotFound
+from evdb.scavenge import state as scavenge_state
 
 DRIVER = Path(__file__).with_name("crash_driver.py")
 
@@ -182,11 +182,8 @@ def verify_files(db_dir: str, index_dir: str) -> VerifyReport:
         _verify_index(report, index_dir)
     state = os.path.join(index_dir, "scavenging", "scavenging.db")
     if os.path.exists(state):
-        conn = sqlite3.connect(f"file:{state}?mode=ro", uri=True)
-        try:
+        with scavenge_state.reading(state) as conn:  # as the node would find it (a hot journal rolled back)
             _require(conn.execute("PRAGMA quick_check").fetchone()[0] == "ok", f"{state} fails quick_check")
-        finally:
-            conn.close()
     return report
 
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
+from pathlib import Path
 
 import httpx
 import pytest
@@ -226,3 +227,47 @@ async def test_while_a_node_runs_a_plain_copy_of_the_scavenge_database_has_all_o
         assert copy_sqlite(path, str(backed_up)) > 0
         assert content(str(backed_up)) == copied
         assert os.listdir(folder) == ["scavenging.db"]
+
+
+def test_a_hot_journal_a_kill_left_is_read_rolled_back_and_the_files_stay_as_they_are(tmp_path):
+    """A kill in the middle of a rollback-journal write (the open's, the switch between modes) leaves
+    a hot journal, which a read-only connection cannot roll back ("attempt to write a readonly
+    database", CI's crash matrix): verification and evdb backup read a rolled-back copy instead."""
+    from evdb.backup.verify import VerifyReport, _verify_index
+    from evdb.scavenge.state import reading
+
+    index = tmp_path / "index"
+    path = str(index / "scavenging" / "scavenging.db")
+    state = ScavengeState(path)
+    with state.transaction():
+        for i in range(2000):
+            state.save_row(StreamRow(f"s-{i}", max_count=i))
+    state.close()
+    before = content(path)
+    writer = textwrap.dedent(
+        f"""
+        import os, sqlite3
+        c = sqlite3.connect({path!r}, isolation_level=None)
+        c.execute("PRAGMA cache_size = 2")  # the change spills into the file before the commit
+        c.execute("BEGIN")
+        c.execute("DELETE FROM streams")
+        os.kill(os.getpid(), 9)
+        """
+    )
+    subprocess.run([sys.executable, "-c", writer], check=False)
+    assert os.path.getsize(path + "-journal") > 0
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        content(path)  # what the readers did before
+    files = {p: Path(p).read_bytes() for p in (path, path + "-journal")}
+
+    with reading(path) as conn:
+        assert conn.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+        assert conn.execute("SELECT COUNT(*) FROM streams").fetchone()[0] == 2000
+    report = VerifyReport(str(tmp_path))
+    _verify_index(report, str(index))
+    assert report.problems == []
+    target = str(tmp_path / "copy" / "scavenging.db")
+    os.makedirs(os.path.dirname(target))
+    copy_sqlite(path, target)
+    assert content(target) == before
+    assert {p: Path(p).read_bytes() for p in files} == files  # nothing written beside the node's files
