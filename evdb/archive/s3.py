@@ -34,7 +34,8 @@ __all__ = ["REQUEST_RETRY_SECONDS", "S3Store"]
 #: how long obstore keeps retrying one request before the caller hears of the failure
 REQUEST_RETRY_SECONDS = 10
 _STATUS = re.compile(r"status code: (\d{3})")
-_DOWNLOAD_STEP = 8 * 1024 * 1024
+#: a download's piece: what obstore copies into a Python object at a time, holding the GIL
+DOWNLOAD_PIECE = 256 * 1024
 
 
 class S3Store(ArchiveStore):
@@ -157,16 +158,23 @@ class S3Store(ArchiveStore):
             raise
 
     def download(self, name: str, path: str) -> ObjectInfo:
+        """One GET, written as it arrives in pieces of :data:`DOWNLOAD_PIECE` bytes: obstore copies
+        each piece into a Python ``bytes`` holding the GIL, so a small piece keeps every other thread
+        of the node (the local reads) from waiting more than a few microseconds for it; the writes
+        and the waits for the network release the GIL. (Pieces of 8 MiB: that copy was 40% of the
+        GIL's samples during archive reads, py-spy --gil; bench/bench_archive.py has the figures.)"""
         check_name(name)
         with self._errors("read", name):
             result = obstore.get(self._store, name)
             meta = result.meta
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                for part in result.stream(min_chunk_size=_DOWNLOAD_STEP):
-                    view = memoryview(part)
+                offset = 0
+                for piece in result.stream(min_chunk_size=DOWNLOAD_PIECE):
+                    view = memoryview(piece)
                     while view:
-                        view = view[os.write(fd, view) :]
+                        done = os.pwrite(fd, view, offset)
+                        view, offset = view[done:], offset + done
                 os.fsync(fd)
             finally:
                 os.close(fd)
