@@ -29,6 +29,7 @@ import json
 import logging
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from evdb.clock import Clock
@@ -66,6 +67,7 @@ from evdb.projections.standard import (
     by_name,
 )
 from evdb.projections.store import ProjectionStore
+from evdb.projections.waits import through_archive
 from evdb.storage.records import EventRecord
 from evdb.streams import ANY, NewEvent, check_stream_name, metastream_of
 from evdb.subscriptions import CommitNotifier
@@ -240,18 +242,20 @@ class SystemProjections:
 
     async def _run(self, rt: Runtime) -> None:
         try:
-            await asyncio.to_thread(self._started, self._database(), rt)
+            # reads of archived positions wait while the archive is unavailable (evdb/projections/waits.py)
+            await through_archive(rt, partial(self._started, self._database(), rt), self._clock, self._log)
             while not rt.stopping:
                 db = self._database()
-                caught_up = await asyncio.to_thread(self._step, db, rt)
-                if not caught_up:
+                caught_up = await through_archive(rt, partial(self._step, db, rt), self._clock, self._log)
+                if not caught_up:  # None: stopped while it waited for the archive
                     continue
                 timer = None
                 if rt.unchecked:
                     wait = max(CHECKPOINT_AFTER_SECONDS, rt.persisted.config.checkpoint_after_ms / 1000)
                     timeout = wait - (self._clock.monotonic() - rt.checkpoint_at)
                     if timeout <= 0:
-                        await asyncio.to_thread(self._suggested_checkpoint, db, rt, rt.position)
+                        checkpoint = partial(self._suggested_checkpoint, db, rt, rt.position)
+                        await through_archive(rt, checkpoint, self._clock, self._log)
                         continue
                     timer = self._checkpoint_timer(rt, rt.checkpoint_at + wait, timeout)
                 await self._wait(rt, rt.next_position, timer)

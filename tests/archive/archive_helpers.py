@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 
 from evdb.archive.archiver import Archiver, DatabaseChunks
@@ -53,3 +54,26 @@ def drain(archiver: Archiver) -> int:
 
 def records(chunk) -> list:
     return list(chunk.iter_records())
+
+
+def all_events(db: Database) -> list[tuple]:
+    """Every event of ``$all`` as (stream, number, data)."""
+    return [(e.stream, e.event_number, e.data) for e in db.read_all_forward(0, 100_000).events]
+
+
+def leave_archived(path, clock, store, **options) -> list[tuple]:
+    """Write 3.5 chunks at ``path``, archive chunks 0-2 into ``store`` and delete their local files as a
+    scavenge under the retention policy does; the events written (stream, number, data). The index of
+    chunks 0-2 is on disk (a reopen does not read them again to index them)."""
+    db = database(path, clock, max_memtable_entries=64, **options)
+    try:
+        assert drain(archiver(store, db)) == 3
+        written = all_events(db)
+        db.index.wait_idle()
+        assert db.index.checkpoint >= 3 * CHUNK
+        with db.log.chunk_lock:
+            deleted = db.log.leave_to_archive(3)
+        assert [os.path.basename(p) for p in deleted] == [f"chunk-00000{i}.000000" for i in range(3)]
+        return written
+    finally:
+        db.close()

@@ -16,9 +16,8 @@ import grpc
 import httpx
 import pytest
 from archive_helpers import CHUNK, REGION, environ_for, free_port
-from archive_helpers import archiver as _archiver
-from archive_helpers import database as _database
-from archive_helpers import drain as _drain
+from archive_helpers import all_events as _events
+from archive_helpers import leave_archived as _leave_archived
 from kurrentdbclient import KurrentDBClient
 from kurrentdbclient.protos.v1 import shared_pb2, streams_pb2
 
@@ -35,28 +34,6 @@ from tests.waiting import wait_until
 
 LOGGER = logging.getLogger("test.archive.reads")
 STREAMS = [f"order-{i}" for i in range(7)]
-
-
-def _events(db: Database) -> list[tuple]:
-    return [(e.stream, e.event_number, e.data) for e in db.read_all_forward(0, 100_000).events]
-
-
-def _leave_archived(path, clock, store, **options) -> list[tuple]:
-    """Write 3.5 chunks at ``path``, archive chunks 0-2 into ``store`` and delete their local files as a
-    scavenge under the retention policy does; the events written (stream, number, data). The index of
-    chunks 0-2 is on disk (a reopen does not read them again to index them)."""
-    db = _database(path, clock, max_memtable_entries=64, **options)
-    try:
-        assert _drain(_archiver(store, db)) == 3
-        written = _events(db)
-        db.index.wait_idle()
-        assert db.index.checkpoint >= 3 * CHUNK
-        with db.log.chunk_lock:
-            deleted = db.log.leave_to_archive(3)
-        assert [os.path.basename(p) for p in deleted] == [f"chunk-00000{i}.000000" for i in range(3)]
-        return written
-    finally:
-        db.close()
 
 
 def _reads(store, tmp_path, **kw) -> ArchiveReads:
