@@ -258,7 +258,7 @@ def _read_run(
     }
 
 
-def _reads(endpoint: str, chunk_size: int, runs: int, seconds: float) -> None:
+def _reads(endpoint: str, chunk_size: int, runs: int, seconds: float, only: str | None) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-archive-reads-") as folder:
         started = time.perf_counter()
         firsts = _build_for_reads(folder, chunk_size)
@@ -268,6 +268,8 @@ def _reads(endpoint: str, chunk_size: int, runs: int, seconds: float) -> None:
             bucket.put_file(obj.name, os.path.join(folder, "archive", obj.name))
         stores = {"s3": bucket, "filesystem": FileSystemStore(os.path.join(folder, "archive"))}
         for name, store in stores.items():
+            if only not in (None, name):
+                continue
             results = []
             for run in range(runs):
                 result = {
@@ -308,6 +310,7 @@ def main() -> None:
     parser.add_argument("--chunk-mib", type=int, default=64)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--read-seconds", type=float, default=10.0, help="each phase of local reads")
+    parser.add_argument("--store", choices=["s3", "filesystem"], help="the reads on this store only")
     parser.add_argument("--server-nice", type=int, default=10, help="moto's server: this much lower priority")
     parser.add_argument("--endpoint", help="an S3-compatible endpoint (default: moto's server, started here)")
     args = parser.parse_args()
@@ -320,7 +323,7 @@ def main() -> None:
         if args.part in ("upload", "both"):
             _uploads(endpoint, args.size_mib * 1024 * 1024, chunk_size, args.runs)
         if args.part in ("reads", "both"):
-            _reads(endpoint, chunk_size, args.runs, args.read_seconds)
+            _reads(endpoint, chunk_size, args.runs, args.read_seconds, args.store)
     finally:
         if server is not None:
             server.terminate()
