@@ -260,8 +260,10 @@ class ReplicationSink(ShellPart):
     async def _replication_session(self, endpoint: tuple[str, int]) -> None:
         heartbeat = max(self.service.gossip_timeout, 1.0)
         async with self.service.transport.replicate(endpoint, heartbeat) as channel:
-            # off the event loop: the epochs may be read from chunks in the archive only
-            await channel.send_json(await self._blocking(self._hello))
+            # the epochs may be read from chunks in the archive only: then off the event loop (else
+            # inline, as ever: the simulator's random sequence, and so its seeds, stay as they were)
+            archived = self.service.replica.local_start()
+            await channel.send_json(await self._blocking(self._hello) if archived else self._hello())
             first = await channel.receive(timeout=10)
             body = first.text if first is not None else None
             if isinstance(body, dict) and "verify" in body:

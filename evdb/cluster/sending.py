@@ -199,10 +199,13 @@ class ReplicationSource(ShellPart):
             await channel.send_json({"error": "not the leader"})
             return
         try:
-            # off the event loop: the epochs may be read from chunks in the archive only
-            verdict, point, floor = await self._blocking(
-                _common_point, self.service.db, hello.get("epochs") or [], int(hello.get("writer", 0))
-            )
+            args = (self.service.db, hello.get("epochs") or [], int(hello.get("writer", 0)))
+            # the epochs may be read from chunks in the archive only: then off the event loop (else
+            # inline, as ever: the simulator's random sequence, and so its seeds, stay as they were)
+            if self.service.replica.local_start():
+                verdict, point, floor = await self._blocking(_common_point, *args)
+            else:
+                verdict, point, floor = _common_point(*args)
         except (TypeError, ValueError) as exc:
             await channel.send_json({"error": f"bad hello: {exc}"})
             return

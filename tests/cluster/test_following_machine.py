@@ -169,3 +169,11 @@ def test_a_bad_chunk_file_header_is_refused(header):
 def test_the_stream_resets_after_the_connection_reset_interval():
     follower = stream()
     assert not follower.resets(100.0) and follower.resets(100.5)
+
+
+def test_the_leaders_behind_archive_message_mid_stream_sends_the_follower_to_the_archive():
+    """A leader whose retention left what a lagging follower needs next to the archive says so in the
+    stream (evdb/cluster/sending.py): the follower catches up from the archive (evdb/archive/catchup.py)."""
+    body = {"behindArchive": {"from": 10, "localStart": 64, "archive": "s3://b", "log": "x", "error": None}}
+    assert stream().text(body).behind_archive == body
+    assert stream().text({"complete": 64}).behind_archive is None
