@@ -108,6 +108,8 @@ def test_a_replica_behind_the_leaders_archived_chunks_catches_up_from_the_archiv
         wait_until(lambda: _said(local, "node1", "cannot catch up"), 60, "the leader's refusal")
         wait_until(lambda: _said(local, "replica2", "configure Archive: Enabled"), 60, "the replica's")
         assert "configure Archive: Enabled" in _said(local, "node1", "cannot catch up")[0]
+        # the follower waits and asks again, 1 s doubling (to 60 s)
+        assert _said(local, "replica2", "Catching up from the archive failed (attempt 1, next in 1 s)")
         assert local.stop_node("replica2", log=lambda *_: None)
         assert _archived_chk(late["Db"]) == 0
 
