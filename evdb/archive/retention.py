@@ -6,11 +6,13 @@
 - it is outside **both** bounds: its newest record is more than D days old (the node's clock), and at
   least B logical bytes of the log follow its end (to the log's end);
 - its archived objects are verified against it: for a file of one chunk as written (not scavenged),
-  the object's size and footer checksum (the xxh3-128 of every byte before it) must be the local
-  file's, so the object holds its exact bytes; a scavenged or merged file holds fewer records than
-  the archived originals, so each archived chunk it covers is downloaded and checked whole (header:
-  this chunk and chunk size; footer: the checksum of every byte) into the read cache, where reads
-  find it next;
+  the object's size and footer checksum (the xxh3-128 of every byte before it) are the local file's
+  when the object holds its exact bytes (the archiver's own file, or one its leader sent whole);
+  otherwise (another node's file of the same records: its header's chunk id differs) the archived
+  chunk is downloaded and checked whole (header: this chunk and chunk size; footer: the checksum of
+  every byte) into the read cache, where reads find it next, and its records must be the local
+  file's byte for byte; a scavenged or merged file holds fewer records than the archived originals,
+  so each archived chunk it covers is downloaded and checked whole;
 - every older chunk goes too: the chunks left to the archive are always the log's first ones.
 
 :meth:`Retention.plan` says which files would go (the stats show it); :meth:`Retention.apply`, called by
@@ -31,7 +33,7 @@ from evdb.archive.reads import ArchiveReads
 from evdb.archive.store import ArchiveStore
 from evdb.clock import TICKS_PER_SECOND, Clock
 from evdb.errors import ArchiveError, ArchiveUnavailable
-from evdb.storage.chunk import Chunk
+from evdb.storage.chunk import HEADER_SIZE, Chunk
 from evdb.storage.log import TransactionLog
 
 __all__ = ["PANEL_SECONDS", "Retention", "RetentionPlan", "newest_timestamp"]
@@ -60,6 +62,18 @@ def newest_timestamp(chunk: Chunk) -> int | None:
         return None
     record, _ = chunk.read_before(offset)
     return record.timestamp
+
+
+def same_records(archived: Chunk, local: Chunk) -> bool:
+    """Whether two unscavenged files of one chunk hold the same records, byte for byte (their headers'
+    chunk ids differ from node to node)."""
+    end = local.physical_end
+    return (
+        archived.physical_end == end
+        and archived.data_end_position == local.data_end_position
+        and memoryview(archived.buffer)[HEADER_SIZE : HEADER_SIZE + end]
+        == memoryview(local.buffer)[HEADER_SIZE : HEADER_SIZE + end]
+    )
 
 
 @dataclass
@@ -135,23 +149,24 @@ class Retention:
     def _verified(self, chunk: Chunk) -> bool:
         """Whether the archive holds ``chunk``'s records, checked (see the module); a warning names
         the file and the object when not."""
+        as_written = not chunk.is_scavenged and chunk.footer is not None
         for number in range(chunk.start_number, chunk.end_number + 1):
             name = chunk_object_name(number)
-            if not chunk.is_scavenged and chunk.footer is not None:
-                found = archived_as(self.store, name)
-                if found == (chunk.file_size, chunk.footer.checksum):
+            if as_written:
+                assert chunk.footer is not None
+                if archived_as(self.store, name) == (chunk.file_size, chunk.footer.checksum):
+                    continue  # the archiver's own file, or one sent whole by the leader: the same bytes
+            # downloaded and verified whole (or found so); a file as written on another node differs
+            # from the archiver's in its header's chunk id only: its records must be the archived ones
+            try:
+                archived = self.reads.cache.chunk(number)
+                if not as_written or same_records(archived, chunk):
                     continue
-                problem = (
-                    f"size and footer checksum {found} against {(chunk.file_size, chunk.footer.checksum)}"
-                )
-            else:
-                try:
-                    self.reads.cache.chunk(number)  # downloaded and verified whole (or found so)
-                    continue
-                except ArchiveUnavailable:
-                    raise
-                except ArchiveError as exc:  # damaged, or missing
-                    problem = str(exc)
+                problem = "its records differ from the local file's"
+            except ArchiveUnavailable:
+                raise
+            except ArchiveError as exc:  # damaged, or missing
+                problem = str(exc)
             self.logger.warning(
                 "Retention: chunk file %s stays: the archived %s in %s does not match it (%s)",
                 chunk.path,
