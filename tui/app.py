@@ -50,10 +50,10 @@ if TYPE_CHECKING:
 
 __all__ = ["CHANGING_ACTIONS", "LOCAL_JOBS", "DashboardApp", "NodeSpec"]
 
-TABS = ("scavenge", "chunks", "auto", "backup", "certs", "logs", "activity")
+TABS = ("scavenge", "chunks", "auto", "backup", "certs", "logs", "activity", "archive")
 #: the tabs' labels, and shorter ones where the terminal is narrow (below 100 columns)
-TAB_LABELS = ("Scavenge", "Chunks", "Auto-scavenge", "Backup", "Certificates", "Logs", "Activity")
-SHORT_TAB_LABELS = ("Scavenge", "Chunks", "Auto", "Backup", "Certs", "Logs", "Activity")
+TAB_LABELS = ("Scavenge", "Chunks", "Auto-scavenge", "Backup", "Certificates", "Logs", "Activity", "Archive")
+SHORT_TAB_LABELS = ("Scavenge", "Chunks", "Auto", "Backup", "Certs", "Logs", "Activity", "Archive")
 _BACKUP_ENDED = ("completed", "failed", "stopped")
 
 
@@ -203,6 +203,8 @@ class DashboardApp(App[str | None]):
                 yield Static(id="logs-panel")
             with TabPane("7 Activity", id="activity"), VerticalScroll():
                 yield Static(id="activity-panel")
+            with TabPane("8 Archive", id="archive"), VerticalScroll():
+                yield Static(id="archive-panel")
         yield KeyBar()
 
     @property

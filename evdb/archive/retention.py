@@ -26,7 +26,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from evdb.archive.archiver import archived_as, chunk_object_name, read_checkpoint
+from evdb.archive.archiver import Archiver, archived_as, chunk_object_name, read_checkpoint
 from evdb.archive.reads import ArchiveReads
 from evdb.archive.store import ArchiveStore
 from evdb.clock import TICKS_PER_SECOND, Clock
@@ -97,11 +97,13 @@ class Retention:
             chunks.append(chunk)
         return RetentionPlan(checkpoint, tuple(chunks))
 
-    def panel(self, log: TransactionLog) -> dict[str, Any]:
+    def panel(self, log: TransactionLog, archiver: Archiver | None = None) -> dict[str, Any]:
         """The archive's figures for a node's stats (``es.archive``; the dashboard's archive panel):
         local against archived bytes, the archive checkpoint and what the next scavenge would free
-        (files not yet checked against the archive). The archive is asked at most every
-        ``PANEL_SECONDS`` (the stats are polled); when it cannot be reached, ``archiveError`` says why."""
+        (files not yet checked against the archive); on the archiver node (``archiver`` given) its own
+        figures too, ``archiver`` (:meth:`Archiver.figures`: its upload lag). The archive is asked at
+        most every ``PANEL_SECONDS`` (the stats are polled); when it cannot be reached,
+        ``archiveError`` says why."""
         now = self.clock.monotonic()
         cached = self._panel_cache
         if cached is None or now - cached[0] >= PANEL_SECONDS or cached[1] != log.committed:
@@ -130,6 +132,7 @@ class Retention:
                 "hits": cache.stats.hits,
             },
             **cached[2],
+            **({"archiver": archiver.figures()} if archiver is not None else {}),
         }
 
     def _verified(self, chunk: Chunk) -> bool:
