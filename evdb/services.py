@@ -204,3 +204,9 @@ class WebUiServices(_NodeFacts, Protocol):
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def peers(self) -> PeerClient | None: ...
+
+    @property
+    def collect_stats(self) -> Callable[[], dict[str, Any]]: ...
