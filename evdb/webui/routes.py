@@ -25,7 +25,7 @@ import jinja2
 from aiohttp import web
 
 from evdb.cluster.advertising import client_member
-from evdb.cluster.peers import PeerError
+from evdb.cluster.peers import PeerError, peer_name
 from evdb.errors import InvalidInput, PersistentSubscriptionsNotReady
 from evdb.http.common import get_principal, get_services, require_authenticated, require_ops
 from evdb.http.openapi import EXTRA_PATHS
@@ -251,7 +251,8 @@ async def _member_row(
     request: web.Request, services: WebUiServices, member: dict[str, Any]
 ) -> views.ArchiveRow:
     """A member's archive figures, from its ``GET /stats`` asked with the operator's own credentials."""
-    endpoint = f"{member.get('httpEndPointIp')}:{member.get('httpEndPointPort')}"
+    address = (str(member.get("httpEndPointIp")), int(member.get("httpEndPointPort") or 0))
+    endpoint = peer_name(address)  # host:port, [v6]:port
     role = str(member.get("state") or "Unknown")
     if not member.get("isAlive"):
         return views.archive_row(endpoint, role, False, None, "not alive (gossip)")
