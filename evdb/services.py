@@ -210,3 +210,6 @@ class WebUiServices(_NodeFacts, Protocol):
 
     @property
     def collect_stats(self) -> Callable[[], dict[str, Any]]: ...
+
+    @property
+    def clock(self) -> Clock: ...

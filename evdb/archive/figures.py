@@ -10,9 +10,10 @@ that is not the archive's shape reads as no archive figures at all.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["ArchiveFigures", "ArchiverFigures", "archive_figures", "retention_words"]
+__all__ = ["ArchiveFigures", "ArchiverFigures", "archive_figures", "retention_words", "upload_lag_words"]
 
 
 def _int(body: dict[str, Any], key: str) -> int | None:
@@ -32,6 +33,7 @@ class ArchiverFigures:
     checkpoint: int | None  # the archive checkpoint as it last read or wrote it; None not read yet
     pending_chunks: int | None  # its upload lag: completed, committed chunks not uploaded yet
     pending_bytes: int | None
+    pending_since: float | None  # epoch seconds of the oldest waiting chunk's last record
     uploaded: int
     kept: int  # found uploaded and verified already (after a crash)
     failures: int  # failed steps in a row (it retries with backoff)
@@ -91,6 +93,7 @@ def archive_figures(stats: Any) -> ArchiveFigures | None:
             checkpoint=read if read is not None and read >= 0 else None,
             pending_chunks=_int(a, "pendingChunks"),
             pending_bytes=_int(a, "pendingBytes"),
+            pending_since=since if isinstance(since := a.get("pendingSince"), int | float) else None,
             uploaded=_int(a, "uploaded") or 0,
             kept=_int(a, "kept") or 0,
             failures=_int(a, "failures") or 0,
@@ -121,3 +124,24 @@ def retention_words(figures: ArchiveFigures, size: Any) -> str:
     days = "?" if figures.retain_days is None else str(figures.retain_days)
     unit = "day" if figures.retain_days == 1 else "days"
     return f"at least {days} {unit} and {size(figures.retain_logical_bytes)} of log kept locally"
+
+
+def _since(at: float, now: float) -> str:
+    """A moment in UTC: its time of day when it is today, else its date too."""
+    moment, today = datetime.fromtimestamp(at, UTC), datetime.fromtimestamp(now, UTC)
+    return moment.strftime("%H:%M:%S UTC" if moment.date() == today.date() else "%Y-%m-%d %H:%M UTC")
+
+
+def upload_lag_words(archiver: ArchiverFigures, now: float, size: Any) -> str:
+    """The archiver's upload lag in words: "caught up", or "upload lag 2 chunks (128.0 KiB), waiting since
+    23:01:26 UTC" (the oldest waiting chunk's last record; ``now``: epoch seconds; ``size``: how the
+    caller writes a byte count)."""
+    n = archiver.pending_chunks
+    if n is None:
+        return "has not read the archive checkpoint yet"
+    if n == 0:
+        return "caught up"
+    words = f"upload lag {n} chunk{'' if n == 1 else 's'} ({size(archiver.pending_bytes)})"
+    if archiver.pending_since is not None:
+        words += f", waiting since {_since(archiver.pending_since, now)}"
+    return words

@@ -297,7 +297,7 @@ async def archive_fragment(request: web.Request) -> web.Response:
     others = [m for m in members if m.get("instanceId") != own_id]
     rows = [views.archive_row(services.name, own_role, True, own_stats)]
     rows += await asyncio.gather(*(_member_row(request, services, m) for m in others))
-    page = views.archive_page(rows, _human_bytes)
+    page = views.archive_page(rows, _human_bytes, services.clock.time())
     return _html("archive.html", page=page)
 
 

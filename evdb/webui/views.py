@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from evdb.archive.figures import ArchiveFigures, archive_figures, retention_words
+from evdb.archive.figures import ArchiveFigures, archive_figures, retention_words, upload_lag_words
 from evdb.clock import TICKS_PER_SECOND
 from evdb.database import Database
 from evdb.errors import InvalidInput, StreamNotFound
@@ -336,6 +336,7 @@ class ArchivePage:
     retention: str
     archive_checkpoint: int | None  # the furthest any member read
     archiver: ArchiveRow | None  # the member that reports the archiver's figures
+    upload_lag: str  # the archiver's upload lag in words ("" without an archiver)
 
 
 def archive_row(node: str, role: str, this_node: bool, stats: Any, problem: str = "") -> ArchiveRow:
@@ -346,8 +347,9 @@ def archive_row(node: str, role: str, this_node: bool, stats: Any, problem: str 
     return ArchiveRow(node, role, this_node, figures, problem)
 
 
-def archive_page(rows: list[ArchiveRow], human_bytes: Any) -> ArchivePage:
-    """What the archive page shows of the members' rows (``human_bytes`` writes a byte count)."""
+def archive_page(rows: list[ArchiveRow], human_bytes: Any, now: float) -> ArchivePage:
+    """What the archive page shows of the members' rows (``human_bytes`` writes a byte count; ``now``:
+    epoch seconds, for the upload lag's age)."""
     reported = [r for r in rows if r.figures is not None]
     own = next((r.figures for r in reported if r.this_node), None)
     shown = own or (reported[0].figures if reported else None)
@@ -356,10 +358,14 @@ def archive_page(rows: list[ArchiveRow], human_bytes: Any) -> ArchivePage:
         for r in reported
         if r.figures and r.figures.archive_checkpoint is not None
     ]
+    archiver = next((r for r in reported if r.figures and r.figures.archiver), None)
     return ArchivePage(
         rows=rows,
         shown=shown,
         retention=retention_words(shown, human_bytes) if shown is not None else "",
         archive_checkpoint=max(checkpoints) if checkpoints else None,
-        archiver=next((r for r in reported if r.figures and r.figures.archiver), None),
+        archiver=archiver,
+        upload_lag=upload_lag_words(archiver.figures.archiver, now, human_bytes)
+        if archiver is not None and archiver.figures is not None and archiver.figures.archiver is not None
+        else "",
     )

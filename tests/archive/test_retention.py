@@ -292,6 +292,7 @@ def test_the_archivers_figures_say_its_upload_lag_in_the_panel_of_its_node(archi
         "checkpoint": -1,
         "pendingChunks": None,
         "pendingBytes": None,
+        "pendingSince": None,
         "uploaded": 0,
         "kept": 0,
         "failures": 0,
@@ -304,6 +305,8 @@ def test_the_archivers_figures_say_its_upload_lag_in_the_panel_of_its_node(archi
         db.append("order-lag", [NewEvent("Placed", data=b"x" * 100)])
     figures = archiver.figures()
     assert (figures["pendingChunks"], figures["pendingBytes"]) == (2, 2 * CHUNK)
+    oldest = db.log.chunk_by_number(3)  # its last record's time: how long the oldest has waited
+    assert figures["pendingSince"] == newest_timestamp(oldest) / TICKS_PER_SECOND
     policy = _retention(reads, clock)
     assert "archiver" not in policy.panel(db.log)  # a node that is not the archiver
     assert policy.panel(db.log, archiver)["archiver"]["pendingChunks"] == 2

@@ -39,6 +39,7 @@ def archiver_figures(**changes: Any) -> dict[str, Any]:
         "checkpoint": 640 * KIB,
         "pendingChunks": 2,
         "pendingBytes": 128 * KIB,
+        "pendingSince": 1_700_000_000.0 - 125,
         "uploaded": 10,
         "kept": 0,
         "failures": 0,
@@ -92,7 +93,10 @@ async def test_the_panel_shows_the_archive_the_archivers_lag_and_each_node(size)
         assert "Archive /srv/evdb-archive" in text
         assert "Retention at least 0 days and 128.0 KiB of log kept locally" in text
         assert "Archive checkpoint 655,360 (10 chunks archived)" in text
-        assert "Archiver node3: upload lag 2 chunks (128.0 KiB) · 10 uploaded" in text
+        assert (
+            "Archiver node3: upload lag 2 chunks (128.0 KiB), waiting since 22:11:15 UTC · 10 uploaded"
+            in text
+        )
         assert "node1 3 files, 192.3 KiB 9 chunks 1 file, 64.1 KiB" in text, text
         assert "node2 13 files, 192.3 KiB 0 chunks 0 files, 0 B" in text
         if size[0] >= 100:

@@ -105,14 +105,20 @@ def test_the_page_takes_the_archivers_figures_and_the_furthest_checkpoint_from_a
     replica = {
         **archive,
         "archiveCheckpoint": 5 * CHUNK,
-        "archiver": {"checkpoint": 5 * CHUNK, "pendingChunks": 1},
+        "archiver": {
+            "checkpoint": 5 * CHUNK,
+            "pendingChunks": 1,
+            "pendingBytes": CHUNK,
+            "pendingSince": 1000.0,
+        },
     }
     rows = [
         views.archive_row("node1", "Leader", True, {"es": {"archive": archive}}),
         views.archive_row("127.0.0.1:2114", "Follower", False, None, "GET /stats on 127.0.0.1:2114: refused"),
         views.archive_row("127.0.0.1:2115", "ReadOnlyReplica", False, {"es": {"archive": replica}}),
     ]
-    page = views.archive_page(rows, _human_bytes)
+    page = views.archive_page(rows, _human_bytes, now=1000.0 + 185)
     assert page.shown is rows[0].figures and page.archive_checkpoint == 5 * CHUNK
     assert page.archiver is rows[2] and page.retention == "at least 30 days and 1.0 MiB of log kept locally"
     assert rows[1].problem.endswith("refused") and rows[1].figures is None
+    assert page.upload_lag == "upload lag 1 chunk (64.0 KiB), waiting since 00:16:40 UTC"

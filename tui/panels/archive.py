@@ -8,7 +8,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from evdb.archive.figures import ArchiveFigures, retention_words
+from evdb.archive.figures import ArchiveFigures, retention_words, upload_lag_words
 from tui.panels.common import WIDE, number, size, stale_note
 from tui.state import DashboardState, NodeState
 
@@ -57,7 +57,7 @@ def _row(node: NodeState, now: float) -> list[Text]:
     ]
 
 
-def _archiver_line(state: DashboardState) -> Text:
+def _archiver_line(state: DashboardState, now: float) -> Text:
     found = [(n, f.archiver) for n in state.ordered() if (f := _figures(n)) is not None and f.archiver]
     if not found:
         return Text(
@@ -67,12 +67,7 @@ def _archiver_line(state: DashboardState) -> Text:
     node, a = found[0]
     assert a is not None
     line = Text.assemble(("Archiver ", "bold"), (node.label, "bold"), ": ")
-    if a.pending_chunks is None:
-        line.append("has not read the archive checkpoint yet", style="yellow")
-    elif a.pending_chunks == 0:
-        line.append("caught up", style="green")
-    else:
-        line.append(f"upload lag {_chunks(a.pending_chunks)} ({size(a.pending_bytes)})", style="yellow")
+    line.append(upload_lag_words(a, now, size), style="green" if a.pending_chunks == 0 else "yellow")
     line.append(f" · {number(a.uploaded)} uploaded")
     if a.kept:
         line.append(f", {number(a.kept)} found uploaded")
@@ -112,7 +107,7 @@ def render_archive(state: DashboardState, now: float, width: int | None = None) 
         point.append(number(checkpoint))
         if chunk_size:
             point.append(f" ({_chunks(checkpoint // chunk_size)} archived)", style="dim")
-    parts: list[RenderableType] = [head, policy, point, _archiver_line(state), Text("")]
+    parts: list[RenderableType] = [head, policy, point, _archiver_line(state, now), Text("")]
     rows = [_row(n, now) for n in nodes]
     cells = [[r[i].cell_len if i < len(r) else 0 for r in rows] for i in range(len(_COLUMNS))]
     widths = [max(len(title), *column) for title, column in zip(_COLUMNS, cells, strict=True)]
