@@ -397,6 +397,11 @@ class DashboardApp(App[str | None]):
         return self._first_frame_at
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        shown = self.query_one(TabbedContent).active == "archive"
+        for collector in self.collectors.values():  # the archive's figures: every poll while shown
+            collector.archive_wanted, opened = shown, shown and not collector.archive_wanted
+            if opened:
+                collector.wake.set()
         self.render_panels()
 
     # -- what can act now ------------------------------------------------------------------------------

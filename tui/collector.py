@@ -81,7 +81,8 @@ _AUTO_EVENTS = {
     "$resumed": ("", "resumed"),
     "$cluster-scavenge-completed": ("Waiting", "cluster scavenge completed"),
 }
-#: the archive's figures (``/stats``) are read every this many polls, and on a full poll
+#: the archive's figures (``/stats``) are read every this many polls (every poll while the Archive tab is
+#: shown), and on a full poll
 ARCHIVE_EVERY = 5
 
 #: persistent subscription groups whose ``/info`` is read each poll (the rest are listed without it)
@@ -157,6 +158,8 @@ class NodeCollector:
         #: set by the app while its subscriptions screen is open: each poll reads the node's persistent
         #: subscriptions (``/subscriptions`` and each group's ``/info``)
         self.subscriptions_wanted = False
+        #: set by the app while its Archive tab is shown: each poll reads the archive's figures (/stats)
+        self.archive_wanted = False
 
     # -- scheduling ------------------------------------------------------------------------------------
     def next_delay(self) -> float:
@@ -237,7 +240,7 @@ class NodeCollector:
         if full or self._certificates_at is None or now - self._certificates_at >= self.certificate_every:
             self._certificates_at = now
             tasks.append(self._from("certificates", self._read_node_certificates()))
-        if full or s.archive is None or s.polls % ARCHIVE_EVERY == 0:
+        if full or self.archive_wanted or s.archive is None or s.polls % ARCHIVE_EVERY == 0:
             tasks.append(self._from("archive", self._read_archive()))
         if self.subscriptions_wanted:
             tasks.append(self._from("subscriptions", self._read_subscriptions()))

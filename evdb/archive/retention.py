@@ -103,10 +103,18 @@ class Retention:
         (files not yet checked against the archive); on the archiver node (``archiver`` given) its own
         figures too, ``archiver`` (:meth:`Archiver.figures`: its upload lag). The archive is asked at
         most every ``PANEL_SECONDS`` (the stats are polled); when it cannot be reached,
-        ``archiveError`` says why."""
+        ``archiveError`` says why; on the archiver node it is asked again as soon as the archiver moved
+        the checkpoint, so the node's figures never lag its own archiver's."""
         now = self.clock.monotonic()
         cached = self._panel_cache
-        if cached is None or now - cached[0] >= PANEL_SECONDS or cached[1] != log.committed:
+        own = archiver.figures() if archiver is not None else None
+        moved = (
+            own is not None
+            and cached is not None
+            and own["checkpoint"] >= 0
+            and own["checkpoint"] != cached[2].get("archiveCheckpoint")
+        )
+        if cached is None or now - cached[0] >= PANEL_SECONDS or cached[1] != log.committed or moved:
             try:
                 plan = self.plan(log)
                 found: dict[str, Any] = {
@@ -132,7 +140,7 @@ class Retention:
                 "hits": cache.stats.hits,
             },
             **cached[2],
-            **({"archiver": archiver.figures()} if archiver is not None else {}),
+            **({"archiver": own} if own is not None else {}),
         }
 
     def _verified(self, chunk: Chunk) -> bool:

@@ -312,3 +312,7 @@ def test_the_archivers_figures_say_its_upload_lag_in_the_panel_of_its_node(archi
     assert policy.panel(db.log, archiver)["archiver"]["pendingChunks"] == 2
     assert archiver.step() and archiver.figures()["pendingChunks"] == 1
     assert archiver.figures()["uploaded"] == 1
+    # the archiver's node asks the archive again as soon as its archiver moved the checkpoint (the clock
+    # has not moved: another node's figures wait up to PANEL_SECONDS)
+    assert policy.panel(db.log)["archiveCheckpoint"] == 3 * CHUNK
+    assert policy.panel(db.log, archiver)["archiveCheckpoint"] == 4 * CHUNK

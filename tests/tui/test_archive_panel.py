@@ -140,3 +140,22 @@ async def test_an_archiver_failing_an_unreachable_archive_and_nodes_without_one_
         await app.poll_all()
         await pilot.pause()
         assert "no node reports one (Archive: Enabled is off" in flat(text_of(app, "archive-panel", 116))
+
+
+async def test_while_the_tab_is_shown_every_poll_reads_the_figures():
+    nodes = cluster()
+    app = named_app(*nodes, clock=ManualClock())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await app.poll_all()
+        await app.poll_all()  # /stats read at the first poll only (then every 5th)
+        await pilot.press("8")
+        await pilot.pause()
+        nodes[2].archive = es_archive(archiver=archiver_figures(pendingChunks=0, pendingBytes=0, uploaded=12))
+        await app.poll_all()  # the third poll: read because the tab is shown
+        await pilot.pause()
+        assert "Archiver node3: caught up · 12 uploaded" in flat(text_of(app, "archive-panel", 116))
+        await pilot.press("1")
+        await pilot.pause()
+        reads = sum(r.url.path == "/stats" for r in nodes[2].requests)
+        await app.poll_all()  # the fourth poll, the tab hidden: not read
+        assert sum(r.url.path == "/stats" for r in nodes[2].requests) == reads
