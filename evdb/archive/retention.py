@@ -28,7 +28,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from evdb.archive.archiver import archived_as, chunk_object_name, read_checkpoint
+from evdb.archive.archiver import Archiver, archived_as, chunk_object_name, read_checkpoint
 from evdb.archive.reads import ArchiveReads
 from evdb.archive.store import ArchiveStore
 from evdb.clock import TICKS_PER_SECOND, Clock
@@ -111,14 +111,24 @@ class Retention:
             chunks.append(chunk)
         return RetentionPlan(checkpoint, tuple(chunks))
 
-    def panel(self, log: TransactionLog) -> dict[str, Any]:
+    def panel(self, log: TransactionLog, archiver: Archiver | None = None) -> dict[str, Any]:
         """The archive's figures for a node's stats (``es.archive``; the dashboard's archive panel):
         local against archived bytes, the archive checkpoint and what the next scavenge would free
-        (files not yet checked against the archive). The archive is asked at most every
-        ``PANEL_SECONDS`` (the stats are polled); when it cannot be reached, ``archiveError`` says why."""
+        (files not yet checked against the archive); on the archiver node (``archiver`` given) its own
+        figures too, ``archiver`` (:meth:`Archiver.figures`: its upload lag). The archive is asked at
+        most every ``PANEL_SECONDS`` (the stats are polled); when it cannot be reached,
+        ``archiveError`` says why; on the archiver node it is asked again as soon as the archiver moved
+        the checkpoint, so the node's figures never lag its own archiver's."""
         now = self.clock.monotonic()
         cached = self._panel_cache
-        if cached is None or now - cached[0] >= PANEL_SECONDS or cached[1] != log.committed:
+        own = archiver.figures() if archiver is not None else None
+        moved = (
+            own is not None
+            and cached is not None
+            and own["checkpoint"] >= 0
+            and own["checkpoint"] != cached[2].get("archiveCheckpoint")
+        )
+        if cached is None or now - cached[0] >= PANEL_SECONDS or cached[1] != log.committed or moved:
             try:
                 plan = self.plan(log)
                 found: dict[str, Any] = {
@@ -144,6 +154,7 @@ class Retention:
                 "hits": cache.stats.hits,
             },
             **cached[2],
+            **({"archiver": own} if own is not None else {}),
         }
 
     def _verified(self, chunk: Chunk) -> bool:

@@ -26,6 +26,7 @@ from evdb.scavenge.service import ScavengeService
 from evdb.storage.disk import use_disk
 from evdb.storage.disk_model import DiskModel
 from evdb.storage.log import ARCHIVED_CHECKPOINT
+from evdb.streams import NewEvent
 from tests.cluster.test_chunk_catchup import copy_records
 
 LOGGER = logging.getLogger("test.archive.retention")
@@ -307,3 +308,39 @@ def test_the_panel_shows_local_and_archived_bytes_and_what_the_next_scavenge_fre
     panel = policy.panel(log)
     assert panel["archiveCheckpoint"] == -1 and str(tmp_path / "archive") in panel["archiveError"]
     assert panel["localChunkFiles"] == 2
+
+
+def test_the_archivers_figures_say_its_upload_lag_in_the_panel_of_its_node(archived, clock):
+    """``es.archive.archiver`` (the dashboard's archive panel): the completed, committed chunks past the
+    archiver's checkpoint are its upload lag; none is known before it has read the checkpoint; only the
+    archiver's node reports it."""
+    db, store, reads = archived  # chunks 0-2 archived
+    archiver = _archiver(store, db)  # the same archiver, restarted
+    assert archiver.figures() == {
+        "checkpoint": -1,
+        "pendingChunks": None,
+        "pendingBytes": None,
+        "pendingSince": None,
+        "uploaded": 0,
+        "kept": 0,
+        "failures": 0,
+        "lastError": None,
+    }
+    assert not archiver.step()  # it reads the checkpoint: nothing to upload, chunk 3 is the active one
+    assert (archiver.figures()["checkpoint"], archiver.figures()["pendingChunks"]) == (3 * CHUNK, 0)
+    for _ in range(2):  # two more chunks completed, not uploaded yet: its lag
+        db.call_in_writer(lambda ctx: ctx.complete_active_chunk())
+        db.append("order-lag", [NewEvent("Placed", data=b"x" * 100)])
+    figures = archiver.figures()
+    assert (figures["pendingChunks"], figures["pendingBytes"]) == (2, 2 * CHUNK)
+    oldest = db.log.chunk_by_number(3)  # its last record's time: how long the oldest has waited
+    assert figures["pendingSince"] == newest_timestamp(oldest) / TICKS_PER_SECOND
+    policy = _retention(reads, clock)
+    assert "archiver" not in policy.panel(db.log)  # a node that is not the archiver
+    assert policy.panel(db.log, archiver)["archiver"]["pendingChunks"] == 2
+    assert archiver.step() and archiver.figures()["pendingChunks"] == 1
+    assert archiver.figures()["uploaded"] == 1
+    # the archiver's node asks the archive again as soon as its archiver moved the checkpoint (the clock
+    # has not moved: another node's figures wait up to PANEL_SECONDS)
+    assert policy.panel(db.log)["archiveCheckpoint"] == 3 * CHUNK
+    assert policy.panel(db.log, archiver)["archiveCheckpoint"] == 4 * CHUNK
