@@ -24,7 +24,7 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from evdb.archive.archiver import chunk_object_name
+from evdb.archive.archiver import archived_as, chunk_object_name
 from evdb.archive.store import ArchiveStore, ObjectInfo
 from evdb.errors import ArchiveError, CorruptedFile
 from evdb.index.durable import fsync_dir
@@ -174,6 +174,40 @@ class ArchiveCache:
             self.stats.evictions += 1
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._path(number))
+
+    # -- rewritten archived chunks (evdb/archive/archive_rewrite.py) ----------------------------------
+    def drop(self, number: int) -> None:
+        """Forget chunk ``number`` and delete its file: the archive holds another copy now (a reader
+        that holds the old one keeps reading its map; the next read downloads the new one)."""
+        with self._lock:
+            self._chunks.pop(number, None)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path(number))
+
+    def drop_stale(self) -> list[int]:
+        """Drop every cached chunk whose file is not the archive's object now (size and footer
+        checksum: the cache is keyed by the object's checksum); the numbers dropped. Called by a
+        node's scavenge and redaction, which may follow another node's rewrite of the archive."""
+        dropped = []
+        for name in sorted(os.listdir(self.folder)):
+            if not name.endswith(_SUFFIX) or not name.startswith("chunk-"):
+                continue
+            try:
+                number = int(name[len("chunk-") : -len(_SUFFIX)])
+            except ValueError:
+                continue
+            path = self._path(number)
+            try:
+                with open(path, "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    f.seek(max(0, size - 16))
+                    mine = (size, f.read(16))
+            except FileNotFoundError:
+                continue
+            if archived_as(self.store, chunk_object_name(number)) != mine:
+                self.drop(number)
+                dropped.append(number)
+        return dropped
 
     def close(self) -> None:
         with self._lock:

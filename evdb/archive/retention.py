@@ -26,6 +26,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from evdb.archive.archive_rewrite import archived_header
 from evdb.archive.archiver import archived_as, chunk_object_name, read_checkpoint
 from evdb.archive.reads import ArchiveReads
 from evdb.archive.store import ArchiveStore
@@ -137,14 +138,19 @@ class Retention:
         the file and the object when not."""
         for number in range(chunk.start_number, chunk.end_number + 1):
             name = chunk_object_name(number)
-            if not chunk.is_scavenged and chunk.footer is not None:
+            rewritten = chunk.is_scavenged or chunk.footer is None
+            if not rewritten and chunk.footer is not None:
                 found = archived_as(self.store, name)
                 if found == (chunk.file_size, chunk.footer.checksum):
                     continue
                 problem = (
                     f"size and footer checksum {found} against {(chunk.file_size, chunk.footer.checksum)}"
                 )
-            else:
+                # an object a scavenge or a redaction rewrote (evdb/archive/archive_rewrite.py) holds
+                # other bytes: checked whole below, as the copy of a scavenged file is
+                header = archived_header(self.store, number) if found is not None else None
+                rewritten = header is not None and header.version > chunk.header.version
+            if rewritten:
                 try:
                     self.reads.cache.chunk(number)  # downloaded and verified whole (or found so)
                     continue
