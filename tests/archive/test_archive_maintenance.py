@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 
 import pytest
 from archive_helpers import CHUNK
@@ -19,6 +20,7 @@ from evdb.archive.filesystem import FileSystemStore
 from evdb.archive.reads import ArchiveReads
 from evdb.archive.retention import Retention
 from evdb.archive.store import ArchiveStore
+from evdb.backup.copying import TMP_SUFFIX
 from evdb.database import Database
 from evdb.redaction.archived import redact_archived
 from evdb.redaction.switch import event_positions
@@ -171,6 +173,11 @@ class Dying(FileSystemStore):
             raise Killed()
 
     def put_file(self, name, path):
+        if self.kill_at is not None and self.calls + 1 == self.kill_at:  # killed in the middle of the copy
+            with open(path, "rb") as f:
+                half = f.read(os.path.getsize(path) // 2)
+            with open(os.path.join(self.folder, f"{name}.{self.calls}{TMP_SUFFIX}"), "wb") as f:
+                f.write(half)
         self._call()
         return super().put_file(name, path)
 
@@ -199,18 +206,28 @@ class Dying(FileSystemStore):
         return super().delete(name)
 
 
-def _killed_run(tmp_path, clock, kill_at: int | None) -> tuple[int, list[str]]:
-    """Scavenge a deleted stream out of a database whose chunks 0-2 are archived, killed at the
-    ``kill_at``-th call to the archive; check the archive, then resume with a live store. The calls
-    the run made and the problems found."""
-    root = tmp_path / f"kill-{kill_at}"
+def _template(root, clock) -> int:
+    """A database whose chunks 0-2 are archived (``root/db``, ``root/archive``), its stream order-3
+    deleted; the number of order-3's last event (a scavenge keeps it)."""
     db = _write(root / "db", clock)
+    try:
+        (root / "archive").mkdir()
+        assert _drain(_archiver(FileSystemStore(str(root / "archive")), db)) == 3
+        last = db.read_stream_backward("order-3", None, 1).events[0].event_number
+        db.delete_stream("order-3")
+    finally:
+        db.close()
+    return last
+
+
+def _killed_run(template, last: int, tmp_path, clock, kill_at: int | None) -> tuple[int, list[str]]:
+    """Scavenge the deleted stream out of a copy of ``template``, killed at the ``kill_at``-th call to
+    the archive; check the archive, then resume with a live store. The calls the run made and the
+    problems found."""
+    root = tmp_path / f"kill-{kill_at}"
+    shutil.copytree(template, root)
+    db = Database.open(str(root / "db"), clock=clock, chunk_size=CHUNK, existence_filter_capacity=10_000)
     folder = root / "archive"
-    folder.mkdir()
-    assert _drain(_archiver(FileSystemStore(str(folder)), db)) == 3
-    last = db.read_stream_backward("order-3", None, 1).events[0].event_number
-    db.delete_stream("order-3")
-    clock.advance(2 * DAY)
     dying = Dying(str(folder), None)
     reads = ArchiveReads(
         dying, str(root / "db" / "archive-cache"), chunk_size=CHUNK, max_cache_bytes=1 << 30, logger=LOGGER
@@ -263,10 +280,14 @@ def _killed_run(tmp_path, clock, kill_at: int | None) -> tuple[int, list[str]]:
 
 
 def test_a_kill_at_any_call_to_the_archive_during_its_scavenge_leaves_it_whole(tmp_path, clock):
-    calls, problems = _killed_run(tmp_path, clock, None)
+    last = _template(tmp_path / "template", clock)
+    clock.advance(2 * DAY)
+    calls, problems = _killed_run(tmp_path / "template", last, tmp_path, clock, None)
     assert not problems and calls > 10, (calls, problems)
     failures = []
-    for kill_at in range(1, calls + 1):
-        _, problems = _killed_run(tmp_path, clock, kill_at)
+    # every call of the first chunks' rewrites (each kind of call: the lease, the download, the put,
+    # its check, the release), then every fifth (the same kinds again), and the last one
+    for kill_at in sorted({*range(1, 16), *range(16, calls, 5), calls}):
+        _, problems = _killed_run(tmp_path / "template", last, tmp_path, clock, kill_at)
         failures += [f"killed at call {kill_at}: {p}" for p in problems]
     assert not failures, "\n".join(failures)
