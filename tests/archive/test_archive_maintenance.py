@@ -291,3 +291,41 @@ def test_a_kill_at_any_call_to_the_archive_during_its_scavenge_leaves_it_whole(t
         _, problems = _killed_run(tmp_path / "template", last, tmp_path, clock, kill_at)
         failures += [f"killed at call {kill_at}: {p}" for p in problems]
     assert not failures, "\n".join(failures)
+
+
+def test_a_kill_at_any_call_to_the_archive_during_a_redaction_leaves_it_whole_and_a_rerun_finishes(
+    tmp_path, clock
+):
+    (tmp_path / "archive").mkdir()
+    db = _write(tmp_path / "db", clock)
+    try:
+        assert _drain(_archiver(FileSystemStore(str(tmp_path / "archive")), db)) == 3
+        position = event_positions(db, "customer-42", 0)[0]["logPosition"]
+        events = [{"stream": "customer-42", "eventNumber": 0, "logPosition": position}]
+        kill_at, calls = 1, None
+        while calls is None or kill_at <= calls:
+            dying = Dying(str(tmp_path / "archive"), kill_at)
+            reads = ArchiveReads(
+                dying, str(tmp_path / "db" / "archive-cache"), chunk_size=CHUNK, max_cache_bytes=1 << 30,
+                logger=LOGGER,
+            )  # fmt: skip
+            db.log.archive = reads
+            try:
+                redact_archived(db.log, 0, events, node="test", now=clock.time, logger=LOGGER)
+                calls = dying.calls  # not killed: every call was made
+            except Killed:
+                pass
+            finally:
+                reads.close()
+            live = FileSystemStore(str(tmp_path / "archive"))
+            for n in range(3):  # whole and checksum-valid, the plaintext or not
+                download_verified(live, n, CHUNK, str(tmp_path / "v.tmp"), str(tmp_path / f"v{n}"))
+            kill_at += 1
+            if calls is None and kill_at > 40:
+                raise AssertionError("a redaction makes more than 40 calls to the archive")
+        # the last run was not killed: the plaintext is gone from the archive and the work folder
+        live = FileSystemStore(str(tmp_path / "archive"))
+        assert [o.name for o in live.list() if SECRET in live.get_bytes(o.name)] == []
+        assert _files_holding(tmp_path / "db" / "archiving", SECRET) == []
+    finally:
+        db.close()
