@@ -26,6 +26,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from evdb.archive.archive_rewrite import archived_header
 from evdb.archive.archiver import archived_as, chunk_object_name, read_checkpoint
 from evdb.archive.reads import ArchiveReads
@@ -61,6 +63,19 @@ def newest_timestamp(chunk: Chunk) -> int | None:
         return None
     record, _ = chunk.read_before(offset)
     return record.timestamp
+
+
+def _records_in(chunk: Chunk, number: int) -> int:
+    """How many records of logical chunk ``number`` the completed ``chunk`` holds (its position map;
+    a chunk as written, without one, is walked by the scavenge's frame scan)."""
+    positions, _ = chunk.posmap_arrays()
+    if not chunk.is_scavenged and not len(positions):
+        from evdb.scavenge.chunkscan import record_table  # (numpy over the whole chunk)
+
+        positions = record_table(chunk, verify=False, streams=False).positions
+    size = chunk.chunk_size
+    first, last = np.searchsorted(positions, [number * size, (number + 1) * size])
+    return int(last - first)
 
 
 @dataclass
@@ -152,8 +167,15 @@ class Retention:
                 rewritten = header is not None and header.version > chunk.header.version
             if rewritten:
                 try:
-                    self.reads.cache.chunk(number)  # downloaded and verified whole (or found so)
-                    continue
+                    archived = self.reads.cache.chunk(number)  # downloaded and verified whole (or found so)
+                    behind = _records_in(archived, number) - _records_in(chunk, number)
+                    if behind <= 0:
+                        continue
+                    # (an upload of another node's unscavenged file after this node's scavenge)
+                    problem = (
+                        f"it holds {behind} more records than this file: records this node's scavenge "
+                        "removed (the next scavenge rewrites it)"
+                    )
                 except ArchiveUnavailable:
                     raise
                 except ArchiveError as exc:  # damaged, or missing

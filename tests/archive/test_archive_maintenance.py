@@ -114,6 +114,36 @@ def test_a_scavenge_removes_a_deleted_streams_events_from_the_archived_chunks(ar
     assert {o.name: o.etag for o in store.list() if o.name.startswith("chunk-")} == sizes
 
 
+def test_a_local_file_scavenged_beyond_its_archived_copy_stays_until_a_scavenge_rewrites_the_copy(
+    archived, clock, tmp_path, caplog
+):
+    db, store, reads = archived
+    last = db.read_stream_backward("order-3", None, 1).events[0].event_number
+    db.delete_stream("order-3")
+    clock.advance(2 * DAY)
+    state = ScavengeState(str(tmp_path / "scavenge.db"))
+    try:  # a scavenge that knows nothing of the archive (an archiver uploaded unscavenged copies)
+        assert (
+            str(Scavenger(db, state, ScavengeOptions(), "s0", logger=LOGGER, clock=clock).run()) == "Success"
+        )
+    finally:
+        state.close()
+    assert all("order-3" in _streams(_archived_records(store, n)) for n in range(3))
+    policy = Retention(reads, days=1, logical_bytes=CHUNK * 3 // 2, clock=clock, logger=LOGGER)
+    assert policy.apply(db.log) == []  # deleting the file would bring order-3 back into $all
+    assert "more records than this file" in caplog.text
+    assert _scavenge(db, reads, clock, tmp_path / "scavenge.db") == "Success"  # rewrites the copies
+    assert db.log.archived_chunks >= 2
+    read = [e.event_number for e in db.read_all_forward(0, 100_000).events if e.stream == "order-3"]
+    left = [
+        r.event_number
+        for n in range(3)
+        for r in _archived_records(store, n)
+        if isinstance(r, EventRecord) and r.stream == "order-3"
+    ]
+    assert read in ([], [last]) and left in ([], [last])  # (a soft-deleted stream's last event stays)
+
+
 def _files_holding(root, needle: bytes) -> list[str]:
     found = []
     for folder, _, files in os.walk(root):
