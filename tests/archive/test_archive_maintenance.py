@@ -18,6 +18,7 @@ from evdb.archive.archiver import chunk_object_name, read_checkpoint
 from evdb.archive.cache import download_verified
 from evdb.archive.filesystem import FileSystemStore
 from evdb.archive.reads import ArchiveReads
+from evdb.archive.restore import restore_from_archive
 from evdb.archive.retention import Retention
 from evdb.archive.store import ArchiveStore
 from evdb.backup.copying import TMP_SUFFIX
@@ -107,6 +108,18 @@ def test_a_scavenge_removes_a_deleted_streams_events_from_the_archived_chunks(ar
     read = [(e.stream, e.event_number) for e in db.read_all_forward(0, 100_000).events]
     assert [e for e in read if e[0].startswith(("order-", "customer-")) and e[0] != "order-3"] == kept
     assert [e[1] for e in read if e[0] == "order-3"] in ([], [last])
+    # a node restored from the scavenged archive alone reads the same log up to the archive checkpoint
+    target = tmp_path / "restored" / "db"
+    restore_from_archive(store, str(target), chunk_size=CHUNK)
+    restored = Database.open(str(target), clock=clock, chunk_size=CHUNK, existence_filter_capacity=10_000)
+    try:
+        end = read_checkpoint(store).position
+        mine = [
+            (e.stream, e.event_number) for e in db.read_all_forward(0, 100_000).events if e.log_position < end
+        ]
+        assert [(e.stream, e.event_number) for e in restored.read_all_forward(0, 100_000).events] == mine
+    finally:
+        restored.close()
     # a second scavenge finds nothing more to rewrite in the archive
     sizes = {o.name: o.etag for o in store.list() if o.name.startswith("chunk-")}
     db.append("other", [NewEvent("Noted", data=b"x")])
