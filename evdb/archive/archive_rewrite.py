@@ -38,10 +38,14 @@ from evdb.storage.chunk import HEADER_SIZE, Chunk, ChunkHeader
 __all__ = [
     "LEASE",
     "LEASE_SECONDS",
+    "MARKERS",
     "RewriteLease",
     "archived_header",
     "download_archived",
+    "mark_scavenged",
+    "marker_name",
     "put_rewritten",
+    "scavenged_to",
     "work_folder",
 ]
 
@@ -132,6 +136,38 @@ class RewriteLease:
         with contextlib.suppress(ObjectMissing, ValueError, KeyError, TypeError):
             if json.loads(self.store.get_bytes(LEASE)).get("owner") == self.owner:
                 self.store.delete(LEASE)
+
+
+#: the folder of the scavenge markers: ``scavenged/chunk-NNNNNN.json`` says which scavenge point's
+#: decisions the archived chunk was last checked (and rewritten where needed) with, and which object
+#: that was (its size and footer checksum)
+MARKERS = "scavenged"
+
+
+def marker_name(number: int) -> str:
+    return f"{MARKERS}/chunk-{number:06d}.json"
+
+
+def scavenged_to(store: ArchiveStore, number: int) -> int | None:
+    """The scavenge point number archived chunk ``number`` was scavenged to, when its marker names the
+    object the archive holds now (a rewrite since, a redaction say, makes the marker stale: None)."""
+    try:
+        marker = json.loads(store.get_bytes(marker_name(number)))
+        point, size, checksum = int(marker["point"]), int(marker["size"]), bytes.fromhex(marker["checksum"])
+    except ObjectMissing:
+        return None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None  # a damaged marker: the chunk is looked at again
+    return point if archived_as(store, chunk_object_name(number)) == (size, checksum) else None
+
+
+def mark_scavenged(store: ArchiveStore, number: int, point: int, node: str) -> None:
+    """Record that archived chunk ``number``, as the archive holds it now, is scavenged to ``point``."""
+    found = archived_as(store, chunk_object_name(number))
+    if found is None:
+        return
+    body = {"point": point, "size": found[0], "checksum": found[1].hex(), "node": node}
+    store.put_bytes(marker_name(number), json.dumps(body).encode())
 
 
 def archived_header(store: ArchiveStore, number: int) -> ChunkHeader | None:

@@ -14,7 +14,9 @@ Each is downloaded and verified, copied without the records the decisions remove
 local chunk's: evdb/scavenge/workers.py), and put over the archived object under the archive's
 rewrite lease (evdb/archive/archive_rewrite.py: atomic, checked, one rewrite at a time across the
 cluster; the download comes after the lease, so a redaction made meanwhile is kept). A copy that
-removes nothing is not uploaded. The node's read cache forgets the chunk; a chunk kept in the archive
+removes nothing is not uploaded. Then the chunk's marker (``scavenged/chunk-NNNNNN.json``) records the
+scavenge point and the object: another node's scavenge to the same point (or an earlier one) skips the
+chunk without downloading it, as long as the object is still the one the marker names. The node's read cache forgets the chunk; a chunk kept in the archive
 only has its weight reset here (it has no local execution). A stop or a kill between chunks leaves
 every object whole; the resumed run finds the rewritten ones with nothing left to remove. When the
 step ends, cached chunks another node rewrote are dropped (the cache is keyed by checksum).
@@ -31,7 +33,9 @@ from evdb.archive.archive_rewrite import (
     RewriteLease,
     archived_header,
     download_archived,
+    mark_scavenged,
     put_rewritten,
+    scavenged_to,
     work_folder,
 )
 from evdb.archive.archiver import chunk_object_name, read_checkpoint
@@ -113,7 +117,18 @@ def execute_archived(ctx: RunContext, decider: Decider) -> None:
                         raise ScavengeStopped() from None
                     raise
                 try:
-                    _rewrite(ctx, archive, decisions, number, weights.get(number, 0.0), chosen[number], work)
+                    done = None if chosen[number] else scavenged_to(store, number)
+                    if done is not None and done >= ctx.point.number:
+                        ctx.logger.info(
+                            "SCAVENGING: Archived chunk %d is scavenged to scavenge point %d already.",
+                            number,
+                            done,
+                        )
+                    else:
+                        _rewrite(
+                            ctx, archive, decisions, number, weights.get(number, 0.0), chosen[number], work
+                        )
+                        mark_scavenged(store, number, ctx.point.number, lease.node)
                 finally:
                     lease.release()
                 if log.chunk_by_number(number) is None:  # in the archive only: no local execution

@@ -86,7 +86,9 @@ def _streams(records) -> set[str]:
     return {r.stream for r in records if isinstance(r, EventRecord)}
 
 
-def test_a_scavenge_removes_a_deleted_streams_events_from_the_archived_chunks(archived, clock, tmp_path):
+def test_a_scavenge_removes_a_deleted_streams_events_from_the_archived_chunks(
+    archived, clock, tmp_path, caplog
+):
     db, store, reads = archived
     assert all("order-3" in _streams(_archived_records(store, n)) for n in range(3))
     kept = [
@@ -95,6 +97,8 @@ def test_a_scavenge_removes_a_deleted_streams_events_from_the_archived_chunks(ar
     last = db.read_stream_backward("order-3", None, 1).events[0].event_number
     db.delete_stream("order-3")
     clock.advance(2 * DAY)
+    # another node of the cluster: the same log (its scavenge to its own first point decides the same)
+    shutil.copytree(tmp_path / "db", tmp_path / "other", ignore=shutil.ignore_patterns("archive-cache"))
     assert _scavenge(db, reads, clock, tmp_path / "scavenge.db") == "Success"
     left = []
     for n in range(3):  # the objects' own bytes: no event of the deleted stream, every other one
@@ -120,8 +124,36 @@ def test_a_scavenge_removes_a_deleted_streams_events_from_the_archived_chunks(ar
         assert [(e.stream, e.event_number) for e in restored.read_all_forward(0, 100_000).events] == mine
     finally:
         restored.close()
-    # a second scavenge finds nothing more to rewrite in the archive
     sizes = {o.name: o.etag for o in store.list() if o.name.startswith("chunk-")}
+    # the other node's scavenge to the same point skips the archived chunks by their markers: no
+    # download, no rewrite
+    other_reads = ArchiveReads(
+        store,
+        str(tmp_path / "other" / "archive-cache"),
+        chunk_size=CHUNK,
+        max_cache_bytes=1 << 30,
+        logger=LOGGER,
+    )
+    other = Database.open(
+        str(tmp_path / "other"),
+        clock=clock,
+        chunk_size=CHUNK,
+        existence_filter_capacity=10_000,
+        archive=other_reads,
+    )
+    try:
+        caplog.set_level(logging.INFO, LOGGER.name)
+        assert _scavenge(other, other_reads, clock, tmp_path / "other-scavenge.db") == "Success"
+        assert "Archived chunk 0 is scavenged to scavenge point 0 already" in caplog.text
+        assert (
+            "Scavenged archived chunk"
+            not in caplog.text.split("is scavenged to scavenge point 0 already")[-1]
+        )
+    finally:
+        other.close()
+        other_reads.close()
+    assert {o.name: o.etag for o in store.list() if o.name.startswith("chunk-")} == sizes
+    # a second scavenge on this node (a new point) finds nothing more to rewrite in the archive
     db.append("other", [NewEvent("Noted", data=b"x")])
     assert _scavenge(db, reads, clock, tmp_path / "scavenge.db") == "Success"
     assert {o.name: o.etag for o in store.list() if o.name.startswith("chunk-")} == sizes
