@@ -47,18 +47,17 @@ def _write(path, clock) -> Database:
     return db
 
 
+def _reads(store: ArchiveStore, folder) -> ArchiveReads:
+    """The node's archive reads, its cache in ``folder``."""
+    return ArchiveReads(store, str(folder), chunk_size=CHUNK, max_cache_bytes=1 << 30, logger=LOGGER)
+
+
 @pytest.fixture
 def archived(tmp_path, clock, store):
     """The database with chunks 0-2 in the archive (each store): (db, store, reads)."""
     db = _write(tmp_path / "db", clock)
     assert _drain(_archiver(store, db)) == 3
-    reads = ArchiveReads(
-        store,
-        str(tmp_path / "db" / "archive-cache"),
-        chunk_size=CHUNK,
-        max_cache_bytes=1 << 30,
-        logger=LOGGER,
-    )
+    reads = _reads(store, tmp_path / "db" / "archive-cache")
     db.log.archive = reads
     yield db, store, reads
     db.close()
@@ -127,13 +126,7 @@ def test_a_scavenge_removes_a_deleted_streams_events_from_the_archived_chunks(
     sizes = {o.name: o.etag for o in store.list() if o.name.startswith("chunk-")}
     # the other node's scavenge to the same point skips the archived chunks by their markers: no
     # download, no rewrite
-    other_reads = ArchiveReads(
-        store,
-        str(tmp_path / "other" / "archive-cache"),
-        chunk_size=CHUNK,
-        max_cache_bytes=1 << 30,
-        logger=LOGGER,
-    )
+    other_reads = _reads(store, tmp_path / "other" / "archive-cache")
     other = Database.open(
         str(tmp_path / "other"),
         clock=clock,
@@ -304,9 +297,7 @@ def _killed_run(template, last: int, tmp_path, clock, kill_at: int | None) -> tu
     db = Database.open(str(root / "db"), clock=clock, chunk_size=CHUNK, existence_filter_capacity=10_000)
     folder = root / "archive"
     dying = Dying(str(folder), None)
-    reads = ArchiveReads(
-        dying, str(root / "db" / "archive-cache"), chunk_size=CHUNK, max_cache_bytes=1 << 30, logger=LOGGER
-    )
+    reads = _reads(dying, root / "db" / "archive-cache")
     db.log.archive = reads
     dying.kill_at = kill_at
     problems = []
@@ -326,9 +317,7 @@ def _killed_run(template, last: int, tmp_path, clock, kill_at: int | None) -> tu
             download_verified(live, n, CHUNK, str(root / "v.tmp"), str(root / f"v{n}"))
         except Exception as exc:
             problems.append(f"chunk {n}: {exc}")
-    reads = ArchiveReads(
-        live, str(root / "db" / "archive-cache"), chunk_size=CHUNK, max_cache_bytes=1 << 30, logger=LOGGER
-    )
+    reads = _reads(live, root / "db" / "archive-cache")
     db = Database.open(
         str(root / "db"), clock=clock, chunk_size=CHUNK, existence_filter_capacity=10_000, archive=reads
     )
@@ -380,10 +369,7 @@ def test_a_kill_at_any_call_to_the_archive_during_a_redaction_leaves_it_whole_an
         kill_at, calls = 1, None
         while calls is None or kill_at <= calls:
             dying = Dying(str(tmp_path / "archive"), kill_at)
-            reads = ArchiveReads(
-                dying, str(tmp_path / "db" / "archive-cache"), chunk_size=CHUNK, max_cache_bytes=1 << 30,
-                logger=LOGGER,
-            )  # fmt: skip
+            reads = _reads(dying, tmp_path / "db" / "archive-cache")
             db.log.archive = reads
             try:
                 redact_archived(db.log, 0, events, node="test", now=clock.time, logger=LOGGER)
