@@ -149,11 +149,30 @@ class ArchiveCache:
         try:
             chunk = Chunk.open(path, verify=True)
             check_archived_chunk(chunk, number, self.chunk_size, path)
-            return chunk
         except CorruptedFile as exc:
             self.logger.warning("Archive cache: %s dropped (%s); downloading it again", path, exc)
             os.unlink(path)
             return None
+        if self._replaced(number, chunk):
+            chunk.close()
+            self.logger.info(
+                "Archive cache: %s dropped: the archive holds another copy now (rewritten); downloading it",
+                path,
+            )
+            os.unlink(path)
+            return None
+        return chunk
+
+    def _replaced(self, number: int, chunk: Chunk) -> bool:
+        """Whether the archive's object of chunk ``number`` is another copy than the cached file (a
+        scavenge or a redaction rewrote it: the cache is keyed by the object's size and checksum). One
+        HEAD and a 16-byte read; an archive that cannot be asked keeps the file (it was verified)."""
+        assert chunk.footer is not None
+        try:
+            found = archived_as(self.store, chunk_object_name(number))
+        except ArchiveError:
+            return False
+        return found is not None and found != (chunk.file_size, chunk.footer.checksum)
 
     def _download(self, number: int) -> Chunk:
         tmp = os.path.join(self.folder, f"{uuid.uuid4().hex}{_TMP}")

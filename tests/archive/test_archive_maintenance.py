@@ -390,3 +390,26 @@ def test_a_kill_at_any_call_to_the_archive_during_a_redaction_leaves_it_whole_an
         assert _files_holding(tmp_path / "db" / "archiving", SECRET) == []
     finally:
         db.close()
+
+
+def test_a_cached_chunk_another_node_rewrote_is_not_served_after_a_restart(archived, clock, tmp_path):
+    db, store, reads = archived
+    with db.log.chunk_lock:
+        db.log.leave_to_archive(2)
+    assert db.read_event("customer-42", 0).data == SECRET * 20  # cached with the plaintext
+    position = event_positions(db, "customer-42", 0)[0]["logPosition"]
+    other = _reads(store, tmp_path / "other-cache")  # another node's redaction rewrites the copy
+    db.log.archive = other
+    events = [{"stream": "customer-42", "eventNumber": 0, "logPosition": position}]
+    assert redact_archived(db.log, 0, events, node="other", now=clock.time, logger=LOGGER)["redacted"]
+    other.close()
+    reads.close()
+    restarted = _reads(store, tmp_path / "db" / "archive-cache")  # this node restarted: its old file
+    db.log.archive = restarted
+    try:
+        assert db.read_event("customer-42", 0).data == b"\xff" * len(SECRET * 20)
+        assert restarted.cache.stats.downloads == 1
+        assert _files_holding(tmp_path / "db" / "archive-cache", SECRET) == []
+    finally:
+        restarted.close()
+        db.log.archive = reads
