@@ -6,11 +6,13 @@
 - it is outside **both** bounds: its newest record is more than D days old (the node's clock), and at
   least B logical bytes of the log follow its end (to the log's end);
 - its archived objects are verified against it: for a file of one chunk as written (not scavenged),
-  the object's size and footer checksum (the xxh3-128 of every byte before it) must be the local
-  file's, so the object holds its exact bytes; a scavenged or merged file holds fewer records than
-  the archived originals, so each archived chunk it covers is downloaded and checked whole (header:
-  this chunk and chunk size; footer: the checksum of every byte) into the read cache, where reads
-  find it next;
+  the object's size and footer checksum (the xxh3-128 of every byte before it) are the local file's
+  when the object holds its exact bytes (the archiver's own file, or one its leader sent whole);
+  otherwise (another node's file of the same records: its header's chunk id differs) the archived
+  chunk is downloaded and checked whole (header: this chunk and chunk size; footer: the checksum of
+  every byte) into the read cache, where reads find it next, and its records must be the local
+  file's byte for byte; a scavenged or merged file holds fewer records than the archived originals,
+  so each archived chunk it covers is downloaded and checked whole;
 - every older chunk goes too: the chunks left to the archive are always the log's first ones.
 
 :meth:`Retention.plan` says which files would go (the stats show it); :meth:`Retention.apply`, called by
@@ -28,13 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from evdb.archive.archive_rewrite import archived_header
 from evdb.archive.archiver import archived_as, chunk_object_name, read_checkpoint
 from evdb.archive.reads import ArchiveReads
 from evdb.archive.store import ArchiveStore
 from evdb.clock import TICKS_PER_SECOND, Clock
 from evdb.errors import ArchiveError, ArchiveUnavailable
-from evdb.storage.chunk import Chunk
+from evdb.storage.chunk import HEADER_SIZE, Chunk
 from evdb.storage.log import TransactionLog
 
 __all__ = ["PANEL_SECONDS", "Retention", "RetentionPlan", "newest_timestamp"]
@@ -63,6 +64,18 @@ def newest_timestamp(chunk: Chunk) -> int | None:
         return None
     record, _ = chunk.read_before(offset)
     return record.timestamp
+
+
+def same_records(archived: Chunk, local: Chunk) -> bool:
+    """Whether two unscavenged files of one chunk hold the same records, byte for byte (their headers'
+    chunk ids differ from node to node)."""
+    end = local.physical_end
+    return (
+        archived.physical_end == end
+        and archived.data_end_position == local.data_end_position
+        and memoryview(archived.buffer)[HEADER_SIZE : HEADER_SIZE + end]
+        == memoryview(local.buffer)[HEADER_SIZE : HEADER_SIZE + end]
+    )
 
 
 def _records_in(chunk: Chunk, number: int) -> int:
@@ -151,23 +164,24 @@ class Retention:
     def _verified(self, chunk: Chunk) -> bool:
         """Whether the archive holds ``chunk``'s records, checked (see the module); a warning names
         the file and the object when not."""
+        as_written = not chunk.is_scavenged and chunk.footer is not None
         for number in range(chunk.start_number, chunk.end_number + 1):
             name = chunk_object_name(number)
-            rewritten = chunk.is_scavenged or chunk.footer is None
-            if not rewritten and chunk.footer is not None:
-                found = archived_as(self.store, name)
-                if found == (chunk.file_size, chunk.footer.checksum):
-                    continue
-                problem = (
-                    f"size and footer checksum {found} against {(chunk.file_size, chunk.footer.checksum)}"
-                )
-                # an object a scavenge or a redaction rewrote (evdb/archive/archive_rewrite.py) holds
-                # other bytes: checked whole below, as the copy of a scavenged file is
-                header = archived_header(self.store, number) if found is not None else None
-                rewritten = header is not None and header.version > chunk.header.version
-            if rewritten:
-                try:
-                    archived = self.reads.cache.chunk(number)  # downloaded and verified whole (or found so)
+            if as_written:
+                assert chunk.footer is not None
+                if archived_as(self.store, name) == (chunk.file_size, chunk.footer.checksum):
+                    continue  # the archiver's own file, or one sent whole by the leader: the same bytes
+            # downloaded and verified whole (or found so); a file as written on another node differs
+            # from the archiver's in its header's chunk id only: its records must be the archived ones
+            try:
+                archived = self.reads.cache.chunk(number)
+                if as_written:
+                    # (a copy a scavenge or a redaction rewrote has the next version and fewer or
+                    # blanked records: evdb/archive/archive_rewrite.py)
+                    if same_records(archived, chunk) or archived.version > chunk.version:
+                        continue
+                    problem = "its records differ from the local file's"
+                else:
                     behind = _records_in(archived, number) - _records_in(chunk, number)
                     if behind <= 0:
                         continue
@@ -176,10 +190,10 @@ class Retention:
                         f"it holds {behind} more records than this file: records this node's scavenge "
                         "removed (the next scavenge rewrites it)"
                     )
-                except ArchiveUnavailable:
-                    raise
-                except ArchiveError as exc:  # damaged, or missing
-                    problem = str(exc)
+            except ArchiveUnavailable:
+                raise
+            except ArchiveError as exc:  # damaged, or missing
+                problem = str(exc)
             self.logger.warning(
                 "Retention: chunk file %s stays: the archived %s in %s does not match it (%s)",
                 chunk.path,

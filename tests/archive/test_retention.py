@@ -26,6 +26,7 @@ from evdb.scavenge.service import ScavengeService
 from evdb.storage.disk import use_disk
 from evdb.storage.disk_model import DiskModel
 from evdb.storage.log import ARCHIVED_CHECKPOINT
+from tests.cluster.test_chunk_catchup import copy_records
 
 LOGGER = logging.getLogger("test.archive.retention")
 DAY = 24 * 3600
@@ -110,6 +111,33 @@ def test_applied_it_deletes_verified_files_logs_each_and_every_event_still_reads
         assert f"Retention: deleted chunk file {path} " in logged
     assert db.log.archived_chunks == 2 and _events(db) == written
     assert _retention(reads, clock, logical_bytes=CHUNK).apply(db.log) == []  # nothing more to do
+
+
+def test_another_nodes_file_of_the_archived_records_goes_too(tmp_path, clock):
+    """The archiver (a replica) wrote its own file of each chunk from the leader's records: the leader's
+    file of the same records differs in its header's chunk id, so in its footer's checksum. The leader
+    downloads the archived chunk, verified, and compares the records (before, nothing left the leader's
+    disk, nor any node's but the archiver's)."""
+    (tmp_path / "archive").mkdir()
+    store = FileSystemStore(str(tmp_path / "archive"))
+    leader = _database(tmp_path / "leader", clock)
+    replica = Database.open(str(tmp_path / "replica"), clock=clock, chunk_size=CHUNK)
+    reads = ArchiveReads(
+        store, str(tmp_path / "cache"), chunk_size=CHUNK, max_cache_bytes=1 << 30, logger=LOGGER
+    )
+    try:
+        copy_records(leader, replica, leader.committed_position)  # records, not files: its own chunk ids
+        assert _drain(_archiver(store, replica)) == 3
+        leader.log.archive = reads
+        written = _events(leader)
+        clock.advance(2 * DAY)
+        deleted = _retention(reads, clock).apply(leader.log)
+        assert [os.path.basename(p) for p in deleted] == [f"chunk-00000{i}.000000" for i in range(3)]
+        assert leader.log.archived_chunks == 3 and _events(leader) == written
+    finally:
+        replica.close()
+        leader.close()
+        reads.close()
 
 
 def test_a_file_the_archived_object_does_not_match_stays(archived, clock, caplog):

@@ -234,9 +234,17 @@ def test_every_panel(snap_compare, tmp_path, size, state, panel):
         await pilot.pause()
         if panel == "events":
             name = app.screen.query_one("#stream-name")
-            name.value = "no-such-stream" if state == "error" else "orders-1"
+            stream = "no-such-stream" if state == "error" else "orders-1"
+            name.value = stream
             name.focus()
             await pilot.press("enter")
+            # the read's answer comes in a worker: on a busy machine one pause was not enough
+            screen = app.screen
+            await until(
+                pilot,
+                lambda: getattr(screen, "page", None) is not None and screen.page.stream == stream,
+                "the events page's answer",
+            )
             await pilot.pause()
         await pilot.pause()
 
