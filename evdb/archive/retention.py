@@ -28,6 +28,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from evdb.archive.archiver import Archiver, archived_as, chunk_object_name, read_checkpoint
 from evdb.archive.reads import ArchiveReads
 from evdb.archive.store import ArchiveStore
@@ -74,6 +76,19 @@ def same_records(archived: Chunk, local: Chunk) -> bool:
         and memoryview(archived.buffer)[HEADER_SIZE : HEADER_SIZE + end]
         == memoryview(local.buffer)[HEADER_SIZE : HEADER_SIZE + end]
     )
+
+
+def _records_in(chunk: Chunk, number: int) -> int:
+    """How many records of logical chunk ``number`` the completed ``chunk`` holds (its position map;
+    a chunk as written, without one, is walked by the scavenge's frame scan)."""
+    positions, _ = chunk.posmap_arrays()
+    if not chunk.is_scavenged and not len(positions):
+        from evdb.scavenge.chunkscan import record_table  # (numpy over the whole chunk)
+
+        positions = record_table(chunk, verify=False, streams=False).positions
+    size = chunk.chunk_size
+    first, last = np.searchsorted(positions, [number * size, (number + 1) * size])
+    return int(last - first)
 
 
 @dataclass
@@ -171,9 +186,21 @@ class Retention:
             # from the archiver's in its header's chunk id only: its records must be the archived ones
             try:
                 archived = self.reads.cache.chunk(number)
-                if not as_written or same_records(archived, chunk):
-                    continue
-                problem = "its records differ from the local file's"
+                if as_written:
+                    # (a copy a scavenge or a redaction rewrote has the next version and fewer or
+                    # blanked records: evdb/archive/archive_rewrite.py)
+                    if same_records(archived, chunk) or archived.version > chunk.version:
+                        continue
+                    problem = "its records differ from the local file's"
+                else:
+                    behind = _records_in(archived, number) - _records_in(chunk, number)
+                    if behind <= 0:
+                        continue
+                    # (an upload of another node's unscavenged file after this node's scavenge)
+                    problem = (
+                        f"it holds {behind} more records than this file: records this node's scavenge "
+                        "removed (the next scavenge rewrites it)"
+                    )
             except ArchiveUnavailable:
                 raise
             except ArchiveError as exc:  # damaged, or missing
