@@ -5,7 +5,7 @@ Each seed is checked for safety and for liveness (Simulation.check_liveness: onc
 connected both ways, untouched by a fault, for LIVENESS_GRACE, it has one leader that stays and
 acknowledges writes), under one-way and asymmetric partitions, certificate splits with lingering
 connections, flapping links and restarts mid-election too. 1,000 seeds run here (800 of 3 nodes, 200
-of 5: about 170 s of CPU on a quiet machine; the suite has a 12-minute budget); 100,000 run with
+of 5, cut from 1,370 to keep the suite in its 12-minute budget); 100,000 run with
 ``python -m evdb.cluster.sim --seeds 100000 --jobs 2`` (``--nodes 5`` for five) or
 ``bench/sim_cluster.py``. A failing seed replays exactly: ``python -m evdb.cluster.sim --seed N --nodes 3
 --seconds 4 --verbose``. The last tests show the checker is not blind: with a known safety rule of the
