@@ -88,10 +88,30 @@ def archive_candidates(ctx: RunContext, store: ArchiveStore) -> dict[int, bool]:
 
 
 def execute_archived(ctx: RunContext, decider: Decider) -> None:
+    """Scavenge the archive's copies (see the module). An archive that cannot be reached leaves them to
+    the next scavenge, with a warning naming it, and the local work goes on: the weights of chunks in
+    the archive only are kept, and a local file scavenged meanwhile is found again by its header (and
+    retention keeps it until its archived copy is rewritten)."""
     archive: ArchiveAccess | None = ctx.archive
     log = ctx.db.log
     if archive is None or log.directory is None:
         return
+    try:
+        _execute_archived(ctx, decider, archive)
+    except ArchiveUnavailable as exc:
+        if ctx.stop.is_set():
+            raise ScavengeStopped() from None
+        ctx.logger.warning(
+            "SCAVENGING: The archive %s cannot be reached (%s): its chunks are left to the next "
+            "scavenge; the local chunks are scavenged now.",
+            archive.store.description,
+            exc,
+        )
+
+
+def _execute_archived(ctx: RunContext, decider: Decider, archive: ArchiveAccess) -> None:
+    log = ctx.db.log
+    assert log.directory is not None
     store = archive.store
     chosen = archive_candidates(ctx, store)
     if chosen:
@@ -110,12 +130,7 @@ def execute_archived(ctx: RunContext, decider: Decider) -> None:
         try:
             for number in sorted(chosen):
                 ctx.check_stop()
-                try:
-                    lease.acquire(ctx.stop.wait, ctx.logger, f"The scavenge of archived chunk {number}")
-                except ArchiveUnavailable:
-                    if ctx.stop.is_set():
-                        raise ScavengeStopped() from None
-                    raise
+                lease.acquire(ctx.stop.wait, ctx.logger, f"The scavenge of archived chunk {number}")
                 try:
                     done = None if chosen[number] else scavenged_to(store, number)
                     if done is not None and done >= ctx.point.number:

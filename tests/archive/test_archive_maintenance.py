@@ -413,3 +413,55 @@ def test_a_cached_chunk_another_node_rewrote_is_not_served_after_a_restart(archi
     finally:
         restarted.close()
         db.log.archive = reads
+
+
+class _Down(FileSystemStore):
+    """A folder that, while ``down``, answers every call as an unreachable store does (injected)."""
+
+    down = False
+
+    def __getattribute__(self, name):
+        attr = super().__getattribute__(name)
+        if name.startswith("_") or not callable(attr) or not object.__getattribute__(self, "down"):
+            return attr
+
+        def unreachable(*_args, **_kwargs):
+            raise object.__getattribute__(self, "_unavailable")(name, "connection refused")
+
+        return unreachable
+
+
+def test_an_unreachable_archive_leaves_its_chunks_to_the_next_scavenge_and_the_local_ones_go_on(
+    tmp_path, clock, caplog
+):
+    """Local maintenance does not wait for the archive: the scavenge succeeds on the node's own chunks
+    and says the archive's are left; the next one, the archive back, rewrites them."""
+    store = _Down(str(tmp_path / "archive"))
+    db = _write(tmp_path / "db", clock)
+    reads = _reads(store, tmp_path / "db" / "archive-cache")
+    try:
+        assert _drain(_archiver(store, db)) == 3
+        db.log.archive = reads
+        last = db.read_stream_backward("order-3", None, 1).events[0].event_number
+        db.delete_stream("order-3")
+        clock.advance(2 * DAY)
+        caplog.set_level(logging.INFO, LOGGER.name)
+        store.down = True
+        assert _scavenge(db, reads, clock, tmp_path / "scavenge.db") == "Success"
+        assert "cannot be reached" in caplog.text and "left to the next scavenge" in caplog.text
+        local = [e.event_number for e in db.read_all_forward(0, 100_000).events if e.stream == "order-3"]
+        assert local in ([], [last])  # the node's own chunks were scavenged
+        store.down = False
+        assert any("order-3" in _streams(_archived_records(store, n)) for n in range(3))  # not the archive's
+
+        assert _scavenge(db, reads, clock, tmp_path / "scavenge.db") == "Success"
+        left = [
+            r.event_number
+            for n in range(3)
+            for r in _archived_records(store, n)
+            if isinstance(r, EventRecord) and r.stream == "order-3"
+        ]
+        assert left in ([], [last])
+    finally:
+        db.close()
+        reads.close()
