@@ -410,3 +410,29 @@ def test_corrupt_chunk_is_named_at_start(tmp_path, clock):
     with pytest.raises(CorruptedFile) as err:
         Database.open(path, clock=clock, chunk_size=8192, existence_filter_capacity=10_000)
     assert first_chunk in str(err.value)
+
+
+def test_each_epoch_record_is_read_once(tmp_path):
+    """Gossip asks for the newest epoch every round and each follower's handshake for 64; old epochs
+    may sit in chunks left to the archive, one download each: each record is read once while open."""
+    db = Database.open(str(tmp_path / "db"), chunk_size=1 << 16)
+    try:
+        for n in range(3):
+            db.write_epoch(n, uuid.uuid4())
+            db.append(f"s-{n}", [ev(), ev()])
+        reads: list[int] = []
+        original = db._log.read_record
+
+        def counting(position, *args, **kwargs):
+            reads.append(position)
+            return original(position, *args, **kwargs)
+
+        db._log.read_record = counting  # type: ignore[method-assign]
+        first = db.epochs()
+        assert [e["epochNumber"] for e in first] == [2, 1, 0] and len(reads) == 3
+        first[0]["epochNumber"] = 99  # a caller's change stays its own
+        assert [e["epochNumber"] for e in db.epochs()] == [2, 1, 0] and len(reads) == 3
+        db.write_epoch(3, uuid.uuid4())
+        assert [e["epochNumber"] for e in db.epochs()] == [3, 2, 1, 0] and len(reads) == 4
+    finally:
+        db.close()

@@ -50,10 +50,10 @@ if TYPE_CHECKING:
 
 __all__ = ["CHANGING_ACTIONS", "LOCAL_JOBS", "DashboardApp", "NodeSpec"]
 
-TABS = ("scavenge", "chunks", "auto", "backup", "certs", "logs", "activity")
+TABS = ("scavenge", "chunks", "auto", "backup", "certs", "logs", "activity", "archive")
 #: the tabs' labels, and shorter ones where the terminal is narrow (below 100 columns)
-TAB_LABELS = ("Scavenge", "Chunks", "Auto-scavenge", "Backup", "Certificates", "Logs", "Activity")
-SHORT_TAB_LABELS = ("Scavenge", "Chunks", "Auto", "Backup", "Certs", "Logs", "Activity")
+TAB_LABELS = ("Scavenge", "Chunks", "Auto-scavenge", "Backup", "Certificates", "Logs", "Activity", "Archive")
+SHORT_TAB_LABELS = ("Scavenge", "Chunks", "Auto", "Backup", "Certs", "Logs", "Activity", "Archive")
 _BACKUP_ENDED = ("completed", "failed", "stopped")
 
 
@@ -203,6 +203,8 @@ class DashboardApp(App[str | None]):
                 yield Static(id="logs-panel")
             with TabPane("7 Activity", id="activity"), VerticalScroll():
                 yield Static(id="activity-panel")
+            with TabPane("8 Archive", id="archive"), VerticalScroll():
+                yield Static(id="archive-panel")
         yield KeyBar()
 
     @property
@@ -395,6 +397,11 @@ class DashboardApp(App[str | None]):
         return self._first_frame_at
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        shown = self.query_one(TabbedContent).active == "archive"
+        for collector in self.collectors.values():  # the archive's figures: every poll while shown
+            collector.archive_wanted, opened = shown, shown and not collector.archive_wanted
+            if opened:
+                collector.wake.set()
         self.render_panels()
 
     # -- what can act now ------------------------------------------------------------------------------

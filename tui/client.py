@@ -52,6 +52,7 @@ ROUTES: dict[str, Route] = {
     "subscriptions": Route("GET", "/subscriptions"),
     "subscription_info": Route("GET", "/subscriptions/{stream}/{group}/info"),
     "mirror_status": Route("GET", "/status"),
+    "stats": Route("GET", "/stats"),
 }
 
 
@@ -86,6 +87,10 @@ class NodeClient(Protocol):
     async def certificates(self, node: str) -> httpx.Response: ...
     async def subscriptions(self, node: str) -> httpx.Response: ...
     async def subscription_info(self, node: str, stream: str, group: str) -> httpx.Response: ...
+    async def stats(self, node: str) -> httpx.Response:
+        """KurrentDB's ``/stats``; evdb's ``es.archive`` holds the archive's figures (Archive: Enabled)."""
+        ...
+
     async def mirror_status(self, url: str) -> httpx.Response:
         """``GET <url>/status`` of an ``evdb mirror --metrics-port``, without the nodes' credentials."""
         ...
@@ -172,6 +177,9 @@ class HttpNodeClient:
 
     async def subscription_info(self, node: str, stream: str, group: str) -> httpx.Response:
         return await self._read(node, "subscription_info", stream=stream, group=group)
+
+    async def stats(self, node: str) -> httpx.Response:
+        return await self._read(node, "stats")
 
     async def mirror_status(self, url: str) -> httpx.Response:
         # no credentials: the mirror's status endpoint has none, and the nodes' are not its business

@@ -19,6 +19,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
+from evdb.archive.figures import archive_figures
 from evdb.clock import Clock
 from tui.answers import (
     backup_state,
@@ -37,6 +38,7 @@ from tui.certificates import read_certificate
 from tui.client import NodeClient, as_node_client
 from tui.collect_scavenge import ScavengeReader
 from tui.state import (
+    ArchiveState,
     AutoScavengeCycle,
     AutoScavengeState,
     AutoScavengeTransition,
@@ -79,7 +81,9 @@ _AUTO_EVENTS = {
     "$resumed": ("", "resumed"),
     "$cluster-scavenge-completed": ("Waiting", "cluster scavenge completed"),
 }
-#: a backup in one of these states has ended
+#: the archive's figures (``/stats``) are read every this many polls (every poll while the Archive tab is
+#: shown), and on a full poll
+ARCHIVE_EVERY = 5
 
 #: persistent subscription groups whose ``/info`` is read each poll (the rest are listed without it)
 MAX_SUBSCRIPTION_DETAILS = 50
@@ -154,6 +158,8 @@ class NodeCollector:
         #: set by the app while its subscriptions screen is open: each poll reads the node's persistent
         #: subscriptions (``/subscriptions`` and each group's ``/info``)
         self.subscriptions_wanted = False
+        #: set by the app while its Archive tab is shown: each poll reads the archive's figures (/stats)
+        self.archive_wanted = False
 
     # -- scheduling ------------------------------------------------------------------------------------
     def next_delay(self) -> float:
@@ -234,6 +240,8 @@ class NodeCollector:
         if full or self._certificates_at is None or now - self._certificates_at >= self.certificate_every:
             self._certificates_at = now
             tasks.append(self._from("certificates", self._read_node_certificates()))
+        if full or self.archive_wanted or s.archive is None or s.polls % ARCHIVE_EVERY == 0:
+            tasks.append(self._from("archive", self._read_archive()))
         if self.subscriptions_wanted:
             tasks.append(self._from("subscriptions", self._read_subscriptions()))
         else:
@@ -286,6 +294,7 @@ class NodeCollector:
             s.process,
             repr(s.info),
             s.subscriptions,
+            s.archive.figures if s.archive is not None else None,
             s.options,
             s.writer_jump,
         )
@@ -496,6 +505,13 @@ class NodeCollector:
                 f"/subscriptions/{quote(stream, safe='')}/{quote(group, safe='')}/info did not answer JSON",
             )
         return (body, None) if isinstance(body, dict) else (None, "the group's info is not a JSON object")
+
+    async def _read_archive(self) -> None:
+        """``GET /stats``: the archive's figures of evdb's ``es.archive`` (none: the archive is off
+        there, or the node is not evdb). A failure keeps what was read before, marked stale."""
+        response = await self.client.stats(self.state.url)
+        check(response)
+        self.state.archive = ArchiveState(archive_figures(response.json()), self.clock.time())
 
     async def _read_backup(self) -> None:
         s = self.state

@@ -13,6 +13,7 @@ from rich.console import RenderableType
 from tui.logtail import LogBook, LogFilter
 from tui.panels import (
     render_activity,
+    render_archive,
     render_auto_scavenge,
     render_backup,
     render_certificates,
@@ -94,6 +95,10 @@ def frames(
             return render_logs(lines, log_filter.describe(), bool(logbook.tails))
 
         shown.append(Frame("logs-panel", (logbook.version, log_filter), logs))
+    elif active == "archive":
+        errors = int(now) if any(n.errors for n in state.ordered()) else 0  # stale ages tick
+        key = (versions, state.selected, width, errors)
+        shown.append(Frame("archive-panel", key, lambda: render_archive(state, now, width)))
     elif active == "activity":
         shown.append(Frame("activity-panel", (len(state.activity), jv), lambda: render_activity(state)))
     return shown

@@ -9,9 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from evdb.archive.figures import ArchiveFigures
+
 __all__ = [
     "SCAVENGE_PHASES",
     "Activity",
+    "ArchiveState",
     "AutoScavengeCycle",
     "AutoScavengeState",
     "AutoScavengeTransition",
@@ -456,6 +459,15 @@ class SubscriptionsState:
 
 
 @dataclass(frozen=True)
+class ArchiveState:
+    """A node's archive figures, from its ``GET /stats`` (``es.archive``): None when the node reports
+    none (its archive is off, or it is not evdb)."""
+
+    figures: ArchiveFigures | None
+    read_at: float  # clock.time() of the read
+
+
+@dataclass(frozen=True)
 class ProcessFigures:
     pid: int
     cpu_percent: float
@@ -497,6 +509,8 @@ class NodeState:
     job: str = ""
     #: persistent subscriptions (read while the subscriptions screen is open); None: not read
     subscriptions: SubscriptionsState | None = None
+    #: the archive's figures (``/stats``' ``es.archive``); None: not read yet
+    archive: ArchiveState | None = None
     #: evdb's ``GET /info/options`` rows (``name``, ``value``, ``configured``, ``restartPending``, …);
     #: None: not read yet, or the node has no such endpoint (``options_available`` False: a 404)
     options: tuple[dict[str, Any], ...] | None = None

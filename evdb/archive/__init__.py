@@ -14,6 +14,8 @@ Modules:
   thread (``ArchiverService``).
 - ``cache``: archived chunks read back, verified, into a bounded folder (``ArchiveCache``; the
   storage read path's hook to it is still to come).
+- ``catchup``: a follower behind its leader's archived chunks takes them from the archive itself
+  (``ArchiveCatchUp``; the leader's side of the handshake: ``leader_archive``).
 
 The contract both stores keep is tests/archive/test_store_contract.py; docs/operations/archive.md
 is the operator's guide.

@@ -54,6 +54,7 @@ import numpy as np
 import xxhash
 
 from evdb.archive.store import ArchiveStore, ObjectChanged, ObjectExists, ObjectMissing
+from evdb.clock import TICKS_PER_SECOND
 from evdb.errors import ArchiveError, ArchiveUnavailable, CorruptedFile
 from evdb.index.durable import remove_durably, replace_durably, write_durably
 from evdb.storage.chunk import HEADER_SIZE, Chunk, ChunkBuilder
@@ -416,6 +417,36 @@ class Archiver:
 
     def _archived_as(self, name: str) -> tuple[int, bytes] | None:
         return archived_as(self.store, name)
+
+    # -- what it reports -------------------------------------------------------------------------------
+    def figures(self) -> dict[str, Any]:
+        """The archiver's figures for its node's stats (``es.archive.archiver``): the checkpoint as it
+        last read or wrote it, its upload lag (the completed, committed chunks past that checkpoint: what
+        it has still to upload; None until it has read the checkpoint), what it uploaded or found
+        uploaded since its start, and its failures in a row with the last one's words. ``pendingSince``:
+        the time (epoch seconds) of the last record of the oldest chunk waiting, its upload lag in time."""
+        pending: int | None = None
+        since: float | None = None
+        if self._claimed:
+            size, readable = self.source.chunk_size, self.source.readable_position()
+            first, pending = self.checkpoint // size, 0
+            while True:
+                chunk = self.source.chunk(first + pending)
+                if chunk is None or not chunk.is_completed or chunk.data_end_position > readable:
+                    break
+                if pending == 0 and chunk.physical_end > 0:  # when the oldest waiting chunk was written
+                    since = chunk.read_before(chunk.physical_end)[0].timestamp / TICKS_PER_SECOND
+                pending += 1
+        return {
+            "checkpoint": self.checkpoint if self._claimed else -1,
+            "pendingChunks": pending,
+            "pendingBytes": None if pending is None else pending * self.source.chunk_size,
+            "pendingSince": since,
+            "uploaded": self.uploaded,
+            "kept": self.kept,
+            "failures": self.failures,
+            "lastError": self.last_error,
+        }
 
     # -- the loop --------------------------------------------------------------------------------------
     def run(self, idle_seconds: float = 1.0) -> None:

@@ -24,7 +24,7 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from evdb.archive.archiver import chunk_object_name
+from evdb.archive.archiver import archived_as, chunk_object_name
 from evdb.archive.store import ArchiveStore, ObjectInfo
 from evdb.errors import ArchiveError, CorruptedFile
 from evdb.index.durable import fsync_dir
@@ -149,11 +149,30 @@ class ArchiveCache:
         try:
             chunk = Chunk.open(path, verify=True)
             check_archived_chunk(chunk, number, self.chunk_size, path)
-            return chunk
         except CorruptedFile as exc:
             self.logger.warning("Archive cache: %s dropped (%s); downloading it again", path, exc)
             os.unlink(path)
             return None
+        if self._replaced(number, chunk):
+            chunk.close()
+            self.logger.info(
+                "Archive cache: %s dropped: the archive holds another copy now (rewritten); downloading it",
+                path,
+            )
+            os.unlink(path)
+            return None
+        return chunk
+
+    def _replaced(self, number: int, chunk: Chunk) -> bool:
+        """Whether the archive's object of chunk ``number`` is another copy than the cached file (a
+        scavenge or a redaction rewrote it: the cache is keyed by the object's size and checksum). One
+        HEAD and a 16-byte read; an archive that cannot be asked keeps the file (it was verified)."""
+        assert chunk.footer is not None
+        try:
+            found = archived_as(self.store, chunk_object_name(number))
+        except ArchiveError:
+            return False
+        return found is not None and found != (chunk.file_size, chunk.footer.checksum)
 
     def _download(self, number: int) -> Chunk:
         tmp = os.path.join(self.folder, f"{uuid.uuid4().hex}{_TMP}")
@@ -174,6 +193,40 @@ class ArchiveCache:
             self.stats.evictions += 1
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._path(number))
+
+    # -- rewritten archived chunks (evdb/archive/archive_rewrite.py) ----------------------------------
+    def drop(self, number: int) -> None:
+        """Forget chunk ``number`` and delete its file: the archive holds another copy now (a reader
+        that holds the old one keeps reading its map; the next read downloads the new one)."""
+        with self._lock:
+            self._chunks.pop(number, None)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path(number))
+
+    def drop_stale(self) -> list[int]:
+        """Drop every cached chunk whose file is not the archive's object now (size and footer
+        checksum: the cache is keyed by the object's checksum); the numbers dropped. Called by a
+        node's scavenge and redaction, which may follow another node's rewrite of the archive."""
+        dropped = []
+        for name in sorted(os.listdir(self.folder)):
+            if not name.endswith(_SUFFIX) or not name.startswith("chunk-"):
+                continue
+            try:
+                number = int(name[len("chunk-") : -len(_SUFFIX)])
+            except ValueError:
+                continue
+            path = self._path(number)
+            try:
+                with open(path, "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    f.seek(max(0, size - 16))
+                    mine = (size, f.read(16))
+            except FileNotFoundError:
+                continue
+            if archived_as(self.store, chunk_object_name(number)) != mine:
+                self.drop(number)
+                dropped.append(number)
+        return dropped
 
     def close(self) -> None:
         with self._lock:

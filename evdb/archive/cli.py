@@ -46,6 +46,7 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 
 def verify_archive(store: Any, logger: logging.Logger) -> dict[str, Any]:
     """The verification's findings: checkpoint, chunk size, verified chunks, problems, pending objects."""
+    from evdb.archive.archive_rewrite import LEASE, MARKERS
     from evdb.archive.archiver import CHECKPOINT, CLAIM, chunk_object_name, read_checkpoint
     from evdb.archive.cache import ArchiveCache
 
@@ -74,7 +75,11 @@ def verify_archive(store: Any, logger: logging.Logger) -> dict[str, Any]:
         chunkSize=chunk_size,
         verified=verified,
         problems=problems,
-        pending=[o.name for o in store.list() if o.name not in archived],
+        pending=[
+            o.name
+            for o in store.list()
+            if o.name not in archived and o.name != LEASE and not o.name.startswith(MARKERS + "/")
+        ],
     )
     return found
 

@@ -11,6 +11,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from evdb.backup.errors import BackupError, InvalidBackupFolder
 from evdb.backup.layout import check_folder
@@ -19,6 +20,10 @@ from evdb.backup.progress import Progress, json_lines_listener
 from evdb.backup.restore import restore_backup
 from evdb.backup.scavenge_guard import FolderScavengeGuard, HttpScavengeGuard
 from evdb.backup.verify import verify_backup
+from evdb.errors import EvdbError
+
+if TYPE_CHECKING:
+    from evdb.archive.store import ArchiveStore
 
 __all__ = ["register_cli"]
 
@@ -106,6 +111,10 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         "--progress-json", action="store_true", help="print progress as JSON lines on standard output"
     )
     backup.add_argument("--verbose", action="store_true", help="log every file copied")
+    from evdb.options import add_arguments
+
+    # a node with archived.chk keeps its first chunks in the archive only: the manifest names which
+    add_arguments(backup, only=_ARCHIVE_OPTIONS)
     backup.set_defaults(func=_backup)
     sub = backup.add_subparsers(dest="backup_command", metavar="COMMAND")
     verify = sub.add_parser("verify", help="check every chunk checksum and the index files of a backup")
@@ -141,8 +150,6 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         "--no-verify", action="store_true", help="skip checking the backup's checksums before copying"
     )
     restore.add_argument("--progress-json", action="store_true", help="print progress as JSON lines")
-    from evdb.options import add_arguments
-
     add_arguments(restore, only=_ARCHIVE_OPTIONS)
     restore.set_defaults(func=_restore)
 
@@ -182,6 +189,11 @@ def _backup(args: argparse.Namespace) -> int:
             "scavenge during the backup only by switched chunk files"
         )
     try:
+        archive = _configured_archive(args)
+    except EvdbError as exc:
+        print(f"evdb backup: {exc}", file=sys.stderr)
+        return 2
+    try:
         result = run_backup(
             args.db,
             args.index,
@@ -191,6 +203,7 @@ def _backup(args: argparse.Namespace) -> int:
             stop_scavenge=args.stop_scavenge,
             progress=_progress("differential" if args.differential else "full", args.progress_json),
             node_url=args.node,
+            archive=archive,
         )
     except BackupError as exc:
         print(f"evdb backup: {exc}", file=sys.stderr)
@@ -201,6 +214,8 @@ def _backup(args: argparse.Namespace) -> int:
     finally:
         if isinstance(guard, HttpScavengeGuard):
             guard.close()
+        if archive is not None:
+            archive.close()
     print(
         f"backup {result.kind} complete: {result.files_copied} files copied, {result.files_skipped} "
         f"unchanged, {result.files_removed} removed, {result.bytes_copied} bytes copied"
@@ -221,6 +236,12 @@ def _verify(args: argparse.Namespace) -> int:
     print(
         f"verify {state}: {report.chunks_checked} chunks, {report.tables_checked} index tables, "
         f"{report.bytes_checked} bytes checked; chaser {report.chaser}"
+        + (
+            f"; the chunks before position {report.archived_before} are in the archive "
+            f"{report.archive or '(not named: the backup was taken without the node configuration)'} only"
+            if report.archived_before
+            else ""
+        )
     )
     return 0 if report.ok else 1
 
@@ -260,21 +281,50 @@ def _restore(args: argparse.Namespace) -> int:
         print("evdb restore: --db required", file=sys.stderr)
         return 2
 
+    try:
+        archive = _configured_archive(args)
+    except EvdbError as exc:
+        print(f"evdb restore: {exc}", file=sys.stderr)
+        return 2
+
     def run() -> str:
-        result = restore_backup(
-            args.backup_dir,
-            args.db,
-            args.index,
-            overwrite=args.overwrite,
-            verify=not args.no_verify,
-            progress=_progress("restore", args.progress_json),
+        try:
+            result = restore_backup(
+                args.backup_dir,
+                args.db,
+                args.index,
+                overwrite=args.overwrite,
+                verify=not args.no_verify,
+                progress=_progress("restore", args.progress_json),
+                archive=archive,
+            )
+        finally:
+            if archive is not None:
+                archive.close()
+        archived = (
+            f" It reads the chunks before position {result.archived_before} from the archive {result.archive}."
+            if result.archived_before
+            else ""
         )
         return (
             f"restore complete: {result.files_copied} files, {result.bytes_copied} bytes; the node truncates "
-            f"to position {result.truncate_to} and re-indexes at its next start.\nREMINDER: {result.reminder}"
+            f"to position {result.truncate_to} and re-indexes at its next start.{archived}\n"
+            f"REMINDER: {result.reminder}"
         )
 
     return _restored(run)
+
+
+def _configured_archive(args: argparse.Namespace) -> ArchiveStore | None:
+    """The archive the node's configuration names (--config, the environment or the --archive-*
+    options, as `evdb node` reads them); None when it enables none. EvdbError: a bad configuration."""
+    import os
+
+    from evdb.archive.settings import archive_settings
+    from evdb.options import options_from_namespace
+
+    settings = archive_settings(options_from_namespace(args, os.environ))
+    return settings.open_store() if settings.enabled else None
 
 
 def _restored(run: Callable[[], str]) -> int:

@@ -21,6 +21,7 @@ from evdb.backup.errors import InvalidBackupFolder
 from evdb.storage.chunk import HEADER_SIZE, ChunkHeader, parse_chunk_file_name
 
 __all__ = [
+    "ARCHIVED_CHK",
     "COMPLETE_MARKER",
     "DB_CHECKPOINTS",
     "DIFFERENTIAL_CHECKPOINTS",
@@ -32,6 +33,7 @@ __all__ = [
     "chunk_id_of",
     "index_checkpoint_files",
     "index_table_files",
+    "read_archived_before",
     "read_checkpoint",
 ]
 
@@ -39,8 +41,11 @@ MANIFEST = "backup.json"
 COMPLETE_MARKER = "BACKUP-COMPLETE"
 FORMAT = 1
 
+#: a node's marker of the chunks it keeps in the archive only (evdb/storage/log.py ARCHIVED_CHECKPOINT):
+#: copied when present, never the archive's read cache (``archive-cache/``)
+ARCHIVED_CHK = "archived.chk"
 #: every checkpoint of the database folder (simple full backup, step 3)
-DB_CHECKPOINTS = ("chaser.chk", "epoch.chk", "proposal.chk", "truncate.chk", "writer.chk")
+DB_CHECKPOINTS = ("chaser.chk", "epoch.chk", "proposal.chk", "truncate.chk", "writer.chk", ARCHIVED_CHK)
 #: the checkpoints the differential backup copies (log part, step 2), in the spec's order
 DIFFERENTIAL_CHECKPOINTS = ("chaser.chk", "epoch.chk", "writer.chk", "proposal.chk")
 
@@ -84,6 +89,15 @@ def read_checkpoint(path: str) -> int:
     if len(raw) != 8:
         raise ValueError(f"{path} holds {len(raw)} bytes, a checkpoint holds 8")
     return int.from_bytes(raw, "little", signed=True)
+
+
+def read_archived_before(db: str) -> int:
+    """The position a database folder's ``archived.chk`` holds (0 when there is none): the chunks
+    before it are in the archive only."""
+    try:
+        return read_checkpoint(os.path.join(db, ARCHIVED_CHK))
+    except FileNotFoundError:
+        return 0
 
 
 def chunk_files(directory: str) -> list[str]:
@@ -158,6 +172,13 @@ class Manifest:
     writer: int = -1
     chunk_ids: dict[str, str] = field(default_factory=dict)  # chunk file name -> id in its header
     runs: int = 0
+    #: ``archived.chk``: the chunks before this position are in the node's archive only, not in the
+    #: backup (0: every chunk is in the backup)
+    archived_before: int = 0
+    #: which archive holds them (its location, as the node's configuration names it), and the log it
+    #: holds (``archive.chk``'s identity); None when the backup was not told
+    archive: str | None = None
+    archive_log: str | None = None
 
     def to_json(self) -> dict:
         body = asdict(self)
@@ -178,6 +199,9 @@ class Manifest:
             writer=int(body.get("writer", -1)),
             chunk_ids=dict(body.get("chunk_ids", {})),
             runs=int(body.get("runs", 0)),
+            archived_before=int(body.get("archived_before", 0)),
+            archive=body.get("archive"),
+            archive_log=body.get("archive_log"),
         )
 
     @classmethod

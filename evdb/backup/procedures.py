@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from evdb.archive.archiver import read_checkpoint as read_archive_checkpoint
+from evdb.archive.store import ArchiveStore
 from evdb.backup import layout as L
 from evdb.backup.copying import (
     copy_file,
@@ -35,7 +37,7 @@ from evdb.backup.copying import (
 from evdb.backup.errors import BackupError, MixedSources, ScavengeDuringBackup, ScavengeRunning
 from evdb.backup.progress import Progress
 from evdb.backup.scavenge_guard import FolderScavengeGuard, ScavengeGuard
-from evdb.errors import CorruptedFile
+from evdb.errors import ArchiveError, CorruptedFile
 from evdb.index.indexmap import IndexMap
 
 __all__ = ["BackupResult", "run_backup"]
@@ -74,8 +76,10 @@ class _Backup:
         stop_scavenge: bool,
         progress: Progress,
         node_url: str | None,
+        archive: ArchiveStore | None = None,
     ) -> None:
         self.db = db_dir
+        self.archive = archive  # the node's archive, which holds the chunks before its archived.chk
         self.index = index_dir
         self.dest = dest
         self.dest_db = os.path.join(dest, "db")
@@ -341,7 +345,8 @@ class _Backup:
             fsync_dir(self.dest_db)
             self.p.logger.info("BACKUP log part renamed %s to %s.old", last, last)
         self.p.end_step()
-        checkpoints = [n for n in L.DIFFERENTIAL_CHECKPOINTS if os.path.exists(os.path.join(self.db, n))]
+        names = (*L.DIFFERENTIAL_CHECKPOINTS, L.ARCHIVED_CHK)  # archived.chk: an archive's, when there is one
+        checkpoints = [n for n in names if os.path.exists(os.path.join(self.db, n))]
         self.p.begin_step(
             "log",
             2,
@@ -452,6 +457,40 @@ class _Backup:
         self._remove_stale_chunks(chunk_files)
         self.p.end_step()
 
+    def _record_archive(self, manifest: L.Manifest) -> None:
+        """``archived.chk`` in the backup: the manifest says the chunks before it are in the archive
+        only, and which archive (the one the node's configuration names, when given), checked to hold
+        them (its checkpoint at or past that position)."""
+        before = manifest.archived_before = L.read_archived_before(self.dest_db)
+        manifest.archive = manifest.archive_log = None
+        if not before:
+            return
+        if self.archive is None:
+            self.p.logger.warning(
+                "BACKUP: the chunks before position %d are in the node's archive only (archived.chk), not "
+                "in this backup; give the node's configuration (--config) so the manifest names the archive",
+                before,
+            )
+            return
+        manifest.archive = self.archive.description
+        try:
+            checkpoint = read_archive_checkpoint(self.archive)
+        except ArchiveError as exc:
+            self.p.logger.warning("BACKUP could not read the archive's checkpoint: %s", exc)
+            return
+        if checkpoint.position < before:
+            raise BackupError(
+                f"The node leaves the chunks before position {before} to an archive, but the archive "
+                f"{self.archive.description} holds the log up to {checkpoint.position} only: its "
+                "configuration names another archive. This backup is not usable."
+            )
+        manifest.archive_log = checkpoint.log
+        self.p.logger.info(
+            "BACKUP: the chunks before position %d are in the archive %s (not copied)",
+            before,
+            manifest.archive,
+        )
+
     # -- finish ----------------------------------------------------------------------------------------
     def finish(self, manifest: L.Manifest) -> None:
         self.p.begin_step("backup", 0, "finish: check no scavenge ran, write the manifest and the marker")
@@ -464,6 +503,7 @@ class _Backup:
         }
         manifest.chaser = L.read_checkpoint(os.path.join(self.dest_db, "chaser.chk"))
         manifest.writer = L.read_checkpoint(os.path.join(self.dest_db, "writer.chk"))
+        self._record_archive(manifest)
         manifest.finished = self.p.clock.time()
         manifest.write(self.dest)
         marker = os.path.join(self.dest, L.COMPLETE_MARKER)
@@ -487,9 +527,11 @@ def run_backup(
     progress: Progress | None = None,
     node_url: str | None = None,
     before_finish: Callable[[], None] | None = None,
+    archive: ArchiveStore | None = None,
 ) -> BackupResult:
     """Back ``db_dir`` and ``index_dir`` up into ``dest``; raises a :class:`BackupError` on refusal
-    or failure (the backup is then left unfinished: no completion marker)."""
+    or failure (the backup is then left unfinished: no completion marker). ``archive``: the node's
+    archive (its configuration's), named in the manifest when the node keeps chunks there only."""
     L.check_folder(dest)
     L.check_folder(db_dir, "database folder")
     if index_dir is not None:
@@ -507,6 +549,7 @@ def run_backup(
         stop_scavenge=stop_scavenge,
         progress=p,
         node_url=node_url,
+        archive=archive,
     )
     started = p.clock.monotonic()
     stopped = None

@@ -14,14 +14,19 @@ import contextlib
 import fcntl
 import logging
 import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from evdb.archive.archiver import read_checkpoint as read_archive_checkpoint
+from evdb.archive.reads import CACHE_FOLDER
+from evdb.archive.store import ArchiveStore
 from evdb.backup import layout as L
 from evdb.backup.copying import copy_file, fsync_dir, is_temp_name, remove_files
 from evdb.backup.errors import BackupError, BackupIncomplete, InvalidBackupFolder, NodeRunning
 from evdb.backup.progress import Progress
 from evdb.backup.verify import verify_backup
+from evdb.errors import ArchiveError
 
 __all__ = ["RestoreResult", "check_destination", "hold_database_lock", "restore_backup", "restore_folders"]
 
@@ -37,6 +42,9 @@ class RestoreResult:
     truncate_to: int
     same_node_as_source: bool
     reminder: str
+    #: the chunks before this position are read from ``archive`` (the backup's archived.chk; 0: none)
+    archived_before: int = 0
+    archive: str | None = None
 
 
 @contextlib.contextmanager
@@ -102,6 +110,39 @@ def check_destination(db_dir: str, index_dir: str, overwrite: bool, what: str) -
     return old_db, old_index
 
 
+def _check_archive(manifest: L.Manifest, archive: ArchiveStore | None) -> None:
+    """A backup of a node with ``archived.chk`` holds no chunk before it: the restored node reads those
+    from its archive, which must be there, hold them and be that node's (the log the manifest names).
+    Refused (nothing restored) otherwise."""
+    before = manifest.archived_before
+    where = manifest.archive or "its archive"
+    if archive is None:
+        raise InvalidBackupFolder(
+            f"The backup holds no chunk before position {before}: the node it was taken from keeps them in "
+            f"the archive only ({where}; archived.chk), and the restored node must read them from there. "
+            "Give the node's configuration (--config) with Archive: Enabled naming that archive (or the "
+            "--archive-* options). Nothing was restored."
+        )
+    try:
+        checkpoint = read_archive_checkpoint(archive)
+    except ArchiveError as exc:
+        raise BackupError(
+            f"{exc}. The backup's chunks before {before} are there only. Nothing was restored."
+        ) from exc
+    if checkpoint.position < before:
+        raise InvalidBackupFolder(
+            f"The archive {archive.description} holds the log up to {checkpoint.position} only, and the "
+            f"backup's chunks before {before} are in {where}: the configuration names another archive. "
+            "Nothing was restored."
+        )
+    if manifest.archive_log is not None and checkpoint.log != manifest.archive_log:
+        raise InvalidBackupFolder(
+            f"The archive {archive.description} holds the log {checkpoint.log}, the backup's node the log "
+            f"{manifest.archive_log} (in {where}): the configuration names another cluster's archive. "
+            "Nothing was restored."
+        )
+
+
 def restore_backup(
     backup: str,
     db_dir: str,
@@ -110,7 +151,10 @@ def restore_backup(
     overwrite: bool = False,
     verify: bool = True,
     progress: Progress | None = None,
+    archive: ArchiveStore | None = None,
 ) -> RestoreResult:
+    """Restore ``backup`` onto a stopped node's folders (see the module). ``archive``: the archive the
+    node's configuration names (None: none), needed when the backup leaves chunks to the archive."""
     L.check_folder(backup)
     db_dir, index_dir = restore_folders(db_dir, index_dir)
     p = progress or Progress("restore", _log)
@@ -125,6 +169,8 @@ def restore_backup(
     manifest = L.Manifest.read(backup)
     if manifest is None:
         raise BackupError(f"{backup} has no {L.MANIFEST}: it is not an evdb backup.")
+    if manifest.archived_before:
+        _check_archive(manifest, archive)
     source_db = os.path.join(backup, "db")
     source_index = os.path.join(backup, "index")
     with hold_database_lock(db_dir):
@@ -149,6 +195,10 @@ def restore_backup(
         for path in stale:
             p.file_removed(path)
         remove_files(stale)
+        cache = os.path.join(db_dir, CACHE_FOLDER)
+        if os.path.isdir(cache):  # chunks read from the archive of the log this folder held before
+            p.file_removed(cache)
+            shutil.rmtree(cache)
         dirs = set()
         for root, target, names, label in (
             (source_index, index_dir, index_files, "index"),
@@ -183,6 +233,12 @@ def restore_backup(
             "If this node was the backup's source, take a full backup of it now (spec rule 6). Start the "
             "node: it truncates the log to the backup's chaser position and re-indexes."
         )
+    if manifest.archived_before:
+        p.logger.info(
+            "RESTORE: the chunks before position %d are in the archive %s only: the node reads them from there",
+            manifest.archived_before,
+            archive.description if archive is not None else manifest.archive,
+        )
     p.logger.warning("RESTORE %s", reminder)
     p.finish("completed")
     p.logger.info(
@@ -193,4 +249,13 @@ def restore_backup(
         p.bytes_copied,
         truncate_to,
     )
-    return RestoreResult(p.files_copied - 1, p.files_removed, p.bytes_copied, truncate_to, same, reminder)
+    return RestoreResult(
+        p.files_copied - 1,
+        p.files_removed,
+        p.bytes_copied,
+        truncate_to,
+        same,
+        reminder,
+        manifest.archived_before,
+        archive.description if archive is not None and manifest.archived_before else None,
+    )

@@ -1,6 +1,7 @@
 """``evdb backup verify``: is a backup whole and restorable?
 
-It checks the completion marker and the manifest, that the chunks cover the log from chunk 0
+It checks the completion marker and the manifest, that the chunks cover the log from chunk 0 (or
+from the node's ``archived.chk``: the chunks before are in its archive only, as the manifest says)
 without gaps, every completed chunk's checksum, the records of the last chunk up to the chaser
 position, that each chunk is the one the manifest recorded (same chunk id: no file of another node
 slipped in), that every table ``indexmap`` names is present with a valid checksum, and the scavenge
@@ -34,6 +35,10 @@ class VerifyReport:
     tables_checked: int = 0
     bytes_checked: int = 0
     chaser: int = -1
+    #: the chunks before this position are in the archive only (``archived.chk``), not in the backup
+    archived_before: int = 0
+    #: the archive that holds them, as the manifest names it (None: not recorded)
+    archive: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -70,7 +75,7 @@ def _verify_chunks(report: VerifyReport, db: str, manifest: L.Manifest | None) -
         report.problem(f"{db} holds no chunk files")
         return
     chaser = report.chaser
-    covered = 0
+    covered: int | None = None  # the first chunk's number: after those in the archive only
     chunk_size = 0
     for i, name in enumerate(names):
         path = os.path.join(db, name)
@@ -86,6 +91,12 @@ def _verify_chunks(report: VerifyReport, db: str, manifest: L.Manifest | None) -
                 report.problem(str(exc))
                 continue
         chunk_size = chunk.chunk_size
+        if covered is None:
+            covered = report.archived_before // chunk_size
+            if report.archived_before % chunk_size:
+                report.problem(
+                    f"archived.chk {report.archived_before} is not a chunk boundary ({chunk_size} bytes)"
+                )
         try:
             if chunk.start_number != covered:
                 report.problem(
@@ -118,7 +129,7 @@ def _verify_chunks(report: VerifyReport, db: str, manifest: L.Manifest | None) -
     if manifest is not None:
         for name in sorted(set(manifest.chunk_ids) - set(names)):
             report.problem(f"{name} is missing (the manifest lists it)")
-    end = covered * chunk_size
+    end = (covered or 0) * chunk_size
     if chaser > end:
         report.problem(f"chaser.chk {chaser} is beyond the end of the backup's chunks ({end})")
 
@@ -195,6 +206,22 @@ def verify_backup(backup: str) -> VerifyReport:
             report.chaser = value
     if manifest is not None and report.chaser != manifest.chaser and L.is_complete(backup):
         report.problem(f"chaser.chk holds {report.chaser} but the manifest recorded {manifest.chaser}")
+    try:
+        report.archived_before = L.read_archived_before(db)
+    except ValueError as exc:
+        report.problem(str(exc))
+    if manifest is not None:
+        report.archive = manifest.archive
+        if report.archived_before != manifest.archived_before and L.is_complete(backup):
+            report.problem(
+                f"archived.chk holds {report.archived_before} but the manifest recorded {manifest.archived_before}"
+            )
+    if report.archived_before:
+        _log.info(
+            "VERIFY the chunks before position %d are in the archive %s only (not in the backup)",
+            report.archived_before,
+            report.archive or "(the manifest names none)",
+        )
     _verify_chunks(report, db, manifest)
     if os.path.isdir(index):
         _verify_index(report, index)

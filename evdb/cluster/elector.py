@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from evdb.cluster.election import LogStanding, VoteRequest, grant_vote, majority
 
 __all__ = [
+    "HAND_OVER_TO",
     "Elector",
     "Follow",
     "LeaderLost",
@@ -43,6 +44,8 @@ __all__ = [
 ]
 
 LEADING = ("Leader", "ResigningLeader", "PreLeader")
+#: the gossip key by which a resigned leader names its successor (evdb's own, beside KurrentDB's member)
+HAND_OVER_TO = "handOverTo"
 
 
 @dataclass(frozen=True)
@@ -57,9 +60,12 @@ class Member:
     term: int = -1  # proposalNumber: the highest term it proposed or voted in
     read_only: bool = False
     can_vote: bool = True  # a voting member with a node-to-node endpoint
+    #: a leader that resigned names the follower it hands over to (gossip's ``handOverTo``)
+    hand_over_to: str | None = None
 
     @classmethod
     def from_gossip(cls, name: str, alive: bool, info: dict, *, can_vote: bool) -> Member:
+        hand_over_to = info.get(HAND_OVER_TO)
         return cls(
             name,
             alive,
@@ -69,6 +75,7 @@ class Member:
             int(info.get("proposalNumber", -1)),
             bool(info.get("isReadOnlyReplica", False)),
             can_vote and not info.get("isReadOnlyReplica", False),
+            hand_over_to if isinstance(hand_over_to, str) else None,
         )
 
 
@@ -102,7 +109,10 @@ class LeaderLost:
 
 @dataclass(frozen=True)
 class Stand:
-    """Stand for election: run a pre-vote round for :meth:`Elector.next_term`."""
+    """Stand for election: run a pre-vote round for :meth:`Elector.next_term`. ``handed_over_by``: the
+    resigned leader that named this node its successor (it stands without waiting)."""
+
+    handed_over_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +149,10 @@ class Elector:
         self.leader_seen = now
         self._wait: tuple[float, float] = (now - 1.0, 0.0)  # (leader_seen it was drawn for, seconds)
         self.no_candidacy_until = 0.0  # after a resign: this node does not stand until then
+        #: after a resign: the follower this node hands over to (gossip says so until no_candidacy_until)
+        self.hand_over_to: str | None = None
+        #: the last hand-over this node acted on: (the resigned leader, its epoch); one stand each
+        self._handover_taken: tuple[str | None, int] | None = None
         #: the candidate this node last voted for, and when: for one election wait it grants no other
         #: candidate a pre-vote or a vote, so the one it elected can take office
         self._last_vote: tuple[str, float] | None = None
@@ -160,9 +174,18 @@ class Elector:
         wait a new random delay before standing again."""
         self.leader_seen = now
 
-    def resigned(self, now: float) -> None:
+    def resigned(self, now: float, successor: str | None = None) -> None:
+        """This node resigned as leader: it stands in no election for a while, and names
+        ``successor`` (its most up-to-date voting follower) in gossip meanwhile, which stands at once
+        instead of after an election wait (Raft's leadership transfer). The successor still needs a
+        majority's pre-vote and vote, so this moves only when an election starts."""
         self.leader_seen = now
         self.no_candidacy_until = now + max(3 * self.gossip_timeout, 5.0)
+        self.hand_over_to = successor
+
+    def handing_over(self, now: float) -> str | None:
+        """The successor this node names in gossip now (None: none)."""
+        return self.hand_over_to if now < self.no_candidacy_until else None
 
     # -- gossip
     def evaluate(self, now: float, own: Own, members: list[Member]) -> Decision | None:
@@ -186,8 +209,24 @@ class Elector:
             return LeaderLost(own.leader_id)
         if self.read_only or now < self.no_candidacy_until:
             return None
+        handed_over_by = self._handed_over(own, alive)
+        if handed_over_by is not None:
+            return Stand(handed_over_by)
         if self.cluster_size == 1 or now - self.leader_seen >= self.wait_before_standing():
             return Stand()
+        return None
+
+    def _handed_over(self, own: Own, alive: list[Member]) -> str | None:
+        """The resigned leader (no longer leading) that names this node its successor, once per
+        hand-over: a stand that fails leaves this node to the usual election wait."""
+        for m in alive:
+            if m.hand_over_to != own.instance_id or m.state in LEADING:
+                continue
+            taken = (m.instance_id, m.epoch)
+            if taken == self._handover_taken:
+                continue
+            self._handover_taken = taken
+            return m.name
         return None
 
     def _check_office(self, own: Own, alive: list[Member]) -> StepDown | None:

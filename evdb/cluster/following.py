@@ -48,16 +48,23 @@ MAX_BATCH = 16 << 20
 CAUGHT_UP_STATES = {"CatchingUp": "Follower", "PreReadOnlyReplica": "ReadOnlyReplica"}
 
 
-def catch_up_verdict(common: int | None, end: int, commit_position: int) -> str:
+def catch_up_verdict(common: int | None, end: int, commit_position: int, local_start: int = 0) -> str:
     """What a follower does once it found the common point ``common`` with its leader (None: no record
     in common), its log ending at ``end`` and knowing the cluster committed up to ``commit_position``:
     ``"unrelated"`` (shares no history: replicates nothing), ``"diverged"`` (the logs differ below what
     the cluster committed: never cut, refuse), ``"truncate"`` (cut back to ``common``, then subscribe
-    again) or ``"subscribe"`` (from ``end``)."""
+    again) or ``"subscribe"`` (from ``end``).
+
+    ``local_start``: where this log's local chunks start (the chunks before are the cluster's archive,
+    committed). A log that ends there is the archive's wholly: it agrees with the leader's to its end
+    (the record found may end before the last chunk's end); a cut inside the archive's chunks is never
+    made (they are committed): refused as diverged."""
     if common is None:
         return "unrelated"
     if common < end:
-        return "diverged" if common < commit_position else "truncate"
+        if end == local_start:
+            return "subscribe"
+        return "diverged" if common < max(commit_position, local_start) else "truncate"
     return "subscribe"
 
 
@@ -150,6 +157,8 @@ class TextStep:
 
     chunk_file: dict | None = None  # a chunk file starts: receive its pieces
     complete: int | None = None  # complete the chunk ending there, then acknowledge the log's end
+    #: the leader cannot stream what comes next (it is in its archive only): catch up from the archive
+    behind_archive: dict | None = None
 
 
 class FollowerStream:
@@ -195,6 +204,8 @@ class FollowerStream:
             return TextStep(chunk_file=body)
         if "complete" in body:
             return TextStep(complete=int(body["complete"]))
+        if "behindArchive" in body:
+            return TextStep(behind_archive=body)
         return TextStep()
 
     def settled(self, body: dict, durable_end: int, state: str) -> tuple[int | None, str | None]:

@@ -756,6 +756,7 @@ class LocalCluster:
         """Wait until one running node is Leader and every other running node follows it; its url."""
         deadline = time.monotonic() + timeout
         last = "no answer yet"
+        unsettled: list[str] = []
         while time.monotonic() < deadline:
             rows = [r for r in self.status() if r["state"] != "Down"]
             leaders = [r for r in rows if r["state"] == "Leader"]
@@ -763,9 +764,13 @@ class LocalCluster:
             if len(leaders) == 1 and settled and self._credentials_work(leaders[0]["url"]):
                 return leaders[0]["url"]
             last = ", ".join(f"{r['name']}: {r['state']}" for r in rows)
+            unsettled = [
+                r["name"] for r in rows if r["state"] not in ("Leader", "Follower", "ReadOnlyReplica")
+            ]
             time.sleep(0.2)
+        tails = "".join(f"\n{self.stdout_tail(name, 15)}" for name in unsettled)
         raise ClusterLaunchError(
-            f"No leader elected within {timeout:.0f} s ({last}); see the nodes' stdout.log"
+            f"No leader elected within {timeout:.0f} s ({last}); see the nodes' stdout.log{tails}"
         )
 
     def _credentials_work(self, url: str) -> bool:

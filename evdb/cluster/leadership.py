@@ -185,6 +185,14 @@ class Leadership:
     def acknowledged(progress: Progress, position: int) -> None:
         progress.acked = max(progress.acked, position)
 
+    def successor(self) -> str | None:
+        """The voting follower a resigning leader hands over to: the one that acknowledged the most
+        of its log (ties: the lowest instance id, so the choice is the same on every replay)."""
+        voting = [p for p in self.followers.values() if p.voting]
+        if not voting:
+            return None
+        return min(voting, key=lambda p: (-p.acked, p.name)).name
+
     def followers_behind(self, end: int) -> bool:
         """Whether a voting follower has not acknowledged ``end`` yet (a resigning leader waits)."""
         return any(p.acked < end for p in self.followers.values() if p.voting)

@@ -11,7 +11,7 @@ import asyncio
 
 from evdb.cluster.advertising import CLIENT_HOST, CLIENT_PORT
 from evdb.cluster.election import VoteRequest
-from evdb.cluster.elector import Follow, LeaderLost, Member, Own, Stand, StepDown
+from evdb.cluster.elector import HAND_OVER_TO, Follow, LeaderLost, Member, Own, Stand, StepDown
 from evdb.cluster.gossip import Peer
 from evdb.cluster.shell import ClusterShell, ShellPart
 from evdb.cluster.transport import PeerError
@@ -35,7 +35,7 @@ class Membership(ShellPart):
         chk = db.log.checkpoints
         epochs = db.epochs(1)
         secure = self.service.node.tls is not None
-        return {
+        member: dict = {
             "instanceId": str(self.service.node.instance_id),
             "timeStamp": self.service.node.clock.time(),
             "state": self.service.state,
@@ -61,6 +61,10 @@ class Membership(ShellPart):
             "isReadOnlyReplica": self.service.read_only,
             "esVersion": VERSION,
         }
+        successor = self.service.elector.handing_over(self._now())
+        if successor is not None:  # (only for a few seconds after a resign)
+            member[HAND_OVER_TO] = successor
+        return member
 
     # -- gossip ----------------------------------------------------------------------------------------
     async def _gossip_loop(self) -> None:
@@ -119,6 +123,11 @@ class Membership(ShellPart):
             self.logger.warning("Lost the leader %s; no leader is known", decision.leader_id)
             await self.service._stop_following()
         elif isinstance(decision, Stand):
+            if decision.handed_over_by is not None:
+                self.logger.info(
+                    "The resigned leader %s handed over to this node: standing for election now",
+                    decision.handed_over_by,
+                )
             await self._run_election()
 
     # -- elections (the decisions: evdb/cluster/elector.py) ---------------------------------------------

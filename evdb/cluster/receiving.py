@@ -11,11 +11,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import os
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from evdb.archive import (
+    catchup as archive_catchup,  # a module: evdb.archive.catchup imports evdb.cluster.replica
+)
+from evdb.archive.archiver import backoff_seconds
 from evdb.cluster.catchup import shared_end
 from evdb.cluster.following import (
     ChunkTransfer,
@@ -29,7 +34,7 @@ from evdb.cluster.replica import ChunkLogReplication, ReplicationLog
 from evdb.cluster.shell import ClusterShell, ShellPart
 from evdb.cluster.transport import Channel, Message, PeerError
 from evdb.cluster.wire import COMMIT, POSITION, REPLICATION_PROTOCOL
-from evdb.errors import CorruptedFile, EvdbError, NotLeader
+from evdb.errors import ArchiveError, ArchiveUnavailable, CorruptedFile, EvdbError, NotLeader
 
 if TYPE_CHECKING:
     from evdb.database import Database
@@ -201,6 +206,7 @@ class ReplicationSink(ShellPart):
 
     async def _replicate_from(self, leader: Peer) -> None:
         backoff = 0.2
+        archive_failures = 0  # in a row: a catch-up from the archive waits 1 s, doubling to 60 s
         while True:
             endpoint = leader.replication_endpoint
             try:
@@ -208,8 +214,21 @@ class ReplicationSink(ShellPart):
                     raise PeerError("the leader advertises no replication endpoint")
                 await self._replication_session(endpoint)
                 backoff = 0.2
+                archive_failures = 0
             except asyncio.CancelledError:
                 raise
+            except ArchiveError as exc:
+                archive_failures += 1
+                wait = backoff_seconds(archive_failures)
+                self.logger.log(
+                    logging.WARNING if isinstance(exc, ArchiveUnavailable) else logging.ERROR,
+                    "Catching up from the archive failed (attempt %d, next in %.0f s): %s",
+                    archive_failures,
+                    wait,
+                    exc,
+                )
+                await asyncio.sleep(wait)
+                continue
             except PeerError as exc:
                 leader.last_error = str(exc)
                 if not exc.certificate:  # a certificate failure is logged by the peer client
@@ -224,6 +243,8 @@ class ReplicationSink(ShellPart):
             "instanceId": str(self.service.node.instance_id),
             "protocol": REPLICATION_PROTOCOL,
             "voting": not self.service.read_only,
+            # it can take what its leader keeps in the archive only from the archive itself
+            "archive": self.service.replica.reads_archive(),
             "writer": self.service.db.committed_position,
             "epochs": [
                 {
@@ -239,13 +260,18 @@ class ReplicationSink(ShellPart):
     async def _replication_session(self, endpoint: tuple[str, int]) -> None:
         heartbeat = max(self.service.gossip_timeout, 1.0)
         async with self.service.transport.replicate(endpoint, heartbeat) as channel:
-            await channel.send_json(self._hello())
+            # the epochs may be read from chunks in the archive only: then off the event loop (else
+            # inline, as ever: the simulator's random sequence, and so its seeds, stay as they were)
+            archived = self.service.replica.local_start()
+            await channel.send_json(await self._blocking(self._hello) if archived else self._hello())
             first = await channel.receive(timeout=10)
             body = first.text if first is not None else None
             if isinstance(body, dict) and "verify" in body:
                 common = await self._find_common_point(channel, body["verify"])
                 end = self.service.db.committed_position
-                verdict = catch_up_verdict(common, end, self.service.commit_position)
+                verdict = catch_up_verdict(
+                    common, end, self.service.commit_position, self.service.replica.local_start()
+                )
                 if verdict == "unrelated":
                     self.logger.error(
                         "This node's log (ending at %d) shares no record with the leader's back to their "
@@ -279,6 +305,10 @@ class ReplicationSink(ShellPart):
                 await channel.send_json({"from": end})
                 first = await channel.receive(timeout=10)
                 body = first.text if first is not None else None
+            if isinstance(body, dict) and "behindArchive" in body:
+                await channel.close()
+                await self._catch_up_from_archive(body)
+                return  # subscribes again: the log now ends where the leader's local chunks start
             accepted = subscription(body, REPLICATION_PROTOCOL, endpoint)
             if accepted.refused is not None:
                 if accepted.protocol:
@@ -296,6 +326,21 @@ class ReplicationSink(ShellPart):
                 self._receiver = None
                 if receiver is not None:
                     await self._blocking(receiver.abort)
+
+    async def _catch_up_from_archive(self, body: dict) -> None:
+        """The leader keeps what this node lacks in the archive only: take it from the archive, one
+        chunk a step (evdb/archive/catchup.py); ArchiveError when it cannot (then it tries again)."""
+        facts = archive_catchup.LeaderArchive.from_message(body)
+        catch_up = await self._blocking(archive_catchup.ArchiveCatchUp, self.service.db, facts, self.logger)
+        self.logger.info(
+            "This node's log ends at %d, before the leader's local chunks (from %d): catching up from the "
+            "archive %s",
+            facts.follower_end,
+            facts.local_start,
+            catch_up.store.description,
+        )
+        while await self._blocking(catch_up.step):
+            pass
 
     async def _receive_chunk_piece(self, channel: Channel, stream: FollowerStream, data: bytes) -> None:
         receiver = self._receiver
@@ -396,6 +441,10 @@ class ReplicationSink(ShellPart):
                 body = message.text
                 assert isinstance(body, dict)
                 step = stream.text(body)
+                if step.behind_archive is not None:
+                    await channel.close()
+                    await self._catch_up_from_archive(step.behind_archive)
+                    return
                 if step.chunk_file is not None:
                     self._receiver = await self._blocking(
                         ChunkFileReceiver, self.service.db, body, self.service.replica

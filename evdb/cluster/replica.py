@@ -56,6 +56,8 @@ class ReplicationLog(Protocol):
 
     def record_checks(self, point: int, floor: int, max_count: int) -> list[tuple[int, int, int]]: ...
 
+    def local_start(self) -> int: ...
+
     # -- a follower, finding the common point
     def has_record(self, position: int, size: int, fingerprint: int) -> bool: ...
 
@@ -64,6 +66,8 @@ class ReplicationLog(Protocol):
     def chunk_end_after(self, position: int) -> int | None: ...
 
     # -- a follower, writing what the leader sent
+    def reads_archive(self) -> bool: ...
+
     def apply_replicated(self, position: int, frames: bytes) -> int: ...
 
     def apply_replicated_batch(self, pieces: list[tuple[int, bytes]]) -> int: ...
@@ -153,6 +157,11 @@ class ChunkLogReplication:
                 break
         return out
 
+    def local_start(self) -> int:
+        """Where this log's local chunks start: the chunks before are in the archive only
+        (``archived.chk``), and a leader cannot stream them to a follower (evdb/archive/catchup.py)."""
+        return self.db.log.local_start
+
     # -- a follower, finding the common point -------------------------------------------------------
     def has_record(self, position: int, size: int, fingerprint: int) -> bool:
         """Whether this log holds, at ``position``, a committed record of ``size`` bytes with that
@@ -168,20 +177,29 @@ class ChunkLogReplication:
 
     def completed_chunk_ends(self, floor: int, point: int) -> list[tuple[int, int]]:
         """``(data end, chunk end)`` of this log's completed, unscavenged chunks ending in
-        ``(floor, point]``: where a log that stops at a chunk's end agrees past its last record."""
-        return [
+        ``(floor, point]``: where a log that stops at a chunk's end agrees past its last record. The
+        chunk ending at ``point`` counts also when it is in the archive only (read through the archive:
+        the record checks read it too): a follower that caught up from the archive, or was restored
+        from it, ends there."""
+        log = self.db.log
+        ends = [
             (chunk.data_end_position, chunk.end_position)
-            for chunk in self.db.log.distinct_chunks()
+            for chunk in log.distinct_chunks()
             if chunk.is_completed and not chunk.is_scavenged and floor < chunk.end_position <= point
         ]
+        if floor < point <= log.local_start and point % log.chunk_size == 0:
+            archived = log.reading_chunk_for(point - 1)
+            if archived is not None and not archived.is_scavenged:
+                ends.append((archived.data_end_position, archived.end_position))
+        return ends
 
     def chunk_end_after(self, position: int) -> int | None:
         """The end of this log's completed, unscavenged chunk whose records end exactly at
-        ``position``, or None."""
+        ``position``, or None (a chunk in the archive only is read through the archive)."""
         log = self.db.log
         if position <= 0 or position > log.committed:
             return None
-        chunk = log.chunk_for(position - 1)
+        chunk = log.reading_chunk_for(position - 1)
         if chunk is None or not chunk.is_completed or chunk.is_scavenged:
             return None
         if chunk.data_end_position != position or chunk.end_position > log.committed:
@@ -189,6 +207,11 @@ class ChunkLogReplication:
         return chunk.end_position
 
     # -- a follower, writing what the leader sent ---------------------------------------------------
+    def reads_archive(self) -> bool:
+        """Whether this node reads chunks in the archive only (Archive: Enabled): a follower behind its
+        leader's local chunks can then take them from the archive (evdb/archive/catchup.py)."""
+        return self.db.log.archive is not None
+
     def apply_replicated(self, position: int, frames: bytes) -> int:
         """Write records copied from the leader's log at exactly the positions they have there.
 

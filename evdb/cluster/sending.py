@@ -19,7 +19,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from evdb.archive import (
+    catchup as archive_catchup,  # a module: evdb.archive.catchup imports evdb.cluster.replica
+)
 from evdb.cluster.catchup import common_point, shared_end
+from evdb.cluster.following import catch_up_verdict
 from evdb.cluster.forwarding import decode_write, encode_error, encode_result
 from evdb.cluster.leadership import Progress, unacked_window
 from evdb.cluster.replica import ChunkLogReplication
@@ -103,7 +107,10 @@ def resolve_common_point(leader: Database, follower: Database) -> tuple[str, int
         found = shared_end(page, receiver.has_record, receiver.chunk_end_after, chunk_ends)
         if found is not None:
             end = follower.committed_position
-            return ("truncate", found) if found < end else ("ok", end)
+            verdict = catch_up_verdict(found, end, 0, receiver.local_start())
+            if verdict == "diverged":
+                return "refuse", 0
+            return ("truncate", found) if verdict == "truncate" else ("ok", end)
         if len(checks) < CHECKS_PER_MESSAGE:
             return "refuse", 0
         before = checks[-1][0]
@@ -192,9 +199,13 @@ class ReplicationSource(ShellPart):
             await channel.send_json({"error": "not the leader"})
             return
         try:
-            verdict, point, floor = _common_point(
-                self.service.db, hello.get("epochs") or [], int(hello.get("writer", 0))
-            )
+            args = (self.service.db, hello.get("epochs") or [], int(hello.get("writer", 0)))
+            # the epochs may be read from chunks in the archive only: then off the event loop (else
+            # inline, as ever: the simulator's random sequence, and so its seeds, stay as they were)
+            if self.service.replica.local_start():
+                verdict, point, floor = await self._blocking(_common_point, *args)
+            else:
+                verdict, point, floor = _common_point(*args)
         except (TypeError, ValueError) as exc:
             await channel.send_json({"error": f"bad hello: {exc}"})
             return
@@ -213,6 +224,9 @@ class ReplicationSource(ShellPart):
         ):  # no longer the same leader
             await channel.send_json({"error": "not the leader"})
             return
+        if position < self.service.replica.local_start():
+            await self._behind_archive(channel, follower, position, bool(hello.get("archive")))
+            return
         self.logger.info("Follower %s subscribed from position %d", follower, position)
         link = FollowerLink(bool(hello.get("voting")), position, name=follower)
         self.service.leadership.subscribed(link)
@@ -226,7 +240,9 @@ class ReplicationSource(ShellPart):
         )
         link.channel = channel  # every commit position from now on goes to it (_post_commit)
         self.service._post_commit(self.service.commit_position)
-        sender = asyncio.create_task(self._send_log(channel, position, follower, link))
+        sender = asyncio.create_task(
+            self._send_log(channel, position, follower, link, bool(hello.get("archive")))
+        )
         acks = asyncio.create_task(self._receive_acks(channel, link))
         try:
             # whichever ends first ends the session: a follower that went away, or a send that failed
@@ -242,6 +258,32 @@ class ReplicationSource(ShellPart):
             await channel.close()
             self.service.leadership.gone(link)
             self.logger.info("Follower %s disconnected", follower)
+
+    async def _behind_archive(
+        self, channel: Channel, follower: str, position: int, has_archive: bool
+    ) -> None:
+        """A follower whose log ends before this leader's local chunks: they are in the archive only, and
+        this leader cannot stream them. It is told where they start and which archive holds them, and
+        takes them from the archive itself (evdb/archive/catchup.py); then it subscribes again."""
+        facts = await self._blocking(archive_catchup.leader_archive, self.service.db, position)
+        if not has_archive:
+            self.logger.warning(
+                "Follower %s cannot catch up: %s", follower, archive_catchup.no_archive_message(facts)
+            )
+        else:
+            self.logger.info(
+                "Follower %s is at position %d, before this leader's local chunks (from %d): it takes chunks "
+                "%d-%d from the archive %s itself%s",
+                follower,
+                position,
+                facts.local_start,
+                position // self.service.db.config.chunk_size,
+                facts.local_start // self.service.db.config.chunk_size - 1,
+                facts.archive,
+                f" (this leader could not read the archive: {facts.error})" if facts.error else "",
+            )
+        await channel.send_json(facts.message())
+        await channel.close()
 
     async def _receive_acks(self, channel: Channel, link: FollowerLink) -> None:
         while True:
@@ -270,7 +312,9 @@ class ReplicationSource(ShellPart):
             return
         await channel.send_json(self.service.leadership.grant_lease(link, request, self._now()))
 
-    async def _send_log(self, channel: Channel, position: int, follower: str, link: FollowerLink) -> None:
+    async def _send_log(
+        self, channel: Channel, position: int, follower: str, link: FollowerLink, has_archive: bool
+    ) -> None:
         caught_up_sent = False
         unacked: collections.deque[int] = collections.deque()  # ends of the records messages out
         leadership = self.service.leadership
@@ -286,6 +330,10 @@ class ReplicationSource(ShellPart):
                 except TimeoutError:
                     unacked.clear()
                 continue
+            if position < self.service.replica.local_start():
+                # this leader's retention left what the follower needs next to the archive meanwhile
+                await self._behind_archive(channel, follower, position, has_archive)
+                break
             chunk = self.service.replica.replication_chunk(position)
             if chunk is not None:
                 await self._send_chunk_file(channel, chunk, follower, position)

@@ -516,6 +516,7 @@ class ClusterService:
         # the state first: from here on the gate refuses the writes still in the writer's pipeline,
         # and _fail_gate refuses those it holds (see _gate_answers)
         self.state = "Unknown"
+        successor = self.leadership.successor() if resigning else None
         self.leadership.left_office()
         self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)  # type: ignore[arg-type]
         if self.cluster_size == 1:
@@ -523,7 +524,11 @@ class ClusterService:
         self._fail_gate(NotLeader())
         self.leader_id = None
         if resigning:
-            self.elector.resigned(self._now())
+            self.elector.resigned(self._now(), successor)
+            if successor is not None:
+                self.logger.info(
+                    "Handing over to %s, the most up-to-date follower: it stands at once", successor
+                )
         else:
             self.elector.round_over(self._now())
         self.logger.info("This node is no longer the leader")

@@ -152,6 +152,8 @@ class Database:
             cfg.db_dir, chunk_size=cfg.chunk_size, verify=cfg.verify, logger=self.logger
         )
         self._log.archive = cfg.archive  # before the index is rebuilt: it may read archived chunks
+        #: epoch records read, by position (only durable ones: a record there never changes while open)
+        self._epoch_bodies: dict[int, dict] = {}
         self._index, self._existence = open_index(cfg, self._log, self.logger)
         reindex(self._log, self._index, self._existence, self.logger)
         self._reads = StreamReads(self, self._log, self._index, self._existence)
@@ -468,16 +470,24 @@ class Database:
         return self.call_in_writer(write)
 
     def epochs(self, max_count: int = 64) -> list[dict]:
-        """The newest epochs of this log, newest first: ``{"epochNumber", "epochId", "position", ...}``."""
+        """The newest epochs of this log, newest first: ``{"epochNumber", "epochId", "position", ...}``.
+
+        Each epoch record is read once: gossip asks for the newest on every round and each follower's
+        handshake for 64, and old epochs may sit in chunks left to the archive (one download each)."""
         out: list[dict] = []
         position = self._log.checkpoints.epoch.value
+        durable = self.committed_position
         while position >= 0 and len(out) < max_count:
-            record = self._log.read_record(position)
-            if not isinstance(record, rec.SystemRecord) or record.kind != rec.SystemRecordKind.EPOCH:
-                break
-            body = json.loads(record.payload)
-            body["position"] = position
-            out.append(body)
+            body = self._epoch_bodies.get(position)
+            if body is None:
+                record = self._log.read_record(position)
+                if not isinstance(record, rec.SystemRecord) or record.kind != rec.SystemRecordKind.EPOCH:
+                    break
+                body = json.loads(record.payload)
+                body["position"] = position
+                if position < durable:
+                    self._epoch_bodies[position] = body
+            out.append(dict(body))
             previous = body.get("previousEpochPosition", -1)
             if previous is None or previous >= position:
                 break

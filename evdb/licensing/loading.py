@@ -6,7 +6,14 @@ import logging
 from typing import Any
 
 from evdb.errors import InvalidOption
-from evdb.licensing.token import License, LicenseError, LicenseMissing, LicenseWrongIssuer, verify_license
+from evdb.licensing.token import (
+    License,
+    LicenseError,
+    LicenseMissing,
+    LicenseWrongIssuer,
+    licensed_features,
+    verify_license,
+)
 
 __all__ = ["DEMO_TRUSTED_WARNING", "LicenseCheck", "check_license", "explain_wrong_issuer", "load_license"]
 
@@ -101,11 +108,9 @@ def log_license_check(check: LicenseCheck, logger: logging.Logger) -> License | 
         return lic
     assert error is not None
     if isinstance(error, LicenseMissing):
-        logger.info("No licence key is set (LicenseKey): auto-scavenge and redaction are not available.")
+        logger.info("No licence key is set (LicenseKey): %s are not available.", licensed_features())
     else:
         logger.error(
-            "Licence key rejected (%s): %s Auto-scavenge and redaction are not available.",
-            error.reason,
-            error,
+            "Licence key rejected (%s): %s Not available: %s.", error.reason, error, licensed_features()
         )
     return None

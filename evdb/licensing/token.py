@@ -47,6 +47,7 @@ __all__ = [
     "encode_public_key",
     "issue_license",
     "key_id",
+    "licensed_features",
     "read_unverified",
     "verify_license",
 ]
@@ -63,6 +64,26 @@ class Entitlement(StrEnum):
     LOGS_ENDPOINT = "LOGS_ENDPOINT"  # KurrentDB's /admin/logs
     USER_CERTIFICATES = "USER_CERTIFICATES"  # X.509 user certificates (UserCertificatesEnabled)
     ARCHIVE = "ARCHIVE"  # archive to object storage (Archive: Enabled; evdb/archive)
+
+    @property
+    def feature(self) -> str:
+        """What it enables, as the node's logs name it."""
+        return _FEATURES[self]
+
+
+_FEATURES = {
+    Entitlement.AUTO_SCAVENGE: "auto-scavenge",
+    Entitlement.REDACTION: "redaction",
+    Entitlement.LOGS_ENDPOINT: "/admin/logs",
+    Entitlement.USER_CERTIFICATES: "user certificates",
+    Entitlement.ARCHIVE: "the archive",
+}
+
+
+def licensed_features() -> str:
+    """Every feature a licence enables, in words: "a, b and c"."""
+    names = [e.feature for e in Entitlement]
+    return ", ".join(names[:-1]) + " and " + names[-1]
 
 
 class LicenseError(EvdbError):

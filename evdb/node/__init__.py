@@ -673,7 +673,8 @@ class Node:
         db = self.db
         if not isinstance(retention, Retention) or db is None:
             return {}
-        return {"archive": retention.panel(db.log)}
+        archiver = self.archiver.archiver if self.archiver is not None else None
+        return {"archive": retention.panel(db.log, archiver)}
 
     async def _write_statistics(self) -> None:
         """Write a ``$statsCollected`` event every StatsPeriodSec; the stream keeps them for 24 hours."""

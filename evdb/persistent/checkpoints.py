@@ -15,10 +15,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from evdb.database import Database, EventFilter
 from evdb.errors import StreamNotFound
@@ -34,7 +34,7 @@ from evdb.projections.links import resolve_link
 from evdb.storage.records import EventRecord
 from evdb.streams import NewEvent
 
-__all__ = ["DatabaseStore", "ParkedStats", "ReadResult", "SubscriptionStore"]
+__all__ = ["DatabaseStore", "ParkedStats", "Parking", "ReadResult", "SubscriptionStore"]
 
 _ADMINS_ONLY = {"$r": "$admins", "$w": "$admins", "$d": "$admins", "$mr": "$admins", "$mw": "$admins"}
 
@@ -48,6 +48,15 @@ class ReadResult:
     next_position: int
     is_end: bool
     skipped: int = 0
+
+
+class Parking(NamedTuple):
+    """One message to park: the event, why (the parked event's ``reason``), its number in the group's
+    stream."""
+
+    resolved: ResolvedEvent
+    reason: str
+    subscription_event_number: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +89,7 @@ class SubscriptionStore(Protocol):
 
     def write_checkpoint(self, stream: str, text: str) -> None: ...
 
-    def park(
-        self, stream: str, resolved: ResolvedEvent, reason: str, subscription_event_number: int
-    ) -> int: ...
+    def park(self, stream: str, parks: Sequence[Parking]) -> int: ...
 
     def parked_stats(self, stream: str) -> ParkedStats: ...
 
@@ -184,16 +191,23 @@ class DatabaseStore:
         self.db.append(stream, [NewEvent(CHECKPOINT_EVENT_TYPE, json.dumps(text).encode(), is_json=True)])
 
     # -- parked messages -------------------------------------------------------------------------------
-    def park(self, stream: str, resolved: ResolvedEvent, reason: str, subscription_event_number: int) -> int:
-        if resolved.event is None:  # an unresolved link: its own data
-            assert resolved.link is not None
-            data = resolved.link.data
-        else:
-            data = f"{resolved.event.event_number}@{resolved.event.stream}".encode()
+    def park(self, stream: str, parks: Sequence[Parking]) -> int:
+        """Write ``parks`` to the parked stream in one append, in their order; the last one's number."""
         added = datetime.fromtimestamp(self._ticks() / 10_000_000, UTC).isoformat()
-        metadata = {"added": added, "reason": reason, "subscriptionEventNumber": subscription_event_number}
-        event = NewEvent(LINK_TO, data, json.dumps(metadata, indent=2).encode(), is_json=False)
-        return self.db.append(stream, [event]).next_expected_version
+        events = []
+        for resolved, reason, subscription_event_number in parks:
+            if resolved.event is None:  # an unresolved link: its own data
+                assert resolved.link is not None
+                data = resolved.link.data
+            else:
+                data = f"{resolved.event.event_number}@{resolved.event.stream}".encode()
+            metadata = {
+                "added": added,
+                "reason": reason,
+                "subscriptionEventNumber": subscription_event_number,
+            }
+            events.append(NewEvent(LINK_TO, data, json.dumps(metadata, indent=2).encode(), is_json=False))
+        return self.db.append(stream, events).next_expected_version
 
     def parked_stats(self, stream: str) -> ParkedStats:
         db = self.db

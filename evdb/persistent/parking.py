@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from evdb.clock import Clock
-from evdb.persistent.checkpoints import ParkedStats, ReadResult, SubscriptionStore
+from evdb.persistent.checkpoints import ParkedStats, Parking, ReadResult, SubscriptionStore
 from evdb.persistent.model import OutstandingMessage, ResolvedEvent
 from evdb.persistent.offloop import Io
 
@@ -62,6 +62,10 @@ class ParkedMessages:
         self._last = -1
         #: the oldest parked message's time (100 ns ticks), None while none is parked
         self.oldest_ticks: int | None = None
+        #: messages parked while a write runs, in order, each with its ``then``
+        self._waiting: list[tuple[Parking, Callable[[], None]]] = []
+        #: the write in flight (None: none)
+        self._writing: list[tuple[Parking, Callable[[], None]]] | None = None
 
     @property
     def count(self) -> int:
@@ -82,53 +86,60 @@ class ParkedMessages:
         return max(0, self._clock.ticks() - self.oldest_ticks) / 10_000_000
 
     # -- parking ---------------------------------------------------------------------------------------
-    def park(
-        self, resolved: ResolvedEvent, reason: str, why: str, then: Callable[[], None], attempt: int = 0
-    ) -> None:
+    def park(self, resolved: ResolvedEvent, reason: str, why: str, then: Callable[[], None]) -> None:
         """Write ``resolved`` to the parked stream (``why``: MaxRetries or ClientNak); ``then`` once it
-        is written, or given up after :data:`PARK_ATTEMPTS` failed tries."""
-        if attempt == 0:
-            if why == "MaxRetries":
-                self.due_to_max_retries += 1
-            else:
-                self.due_to_client_nak += 1
+        is written, or given up after :data:`PARK_ATTEMPTS` failed tries. Messages land in the parked
+        stream in the order they were parked: one write at a time, each taking every message parked
+        while the one before it ran (one append, so a replay hands them back in that order)."""
+        if why == "MaxRetries":
+            self.due_to_max_retries += 1
+        else:
+            self.due_to_client_nak += 1
+        self._waiting.append((Parking(resolved, reason, resolved.original.event_number), then))
+        self._write_next()
 
-        def parked(number: int) -> None:
-            # parks run concurrently (each write off the loop): an earlier one may answer last
+    def _write_next(self, attempt: int = 0) -> None:
+        if self._writing is not None or not self._waiting:
+            return
+        batch, self._waiting = self._waiting, []
+        self._writing = batch
+
+        def written(number: int) -> None:
+            self._writing = None
             self._last = max(self._last, number)
             if self.oldest_ticks is None:
                 self.oldest_ticks = self._clock.ticks()
-            then()
+            for _, then in batch:
+                then()
+            self._write_next()
 
         def failed(exc: BaseException) -> None:
-            original = resolved.original
+            self._writing = None
+            first = batch[0][0].resolved.original
+            what = f"{first.stream}/{first.event_number}" + (
+                f" and {len(batch) - 1} more" if len(batch) > 1 else ""
+            )
             if attempt < PARK_ATTEMPTS:
-                self.logger.info(
-                    "Unable to park message %s/%s in %s (%s): retrying",
-                    original.stream,
-                    original.event_number,
-                    self.stream,
-                    exc,
-                )
-                self.park(resolved, reason, why, then, attempt + 1)
+                self.logger.info("Unable to park message %s in %s (%s): retrying", what, self.stream, exc)
+                self._waiting[:0] = batch  # ahead of those parked since: the order stays
+                self._write_next(attempt + 1)
                 return
             self.logger.error(
-                "Unable to park message %s/%s in %s after retries (%s). Possible message loss",
-                original.stream,
-                original.event_number,
+                "Unable to park message %s in %s after retries (%s). Possible message loss",
+                what,
                 self.stream,
                 exc,
             )
-            parked(self._last)
+            for _, then in batch:
+                then()
+            self._write_next()
 
         self._io.run(
-            f"parking a message of {self.key} in {self.stream}",
+            f"parking {len(batch)} message(s) of {self.key} in {self.stream}",
             self._store.park,
             self.stream,
-            resolved,
-            reason,
-            resolved.original.event_number,
-            then=parked,
+            [parking for parking, _ in batch],
+            then=written,
             failed=failed,
         )
 

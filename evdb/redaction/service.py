@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from evdb.licensing.loading import LicenseCheck, check_license, log_license_check
 from evdb.licensing.token import LicenseError
+from evdb.redaction.archived import redact_archived
 from evdb.redaction.protocol import MAX_LINE, RedactionError, bind_path, socket_path
 from evdb.redaction.rules import check_redaction_target
 from evdb.redaction.switch import event_positions, switch_chunk
@@ -220,11 +221,13 @@ class RedactionService:
             "unlockChunks": self._unlock_chunks,
             "getEventPositions": self._get_event_positions,
             "switchChunk": self._switch_chunk,
+            "redactArchived": self._redact_archived,
         }.get(call)
         if handler is None:
             return _error(
                 "UnknownCall",
-                f"Unknown call {call!r}; the calls are lockChunks, getEventPositions, switchChunk, unlockChunks.",
+                f"Unknown call {call!r}; the calls are lockChunks, getEventPositions, switchChunk, "
+                "redactArchived, unlockChunks.",
             )
         try:
             self._check_license()
@@ -326,6 +329,21 @@ class RedactionService:
         final = await self._locked(session, switch_chunk, target, new)
         self.logger.info("Redaction: switched %s in place of %s (as %s)", new, target, final)
         return {"ok": True, "chunkFile": final}
+
+    async def _redact_archived(self, session: _Session, request: dict) -> dict:
+        """The archive's copy of a chunk redacted (evdb/redaction/archived.py), with the chunk lock held."""
+        answer = await self._locked(
+            session,
+            lambda log: redact_archived(
+                log,
+                request.get("chunkNumber"),
+                request.get("events"),
+                node=f"the redaction of {os.path.dirname(self.path or '')}",
+                now=self.clock.time,
+                logger=self.logger,
+            ),
+        )
+        return {"ok": True, **answer}
 
 
 def _error(code: str, message: str) -> dict:

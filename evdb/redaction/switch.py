@@ -12,6 +12,7 @@ import xxhash
 
 from evdb.errors import CorruptedFile
 from evdb.index.hashing import stream_hash
+from evdb.redaction.archived import archived_positions
 from evdb.redaction.protocol import RedactionError
 from evdb.redaction.rules import is_system_stream, system_stream_refusal
 from evdb.storage import records as rec
@@ -26,7 +27,7 @@ from evdb.storage.chunk import (
 )
 from evdb.storage.log import TransactionLog
 
-__all__ = ["event_positions", "switch_chunk"]
+__all__ = ["checked_replacement", "event_positions", "switch_chunk"]
 
 _FOOTER_MAGIC = b"EVDBFOOT"
 _REDACTED = int(rec.RecordFlags.IS_REDACTED)
@@ -36,7 +37,8 @@ def event_positions(db, stream: str, event_number: int) -> list[dict]:
     """Every place the log stores event ``event_number`` of ``stream`` (deleted or expired included:
     redaction is about the bytes on disk, not about what reads show)."""
     log: TransactionLog = db.log
-    out = []
+    out: list[dict] = []
+    archived: list[int] = []  # positions whose chunk the archive may hold (evdb/redaction/archived.py)
     for position in db.index.get(stream_hash(stream), event_number):
         record = log.read_record(position)
         if not isinstance(record, rec.EventRecord) or record.stream != stream:
@@ -46,7 +48,10 @@ def event_positions(db, stream: str, event_number: int) -> list[dict]:
         chunk = log.chunk_for(position)
         offset = chunk.physical_offset(position) if chunk is not None else None
         if chunk is None or offset is None:
+            if log.is_archived_only(position):  # in the archive only: listed below
+                archived.append(position)
             continue
+        archived.append(position)  # a local chunk the archive holds a copy of too (listed below)
         out.append(
             {
                 "logPosition": position,
@@ -56,7 +61,7 @@ def event_positions(db, stream: str, event_number: int) -> list[dict]:
                 "chunkEventOffset": offset,
             }
         )
-    return out
+    return out + archived_positions(log, archived)
 
 
 def _fail(code: str, message: str) -> RedactionError:
@@ -106,14 +111,30 @@ def switch_chunk(log: TransactionLog, target_name: object, new_name: object) -> 
     final = chunk_file_name(header.start_number, header.version)
     if os.path.exists(os.path.join(directory, final)):
         raise _fail("NewChunkVersionInUse", f"{final} exists already; give the new chunk a higher version.")
-    chunk = Chunk.open(new_path, verify=False)  # verified above
+    chunk = _open_checked(current, new_path, new)
+    log.switch_chunk(chunk)
+    return chunk.file_name
+
+
+def checked_replacement(current: Chunk, path: str, name: str) -> Chunk:
+    """The completed chunk file at ``path`` opened, when it may replace ``current``: the switch's
+    checks of the new file (header, footer, chunk range and size, a higher version, the checksum)
+    and of its redacted events (none of a system stream that ``current`` does not redact already).
+    RedactionError with the code of the first check that fails. Also the rule of a redacted
+    archived chunk (evdb/redaction/archived.py)."""
+    _check_new_file(path, name, current)
+    return _open_checked(current, path, name)
+
+
+def _open_checked(current: Chunk, path: str, name: str) -> Chunk:
+    """The new file (checked by _check_new_file) opened, once its redacted events pass the rules."""
+    chunk = Chunk.open(path, verify=False)  # verified by _check_new_file
     try:
-        _check_redacted_events(current, chunk, new)
+        _check_redacted_events(current, chunk, name)
     except BaseException:
         chunk.close()
         raise
-    log.switch_chunk(chunk)
-    return chunk.file_name
+    return chunk
 
 
 def _redacted_system_events(chunk: Chunk) -> dict[int, str]:

@@ -180,6 +180,7 @@ def _run(client: RedactionClient, db: str, events: list[EventRef]) -> int:
     _crash_point("locked")
     _remove_leftovers(db)
     by_chunk: dict[str, list[EventToRedact]] = defaultdict(list)
+    by_archive: dict[int, list[dict]] = defaultdict(list)
     problems = []
     for ref in events:
         try:
@@ -195,6 +196,11 @@ def _run(client: RedactionClient, db: str, events: list[EventRef]) -> int:
             problems.append(f"event {ref} does not exist on this node")
             continue
         for p in positions:
+            if p.get("archived"):  # the archive's copy: redacted by the node (redactArchived)
+                by_archive[int(p["chunkNumber"])].append(
+                    {"stream": ref.stream, "eventNumber": ref.event_number, "logPosition": p["logPosition"]}
+                )
+                continue
             if not p["chunkComplete"]:
                 problems.append(
                     f"event {ref} is in the active chunk {p['chunkFile']}, which is still being written and "
@@ -211,6 +217,8 @@ def _run(client: RedactionClient, db: str, events: list[EventRef]) -> int:
     failures = 0
     for chunk_file, chunk_events in sorted(by_chunk.items()):
         failures += _redact_chunk(client, db, chunk_file, chunk_events)
+    for number, archived_events in sorted(by_archive.items()):
+        failures += _redact_archived(client, number, archived_events)
     client.call("unlockChunks")
     return 1 if failures else 0
 
@@ -244,6 +252,26 @@ def _redact_chunk(client: RedactionClient, db: str, chunk_file: str, events: lis
     finally:
         if os.path.exists(temp):
             os.unlink(temp)
+
+
+def _redact_archived(client: RedactionClient, number: int, events: list[dict]) -> int:
+    """The archive's copy of chunk ``number`` redacted by the node (evdb/redaction/archived.py)."""
+    try:
+        answer = client.call("redactArchived", chunkNumber=number, events=events)
+    except RedactionRefused as exc:
+        print(
+            f"evdb-redact: the node refused to redact the archive's chunk {number}: {exc} ({exc.code})",
+            file=sys.stderr,
+        )
+        return 1
+    where = f"the archived {answer['object']}"
+    for event in answer["already"]:
+        _say(f"Event {event} in {where} was redacted already")
+    for event in answer["missing"]:
+        _say(f"Event {event} is not in {where} (a scavenge removed it)")
+    if answer["redacted"]:
+        _say(f"Redacted {', '.join(answer['redacted'])}: {where} replaced")
+    return 0
 
 
 def entry_point() -> None:

@@ -192,6 +192,11 @@ class RunContext:
     handoffs: dict[int, str] = field(default_factory=dict)
     #: merges chunk execution made as it switched copies in, for the merging phase to report
     fused_merges: list[FusedMerge] = field(default_factory=list)
+    #: the archive (its store and the node's read cache: evdb/archive/reads.py) whose chunks this run
+    #: rewrites too (evdb/scavenge/archived.py); None when the node has no archive
+    archive: Any = None
+    #: the node's endpoint, naming it in the archive's rewrite lease
+    node: str = ""
 
     def check_stop(self) -> None:
         if self.stop.is_set():

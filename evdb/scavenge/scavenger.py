@@ -15,6 +15,7 @@ from evdb.clock import Clock
 from evdb.database import Database
 from evdb.errors import ScavengeError
 from evdb.scavenge.accumulator import accumulate
+from evdb.scavenge.archived import ArchiveAccess, execute_archived
 from evdb.scavenge.calculator import calculate
 from evdb.scavenge.decisions import Decider
 from evdb.scavenge.events import ScavengeEvents
@@ -43,7 +44,12 @@ STAGES = (
 
 
 class RetentionStep(Protocol):
-    """The archive's retention policy as a scavenge applies it (evdb/archive/retention.py)."""
+    """The archive's retention policy as a scavenge applies it (evdb/archive/retention.py); its
+    ``reads`` (the archive's store and the node's read cache) are where the scavenge rewrites archived
+    chunks too (evdb/scavenge/archived.py)."""
+
+    @property
+    def reads(self) -> ArchiveAccess: ...
 
     def apply(self, log: TransactionLog) -> list[str]:
         """Delete the local chunk files the policy lets go; their paths."""
@@ -221,6 +227,8 @@ class Scavenger:
             hash_users_cache_capacity=self.options.hash_users_cache_capacity,
             emit=events,
             clock=self.clock,
+            archive=self.retention.reads if self.retention is not None else None,
+            node=self.node_endpoint,
         )
         error: str | None = None
         ctx.workers = ChunkWorkers(self.options.threads, self.stop_event, self.logger, self.workers)
@@ -349,7 +357,11 @@ class Scavenger:
                 if decider is None:
                     decider = Decider(self.state.all_rows(), ctx.point, ctx.unsafe_ignore_hard_delete)
                 if stage == "ExecutingChunks":
+                    # the archive's copies first, with the same weights (local execution resets them);
+                    # then those left behind by the local files this execution scavenged
+                    execute_archived(ctx, decider)
                     execute_chunks(ctx, decider)
+                    execute_archived(ctx, decider)
                 elif stage == "MergingChunks":
                     if ctx.merging:
                         merge_chunks(ctx)

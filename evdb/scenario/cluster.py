@@ -64,17 +64,39 @@ class ScenarioCluster:
     # -- lifecycle -------------------------------------------------------------------------------------
     def up(self) -> dict[str, Any]:
         s = self.settings
-        info = self.main.up(
+        extra = dict(s.get("options") or {})
+        archive = s.get("archive") or {}
+        if archive:  # every node reads the archive; the first read-only replica uploads to it
+            folder = self.workdir / "archive"
+            folder.mkdir(exist_ok=True)
+            extra["Archive"] = {
+                "Enabled": True,
+                "StorageType": "FileSystem",
+                "FileSystem": {"Path": str(folder)},
+            }
+            extra["Archive"].update(archive)
+        self.main.create(
             nodes=s["nodes"],
             replicas=s["replicas"],
             insecure=s["insecure"],
             chunk_size=s["chunk_size"],
-            extra=dict(s.get("options") or {}),
-            timeout=s["timeout"],
-            log=lambda *_: None,
+            extra=extra,
         )
+        if archive:
+            self._make_archiver()
+        info = self.main.up(timeout=s["timeout"], log=lambda *_: None)
         self._register(self.main, info)
         return info
+
+    def _make_archiver(self) -> None:
+        """``Archiver: true`` in the first read-only replica's node.yaml (one archiver per cluster)."""
+        import yaml
+
+        replica = next(n for n in self.main.info()["nodes"] if n["read_only_replica"])
+        config = Path(replica["config"])
+        settings = yaml.safe_load(config.read_text())
+        settings["Archiver"] = True
+        config.write_text(yaml.safe_dump(settings, sort_keys=False))
 
     def client(self, cluster: LocalCluster) -> httpx.AsyncClient:
         """An admin client that trusts the cluster's own CA (a restored node has another one)."""

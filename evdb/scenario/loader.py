@@ -188,6 +188,10 @@ class _Checker:
         cluster = self.mapping(nodes.get("cluster"), CLUSTER_FIELDS, "cluster", _line(root)) or {}
         if "cluster" in nodes and cluster.get("nodes", 1) + cluster.get("replicas", 0) > 9:
             self.problem(nodes["cluster"], "a scenario's cluster has at most 9 nodes and replicas in all")
+        if cluster.get("archive") and cluster.get("replicas", 0) < 1:
+            self.problem(
+                nodes["cluster"], "an archive needs a read-only replica to be its archiver (replicas: 1)"
+            )
         dashboard = self.mapping(nodes.get("dashboard"), DASHBOARD_FIELDS, "dashboard", _line(root)) or {}
         size = dashboard.get("size")
         if size is not None and not (

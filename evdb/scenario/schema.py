@@ -95,6 +95,15 @@ CLUSTER_FIELDS = (
         "options", "map", "more node options, as in `node.yaml` (e.g. `EnableUnixSocket: true`)", default={}
     ),
     Field("timeout", "number", "seconds to wait for a leader after starting", default=60, minimum=1),
+    Field(
+        "archive",
+        "map",
+        "an archive (docs/operations/archive.md): `Archive` options for every node as in `node.yaml` "
+        "(e.g. `{RetainAtLeast: {Days: 0, LogicalBytes: 65536}}`) over `Enabled: true` and a file-system "
+        "archive in the run's folder (`${workdir}/archive`); the first read-only replica is the archiver "
+        "(`Archiver: true`), so it needs `replicas` of 1 or more",
+        default={},
+    ),
 )
 
 DASHBOARD_FIELDS = (

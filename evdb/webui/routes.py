@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -24,6 +25,7 @@ import jinja2
 from aiohttp import web
 
 from evdb.cluster.advertising import client_member
+from evdb.cluster.peers import PeerError, peer_name
 from evdb.errors import InvalidInput, PersistentSubscriptionsNotReady
 from evdb.http.common import get_principal, get_services, require_authenticated, require_ops
 from evdb.http.openapi import EXTRA_PATHS
@@ -241,6 +243,64 @@ async def subscriptions_fragment(request: web.Request) -> web.Response:
     )
 
 
+#: seconds a member has to answer the archive page's ``GET /stats``
+PEER_STATS_TIMEOUT = 2.0
+
+
+async def _member_row(
+    request: web.Request, services: WebUiServices, member: dict[str, Any]
+) -> views.ArchiveRow:
+    """A member's archive figures, from its ``GET /stats`` asked with the operator's own credentials."""
+    address = (str(member.get("httpEndPointIp")), int(member.get("httpEndPointPort") or 0))
+    endpoint = peer_name(address)  # host:port, [v6]:port
+    role = str(member.get("state") or "Unknown")
+    if not member.get("isAlive"):
+        return views.archive_row(endpoint, role, False, None, "not alive (gossip)")
+    if services.peers is None:
+        return views.archive_row(endpoint, role, False, None, "no calls to other nodes from this node")
+    headers = {"Accept": "application/json"}
+    if "Authorization" in request.headers:
+        headers["Authorization"] = request.headers["Authorization"]
+    try:
+        answer = await services.peers.request(
+            "GET",
+            endpoint,
+            "/stats",
+            timeout=PEER_STATS_TIMEOUT,
+            headers=headers,
+            what=f"GET /stats on {endpoint}",
+        )
+    except PeerError as exc:
+        return views.archive_row(endpoint, role, False, None, str(exc))
+    if answer.status != 200:
+        return views.archive_row(
+            endpoint, role, False, None, f"HTTP {answer.status} from /stats: {answer.text()[:300]}"
+        )
+    try:
+        body = json.loads(answer.body)
+    except ValueError:
+        return views.archive_row(endpoint, role, False, None, "its /stats did not answer JSON")
+    return views.archive_row(endpoint, role, False, body)
+
+
+async def archive_fragment(request: web.Request) -> web.Response:
+    """The archive (issue 37): its location, retention policy, checkpoint and the archiver's upload lag,
+    and per member its local chunk files against what it reads from the archive only and what the next
+    scavenge would free: this node's stats and each live member's ``GET /stats`` (with the operator's
+    credentials); the page polls it."""
+    require_ops(request, legacy=False)
+    services: WebUiServices = get_services(request)
+    own_stats = await asyncio.to_thread(services.collect_stats)
+    own_id = str(services.instance_id)
+    members = services.cluster.members() if services.cluster else []
+    own_role = next((str(m.get("state")) for m in members if m.get("instanceId") == own_id), "Leader")
+    others = [m for m in members if m.get("instanceId") != own_id]
+    rows = [views.archive_row(services.name, own_role, True, own_stats)]
+    rows += await asyncio.gather(*(_member_row(request, services, m) for m in others))
+    page = views.archive_page(rows, _human_bytes, services.clock.time())
+    return _html("archive.html", page=page)
+
+
 def _hide_challenge_from_the_page(request: web.Request, response: web.StreamResponse) -> None:
     if response.status == 401 and request.headers.get("X-Requested-With") == "XMLHttpRequest":
         response.headers.popall("WWW-Authenticate", None)
@@ -261,6 +321,7 @@ def setup(app: web.Application) -> None:
     r.add_get("/web/fragments/admin/current", admin_current_fragment)
     r.add_get("/web/fragments/streams", streams_fragment)
     r.add_get("/web/fragments/subscriptions", subscriptions_fragment)
+    r.add_get("/web/fragments/archive", archive_fragment)
     r.add_get("/web/fragments/streams/{stream}", stream_fragment)
     app.on_response_prepare.append(_on_response_prepare)
 
@@ -353,6 +414,10 @@ EXTRA_PATHS.append(
         "/web/fragments/subscriptions": _fragment(
             "Admin UI: the persistent subscription groups (consumers, lag, in flight, parked) with replay "
             "of parked messages; on a follower, which node serves them"
+        ),
+        "/web/fragments/archive": _fragment(
+            "Admin UI: the archive (checkpoint, the archiver's upload lag, retention policy) and each member's "
+            "local chunk files against its archive-only chunks and what the next scavenge frees; $ops or $admins"
         ),
         "/web/fragments/streams": _fragment(
             "Admin UI: streams by their newest event, read from $all",

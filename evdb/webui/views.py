@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from evdb.archive.figures import ArchiveFigures, archive_figures, retention_words, upload_lag_words
 from evdb.clock import TICKS_PER_SECOND
 from evdb.database import Database
 from evdb.errors import InvalidInput, StreamNotFound
@@ -24,12 +25,16 @@ from evdb.streams import is_metastream
 __all__ = [
     "ALL",
     "MAX_SHOWN_BYTES",
+    "ArchivePage",
+    "ArchiveRow",
     "EventView",
     "ScavengeHistoryRow",
     "StreamListPage",
     "StreamPage",
     "StreamSummary",
     "SubscriptionRow",
+    "archive_page",
+    "archive_row",
     "describe_payload",
     "event_view",
     "read_all_page",
@@ -309,3 +314,58 @@ def subscription_rows(groups: list[dict[str, Any]]) -> list[SubscriptionRow]:
             )
         )
     return rows
+
+
+# -- the archive: every member's figures ------------------------------------------------------------------
+@dataclass(frozen=True)
+class ArchiveRow:
+    """One member's archive figures (its ``/stats`` ``es.archive``, read by evdb/archive/figures.py), or
+    why they are not shown (not alive, no answer, the archive off there)."""
+
+    node: str  # host:port, or this node's name
+    role: str
+    this_node: bool
+    figures: ArchiveFigures | None
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class ArchivePage:
+    rows: list[ArchiveRow]
+    shown: ArchiveFigures | None  # this node's figures (else the first member's): the archive and its policy
+    retention: str
+    archive_checkpoint: int | None  # the furthest any member read
+    archiver: ArchiveRow | None  # the member that reports the archiver's figures
+    upload_lag: str  # the archiver's upload lag in words ("" without an archiver)
+
+
+def archive_row(node: str, role: str, this_node: bool, stats: Any, problem: str = "") -> ArchiveRow:
+    """A member's row from its ``/stats`` body (None with ``problem``: it could not be read)."""
+    figures = archive_figures(stats) if stats is not None else None
+    if stats is not None and figures is None:
+        problem = "archive off on this node (its /stats has no es.archive)"
+    return ArchiveRow(node, role, this_node, figures, problem)
+
+
+def archive_page(rows: list[ArchiveRow], human_bytes: Any, now: float) -> ArchivePage:
+    """What the archive page shows of the members' rows (``human_bytes`` writes a byte count; ``now``:
+    epoch seconds, for the upload lag's age)."""
+    reported = [r for r in rows if r.figures is not None]
+    own = next((r.figures for r in reported if r.this_node), None)
+    shown = own or (reported[0].figures if reported else None)
+    checkpoints = [
+        r.figures.archive_checkpoint
+        for r in reported
+        if r.figures and r.figures.archive_checkpoint is not None
+    ]
+    archiver = next((r for r in reported if r.figures and r.figures.archiver), None)
+    return ArchivePage(
+        rows=rows,
+        shown=shown,
+        retention=retention_words(shown, human_bytes) if shown is not None else "",
+        archive_checkpoint=max(checkpoints) if checkpoints else None,
+        archiver=archiver,
+        upload_lag=upload_lag_words(archiver.figures.archiver, now, human_bytes)
+        if archiver is not None and archiver.figures is not None and archiver.figures.archiver is not None
+        else "",
+    )

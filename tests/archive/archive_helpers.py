@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
+import uuid
 
 from evdb.archive.archiver import Archiver, DatabaseChunks
 from evdb.database import Database
@@ -33,11 +35,16 @@ def database(path, clock, chunks: float = 3.5, **options) -> Database:
     """A database of ``chunks`` chunks of 64 KiB (the last one active); ``options``: more of Database.open's."""
     options.setdefault("existence_filter_capacity", 10_000)
     db = Database.open(str(path), clock=clock, chunk_size=CHUNK, **options)
+    fill(db, chunks)
+    return db
+
+
+def fill(db: Database, chunks: float) -> None:
+    """About ``chunks`` chunks of 64 KiB of events, ten to an append (fewer syncs, the same chunks)."""
     events = int(chunks * CHUNK / 1100)
-    for first in range(0, events, 10):  # ten events an append: fewer syncs, the same chunks
+    for first in range(0, events, 10):
         batch = range(first, min(first + 10, events))
         db.append(f"order-{first % 7}", [NewEvent("Placed", data=bytes([i % 251]) * 1000) for i in batch])
-    return db
 
 
 def archiver(store, db, name="archiver", **kw) -> Archiver:
@@ -77,3 +84,19 @@ def leave_archived(path, clock, store, **options) -> list[tuple]:
         return written
     finally:
         db.close()
+
+
+def write_filler(local, url: str, kib: int) -> None:
+    """About ``kib`` KiB of events over HTTP to the node at ``url`` of a LocalCluster, 40 to an append."""
+    with local.client(url, timeout=30) as client:
+        for _ in range(kib // 40):
+            batch = [
+                {"eventId": str(uuid.uuid4()), "eventType": "Filler", "data": {"p": "x" * 1000}}
+                for _ in range(40)
+            ]
+            r = client.post(
+                f"/streams/filler-{uuid.uuid4().hex[:6]}",
+                content=json.dumps(batch),
+                headers={"Content-Type": "application/vnd.kurrent.events+json"},
+            )
+            assert r.status_code == 201, r.text

@@ -7,16 +7,15 @@ serves the same `$all` and archives on."""
 from __future__ import annotations
 
 import glob
-import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import uuid
 
 import pytest
 import yaml
+from archive_helpers import write_filler
 from waiting import wait_until
 
 from evdb.archive.archiver import CHECKPOINT, CLAIM, chunk_object_name, read_checkpoint
@@ -28,21 +27,6 @@ from evdb.logs import read_log_lines
 pytestmark = pytest.mark.slow
 
 CHUNK = 64 * 1024
-
-
-def _write(local: LocalCluster, url: str, kib: int) -> None:
-    with local.client(url, timeout=30) as client:
-        for _ in range(kib // 40):
-            batch = [
-                {"eventId": str(uuid.uuid4()), "eventType": "Filler", "data": {"p": "x" * 1000}}
-                for _ in range(40)
-            ]
-            r = client.post(
-                f"/streams/filler-{uuid.uuid4().hex[:6]}",
-                content=json.dumps(batch),
-                headers={"Content-Type": "application/vnd.kurrent.events+json"},
-            )
-            assert r.status_code == 201, r.text
 
 
 def _archived_lines(local: LocalCluster) -> list[str]:
@@ -82,11 +66,11 @@ def test_the_archiver_uploads_every_completed_chunk_and_survives_kill_9(tmp_path
         local.up(timeout=60, log=lambda *_: None)
         leader = local.wait_for_leader(60)
         local.wait_for_node("replica1", 60)
-        _write(local, leader, 320)  # about five chunks
+        write_filler(local, leader, 320)  # about five chunks
         wait_until(lambda: read_checkpoint(store).position >= 4 * CHUNK, 60, "four chunks archived")
         os.kill(local.start_node("replica1"), signal.SIGKILL)  # the running pid
         wait_until(lambda: not local.is_running("replica1"), 30, "the archiver gone")
-        _write(local, leader, 200)
+        write_filler(local, leader, 200)
         local.start_node("replica1")
         local.wait_for_node("replica1", 60)
         db = os.path.join(config["Db"])
@@ -124,7 +108,7 @@ def test_the_archiver_uploads_every_completed_chunk_and_survives_kill_9(tmp_path
         store.delete(CLAIM)
         local.start_node("replica1")
         local.wait_for_node("replica1", 60)
-        _write(local, leader, 160)  # more after the restore: streamed to it as to any follower
+        write_filler(local, leader, 160)  # more after the restore: streamed to it as to any follower
         wait_until(lambda: _positions(local) is not None, 60, "the restored replica caught up")
         # it is the archiver again: the next chunks reach the archive
         wait_until(lambda: read_checkpoint(store).position > end * CHUNK, 90, "archiving goes on")

@@ -26,6 +26,8 @@ from evdb.scavenge.service import ScavengeService
 from evdb.storage.disk import use_disk
 from evdb.storage.disk_model import DiskModel
 from evdb.storage.log import ARCHIVED_CHECKPOINT
+from evdb.streams import NewEvent
+from tests.cluster.test_chunk_catchup import copy_records
 
 LOGGER = logging.getLogger("test.archive.retention")
 DAY = 24 * 3600
@@ -110,6 +112,33 @@ def test_applied_it_deletes_verified_files_logs_each_and_every_event_still_reads
         assert f"Retention: deleted chunk file {path} " in logged
     assert db.log.archived_chunks == 2 and _events(db) == written
     assert _retention(reads, clock, logical_bytes=CHUNK).apply(db.log) == []  # nothing more to do
+
+
+def test_another_nodes_file_of_the_archived_records_goes_too(tmp_path, clock):
+    """The archiver (a replica) wrote its own file of each chunk from the leader's records: the leader's
+    file of the same records differs in its header's chunk id, so in its footer's checksum. The leader
+    downloads the archived chunk, verified, and compares the records (before, nothing left the leader's
+    disk, nor any node's but the archiver's)."""
+    (tmp_path / "archive").mkdir()
+    store = FileSystemStore(str(tmp_path / "archive"))
+    leader = _database(tmp_path / "leader", clock)
+    replica = Database.open(str(tmp_path / "replica"), clock=clock, chunk_size=CHUNK)
+    reads = ArchiveReads(
+        store, str(tmp_path / "cache"), chunk_size=CHUNK, max_cache_bytes=1 << 30, logger=LOGGER
+    )
+    try:
+        copy_records(leader, replica, leader.committed_position)  # records, not files: its own chunk ids
+        assert _drain(_archiver(store, replica)) == 3
+        leader.log.archive = reads
+        written = _events(leader)
+        clock.advance(2 * DAY)
+        deleted = _retention(reads, clock).apply(leader.log)
+        assert [os.path.basename(p) for p in deleted] == [f"chunk-00000{i}.000000" for i in range(3)]
+        assert leader.log.archived_chunks == 3 and _events(leader) == written
+    finally:
+        replica.close()
+        leader.close()
+        reads.close()
 
 
 def test_a_file_the_archived_object_does_not_match_stays(archived, clock, caplog):
@@ -279,3 +308,39 @@ def test_the_panel_shows_local_and_archived_bytes_and_what_the_next_scavenge_fre
     panel = policy.panel(log)
     assert panel["archiveCheckpoint"] == -1 and str(tmp_path / "archive") in panel["archiveError"]
     assert panel["localChunkFiles"] == 2
+
+
+def test_the_archivers_figures_say_its_upload_lag_in_the_panel_of_its_node(archived, clock):
+    """``es.archive.archiver`` (the dashboard's archive panel): the completed, committed chunks past the
+    archiver's checkpoint are its upload lag; none is known before it has read the checkpoint; only the
+    archiver's node reports it."""
+    db, store, reads = archived  # chunks 0-2 archived
+    archiver = _archiver(store, db)  # the same archiver, restarted
+    assert archiver.figures() == {
+        "checkpoint": -1,
+        "pendingChunks": None,
+        "pendingBytes": None,
+        "pendingSince": None,
+        "uploaded": 0,
+        "kept": 0,
+        "failures": 0,
+        "lastError": None,
+    }
+    assert not archiver.step()  # it reads the checkpoint: nothing to upload, chunk 3 is the active one
+    assert (archiver.figures()["checkpoint"], archiver.figures()["pendingChunks"]) == (3 * CHUNK, 0)
+    for _ in range(2):  # two more chunks completed, not uploaded yet: its lag
+        db.call_in_writer(lambda ctx: ctx.complete_active_chunk())
+        db.append("order-lag", [NewEvent("Placed", data=b"x" * 100)])
+    figures = archiver.figures()
+    assert (figures["pendingChunks"], figures["pendingBytes"]) == (2, 2 * CHUNK)
+    oldest = db.log.chunk_by_number(3)  # its last record's time: how long the oldest has waited
+    assert figures["pendingSince"] == newest_timestamp(oldest) / TICKS_PER_SECOND
+    policy = _retention(reads, clock)
+    assert "archiver" not in policy.panel(db.log)  # a node that is not the archiver
+    assert policy.panel(db.log, archiver)["archiver"]["pendingChunks"] == 2
+    assert archiver.step() and archiver.figures()["pendingChunks"] == 1
+    assert archiver.figures()["uploaded"] == 1
+    # the archiver's node asks the archive again as soon as its archiver moved the checkpoint (the clock
+    # has not moved: another node's figures wait up to PANEL_SECONDS)
+    assert policy.panel(db.log)["archiveCheckpoint"] == 3 * CHUNK
+    assert policy.panel(db.log, archiver)["archiveCheckpoint"] == 4 * CHUNK

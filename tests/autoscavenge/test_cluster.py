@@ -79,8 +79,15 @@ def _data(entry: dict) -> dict:
 
 
 def _read(c: Cluster, name: str, stream: str) -> list[dict]:
-    with c.client(name) as client:
-        r = client.get(f"/streams/{stream}/0/forward/4096?embed=body", headers=JSON)
+    """The stream's entries. A 503 (Retry-After) is a node's answer while the cluster elects a leader
+    (no member judges credentials without a leader's lease): asked again, as a client does."""
+
+    def answer():
+        with c.client(name) as client:
+            r = client.get(f"/streams/{stream}/0/forward/4096?embed=body", headers=JSON)
+        return r if r.status_code != 503 else None
+
+    r = c.wait_until(answer, 30, f"{name} to answer a read of {stream} with other than 503")
     if r.status_code == 404:
         return []
     r.raise_for_status()

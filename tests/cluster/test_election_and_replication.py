@@ -408,6 +408,64 @@ def test_a_node_follows_the_newest_live_leader_and_stands_only_after_its_wait():
     assert elector(read_only=True).evaluate(1000.0, own(), []) is None
 
 
+def test_a_resigned_leader_hands_over_to_its_successor_which_stands_at_once():
+    """Raft's leadership transfer: a resign cost the cluster an election wait (about 3 s with the
+    default timeouts, every auto-scavenge cycle, when the leader is scavenged last). The resigned leader
+    names its most up-to-date follower in gossip; that follower stands at its next evaluation, once per
+    hand-over (a stand that fails leaves it to the usual wait); any other node waits as before."""
+    import dataclasses
+
+    from evdb.cluster.elector import HAND_OVER_TO, Member, Stand
+
+    resigned = elector()
+    resigned.resigned(200.0, "me")
+    assert resigned.handing_over(201.0) == "me"
+    assert resigned.handing_over(200.0 + 6.0) is None  # only during its own stay out
+    info = {
+        "instanceId": "id-a",
+        "state": "Unknown",
+        "epochNumber": 2,
+        "proposalNumber": 2,
+        HAND_OVER_TO: "me",
+    }
+    ex_leader = Member.from_gossip("a", True, info, can_vote=True)
+    assert ex_leader.hand_over_to == "me"
+
+    successor = elector(now=200.0)  # it heard the leader a moment ago
+    decision = successor.evaluate(200.5, own(term=4), [ex_leader, member("b")])
+    assert isinstance(decision, Stand) and decision.handed_over_by == "a"  # no election wait
+    assert successor.evaluate(200.6, own(term=4), [ex_leader, member("b")]) is None  # once
+    # still leading (resigning): no stand yet
+    fresh = elector(now=200.0)
+    assert (
+        fresh.evaluate(200.5, own(term=4), [dataclasses.replace(ex_leader, state="ResigningLeader")]) is None
+    )
+    # another node is not the one named: it waits as before
+    other = elector(now=200.0)
+    named_other = dataclasses.replace(ex_leader, hand_over_to="someone-else")
+    assert other.evaluate(200.5, own(term=4), [named_other]) is None
+    # a hand-over of a later resign (a newer epoch) is taken again
+    later = dataclasses.replace(ex_leader, epoch=3)
+    successor.round_over(300.0)
+    assert isinstance(successor.evaluate(300.1, own(term=4), [later]), Stand)
+
+
+def test_a_resigning_leader_names_the_voting_follower_that_acknowledged_the_most():
+    from evdb.cluster.leadership import Leadership, Progress
+
+    leadership = Leadership.__new__(Leadership)
+    leadership.followers = {
+        "b": Progress(voting=True, acked=90, name="b"),
+        "c": Progress(voting=True, acked=100, name="c"),
+        "r": Progress(voting=False, acked=200, name="r"),
+    }
+    assert leadership.successor() == "c"
+    leadership.followers["a"] = Progress(voting=True, acked=100, name="a")
+    assert leadership.successor() == "a"  # ties: the lowest id, the same on every replay
+    leadership.followers = {"r": Progress(voting=False, acked=200, name="r")}
+    assert leadership.successor() is None
+
+
 def test_records_written_before_a_new_leaders_epoch_record_are_found_and_cut(tmp_path):
     """The divergence a reliability engineer found: a new leader wrote client records after the
     previous epoch's records it had and before its own epoch record (it took writes while PreLeader).

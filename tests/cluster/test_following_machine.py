@@ -39,6 +39,18 @@ def test_the_handshake_decides_from_the_common_point(common, end, commit, verdic
     assert catch_up_verdict(common, end, commit) == verdict
 
 
+@pytest.mark.parametrize(
+    ("common", "end", "local_start", "verdict"),
+    [
+        (60, 64, 64, "subscribe"),  # the log is the archive's to its end: the last chunk's padding agrees
+        (30, 70, 64, "diverged"),  # a cut inside the chunks in the archive only: never
+        (66, 70, 64, "truncate"),  # a cut of local records after them
+    ],
+)
+def test_the_handshake_never_cuts_into_the_archived_chunks(common, end, local_start, verdict):
+    assert catch_up_verdict(common, end, 0, local_start) == verdict
+
+
 def test_the_leaders_answer_to_a_subscription():
     assert subscription({"ok": True, "epoch": 7, "protocol": 4}, 4, LEADER).epoch == 7
     refused = subscription({"error": "not the leader"}, 4, LEADER)
@@ -157,3 +169,11 @@ def test_a_bad_chunk_file_header_is_refused(header):
 def test_the_stream_resets_after_the_connection_reset_interval():
     follower = stream()
     assert not follower.resets(100.0) and follower.resets(100.5)
+
+
+def test_the_leaders_behind_archive_message_mid_stream_sends_the_follower_to_the_archive():
+    """A leader whose retention left what a lagging follower needs next to the archive says so in the
+    stream (evdb/cluster/sending.py): the follower catches up from the archive (evdb/archive/catchup.py)."""
+    body = {"behindArchive": {"from": 10, "localStart": 64, "archive": "s3://b", "log": "x", "error": None}}
+    assert stream().text(body).behind_archive == body
+    assert stream().text({"complete": 64}).behind_archive is None

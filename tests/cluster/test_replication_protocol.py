@@ -45,5 +45,6 @@ def test_the_hello_names_the_protocol():
         node=SimpleNamespace(instance_id="me"),
         read_only=False,
         db=SimpleNamespace(committed_position=0, epochs=lambda n: []),
+        replica=SimpleNamespace(reads_archive=lambda: False),
     )
     assert ReplicationSink._hello(SimpleNamespace(service=service))["protocol"] == REPLICATION_PROTOCOL  # type: ignore[arg-type]

@@ -153,7 +153,13 @@ def test_load_license_logs_which_failure(tmp_path, caplog, make, reason, level):
     logger = logging.getLogger("test.licence")
     with caplog.at_level(logging.INFO, logger="test.licence"):
         assert load_license(options, logger, NOW + 2 * 86400) is None
-    assert any(r.levelno == level and r.getMessage().startswith(reason) for r in caplog.records), caplog.text
+    line = next(
+        (r.getMessage() for r in caplog.records if r.levelno == level and r.getMessage().startswith(reason)),
+        "",
+    )
+    assert line, caplog.text
+    # every feature the licence would enable is named (the archive's was missing)
+    assert "auto-scavenge, redaction, /admin/logs, user certificates and the archive" in line, line
 
 
 def test_load_license_accepts_and_logs(tmp_path, caplog):

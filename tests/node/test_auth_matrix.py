@@ -87,6 +87,7 @@ EXPECTED: tuple[Row, ...] = (
     Row("GET /web/fragments/streams/*", SYSTEM_STREAM, R401, REFUSED, REFUSED, ALLOWED),
     Row("GET /web/fragments/streams/*", ALL_STREAM, R401, REFUSED, REFUSED, ALLOWED),
     Row("GET /web/fragments/subscriptions", NO_STREAM, R401, OK, OK, OK),
+    Row("GET /web/fragments/archive", NO_STREAM, R401, R403, OK, OK),
     # evdb's node-run backups write into folders on the node's host: admins only, 403 otherwise
     Row("* /admin/backup*", NO_STREAM, R401, R403, R403, ALLOWED),
     # certificate reload (KurrentDB's) and the certificate state (evdb's): $ops/$admins, legacy 401

@@ -52,6 +52,7 @@ RULES: dict[tuple[str, str], set[str]] = {
     ("GET", "/web/fragments/cluster"): AUTHENTICATED,
     ("GET", "/web/fragments/admin"): OPS_OR_ADMIN,
     ("GET", "/web/fragments/admin/current"): OPS_OR_ADMIN,
+    ("GET", "/web/fragments/archive"): OPS_OR_ADMIN,
     ("GET", "/web/fragments/streams"): ADMIN_ONLY,  # it reads $all
     ("GET", "/web/fragments/streams/{stream}"): AUTHENTICATED,
     ("GET", "/web/fragments/subscriptions"): AUTHENTICATED,  # statistics, as GET /subscriptions

@@ -99,3 +99,61 @@ async def test_the_figures_are_read_back_from_the_parked_stream(clock: ManualClo
     await until(lambda: loaded == [2], "the figures of the parked stream")
     assert again.oldest_ticks is not None
     db.close()
+
+
+class HeldParks(DatabaseStore):
+    """The first park waits until the test lets it go; the next ``fail`` parks fail."""
+
+    def __init__(self, db: Database, clock: ManualClock, fail: int = 0) -> None:
+        super().__init__(lambda: db, clock.ticks)
+        self.go = threading.Event()
+        self.calls: list[list[int]] = []
+        self.fail = fail
+
+    def park(self, stream, parks):
+        self.calls.append([p.subscription_event_number for p in parks])
+        if len(self.calls) == 1:
+            assert self.go.wait(30), "the test never let the first park go"
+        if self.fail:
+            self.fail -= 1
+            raise OSError("the disk said no")
+        return super().park(stream, parks)
+
+
+async def _park_in_order(db: Database, parked: ParkedMessages, store: HeldParks, n: int) -> list[int]:
+    db.append("s", [NewEvent("E", b"{}", is_json=True) for _ in range(n)])
+    done: list[int] = []
+    for record in db.read_stream_forward("s", 0, n).events:
+        parked.park(
+            ResolvedEvent(record), "a reason", "ClientNak", then=lambda r=record: done.append(r.event_number)
+        )
+    await until(lambda: len(store.calls) == 1, "the first park to start")
+    store.go.set()
+    await until(lambda: len(done) == n, "every message parked")
+    return done
+
+
+async def test_the_parked_stream_holds_messages_in_the_order_they_were_parked(clock: ManualClock) -> None:
+    """Parks ran side by side, each its own append: a later message could land first, and a replay then
+    handed them back out of order. One write at a time now, taking what was parked meanwhile."""
+    db = Database.open(None, clock=clock)
+    store = HeldParks(db, clock)
+    parked = _parker(store, clock, [])  # type: ignore[arg-type]
+    done = await _park_in_order(db, parked, store, 5)
+    assert done == [0, 1, 2, 3, 4]
+    assert store.calls == [[0], [1, 2, 3, 4]]
+    links = db.read_stream_forward(PARKED, 0, 10).events
+    assert [ln.data for ln in links] == [f"{i}@s".encode() for i in range(5)]
+    assert parked.count == 5
+    db.close()
+
+
+async def test_a_failed_park_is_tried_again_ahead_of_the_messages_parked_since(clock: ManualClock) -> None:
+    db = Database.open(None, clock=clock)
+    store = HeldParks(db, clock, fail=1)
+    parked = _parker(store, clock, [])  # type: ignore[arg-type]
+    await _park_in_order(db, parked, store, 3)
+    assert store.calls == [[0], [0, 1, 2]]
+    links = db.read_stream_forward(PARKED, 0, 10).events
+    assert [ln.data for ln in links] == [b"0@s", b"1@s", b"2@s"]
+    db.close()

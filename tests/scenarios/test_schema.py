@@ -49,6 +49,7 @@ def test_a_valid_scenario_gets_defaults_and_line_numbers():
         "insecure": False,
         "options": {},
         "timeout": 60,
+        "archive": {},
     }
     assert scenario.dashboard["size"] == [120, 36]
     assert [(s.index, s.line, s.kind) for s in scenario.steps] == [
@@ -257,3 +258,12 @@ async def test_a_failed_step_names_the_nodes_that_stopped_with_the_end_of_their_
     assert not result.passed
     assert "node3 is not running. The end of /x/node3/stdout.log:\nTraceback: boom" in result.message
     assert "node1" not in result.message.split("\n", 1)[1]
+
+
+def test_an_archive_needs_a_read_only_replica_to_archive():
+    text = "name: a\ncluster: {nodes: 1, archive: {RetainAtLeast: {Days: 0, LogicalBytes: 65536}}}\nsteps: [press: q]\n"
+    with pytest.raises(ScenarioInvalid) as info:
+        parse_scenario(text, "a.yaml")
+    assert "an archive needs a read-only replica to be its archiver (replicas: 1)" in str(info.value)
+    fine = parse_scenario(text.replace("nodes: 1,", "nodes: 1, replicas: 1,"), "a.yaml")
+    assert fine.cluster["archive"] == {"RetainAtLeast": {"Days": 0, "LogicalBytes": 65536}}

@@ -164,6 +164,14 @@ class NodeClientContract:
         response = await world.client.subscription_info(world.node, "contract-stream", "no-such-group")
         assert response.status_code == 404
 
+    async def test_stats_are_grouped_with_no_archive_figures_where_the_archive_is_off(
+        self, world: World
+    ) -> None:
+        response = await world.client.stats(world.node)
+        assert response.status_code == 200
+        body = response.json()
+        assert isinstance(body["es"], dict) and "archive" not in body["es"]  # Archive: Enabled is off
+
     async def test_mirror_status_of_a_node_is_404(self, world: World) -> None:
         """A node is not a mirror: what ``--mirror`` pointed at a node reads."""
         response = await world.client.mirror_status(world.node)

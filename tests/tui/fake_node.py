@@ -131,6 +131,8 @@ class FakeNode:
     options: list[dict[str, Any]] | None = None
     #: the cluster's persistent subscriptions (None: no /subscriptions endpoint, 404)
     subscriptions: FakeSubscriptions | None = None
+    #: evdb's ``es.archive`` of GET /stats (None: the archive is off, /stats has none)
+    archive: dict[str, Any] | None = None
     requests: list[httpx.Request] = field(default_factory=list)
     answers: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     #: GET /admin/scavenge/last: the last scavenge started here and its result (InProgress while it runs)
@@ -271,6 +273,11 @@ class FakeNode:
             stopped, self.scavenge_id, self.progress = self.scavenge_id, "", None
             self.last_scavenge = (stopped, "Stopped")
             return httpx.Response(200, json=stopped)
+        if path == "/stats":
+            es: dict[str, Any] = {"writer": {"writerCheckpoint": self.writer_checkpoint}}
+            if self.archive is not None:
+                es["archive"] = self.archive
+            return httpx.Response(200, json={"proc": {}, "sys": {}, "es": es})
         if path == "/metrics":
             return httpx.Response(
                 200,

@@ -71,14 +71,19 @@ async def test_cycle_now_shows_the_reason_of_the_nodes_400():
     async with app.run_test(size=(160, 45)) as pilot:
         await ready(app, pilot)
         await pilot.press("C")
-        await pilot.pause()
+        await until(pilot, lambda: isinstance(app.screen, ConfirmCall), "the confirmation")
         await pilot.click("#send")
-        await app.workers.wait_for_complete()
-        assert app.state.activity[-1].status == 400
-        assert f"→ 400 Bad Request\n{reason}" in notices(app)  # the reason in words, not a JSON string
+        # (the answer, its notice and the panel each come a message or a worker later: waited for,
+        # never one pause hoped to be enough on a busy machine)
+        await until(pilot, lambda: app.state.activity and app.state.activity[-1].status == 400, "the 400")
+        # the reason in words, not a JSON string
+        await until(pilot, lambda: f"→ 400 Bad Request\n{reason}" in notices(app), "the refusal's notice")
         await pilot.press("3")
-        await pilot.pause()
-        assert f"refused by node1 (400): {reason}" in " ".join(text_of(app, "auto-panel").split())
+        await until(
+            pilot,
+            lambda: f"refused by node1 (400): {reason}" in " ".join(text_of(app, "auto-panel").split()),
+            "the auto-scavenge panel's refusal",
+        )
 
 
 async def test_cycle_now_is_refused_where_the_node_lacks_the_extension():

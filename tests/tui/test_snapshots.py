@@ -108,6 +108,7 @@ PANELS = {
     "certs": "5",
     "logs": "6",
     "activity": "7",
+    "archive": "8",
     "events": "e",
 }
 
@@ -129,6 +130,10 @@ def _world(error: bool, log_dir) -> tuple[FakeNode, FakeNode, FakeNode]:
         node.auto_scavenge = {"state": "InProgress", "schedule": "0 6 * * 6", "timeUntilNextCycle": None}
         node.auto_scavenge_progress = progress_body()
         node.certificates = certificates_body()
+    from tests.tui.test_archive_panel import archiver_figures, es_archive
+
+    nodes[0].archive, nodes[1].archive = es_archive(), es_archive(archivedOnlyChunks=0, localChunkFiles=13)
+    nodes[2].archive = es_archive(archiver=archiver_figures())
     leader = nodes[0]
     if error:  # node1's calls to node3 are refused: node3 presents a certificate of another CA
         leader.certificates["peerErrors"] = [
@@ -185,6 +190,7 @@ def _break(nodes: tuple[FakeNode, FakeNode, FakeNode]) -> None:
         "Stop it first, or give --stop-scavenge to stop it and start it again after the backup.",
     }
     second.state = "Unknown"
+    second.answers[("GET", "/stats")] = (500, "The node is reopening its database")
     third.up = False
 
 
@@ -234,9 +240,17 @@ def test_every_panel(snap_compare, tmp_path, size, state, panel):
         await pilot.pause()
         if panel == "events":
             name = app.screen.query_one("#stream-name")
-            name.value = "no-such-stream" if state == "error" else "orders-1"
+            stream = "no-such-stream" if state == "error" else "orders-1"
+            name.value = stream
             name.focus()
             await pilot.press("enter")
+            # the read's answer comes in a worker: on a busy machine one pause was not enough
+            screen = app.screen
+            await until(
+                pilot,
+                lambda: getattr(screen, "page", None) is not None and screen.page.stream == stream,
+                "the events page's answer",
+            )
             await pilot.pause()
         await pilot.pause()
 

@@ -7,6 +7,7 @@ and so is the width it has (columns that matter least give way first in a narrow
 
 from __future__ import annotations
 
+from tui.panels.archive import render_archive
 from tui.panels.auto import render_auto_scavenge
 from tui.panels.backup import backup_seconds, render_backup, short_duration
 from tui.panels.certificates import render_certificates
@@ -24,6 +25,7 @@ __all__ = [
     "endpoint_labels",
     "number",
     "render_activity",
+    "render_archive",
     "render_auto_scavenge",
     "render_backup",
     "render_certificates",

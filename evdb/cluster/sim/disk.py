@@ -430,6 +430,12 @@ class SimDatabase:
             if r.kind == "pad" and floor < r.end <= point
         ]
 
+    def local_start(self) -> int:
+        return 0  # no archive is simulated: every chunk is local
+
+    def reads_archive(self) -> bool:
+        return False
+
     def chunk_end_after(self, position: int) -> int | None:
         index = self._index_at(position)
         record = None if index is None else self.records[index]
