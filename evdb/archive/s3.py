@@ -20,6 +20,7 @@ import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import obstore
@@ -124,9 +125,10 @@ class S3Store(ArchiveStore):
 
     def put_file(self, name: str, path: str) -> ObjectInfo:
         check_name(name)
-        with open(path, "rb") as f, self._errors("store", name):  # a local file gone: its OSError
-            size = os.fstat(f.fileno()).st_size
-            result = obstore.put(self._store, name, f)
+        size = os.stat(path).st_size  # a local file gone: its OSError, before the store is asked
+        with self._errors("store", name):
+            # a path, not a file object: obstore reads it in Rust, not through Python's file reads
+            result = obstore.put(self._store, name, Path(path))
         return ObjectInfo(name, size, str(result["e_tag"]))
 
     def put_bytes(
