@@ -82,6 +82,10 @@ def _data_regions(fd: int, size: int) -> list[tuple[int, int]]:
     return regions
 
 
+class _CutShort(OSError):
+    """The source ended before the size its copy started from, and it still has its name."""
+
+
 def _copy_range(
     src: int,
     dst: int,
@@ -120,12 +124,66 @@ def _copy_range(
                 # node's reclaimer cuts a deleted file's blocks (evdb/storage/disk.py Reclaimer), so this
                 # is the file gone, which the callers handle, not a damaged source
                 raise FileNotFoundError(errno.ENOENT, "deleted while it was copied", source)
-            raise OSError(
+            raise _CutShort(
                 errno.EIO, f"the source file {source} became shorter while it was copied (at byte {offset})"
             )
         offset += done
         if progress is not None:
             progress(done)
+
+
+#: copies of one file that changed size under them before the backup gives up on it
+_ATTEMPTS = 3
+
+
+def _fill(
+    src: int,
+    dst: int,
+    source: str,
+    progress: ProgressCallback | None,
+    unchanged: ProgressCallback | None,
+    passed: ProgressCallback | None,
+) -> int:
+    """Make ``dst`` hold the bytes of ``src``; returns their count. What ``dst`` already holds (an
+    earlier copy of the same file, or an attempt cut short) is kept up to the first block of
+    :data:`_COMPARE` bytes that differs; everything after it is copied (holes stay holes).
+
+    The copy is of one version of the file: a file whose size changes while it is copied is copied
+    again (from its first block that differs). A node's active chunk does that once: completing it
+    writes its footer and cuts the file from the full chunk size to its exact size, at any moment of
+    a backup beside a writing node; completed, it never changes again (a scavenge or redaction writes
+    a new file). A copy made again reports only the bytes it writes again (``progress``)."""
+    for attempt in range(1, _ATTEMPTS + 1):
+        size = os.fstat(src).st_size
+        same = _same_prefix(src, dst, min(size, os.fstat(dst).st_size))
+        os.ftruncate(dst, same)  # what follows is the source's: holes stay holes
+        if unchanged is not None and same:
+            unchanged(same)
+        after = 0  # bytes after ``same`` in data regions
+        try:
+            for offset, length in _data_regions(src, size):
+                begin = max(offset, same)
+                if begin < offset + length:
+                    after += offset + length - begin
+                    _copy_range(src, dst, begin, offset + length - begin, progress, source, passed)
+        except _CutShort:
+            if attempt == _ATTEMPTS:
+                raise
+        else:
+            now = os.fstat(src).st_size
+            if now == size:
+                os.ftruncate(dst, size)
+                if passed is not None and size - same - after > 0:
+                    passed(size - same - after)
+                return size
+            if attempt == _ATTEMPTS:
+                raise OSError(
+                    errno.EIO,
+                    f"the source file {source} kept changing size while it was copied ({size} bytes, "
+                    f"then {now}; {attempt} copies)",
+                )
+        unchanged = passed = None
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _copy_to_temp(
@@ -136,17 +194,10 @@ def _copy_to_temp(
     tmp = os.path.join(directory, f".{os.path.basename(target)}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
     src = os.open(source, os.O_RDONLY)
     try:
-        size = os.fstat(src).st_size
-        dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        dst = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             with _writing(target):
-                regions = _data_regions(src, size)
-                for offset, length in regions:
-                    _copy_range(src, dst, offset, length, progress, source, passed)
-                os.ftruncate(dst, size)
-                holes = size - sum(length for _, length in regions)
-                if passed is not None and holes > 0:
-                    passed(holes)
+                size = _fill(src, dst, source, progress, None, passed)
         finally:
             os.close(dst)
     except BaseException:
@@ -218,23 +269,10 @@ def _update_to_temp(
     try:
         src = os.open(source, os.O_RDONLY)
         try:
-            size = os.fstat(src).st_size
             dst = os.open(tmp, os.O_RDWR)
             try:
                 with _writing(target):
-                    same = _same_prefix(src, dst, min(size, os.fstat(dst).st_size))
-                    os.ftruncate(dst, same)  # what follows is the source's: holes stay holes
-                    if unchanged is not None and same:
-                        unchanged(same)
-                    after = 0  # bytes after ``same`` in data regions
-                    for offset, length in _data_regions(src, size):
-                        begin = max(offset, same)
-                        if begin < offset + length:
-                            after += offset + length - begin
-                            _copy_range(src, dst, begin, offset + length - begin, progress, source, passed)
-                    os.ftruncate(dst, size)
-                    if passed is not None and size - same - after > 0:
-                        passed(size - same - after)
+                    size = _fill(src, dst, source, progress, unchanged, passed)
             finally:
                 os.close(dst)
         finally:
