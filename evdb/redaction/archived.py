@@ -42,6 +42,7 @@ from evdb.errors import ArchiveError
 from evdb.redaction.protocol import RedactionError
 from evdb.redaction.rewrite import TEMP_SUFFIX, EventToRedact, write_redacted_copy
 from evdb.redaction.rules import check_redaction_target
+from evdb.redaction.switch import checked_replacement
 from evdb.storage.log import TransactionLog
 
 __all__ = ["ARCHIVE_PREFIX", "archived_positions", "redact_archived"]
@@ -129,7 +130,6 @@ def redact_archived(
     """Redact ``events`` in the archive's copy of chunk ``number`` (see the module); the answer's
     fields: ``object``, ``redacted``, ``already``, ``missing`` (each a list of ``N@stream``) and
     ``droppedFromCache`` (chunk numbers). ``wait``: the lease's wait (tests pass their own)."""
-    from evdb.redaction.switch import checked_replacement  # (switch lists archived positions: a cycle)
 
     archive = _archive(log)
     if archive is None or log.directory is None:

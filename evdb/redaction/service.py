@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 from evdb.licensing.loading import LicenseCheck, check_license, log_license_check
 from evdb.licensing.token import LicenseError
 from evdb.redaction.archived import redact_archived
+from evdb.redaction.positions import event_positions
 from evdb.redaction.protocol import MAX_LINE, RedactionError, bind_path, socket_path
 from evdb.redaction.rules import check_redaction_target
-from evdb.redaction.switch import event_positions, switch_chunk
+from evdb.redaction.switch import switch_chunk
 
 if TYPE_CHECKING:
     from evdb.clock import Clock

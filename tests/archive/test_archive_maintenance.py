@@ -24,7 +24,7 @@ from evdb.archive.store import ArchiveStore
 from evdb.backup.copying import TMP_SUFFIX
 from evdb.database import Database
 from evdb.redaction.archived import redact_archived
-from evdb.redaction.switch import event_positions
+from evdb.redaction.positions import event_positions
 from evdb.scavenge.scavenger import ScavengeOptions, Scavenger
 from evdb.scavenge.state import ScavengeState
 from evdb.storage.chunk import Chunk
