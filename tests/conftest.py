@@ -75,35 +75,40 @@ def db(request, tmp_path, clock):
     database.close()
 
 
-#: The slowest test files of the whole suite, with their seconds measured on a loaded 2-core machine
-#: (``.venv/bin/python -m pytest -n 2 --durations=60 -q -p no:cacheprovider``, load average about 13).
-#: They are collected first, slowest first, each file's tests in their own order (its module fixtures
-#: are made once a worker): xdist hands out the first tests round-robin, so the long ones start at
-#: once, one on each worker, and the suite no longer ends waiting on one of them while the other
-#: worker idles (the 1,500-seed simulation, 730 s there, started at 95 % and ran 12 minutes alone).
+#: The slowest test files of the whole suite, with their seconds (the sum of their tests' durations,
+#: ``.venv/bin/python -m pytest -n 3 --durations=60 -q -p no:cacheprovider`` on 2026-12-06, load about 2;
+#: files not in that list keep their earlier, loaded-machine figures). They are collected first, slowest
+#: first, each file's tests in their own order (its module fixtures are made once a worker), so the
+#: long ones start at once and the suite does not end waiting on one of them while the other worker
+#: idles; ``--dist worksteal`` (.ci/run) lets an idle worker take tests queued for the other one.
 #: An ordering hint only: a file missing here runs after these, in collection order.
 SLOWEST_FILES = {
-    "tests/sim/test_simulation.py": 1166,
-    "tests/scenarios/test_replay.py": 504,
-    "tests/test_readme.py": 160,
-    "tests/crash/test_kill9.py": 63,
+    "tests/scenarios/test_replay.py": 221,
+    "tests/sim/test_simulation.py": 177,
+    "tests/cluster/test_rolling_certificates.py": 110,
     "tests/scavenge/test_disk_speed.py": 62,
-    "tests/cluster/test_operations_day.py": 61,
-    "tests/reliability/test_crash_matrix.py": 56,
     "tests/node/test_contract_schemathesis.py": 50,
-    "tests/cluster/test_fault_schedule.py": 49,
     "tests/webui/test_admin_page.py": 47,
+    "tests/cluster/test_fault_schedule.py": 41,
     "tests/tui/test_truth.py": 41,
     "tests/node/test_roles.py": 40,
-    "tests/cluster/test_cluster_processes.py": 40,
+    "tests/test_readme.py": 39,
     "tests/node/test_auth_matrix.py": 39,
     "tests/mirror/test_mirror_processes.py": 37,
+    "tests/adversarial/test_api_fuzz.py": 33,
     "tests/test_stream_model.py": 32,
     "tests/index/test_table_index.py": 30,
     "tests/mirror/test_mirror_parallel_kill.py": 29,
-    "tests/autoscavenge/test_cluster.py": 29,
     "tests/tui/test_snapshots.py": 27,
-    "tests/tui/test_local_cluster.py": 27,
+    "tests/cluster/test_operations_day.py": 26,
+    "tests/autoscavenge/test_cluster.py": 26,
+    "tests/reliability/test_crash_matrix.py": 22,
+    "tests/archive/test_follower_archive_process.py": 22,
+    "tests/test_demo_follows_leader.py": 21,
+    "tests/cluster/test_cluster_processes.py": 13,
+    "tests/cluster/test_sign_in_lease_processes.py": 13,
+    "tests/crash/test_kill9.py": 11,
+    "tests/tui/test_local_cluster.py": 10,
 }
 
 
