@@ -6,7 +6,6 @@ gRPC UNAVAILABLE, so clients try again."""
 from __future__ import annotations
 
 import base64
-import socket
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,6 +19,7 @@ from grpclib.exceptions import GRPCError
 from evdb.auth import UserStore
 from evdb.database import Database
 from evdb.errors import UsersNotReady, status_of
+from evdb.free_port import free_port
 from evdb.grpc.context import call_context
 from tests.hash_cost import SUITE_COST
 
@@ -57,16 +57,10 @@ async def test_grpc_answers_unavailable_while_no_user_is_written(users: UserStor
     assert refused.value.status == Status.UNAVAILABLE
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_a_fresh_cluster_never_answers_401_to_the_default_admin(tmp_path: Path):
     """Every node is asked ``admin:changeit`` from before it starts until it answers 200: never 401,
     and every 503 says when to try again."""
-    http = [_free_port() for _ in range(3)]
+    http = [free_port() for _ in range(3)]
     answers: dict[int, list[tuple[int, str | None]]] = {port: [] for port in http}
     stop = threading.Event()
 
@@ -92,7 +86,7 @@ def test_a_fresh_cluster_never_answers_401_to_the_default_admin(tmp_path: Path):
             seeds = ",".join(f"127.0.0.1:{p}" for j, p in enumerate(http) if j != i)
             options = node_options(
                 tmp_path / f"node{i}", "--insecure", "--http-ip", "127.0.0.1", "--http-port", str(http[i]),
-                "--replication-port", str(_free_port()), "--cluster-size", "3", "--gossip-seed", seeds,
+                "--replication-port", str(free_port()), "--cluster-size", "3", "--gossip-seed", seeds,
                 "--gossip-interval-ms", "100",
             )  # fmt: skip
             threads.append(NodeThread(options, name=f"node{i}").start())

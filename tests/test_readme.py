@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import pytest
 from waiting import wait_until
 
 from evdb.cluster.launcher import LocalCluster
+from evdb.free_port import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -78,12 +78,6 @@ def test_every_local_link_exists_and_every_operations_guide_is_linked():
     assert "\n## Scavenging from the command line\n" in README and "evdb scavenge start" in README
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _venv_here(folder: Path) -> None:
     (folder / ".venv").symlink_to(Path(sys.executable).parent.parent)
 
@@ -94,7 +88,7 @@ def test_try_it_runs_as_written_against_a_dev_node(tmp_path):
     section = _section("Try it")
     start = re.search(r"`(\.venv/bin/evdb node --dev)`", section)
     assert start is not None
-    port = _free_port()
+    port = free_port()
     node = subprocess.Popen(
         [*start.group(1).split(), "--http-port", str(port)],
         cwd=tmp_path,

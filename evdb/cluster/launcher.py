@@ -24,7 +24,6 @@ import functools
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, cast
 import httpx
 
 from evdb.errors import InvalidOption
+from evdb.free_port import free_port
 
 if TYPE_CHECKING:
     from evdb.backup.restore import RestoreResult
@@ -232,12 +232,6 @@ def default_data_dir() -> Path:
     """Where ``evdb dashboard`` keeps its local cluster: ``$XDG_DATA_HOME/evdb/local-cluster``."""
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "evdb" / "local-cluster"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _pid_alive(pid: int, config: str | None = None) -> bool:
@@ -468,7 +462,7 @@ class LocalCluster:
             ca_file = str(certs / "ca" / "ca.crt")
         members = []
         for i in range(nodes + replicas):
-            members.append({"http": _free_port(), "replication": _free_port(), "replica": i >= nodes})
+            members.append({"http": free_port(), "replication": free_port(), "replica": i >= nodes})
         seeds = [f"127.0.0.1:{m['http']}" for m in members]
         from evdb.licensing.issuers import issue_demo_license
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import uuid
 
 from evdb.archive.archiver import Archiver, DatabaseChunks
@@ -18,12 +17,6 @@ REGION = "eu-west-1"
 KEYS = {"AWS_ACCESS_KEY_ID": "evdb-test", "AWS_SECRET_ACCESS_KEY": "evdb-test-secret"}
 CHUNK = 64 * 1024
 LOGGER = logging.getLogger("test.archiver")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def environ_for(endpoint: str, home) -> dict[str, str]:

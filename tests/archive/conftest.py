@@ -14,12 +14,13 @@ from collections.abc import Callable, Iterator
 
 import boto3
 import pytest
-from archive_helpers import KEYS, REGION, environ_for, free_port
+from archive_helpers import KEYS, REGION, environ_for
 from moto.server import ThreadedMotoServer
 
 from evdb.archive.filesystem import FileSystemStore
 from evdb.archive.s3 import S3Store
 from evdb.archive.store import ArchiveStore
+from evdb.free_port import free_port
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from urllib.parse import quote
 import grpc
 import httpx
 import pytest
-from archive_helpers import CHUNK, REGION, environ_for, free_port
+from archive_helpers import CHUNK, REGION, environ_for
 from archive_helpers import all_events as _events
 from archive_helpers import leave_archived as _leave_archived
 from kurrentdbclient import KurrentDBClient
@@ -27,6 +27,7 @@ from evdb.archive.s3 import S3Store
 from evdb.database import Database
 from evdb.database.config import DatabaseConfig
 from evdb.errors import ArchiveUnavailable
+from evdb.free_port import free_port
 from evdb.licensing.issuers import issue_demo_license
 from evdb.streams import NewEvent
 from tests.clients.conftest import ADMIN, NodeThread, node_options

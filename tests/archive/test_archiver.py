@@ -12,7 +12,7 @@ import os
 
 import boto3
 import pytest
-from archive_helpers import CHUNK, KEYS, REGION, environ_for, free_port
+from archive_helpers import CHUNK, KEYS, REGION, environ_for
 from archive_helpers import archiver as _archiver
 from archive_helpers import database as _database
 from archive_helpers import drain as _drain
@@ -35,6 +35,7 @@ from evdb.archive.s3 import S3Store
 from evdb.archive.store import ObjectChanged
 from evdb.database import Database
 from evdb.errors import ArchiveUnavailable
+from evdb.free_port import free_port
 from evdb.storage.chunk import Chunk
 
 

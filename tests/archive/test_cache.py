@@ -9,7 +9,7 @@ import os
 import threading
 
 import pytest
-from archive_helpers import CHUNK, REGION, environ_for, free_port
+from archive_helpers import CHUNK, REGION, environ_for
 from archive_helpers import archiver as _archiver
 from archive_helpers import database as _database
 from archive_helpers import drain as _drain
@@ -20,6 +20,7 @@ from evdb.archive.cache import ArchiveCache
 from evdb.archive.filesystem import FileSystemStore
 from evdb.archive.s3 import S3Store
 from evdb.errors import ArchiveError, ArchiveUnavailable
+from evdb.free_port import free_port
 
 LOGGER = logging.getLogger("test.archive.cache")
 

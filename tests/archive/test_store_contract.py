@@ -11,12 +11,13 @@ import threading
 import time
 
 import pytest
-from archive_helpers import REGION, environ_for, free_port
+from archive_helpers import REGION, environ_for
 
 from evdb.archive.filesystem import FileSystemStore
 from evdb.archive.s3 import S3Store
 from evdb.archive.store import ObjectChanged, ObjectExists, ObjectMissing
 from evdb.errors import ArchiveError, ArchiveUnavailable
+from evdb.free_port import free_port
 
 MiB = 1024 * 1024
 

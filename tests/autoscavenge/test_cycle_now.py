@@ -14,6 +14,7 @@ import pytest
 from evdb.autoscavenge.machine import CycleNowRefused
 from evdb.autoscavenge.schedule import parse_schedule
 from evdb.autoscavenge.state import EVENTS_STREAM
+from evdb.free_port import free_port
 from evdb.node import Node
 from tests.autoscavenge.conftest import ADMIN, options_for, time_moves
 from tests.autoscavenge.test_machine import (  # `world`: ManualClock, in-memory store, scripted cluster
@@ -154,12 +155,6 @@ async def test_a_node_that_never_had_a_leader_answers_not_ready(tmp_path, clock,
     from evdb.http import autoscavenge as autoscavenge_http
 
     monkeypatch.setattr(autoscavenge_http, "LEADER_WAIT_SECONDS", 0.3)  # no election will end: no wait
-    import socket
-
-    def free_port() -> int:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return sock.getsockname()[1]
 
     async with Node(options_for(tmp_path, license_at=clock.time()), clock=clock, name="first"):
         pass  # a single node: it leads and creates the default users

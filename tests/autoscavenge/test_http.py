@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 
 import httpx
 
 from evdb.autoscavenge.state import CONFIGURATION_STREAM, EVENTS_STREAM
+from evdb.free_port import free_port
 from evdb.http import autoscavenge as autoscavenge_http
 from evdb.node import Node
 from evdb.scavenge.events import SCAVENGES_STREAM
@@ -177,12 +177,6 @@ async def test_the_node_token_is_checked(licensed_node, clients):
     assert r.status_code in (401, 403)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 async def test_with_no_leader_a_signed_in_caller_is_not_judged_and_told_to_retry(
     tmp_path, clock, monkeypatch
 ):
@@ -194,7 +188,7 @@ async def test_with_no_leader_a_signed_in_caller_is_not_judged_and_told_to_retry
     monkeypatch.setattr(autoscavenge_http, "LEADER_WAIT_SECONDS", 0.3)  # no election will end: no wait
     async with Node(options_for(tmp_path, license_at=clock.time()), clock=clock, name="first"):
         pass  # a single node: it leads and creates the default users
-    seeds = f"127.0.0.1:{_free_port()},127.0.0.1:{_free_port()}"
+    seeds = f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
     options = options_for(tmp_path, "--cluster-size", "3", "--gossip-seed", seeds, license_at=clock.time())
     async with Node(options, clock=clock, name="alone") as node, time_moves(clock):
         assert not node.cluster.is_leader

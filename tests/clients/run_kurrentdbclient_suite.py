@@ -46,6 +46,8 @@ from typing import cast
 
 import httpx
 
+from evdb.free_port import free_port
+
 INSECURE_PORT = 2113
 SECURE_PORT = 2114
 CLUSTER_PORTS = (2110, 2111, 2112)
@@ -418,7 +420,7 @@ def start_nodes(stack: ExitStack, wanted: set[str], certs: Path, folder: Path) -
         processes = []
         for i, port in enumerate(CLUSTER_PORTS, start=1):
             seeds = ",".join(f"127.0.0.1:{q}" for q in CLUSTER_PORTS if q != port)
-            replication = _free_port()
+            replication = free_port()
             args = [
                 *_common(port, "127.0.0.1"),
                 *_tls(certs, f"node{i}"),
@@ -440,12 +442,6 @@ def start_nodes(stack: ExitStack, wanted: set[str], certs: Path, folder: Path) -
             return sorted(states) == ["Follower", "Follower", "Leader"]
 
         _wait("the cluster", cluster_ready, processes)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- running and counting -------------------------------------------------------------------------------

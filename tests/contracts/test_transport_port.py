@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,6 +23,7 @@ from evdb.clock import SystemClock
 from evdb.cluster import sim
 from evdb.cluster.peers import PeerClient, PeerError
 from evdb.cluster.transport import Channel, HttpTransport, Message, Transport, _WebSocketChannel
+from evdb.free_port import free_port
 from evdb.options import Options
 from evdb.tls.reload import NodeSettings
 
@@ -145,10 +145,6 @@ class TransportPortContract:
 
 
 # -- the real transport -------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class TestHttpTransport(TransportPortContract):
@@ -170,7 +166,7 @@ class TestHttpTransport(TransportPortContract):
             w.handlers = Handlers()
             w.caller = caller
             w.endpoint = ("127.0.0.1", await server.start(w.handlers))
-            w.nobody = ("127.0.0.1", _free_port())
+            w.nobody = ("127.0.0.1", free_port())
             try:
                 await body(w)
             finally:

@@ -28,6 +28,7 @@ from grpclib.const import Status
 from waiting import until, wait_until
 
 from evdb.clock import SystemClock
+from evdb.free_port import free_port
 from evdb.grpc.errors import grpc_error
 from evdb.http.answers import error_answer
 from evdb.http.connections import REFUSED, connection_limit
@@ -43,12 +44,6 @@ def _append_body() -> str:
     return json.dumps([{"eventId": str(uuid.uuid4()), "eventType": "t", "data": {"a": 1}}])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _limit_descriptors() -> None:  # in the node's process, before it starts
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
 
@@ -58,7 +53,7 @@ def _open_fds(pid: int) -> int:
 
 
 def test_377_silent_connections_under_nofile_256_leave_appends_answering(tmp_path):
-    port = _free_port()
+    port = free_port()
     args = [
         sys.executable, "-m", "evdb.cli", "node", "--db", str(tmp_path / "db"), "--log", str(tmp_path / "log"),
         "--insecure", "--http-port", str(port), "--stats-period-sec", "0",

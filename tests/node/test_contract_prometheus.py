@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
@@ -18,16 +17,12 @@ from typing import Any
 import httpx
 import pytest
 
+from evdb.free_port import free_port
+
 INSTALL_HINT = "apt-get install -y prometheus"
 DEADLINE = 40.0  # seconds for Prometheus to start, scrape and answer
 POLL = 0.1
 SCRAPE_INTERVAL = "1s"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def poll(

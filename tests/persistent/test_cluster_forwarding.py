@@ -4,7 +4,6 @@ serves ``viewparkedmessages`` from its own copy of the parked stream."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -13,23 +12,19 @@ from kurrentdbclient import KurrentDBClient
 from test_clients import NodeThread, _append, _http, node_options
 from waiting import wait_until
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from evdb.free_port import free_port
 
 
 @pytest.fixture
 def nodes(tmp_path: Path):
-    http = [_free_port() for _ in range(3)]
+    http = [free_port() for _ in range(3)]
     threads: list[NodeThread] = []
     try:
         for i in range(3):
             seeds = ",".join(f"127.0.0.1:{p}" for j, p in enumerate(http) if j != i)
             options = node_options(
                 tmp_path / f"node{i}", "--insecure", "--http-ip", "127.0.0.1", "--http-port", str(http[i]),
-                "--replication-port", str(_free_port()), "--cluster-size", "3", "--gossip-seed", seeds,
+                "--replication-port", str(free_port()), "--cluster-size", "3", "--gossip-seed", seeds,
                 "--gossip-interval-ms", "100",
             )  # fmt: skip
             threads.append(NodeThread(options, name=f"node{i}").start())

@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import os
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -23,6 +22,7 @@ import pytest
 
 from evdb.database import Database
 from evdb.errors import DiskFull, EvdbError
+from evdb.free_port import free_port
 from evdb.storage import disk
 from evdb.storage.disk import OsDisk, use_disk
 from evdb.streams import NewEvent
@@ -81,16 +81,10 @@ def _fill(path) -> None:
         os.close(fd)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start_node(db: str, log: str) -> subprocess.CompletedProcess[str]:
     args = [
         sys.executable, "-m", "evdb.cli", "node", "--db", db, "--log", log, "--insecure",
-        "--http-port", str(_free_port()), "--chunk-size", str(CHUNK), "--stats-period-sec", "0",
+        "--http-port", str(free_port()), "--chunk-size", str(CHUNK), "--stats-period-sec", "0",
     ]  # fmt: skip
     return subprocess.run(args, capture_output=True, text=True, timeout=120)
 

@@ -5,11 +5,11 @@ goes to 0 and the messages come again; its access rule; a node that does not lea
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import httpx
 from webui_helpers import ADMIN, SCREENSHOTS, log_in, node_options, write_orders
 
+from evdb.free_port import free_port
 from evdb.node import Node
 
 
@@ -89,12 +89,6 @@ async def test_groups_with_parked_messages_and_their_confirmed_replay(node, page
         assert sorted(again) == parked
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 async def test_access_rule_and_a_node_that_does_not_lead(tmp_path):
     async with Node(node_options(tmp_path), name="first") as node:  # it leads and creates the users
         async with httpx.AsyncClient(base_url=node.http_url, timeout=30) as anon:
@@ -110,7 +104,7 @@ async def test_access_rule_and_a_node_that_does_not_lead(tmp_path):
             assert (
                 await reader.get("/web/fragments/subscriptions")
             ).status_code == 200  # statistics: any user
-    seeds = f"127.0.0.1:{_free_port()},127.0.0.1:{_free_port()}"
+    seeds = f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
     async with Node(
         node_options(tmp_path, "--cluster-size", "3", "--gossip-seed", seeds), name="alone"
     ) as node:

@@ -31,7 +31,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -45,6 +44,7 @@ if str(ROOT) not in sys.path:
 
 import httpx  # noqa: E402
 
+from evdb.free_port import free_port  # noqa: E402
 from evdb.licensing.issuers import issue_demo_license  # noqa: E402
 from evdb.tls.certs import create_ca, create_node_certificate  # noqa: E402
 from tests.clients.user_certificates import CLIENT_USAGE, make_user_certificate  # noqa: E402
@@ -60,12 +60,6 @@ def _die_with_launcher() -> None:
     """In the node's child process before exec: SIGKILL when the launcher dies."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_certificates(certs: Path, count: int) -> None:
