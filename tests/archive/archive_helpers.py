@@ -7,8 +7,12 @@ import logging
 import os
 import uuid
 
+import yaml
+
 from evdb.archive.archiver import Archiver, DatabaseChunks
 from evdb.database import Database
+from evdb.storage.checkpoints import Checkpoint
+from evdb.storage.log import ARCHIVED_CHECKPOINT
 from evdb.streams import NewEvent
 
 REGION = "eu-west-1"
@@ -93,3 +97,45 @@ def write_filler(local, url: str, kib: int) -> None:
                 headers={"Content-Type": "application/vnd.kurrent.events+json"},
             )
             assert r.status_code == 201, r.text
+
+
+def filesystem_archive(folder, *, days: int, logical_bytes: int) -> dict:
+    """A node's ``Archive`` options: the file-system archive in ``folder``, the retention policy."""
+    return {
+        "Enabled": True,
+        "StorageType": "FileSystem",
+        "FileSystem": {"Path": str(folder)},
+        "RetainAtLeast": {"Days": days, "LogicalBytes": logical_bytes},
+    }
+
+
+def node_of(local, name: str) -> dict:
+    """Node ``name`` of a LocalCluster, as its cluster.json describes it."""
+    return next(n for n in local.info()["nodes"] if n["name"] == name)
+
+
+def node_config(local, name: str) -> dict:
+    with open(node_of(local, name)["config"]) as f:
+        return yaml.safe_load(f)
+
+
+def save_node_config(local, name: str, config: dict) -> None:
+    with open(node_of(local, name)["config"], "w") as f:
+        yaml.safe_dump(config, f)
+
+
+def make_archiver(local, name: str = "replica1") -> dict:
+    """Make replica ``name`` the cluster's archiver (``Archiver: true``); its configuration."""
+    config = node_config(local, name)
+    config["Archiver"] = True
+    save_node_config(local, name, config)
+    return config
+
+
+def archived_chk(db: str) -> int:
+    """The node's ``archived.chk`` in folder ``db`` (0 while there is none), read as the log reads it."""
+    checkpoint = Checkpoint(os.path.join(db, ARCHIVED_CHECKPOINT), 0)
+    try:
+        return checkpoint.value
+    finally:
+        checkpoint.close()

@@ -14,8 +14,7 @@ import subprocess
 import sys
 
 import pytest
-import yaml
-from archive_helpers import write_filler
+from archive_helpers import filesystem_archive, make_archiver, node_config, node_of, write_filler
 from waiting import wait_until
 
 from evdb.archive.archiver import CHECKPOINT, CLAIM, chunk_object_name, read_checkpoint
@@ -31,9 +30,7 @@ CHUNK = 64 * 1024
 
 def _archived_lines(local: LocalCluster) -> list[str]:
     """What the archiver logged of each chunk, over its runs (each run names itself anew)."""
-    replica = next(n for n in local.info()["nodes"] if n["name"] == "replica1")
-    with open(replica["config"]) as f:
-        log = yaml.safe_load(f)["Log"]
+    log = node_config(local, "replica1")["Log"]
     return [
         line["@m"]
         for path in sorted(glob.glob(os.path.join(log, "*", "log-*.json")))
@@ -45,22 +42,11 @@ def _archived_lines(local: LocalCluster) -> list[str]:
 def test_the_archiver_uploads_every_completed_chunk_and_survives_kill_9(tmp_path):
     archive = tmp_path / "archive"
     archive.mkdir()
-    extra = {
-        "Archive": {
-            "Enabled": True,
-            "StorageType": "FileSystem",
-            "FileSystem": {"Path": str(archive)},
-            "RetainAtLeast": {"Days": 1, "LogicalBytes": CHUNK},
-        }
-    }
+    extra = {"Archive": filesystem_archive(archive, days=1, logical_bytes=CHUNK)}
     local = LocalCluster(tmp_path / "cluster")
     local.create(nodes=1, replicas=1, insecure=True, chunk_size="64KiB", extra=extra)
-    replica = next(n for n in local.info()["nodes"] if n["name"] == "replica1")
-    with open(replica["config"]) as f:
-        config = yaml.safe_load(f)
-    config["Archiver"] = True
-    with open(replica["config"], "w") as f:
-        yaml.safe_dump(config, f)
+    replica = node_of(local, "replica1")
+    config = make_archiver(local)
     store = FileSystemStore(str(archive))
     try:
         local.up(timeout=60, log=lambda *_: None)

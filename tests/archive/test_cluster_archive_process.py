@@ -10,28 +10,18 @@ from __future__ import annotations
 import os
 
 import pytest
-import yaml
-from archive_helpers import write_filler
+from archive_helpers import archived_chk, filesystem_archive, make_archiver, write_filler
 from kurrentdbclient import KurrentDBClient
 from waiting import wait_until
 
 from evdb.archive.archiver import read_checkpoint
 from evdb.archive.filesystem import FileSystemStore
 from evdb.cluster.launcher import LocalCluster
-from evdb.storage.log import ARCHIVED_CHECKPOINT
 
 pytestmark = pytest.mark.slow
 
 CHUNK = 64 * 1024
 KEEP = 2 * CHUNK  # RetainAtLeast.LogicalBytes
-
-
-def _archived_chk(db: str) -> int:
-    try:
-        with open(os.path.join(db, ARCHIVED_CHECKPOINT), "rb") as f:
-            return int.from_bytes(f.read(8), "little", signed=True)
-    except FileNotFoundError:
-        return 0
 
 
 def _chunk_files(db: str) -> list[str]:
@@ -40,7 +30,7 @@ def _chunk_files(db: str) -> list[str]:
 
 def _left(db: str) -> bool:
     """Retention ran: chunks before ``archived.chk`` are the archive's only, their files gone."""
-    boundary = _archived_chk(db)
+    boundary = archived_chk(db)
     return boundary > 0 and all(int(f[6:12]) * CHUNK >= boundary for f in _chunk_files(db))
 
 
@@ -67,20 +57,10 @@ def _grpc_all(local: LocalCluster, url: str, preference: str) -> list[str]:
 def test_a_cluster_with_an_archiver_keeps_every_event_readable_after_retention(tmp_path):
     archive = tmp_path / "archive"
     archive.mkdir()
-    settings = {
-        "Enabled": True,
-        "StorageType": "FileSystem",
-        "FileSystem": {"Path": str(archive)},
-        "RetainAtLeast": {"Days": 0, "LogicalBytes": KEEP},
-    }
+    settings = filesystem_archive(archive, days=0, logical_bytes=KEEP)
     local = LocalCluster(tmp_path / "cluster")
     local.create(nodes=3, replicas=1, insecure=True, chunk_size="64KiB", extra={"Archive": settings})
-    replica = next(n for n in local.info()["nodes"] if n["name"] == "replica1")
-    with open(replica["config"]) as f:
-        config = yaml.safe_load(f)
-    config["Archiver"] = True
-    with open(replica["config"], "w") as f:
-        yaml.safe_dump(config, f)
+    make_archiver(local)
     store = FileSystemStore(str(archive))
     voters = [n for n in local.info()["nodes"] if not n["read_only_replica"]]
     try:
@@ -96,7 +76,7 @@ def test_a_cluster_with_an_archiver_keeps_every_event_readable_after_retention(t
                 assert client.post("/admin/scavenge").status_code == 200
             wait_until(lambda node=node: _left(node["db"]), 90, f"{node['name']}'s chunk files to leave")
         for node in voters:
-            boundary = _archived_chk(node["db"])
+            boundary = archived_chk(node["db"])
             assert 3 * CHUNK <= boundary <= read_checkpoint(store).position  # only what the archive holds
             end = next(r["writer"] for r in local.status() if r["name"] == node["name"])
             assert end - boundary >= KEEP  # the policy's bytes stay on the disk

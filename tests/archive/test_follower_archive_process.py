@@ -11,8 +11,15 @@ import logging
 import os
 
 import pytest
-import yaml
-from archive_helpers import write_filler
+from archive_helpers import (
+    archived_chk,
+    filesystem_archive,
+    make_archiver,
+    node_config,
+    node_of,
+    save_node_config,
+    write_filler,
+)
 from waiting import wait_until
 
 from evdb.archive.archiver import read_checkpoint
@@ -21,43 +28,20 @@ from evdb.archive.reads import ArchiveReads
 from evdb.cluster.launcher import LocalCluster
 from evdb.database import Database
 from evdb.logs import read_log_lines
-from evdb.storage.log import ARCHIVED_CHECKPOINT
 
 pytestmark = pytest.mark.slow
 
 CHUNK = 64 * 1024
 
 
-def _node(local: LocalCluster, name: str) -> dict:
-    return next(n for n in local.info()["nodes"] if n["name"] == name)
-
-
-def _config(local: LocalCluster, name: str) -> dict:
-    with open(_node(local, name)["config"]) as f:
-        return yaml.safe_load(f)
-
-
-def _save(local: LocalCluster, name: str, config: dict) -> None:
-    with open(_node(local, name)["config"], "w") as f:
-        yaml.safe_dump(config, f)
-
-
 def _said(local: LocalCluster, name: str, words: str) -> list[str]:
-    log = _config(local, name)["Log"]
+    log = node_config(local, name)["Log"]
     return [
         line["@m"]
         for path in sorted(glob.glob(os.path.join(log, "*", "log-*.json")))
         for line in read_log_lines(path)
         if words in line["@m"]
     ]
-
-
-def _archived_chk(db: str) -> int:
-    try:
-        with open(os.path.join(db, ARCHIVED_CHECKPOINT), "rb") as f:
-            return int.from_bytes(f.read(8), "little", signed=True)
-    except FileNotFoundError:
-        return 0
 
 
 def _all(db: str, store: FileSystemStore) -> list:
@@ -73,22 +57,15 @@ def _all(db: str, store: FileSystemStore) -> list:
 def test_a_replica_behind_the_leaders_archived_chunks_catches_up_from_the_archive(tmp_path):
     archive = tmp_path / "archive"
     archive.mkdir()
-    settings = {
-        "Enabled": True,
-        "StorageType": "FileSystem",
-        "FileSystem": {"Path": str(archive)},
-        "RetainAtLeast": {"Days": 0, "LogicalBytes": CHUNK},
-    }
+    settings = filesystem_archive(archive, days=0, logical_bytes=CHUNK)
     local = LocalCluster(tmp_path / "cluster")
     local.create(nodes=1, replicas=2, insecure=True, chunk_size="64KiB", extra={"Archive": settings})
-    archiver = _config(local, "replica1")
-    archiver["Archiver"] = True
-    _save(local, "replica1", archiver)
-    late = _config(local, "replica2")
+    make_archiver(local)
+    late = node_config(local, "replica2")
     del late["Archive"]  # first without an archive
-    _save(local, "replica2", late)
+    save_node_config(local, "replica2", late)
     store = FileSystemStore(str(archive))
-    leader_db = _node(local, "node1")["db"]
+    leader_db = node_of(local, "node1")["db"]
     try:
         local.up(timeout=60, log=lambda *_: None)
         leader = local.wait_for_leader(60)
@@ -99,9 +76,9 @@ def test_a_replica_behind_the_leaders_archived_chunks_catches_up_from_the_archiv
         with local.client(leader, timeout=30) as client:
             assert client.post("/admin/scavenge").status_code == 200
         wait_until(
-            lambda: _archived_chk(leader_db) >= 3 * CHUNK, 60, "the leader's chunks left to the archive"
+            lambda: archived_chk(leader_db) >= 3 * CHUNK, 60, "the leader's chunks left to the archive"
         )
-        boundary = _archived_chk(leader_db)
+        boundary = archived_chk(leader_db)
 
         # without an archive: refused, both sides saying what to configure
         local.start_node("replica2")
@@ -111,11 +88,11 @@ def test_a_replica_behind_the_leaders_archived_chunks_catches_up_from_the_archiv
         # the follower waits and asks again, 1 s doubling (to 60 s)
         assert _said(local, "replica2", "Catching up from the archive failed (attempt 1, next in 1 s)")
         assert local.stop_node("replica2", log=lambda *_: None)
-        assert _archived_chk(late["Db"]) == 0
+        assert archived_chk(late["Db"]) == 0
 
         # with the cluster's archive: chunks from the archive, the rest from the leader
         late["Archive"] = settings
-        _save(local, "replica2", late)
+        save_node_config(local, "replica2", late)
         local.start_node("replica2")
         write_filler(local, leader, 80)
         wait_until(
@@ -126,7 +103,7 @@ def test_a_replica_behind_the_leaders_archived_chunks_catches_up_from_the_archiv
             "the replica caught up",
         )
         assert _said(local, "replica2", "catching up from the archive")
-        assert _archived_chk(late["Db"]) >= boundary
+        assert archived_chk(late["Db"]) >= boundary
         first_local = min(n for n in os.listdir(late["Db"]) if n.startswith("chunk-"))
         assert int(first_local[6:12]) * CHUNK >= boundary  # no chunk file of its own before the boundary
     finally:
