@@ -270,7 +270,14 @@ class StepDriver:
 
     async def step_create_subscription(self, args: dict) -> None:
         path = f"/subscriptions/{quote(args['stream'], safe='')}/{quote(args['group'], safe='')}"
-        response = await self.cluster.request(args["node"], "PUT", path, json_body=args["settings"])
+        # a leader that has just taken office answers 503 "Server Is Not Ready" until its persistent
+        # subscriptions have started: asked again, bounded, as KurrentDB's clients do
+        deadline = time.monotonic() + 30
+        while True:
+            response = await self.cluster.request(args["node"], "PUT", path, json_body=args["settings"])
+            if response.status_code != 503 or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.25)
         await self._expect_status(response, 201, f"PUT {path}")
 
     async def step_consume(self, args: dict) -> None:
