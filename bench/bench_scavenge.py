@@ -44,6 +44,7 @@ DIR (an earlier version), for before/after figures measured in the same runs.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import logging
 import os
@@ -161,11 +162,13 @@ def scavenge_here(directory: str, chunk_size: int, threads: int) -> dict:
         WorkerPool = None  # type: ignore[assignment,misc]
     pool = WorkerPool(logging.getLogger("bench")) if WorkerPool is not None else None
     startup = pool.start(threads) if pool is not None else 0.0
+    # (an evdb from before the clock seam, --before, takes no clock)
+    clock = {"clock": SystemClock()} if "clock" in inspect.signature(ScavengeService).parameters else {}
     service = ScavengeService(
         db,
-        clock=SystemClock(),
         state_path=ScavengeService.state_path_for(os.path.join(db_dir, "index")),
         logger=logging.getLogger("bench"),
+        **clock,
         **({"workers": pool} if pool is not None else {}),
     )
     before = folder_size(db_dir)
