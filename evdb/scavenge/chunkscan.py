@@ -293,14 +293,33 @@ def _windowed_columns(
             hasher.update(memoryview(raw)[hashed:upto])
             hashed = upto
 
+    def beside_hash(upto: int, kernel, *args):
+        """``kernel(*args)``, while the chunk is hashed up to ``upto`` on another thread (the
+        kernels run without the GIL)."""
+        hasher_thread = None
+        if hasher is not None and upto > hashed:
+            hasher_thread = threading.Thread(target=hash_to, args=(upto,), daemon=True)
+            hasher_thread.start()
+        try:
+            return kernel(*args)
+        finally:
+            if hasher_thread is not None:
+                hasher_thread.join()
+
     try:
         while True:
             if should_stop():
                 raise InterruptedError("scan stopped")
+            walked = None  # the columns the walk found with the offsets (walked by their lengths)
             if given is None:
                 if off >= end:
                     break
-                offsets, stop = kernels.record_offsets(buf, off, min(end, off + _WINDOW))
+                window = min(end, off + _WINDOW)
+                walked = beside_hash(
+                    window, kernels.walk_records, buf, off, window, end, chunk.start_position,
+                    not chunk.is_scavenged,
+                )  # fmt: skip
+                offsets, stop = walked[0], walked[1]
                 if stop > end:
                     walk_error = True  # reported before any record's damage, as one walk does
                     break
@@ -322,21 +341,14 @@ def _windowed_columns(
             if count and first != expected:  # (only a position map's offsets can jump)
                 error = (1, count, _frame_length(buf, first, limit))
                 break
-            # the window's hash goes on another thread while the kernels walk it (they run without
-            # the GIL)
-            hasher_thread = None
-            if hasher is not None and window_end > hashed:
-                hasher_thread = threading.Thread(target=hash_to, args=(window_end,), daemon=True)
-                hasher_thread.start()
-            try:
+            if walked is not None:
+                columns = walked[2:]  # (found by the walk, in the same pass)
+            else:
                 shift = first - _HS if count else 0
-                columns = kernels.scan_records(
-                    buf[shift:], offsets - shift, window_end - shift, chunk.start_position + shift,
-                    not chunk.is_scavenged,
+                columns = beside_hash(
+                    window_end, kernels.scan_records, buf[shift:], offsets - shift, window_end - shift,
+                    chunk.start_position + shift, not chunk.is_scavenged,
                 )  # fmt: skip
-            finally:
-                if hasher_thread is not None:
-                    hasher_thread.join()
             sizes, types, flags, positions, numbers, timestamps, name_lengths, new_run, kind, i, value = (
                 columns
             )

@@ -238,27 +238,21 @@ def test_a_windowed_walk_reports_a_checksum_mismatch_first(tmp_path, clock, what
 
 
 def test_a_windowed_walk_keeps_a_window_of_pages_mapped(tmp_path, monkeypatch):
-    """The walk lets each window's pages go as it passes them: at no window does the chunk's file
-    hold more than about three windows of this process's memory."""
+    """The walk lets each window's pages go as it passes them: once a window is let go, the chunk's
+    file holds no more than about three windows of this process's memory (sampled then: the window's
+    hash, which maps the next window on another thread, has ended)."""
     first = _one_completed_chunk(tmp_path)
     chunk = Chunk.open(first, verify=False)
     window = 256 * 1024
     monkeypatch.setattr(chunkscan, "_WINDOW", window)
     seen: list[int] = []
-    real = chunkscan._kernels
+    let_go = chunk.drop_pages
 
-    class Watched:
-        def __init__(self, kernels) -> None:
-            self._k = kernels
+    def watched(*args) -> None:
+        let_go(*args)
+        seen.append(_mapped_rss(first, chunk))
 
-        def record_offsets(self, *args):
-            seen.append(_mapped_rss(first, chunk))
-            return self._k.record_offsets(*args)
-
-        def scan_records(self, *args):
-            return self._k.scan_records(*args)
-
-    monkeypatch.setattr(chunkscan, "_kernels", lambda: Watched(real()))
+    monkeypatch.setattr(chunk, "drop_pages", watched)
     table = chunkscan.record_table(chunk, compiled=True, verify=True)
     assert len(table) > 3000 and len(seen) >= 12
     assert max(seen) <= 3 * window  # (two windows, and a large folio a fault mapped around it)
