@@ -678,7 +678,9 @@ class ChunkBuilder:
     ) -> None:
         """Add the framed records at ``offsets`` (absolute offsets into ``buf``, in log order) with
         their ``sizes`` and logical ``positions``. Runs of neighbouring records are copied as one
-        slice each, in pieces of at most 8 MiB (``should_stop`` is checked between pieces)."""
+        slice each, in pieces of at most 8 MiB (``should_stop`` is checked before the first piece
+        and then once per 8 MiB copied: a scavenge worker's check costs a system call or two, and a
+        chunk of short runs has thousands of them)."""
         count = len(offsets)
         if not count:
             return
@@ -697,14 +699,18 @@ class ChunkBuilder:
         run_ends = np.concatenate((breaks, [count])).tolist()
         view = memoryview(buf)
         piece = 8 << 20
+        unchecked = piece  # bytes copied since should_stop was last asked
         for a, b in zip(run_starts, run_ends, strict=True):
             start, stop = int(offsets[a]), int(ends[b - 1])
             while start < stop:
-                if should_stop():
-                    raise InterruptedError("copy stopped")
+                if unchecked >= piece:
+                    if should_stop():
+                        raise InterruptedError("copy stopped")
+                    unchecked = 0
                 end = min(stop, start + piece)
                 self._emit(view[start:end])
                 self._size += end - start
+                unchecked += end - start
                 start = end
         view.release()
 

@@ -146,3 +146,50 @@ def test_scavenged_chunk_maps_logical_positions(tmp_path):
     assert reopened.physical_offset(101) is None
     assert reopened.physical_offset_at_or_after(101) == reopened.physical_offset(4000)
     assert reopened.data_end_position == CHUNK + 500
+
+
+def test_add_records_asks_whether_to_stop_once_per_8_mib_not_per_run(tmp_path):
+    """A scavenge copy of many short runs (every other record kept) asks ``should_stop`` before its
+    first piece and then once per 8 MiB copied, not once per run (a worker's check costs system
+    calls); a stop asked for is still seen before anything is copied, and the copy is whole."""
+    import numpy as np
+
+    from evdb.storage.chunk import ChunkBuilder
+
+    size = 1000
+    frames = [frame(i * size, i, data=b"d" * (size - len(frame(0, 0, data=b"")))) for i in range(24_000)]
+    assert all(len(f) == size for f in frames)
+    buf = b"".join(frames)
+    keep = np.arange(0, len(frames), 2, dtype=np.int64)  # 12,000 runs of one record
+    offsets, sizes, positions = keep * size, np.full(len(keep), size, dtype=np.int64), keep * size
+
+    def builder() -> ChunkBuilder:
+        return ChunkBuilder(
+            str(tmp_path),
+            chunk_size=1 << 26,
+            start_number=0,
+            end_number=0,
+            version=1,
+            data_end_position=1 << 26,
+        )
+
+    asked: list[int] = []
+    copy = builder()
+
+    def should_stop() -> bool:
+        asked.append(copy.physical_size)
+        return False
+
+    copy.add_records(buf, offsets, sizes, positions, should_stop)
+    chunk = copy.finish(sync=False)
+    # 12 MB of runs: asked before the first, and again once the runs copied reach 8 MiB
+    assert asked == [0, -(-(8 << 20) // size) * size]
+    assert chunk.physical_end == len(keep) * size
+    for k in (0, 1, len(keep) - 1):
+        record, _ = chunk.read_at(k * size)
+        assert record.log_position == int(positions[k])
+    stopped = builder()
+    with pytest.raises(InterruptedError):
+        stopped.add_records(buf, offsets, sizes, positions, lambda: True)
+    assert stopped.physical_size == 0
+    stopped.abort()
