@@ -223,6 +223,9 @@ def _raise(where: str, kind: int, offset: int, value: int) -> None:
 #: it has walked (and hashed) them (``Chunk.drop_pages``): a worker process's RSS holds a window of
 #: the chunk's file, not all of it (issue 23: a scavenge under 500 MiB of RSS)
 _WINDOW = 32 << 20
+#: the bytes a frame is taken to hold, on average, to size a walked chunk's columns (more frames
+#: double them)
+_FRAME_GUESS = 256
 
 
 def _frame_length(buf, off: int, limit: int) -> int:
@@ -276,7 +279,13 @@ def _windowed_columns(
     hash_end = chunk.file_size - 16 if hash_it else 0
     hashed = dropped = since = 0
     names = _RunNames(raw)
-    parts: list[tuple] = []
+    # the chunk's columns, written in place window after window (one concatenation of the windows'
+    # own columns copied a tenth of a chunk walk's CPU): room for frames of _FRAME_GUESS bytes,
+    # doubled when a window fills it
+    if given is None:
+        out = kernels.columns(chunk.physical_end // _FRAME_GUESS + 64)
+    else:
+        out = (given, *kernels.columns(len(given))[1:])
     error: tuple[int, int, int] | None = None  # (kind, record index, value): the first, as one run finds it
     walk_error = False  # the frames' lengths do not lead to the end
     count = 0  # records in the windows before
@@ -310,16 +319,18 @@ def _windowed_columns(
         while True:
             if should_stop():
                 raise InterruptedError("scan stopped")
-            walked = None  # the columns the walk found with the offsets (walked by their lengths)
+            walked = None  # the error the walk found (walked by their lengths)
             if given is None:
                 if off >= end:
                     break
                 window = min(end, off + _WINDOW)
-                walked = beside_hash(
+                if count == len(out[0]):  # full: twice the room, the columns so far kept
+                    out = tuple(_grown(column, count) for column in out)
+                written, stop, *walked = beside_hash(
                     window, kernels.walk_records, buf, off, window, end, chunk.start_position,
-                    not chunk.is_scavenged,
+                    not chunk.is_scavenged, out, count,
                 )  # fmt: skip
-                offsets, stop = walked[0], walked[1]
+                offsets = out[0][count : count + written]
                 if stop > end:
                     walk_error = True  # reported before any record's damage, as one walk does
                     break
@@ -333,7 +344,8 @@ def _windowed_columns(
                     break
                 stop_at = int(np.searchsorted(given, given[gi] + _WINDOW, side="left"))
                 offsets = given[gi : max(stop_at, gi + 1)]
-                gi += len(offsets)
+                written = len(offsets)
+                gi += written
                 last = gi >= len(given)
                 tail = int(offsets[-1])
                 window_end = end if last else min(tail + _frame_length(buf, tail, limit) + 12, end)
@@ -341,17 +353,15 @@ def _windowed_columns(
             if count and first != expected:  # (only a position map's offsets can jump)
                 error = (1, count, _frame_length(buf, first, limit))
                 break
-            if walked is not None:
-                columns = walked[2:]  # (found by the walk, in the same pass)
-            else:
+            if walked is None:
                 shift = first - _HS if count else 0
-                columns = beside_hash(
+                walked = beside_hash(
                     window_end, kernels.scan_records, buf[shift:], offsets - shift, window_end - shift,
-                    chunk.start_position + shift, not chunk.is_scavenged,
+                    chunk.start_position + shift, not chunk.is_scavenged, out, count,
                 )  # fmt: skip
-            sizes, types, flags, positions, numbers, timestamps, name_lengths, new_run, kind, i, value = (
-                columns
-            )
+            kind, i, value = walked
+            # (this window's part of the columns: sizes, types, name lengths, run starts)
+            sizes, types, name_lengths, new_run = (out[k][count : count + written] for k in (1, 2, 7, 8))
             if (
                 count and types[0] == 1
             ):  # (an event) its run starts here unless the record before is of its stream
@@ -367,11 +377,8 @@ def _windowed_columns(
                 names.add(raw, offsets, name_lengths, new_run)  # while the window is mapped
             if kind and (error is None or kind < error[0]):
                 error = (int(kind), count + int(i), int(value))
-            parts.append(
-                (offsets, sizes, types, flags, positions, numbers, timestamps, name_lengths, new_run)
-            )
             previous = (int(offsets[-1]), int(sizes[-1]), int(types[-1]), int(name_lengths[-1]))
-            count += len(offsets)
+            count += written
             expected = int(offsets[-1]) + int(sizes[-1])
             # this window's pages: walked and hashed, let go (the next window starts on the last one)
             upto = (window_end // mmap.PAGESIZE) * mmap.PAGESIZE
@@ -389,17 +396,18 @@ def _windowed_columns(
         raise CorruptedFile(where, "chunk checksum mismatch")
     if walk_error:
         raise CorruptedFile(where, f"bad record length before offset {end - _HS}")
-    if not parts:
-        empty = np.zeros(0, dtype=np.int64)
-        return (
-            empty, empty.copy(), np.zeros(0, np.uint8), empty.copy(), empty.copy(), empty.copy(),
-            empty.copy(), empty.copy(), np.zeros(0, np.bool_),
-        ), names  # fmt: skip
-    columns = tuple(np.concatenate(c) if len(parts) > 1 else c[0] for c in zip(*parts, strict=True))
+    columns = tuple(column[:count] for column in out)
     if error is not None:
         kind, i, value = error
         _raise(where, kind, int(columns[0][i]), int(columns[4][i]) if kind == 3 else value)
     return columns, names
+
+
+def _grown(column: np.ndarray, count: int) -> np.ndarray:
+    """``column`` with twice the room, its first ``count`` entries kept."""
+    bigger = np.empty(2 * len(column), dtype=column.dtype)
+    bigger[:count] = column[:count]
+    return bigger
 
 
 def _has_name(buf, off: int, size: int, name_length: int) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["scan_records", "walk_records", "warm_up"]
+__all__ = ["columns", "scan_records", "walk_records", "warm_up"]
 
 _HS = 128  # chunk header size (evdb.storage.chunk.HEADER_SIZE; checked in chunkscan)
 _STREAM_AT = 60  # stream name bytes, from the frame start (4 + records.EVENT_HEADER.size)
@@ -71,28 +71,15 @@ def _same_bytes(buf, a, b, count):
 
 
 @_jit
-def _records(buf, given, walking, start, end, chunk_end, base_position, check_positions):
+def _records(buf, given, walking, start, end, chunk_end, base_position, check_positions, out, at):
     """The one loop of :func:`scan_records` (``walking`` off: the frames at ``given``) and
     :func:`walk_records` (on: the frames from ``start`` by their lengths, up to the first that ends
-    at or after ``end``): (offsets, where the walk stopped, sizes, types, flags, positions, numbers,
-    timestamps, name lengths, run starts, error kind, error index, error value)."""
-    if walking:
-        # room for as many frames as the window can hold (a frame takes at least 12 bytes; the walk
-        # goes at most one frame past ``end``): only the part written is ever touched (arrays grown
-        # inside the loop made it 6x slower: numba then counts references at every step)
-        capacity = max(0, end - start) // 12 + 2
-        offsets = np.empty(capacity, dtype=np.int64)
-    else:
-        capacity = len(given)
-        offsets = given
-    sizes = np.empty(capacity, dtype=np.int64)
-    types = np.empty(capacity, dtype=np.uint8)
-    flags = np.empty(capacity, dtype=np.int64)
-    positions = np.empty(capacity, dtype=np.int64)
-    numbers = np.empty(capacity, dtype=np.int64)
-    timestamps = np.empty(capacity, dtype=np.int64)
-    name_lengths = np.empty(capacity, dtype=np.int64)
-    new_run = np.empty(capacity, dtype=np.bool_)
+    at or after ``end``, or until ``out`` is full), writing from index ``at`` of ``out`` (offsets,
+    written only when walking; sizes, types, flags, positions, numbers, timestamps, name lengths, run
+    starts): (records written, where the walk stopped, error kind, error index among them, error
+    value)."""
+    offsets, sizes, types, flags, positions, numbers, timestamps, name_lengths, new_run = out
+    room = len(given) if not walking else len(sizes) - at
     limit = min(chunk_end, len(buf))
     bad_length = bad_trailer = bad_position = bad_body = -1
     value = 0  # (the length of the record with a bad one)
@@ -100,28 +87,27 @@ def _records(buf, given, walking, start, end, chunk_end, base_position, check_po
     previous_length = 0
     count = 0
     off = expected = start
-    while True:
+    while count < room:
         if walking:
             if off >= end:
                 break
             if off + 4 > len(buf):
                 off = end + 1
                 break
-        elif count == capacity:
-            break
         else:
             off = given[count]
         i = count
+        j = at + i
         count += 1
         length = 0
         if off >= 0 and off + 4 <= (len(buf) if walking else limit):
             length = _u32(buf, off)
         if walking:
-            offsets[i] = off
-        sizes[i] = length + 12
-        types[i] = 0
-        flags[i] = positions[i] = numbers[i] = timestamps[i] = name_lengths[i] = 0
-        new_run[i] = False
+            offsets[j] = off
+        sizes[j] = length + 12
+        types[j] = 0
+        flags[j] = positions[j] = numbers[j] = timestamps[j] = name_lengths[j] = 0
+        new_run[j] = False
         frame = off
         off += length + 12
         if not walking and (frame != expected or off > limit):
@@ -129,14 +115,14 @@ def _records(buf, given, walking, start, end, chunk_end, base_position, check_po
         expected = off
         if length == 0:
             if bad_length < 0:
-                bad_length, value = i, sizes[i] - 12
+                bad_length, value = i, sizes[j] - 12
             if walking:
                 continue
             break  # (the frames at given offsets are not read past one whose length is bad)
         if off > limit:
             continue  # (walking) past the chunk's end: the walk stops beyond chunk_end
         kind = buf[frame + 4]
-        types[i] = kind
+        types[j] = kind
         if bad_trailer < 0 and (
             _u32(buf, frame + 8 + length) != length or (kind != _EVENT and kind != _SYSTEM)
         ):
@@ -148,15 +134,15 @@ def _records(buf, given, walking, start, end, chunk_end, base_position, check_po
         else:
             # the first 56 bytes of every frame are read, as the numpy path reads them (from the next
             # frame, or the footer, when the frame is shorter: such a record is reported below)
-            positions[i] = _i64(buf, frame + 8)
-            numbers[i] = _i64(buf, frame + 16)
-            timestamps[i] = _i64(buf, frame + 24)
-            if check_positions and bad_position < 0 and positions[i] != base_position + frame - _HS:
+            positions[j] = _i64(buf, frame + 8)
+            numbers[j] = _i64(buf, frame + 16)
+            timestamps[j] = _i64(buf, frame + 24)
+            if check_positions and bad_position < 0 and positions[j] != base_position + frame - _HS:
                 bad_position = i
             if kind == _EVENT:
-                flags[i] = _u16(buf, frame + 6)
+                flags[j] = _u16(buf, frame + 6)
                 name = _u16(buf, frame + 48)
-                name_lengths[i] = name
+                name_lengths[j] = name
                 if length < _EVENT_BODY + name:
                     if bad_body < 0:
                         bad_body = i
@@ -165,53 +151,57 @@ def _records(buf, given, walking, start, end, chunk_end, base_position, check_po
             elif length < _SYSTEM_BODY and bad_body < 0:
                 bad_body = i
         if kind == _EVENT:
-            same = name_at >= 0 and previous_name >= 0 and name_lengths[i] == previous_length
+            same = name_at >= 0 and previous_name >= 0 and name_lengths[j] == previous_length
             if same:
                 same = _same_bytes(buf, name_at, previous_name, previous_length)
-            new_run[i] = not same
+            new_run[j] = not same
         previous_name = name_at
-        previous_length = name_lengths[i]
+        previous_length = name_lengths[j]
     if not walking and bad_length < 0 and count and expected != chunk_end:
-        bad_length, value = count - 1, sizes[count - 1] - 12
-    kind, at = 0, -1
+        bad_length, value = count - 1, sizes[at + count - 1] - 12
+    kind, index = 0, -1
     if bad_length >= 0:
-        kind, at = 1, bad_length
+        kind, index = 1, bad_length
     elif bad_trailer >= 0:
-        kind, at = 2, bad_trailer
+        kind, index = 2, bad_trailer
     elif bad_position >= 0:
-        kind, at = 3, bad_position
+        kind, index = 3, bad_position
     elif bad_body >= 0:
-        kind, at = 4, bad_body
-    n = count if walking else capacity
-    return (
-        offsets[:n], off, sizes[:n], types[:n], flags[:n], positions[:n], numbers[:n], timestamps[:n],
-        name_lengths[:n], new_run[:n], kind, at, value,
-    )  # fmt: skip
+        kind, index = 4, bad_body
+    return (count if walking else len(given)), off, kind, index, value
 
 
 @_jit
-def scan_records(buf, offsets, end, base_position, check_positions):
+def scan_records(buf, offsets, end, base_position, check_positions, out, at):
     """The columns of every record at ``offsets`` (absolute, in log order, the first at the header's
-    end) and the first error: (sizes, types, flags, positions, numbers, timestamps, name lengths, run
-    starts, error kind, error index, error value). One pass over the frames; the error reported is
-    the first of the first kind found, in this order: 1 a bad length (value: the length), 2 a bad
-    trailer or type, 3 a record not at its own position, 4 an event or system record too short for
-    its header and stream name."""
-    return _records(buf, offsets, False, _HS, 0, end, base_position, check_positions)[2:]
+    end), written into ``out`` (sizes, types, flags, positions, numbers, timestamps, name lengths,
+    run starts; its offsets are not written) from index ``at``, and the first error: (error kind,
+    error index, error value). One pass over the frames; the error reported is the first of the
+    first kind found, in this order: 1 a bad length (value: the length), 2 a bad trailer or type, 3
+    a record not at its own position, 4 an event or system record too short for its header and
+    stream name."""
+    return _records(buf, offsets, False, _HS, 0, end, base_position, check_positions, out, at)[2:]
 
 
 @_jit
-def walk_records(buf, start, end, chunk_end, base_position, check_positions):
+def walk_records(buf, start, end, chunk_end, base_position, check_positions, out, at):
     """The frames from ``start`` by their leading lengths, up to the first that ends at or after
-    ``end``, and their columns, in one pass: (offsets, where the walk stopped, then
-    :func:`scan_records`'s columns and error for those offsets and a window that ends where the walk
+    ``end`` (or as many as ``out`` has room for from index ``at``), and their columns, written into
+    ``out`` (offsets, then as :func:`scan_records`), in one pass: (records written, where the walk
+    stopped, then :func:`scan_records`'s error for them, in a window that ends where the walk
     stopped). A whole chunk stops exactly at ``chunk_end``; a walk that stops after it (the lengths
-    do not lead to the chunk's end) gives columns that mean nothing. Each frame's fields are read as
+    do not lead to the chunk's end) writes columns that mean nothing. Each frame's fields are read as
     the walk reaches it, while its first bytes are in the cache (reaching the next frame misses
     it: a walk for the offsets and a second pass for the fields missed twice, 2.4x the CPU)."""
-    return _records(
-        buf, np.empty(0, dtype=np.int64), True, start, end, chunk_end, base_position, check_positions
-    )
+    empty = np.empty(0, dtype=np.int64)
+    return _records(buf, empty, True, start, end, chunk_end, base_position, check_positions, out, at)
+
+
+def columns(capacity: int) -> tuple:
+    """Room for ``capacity`` records' columns: offsets, sizes, types, flags, positions, numbers,
+    timestamps, name lengths, run starts (pages are touched only as records are written)."""
+    wide = [np.empty(capacity, dtype=np.int64) for _ in range(7)]
+    return (*wide[:2], np.empty(capacity, dtype=np.uint8), *wide[2:7], np.empty(capacity, dtype=np.bool_))
 
 
 def warm_up() -> None:
@@ -224,5 +214,6 @@ def warm_up() -> None:
     frozen = buf.copy()
     frozen.flags.writeable = False  # a chunk file's map is read-only: its own specialisation
     for b in (buf, frozen):
-        offsets = walk_records(b, _HS, _HS + 64, _HS + 64, 0, True)[0]
-        scan_records(b, offsets, _HS + 64, 0, True)
+        out = columns(4)
+        walk_records(b, _HS, _HS + 64, _HS + 64, 0, True, out, 0)
+        scan_records(b, out[0][:1], _HS + 64, 0, True, out, 1)

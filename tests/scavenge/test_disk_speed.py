@@ -223,6 +223,25 @@ def test_a_windowed_walk_gives_the_numpy_table(db, clock, small_windows):
     test_chunkscan.test_the_compiled_walk_gives_the_numpy_table(db, clock)
 
 
+@pytest.mark.parametrize("window", [300, 1 << 20])
+def test_a_walk_whose_columns_fill_up_gives_the_numpy_table(db, clock, monkeypatch, window):
+    """The walk writes a chunk's columns in place, room for frames of _FRAME_GUESS bytes: a chunk of
+    smaller frames fills them, and the walk stops where it filled them and goes on with twice the
+    room (here from 64 records, doubled again and again), in windows smaller and bigger than that."""
+    monkeypatch.setattr(chunkscan, "_WINDOW", window)
+    monkeypatch.setattr(chunkscan, "_FRAME_GUESS", 1 << 30)
+    grown: list[int] = []
+    real = chunkscan._grown
+
+    def watched(column, count):
+        grown.append(count)
+        return real(column, count)
+
+    monkeypatch.setattr(chunkscan, "_grown", watched)
+    test_chunkscan.test_the_compiled_walk_gives_the_numpy_table(db, clock)
+    assert 64 in grown and 128 in grown  # (each of the nine columns, each time)
+
+
 @pytest.mark.parametrize(
     "what", ["zero length", "long length", "short length", "trailer", "type", "position", "short event"]
 )
