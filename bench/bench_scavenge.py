@@ -33,6 +33,12 @@ without a scavenge, during it, and 5 s after, and the scavenge's time (issue 38'
 
     .venv/bin/python bench/bench_scavenge.py --size-gib 2 --chunk-mib 256 --runs 3 --steady on,off
 
+With ``--stall-probe`` each steady run also says where its time went (StallProbe): each thread's CPU
+in each stage of the scavenge, where the appender stood while an append was over 1 ms long, and each
+moment a 1 ms sleeper woke over 2 ms late with the thread that held the GIL meanwhile (if any did).
+The appends' own times (not counted from when each was due) are given too: an append p99 far above
+them means the appender fell behind its rate, not that one append stalled.
+
 ``--writeback-probe none,steps-1m,flat-8m,paced,steps-1m+idle,paced+idle`` measures the disk alone:
 300-byte appends with ``fdatasync`` every 2 ms while another process writes 768 MiB in each of those
 ways (the copy writer's modes, evdb/scavenge/workers.py; ``+idle``: in the idle I/O class).
@@ -256,7 +262,131 @@ def latency(directory: str, chunk_size: int) -> dict[str, float]:
     }
 
 
-def steady(directory: str, chunk_size: int, auto_pacing: bool, seconds: float = 5.0) -> dict[str, float]:
+class StallProbe:
+    """--stall-probe: a thread that sleeps 1 ms at a time and, when it wakes over ``late`` later than
+    asked (the GIL, or a CPU, was not to be had), notes how late, the scavenge's stage, each thread's
+    CPU time in that window (the thread that used it held the GIL: a window where no thread of the
+    process ran is the machine's, not the process's) and where that thread stands (it has just let the
+    GIL go: its innermost frames say what held it). For finding the node process's stalls; never in
+    a node."""
+
+    def __init__(self, late: float = 0.002) -> None:
+        self.late = late
+        self.stage = "none"
+        self.stalls: list[dict] = []
+        #: CPU ms of each thread (by name) in each stage
+        self.stage_cpu: dict[str, dict[str, float]] = {}
+        #: when the append under way began (set by the appender; None: none is)
+        self.appending: float | None = None
+        #: ms that appends over 1 ms long spent at each (stage, innermost frames of the appender)
+        self.append_wait: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stall-probe", daemon=True)
+
+    @staticmethod
+    def _cpu(threads: dict[int, tuple[str, int]]) -> dict[int, float]:
+        out = {}
+        for ident, (_, clock) in threads.items():
+            try:
+                out[ident] = time.clock_gettime(clock)
+            except OSError:  # the thread has ended
+                pass
+        return out
+
+    def _run(self) -> None:
+        me = threading.get_ident()
+        threads: dict[int, tuple[str, int]] = {}
+        count = -1
+        while not self._stop.is_set():
+            if threading.active_count() != count:
+                count = threading.active_count()
+                threads = {}
+                for t in threading.enumerate():
+                    if t.ident is not None and t.ident != me:
+                        try:
+                            threads[t.ident] = (t.name, time.pthread_getcpuclockid(t.ident))
+                        except OSError:
+                            pass
+            cpu_before = self._cpu(threads)
+            stage = self.stage
+            asked = time.perf_counter()
+            time.sleep(0.001)
+            late = time.perf_counter() - asked - 0.001
+            used = {i: c - cpu_before.get(i, c) for i, c in self._cpu(threads).items()}
+            began = self.appending
+            if began is not None and time.perf_counter() - began > 0.001:
+                frame = sys._current_frames().get(threading.main_thread().ident)
+                inner = []
+                while frame is not None and len(inner) < 3:
+                    inner.append(
+                        f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} {frame.f_code.co_name}"
+                    )
+                    frame = frame.f_back
+                key = f"{stage} | {' < '.join(inner)}"
+                self.append_wait[key] = self.append_wait.get(key, 0.0) + (late + 0.001) * 1000
+            totals = self.stage_cpu.setdefault(stage, {})
+            for i, c in used.items():
+                totals[threads[i][0]] = totals.get(threads[i][0], 0.0) + c * 1000
+            if late <= self.late:
+                continue
+            frames = sys._current_frames()
+            holder = max(used, key=lambda i: used[i], default=None)
+            stack: list[str] = []
+            frame = frames.get(holder) if holder is not None else None
+            while frame is not None and len(stack) < 8:
+                code = frame.f_code
+                stack.append(f"{os.path.basename(code.co_filename)}:{frame.f_lineno} {code.co_name}")
+                frame = frame.f_back
+            self.stalls.append(
+                {
+                    "ms": round(late * 1000, 1),
+                    "stage": stage,
+                    "at": time.strftime("%H:%M:%S", time.localtime()),
+                    "process cpu ms": round(sum(used.values()) * 1000, 1),
+                    "holder": threads[holder][0] if holder is not None else None,
+                    "holder cpu ms": round(used[holder] * 1000, 1) if holder is not None else 0,
+                    "where": stack,
+                }
+            )
+
+    def __enter__(self) -> StallProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> list[dict]:
+        """The CPU each thread used in each stage; where the appender stood while an append was over
+        1 ms long; every stall's milliseconds summed by stage, the thread that used the CPU meanwhile
+        (none: under half the window) and its innermost frames; then each stall over 20 ms."""
+        by: dict[str, list[float]] = {}
+        for stall in self.stalls:
+            ran = stall["holder cpu ms"] >= stall["ms"] / 2
+            where = " < ".join(stall["where"][:3]) if ran else ""
+            key = f"{stall['stage']} | {stall['holder'] if ran else '(no thread ran)'} | {where}"
+            by.setdefault(key, []).append(stall["ms"])
+        cpu = [
+            {"stage": stage, "cpu ms": {n: round(ms, 1) for n, ms in sorted(t.items()) if ms >= 1}}
+            for stage, t in self.stage_cpu.items()
+        ]
+        waits = sorted(self.append_wait.items(), key=lambda kv: -kv[1])[:15]
+        top = sorted(by.items(), key=lambda kv: -sum(kv[1]))[:20]
+        return (
+            cpu
+            + [{"slow appends at": k, "ms": round(v, 1)} for k, v in waits]
+            + [
+                {"stage | holder | where": k, "stalls": len(v), "ms": round(sum(v), 1), "max": max(v)}
+                for k, v in top
+            ]
+            + [s for s in self.stalls if s["ms"] > 20]
+        )
+
+
+def steady(
+    directory: str, chunk_size: int, auto_pacing: bool, seconds: float = 5.0, probe: bool = False
+) -> dict[str, object]:
     """Appends at a steady rate of half the node's capacity (this process's single-append rate,
     measured first): their latency without a scavenge for ``seconds``, then while a scavenge runs
     (timed), then without one again. Each append's latency is counted from the moment it was due
@@ -279,15 +409,26 @@ def steady(directory: str, chunk_size: int, auto_pacing: bool, seconds: float = 
     every = 2.0 / capacity
 
     slow: list[tuple[str, float]] = []  # (wall-clock time due, ms) of appends over 50 ms: for the log
+    stalls = StallProbe() if probe else None
+
+    service_times: list[list[float]] = []  # each load's appends' own times (not counted from due)
 
     def load(until: Callable[[], bool]) -> list[float]:
         out = []
+        own: list[float] = []
+        service_times.append(own)
         due = time.perf_counter()
         while not until():
             now = time.perf_counter()
             if now < due:
                 time.sleep(due - now)
+            began = time.perf_counter()
+            if stalls is not None:
+                stalls.appending = began
             db.append("steady", payload)
+            if stalls is not None:
+                stalls.appending = None
+            own.append(time.perf_counter() - began)
             took = time.perf_counter() - due
             out.append(took)
             if took > 0.05:
@@ -301,6 +442,9 @@ def steady(directory: str, chunk_size: int, auto_pacing: bool, seconds: float = 
 
     before = load(for_seconds(seconds))
     done = threading.Event()
+    if stalls is not None:
+        service.stage_hook = lambda stage: setattr(stalls, "stage", stage)
+        stalls.__enter__()
     began = time.perf_counter()
     service.start(ScavengeRequest())
     took = [0.0]
@@ -310,6 +454,8 @@ def steady(directory: str, chunk_size: int, auto_pacing: bool, seconds: float = 
     waiter.start()
     during = load(done.is_set)
     waiter.join()
+    if stalls is not None:
+        stalls.__exit__()
     assert service.last()[1] == "Success", service.last()
     after = load(for_seconds(seconds))
     service.close()
@@ -331,10 +477,18 @@ def steady(directory: str, chunk_size: int, auto_pacing: bool, seconds: float = 
         "after p99 ms": pct(after, 0.99),
         "appends during": len(during),
         "slow": slow,
+        # each append's own time, without the wait for those before it: a p99 of it far below the
+        # p99 counted from due means the appender fell behind (its appends slower than their rate)
+        "own p50 ms before/during/after": [pct(xs, 0.5) for xs in service_times],
+        "own p99 ms before/during/after": [pct(xs, 0.99) for xs in service_times],
+        "own mean ms before/during/after": [1000 * sum(xs) / max(1, len(xs)) for xs in service_times],
+        **({"stalls": stalls.summary()} if stalls is not None else {}),
     }
 
 
-def run_steady(source: str, base: str, chunk_size: int, runs: int, modes: list[bool]) -> None:
+def run_steady(
+    source: str, base: str, chunk_size: int, runs: int, modes: list[bool], probe: bool = False
+) -> None:
     """--steady: per run, a scavenge with no load (its idle time) and, for each pacing mode, one under
     a steady append load at half capacity, each on a fresh ``cp -r; sync`` copy in a fresh process."""
     copy = os.path.join(base, "steady")
@@ -350,7 +504,8 @@ def run_steady(source: str, base: str, chunk_size: int, runs: int, modes: list[b
             subprocess.run(["sync"], check=True)
             out = subprocess.run(
                 [sys.executable, __file__, "--steady-one", copy, "--chunk-mib", str(chunk_size >> 20)]
-                + ([] if mode else ["--no-auto-pacing"]),
+                + ([] if mode else ["--no-auto-pacing"])
+                + (["--stall-probe"] if probe else []),
                 check=True, capture_output=True, text=True,
             )  # fmt: skip
             got = json.loads(out.stdout.strip().splitlines()[-1])
@@ -366,6 +521,8 @@ def run_steady(source: str, base: str, chunk_size: int, runs: int, modes: list[b
                 f"load {os.getloadavg()[0]:.1f}",
                 flush=True,
             )
+            for stall in got.get("stalls", []):
+                print("  stall:", json.dumps(stall), flush=True)
     med = statistics.median
     print()
     print(
@@ -597,6 +754,13 @@ def main() -> None:
         help="instead: the disk alone, appends timed while a writer writes a copy in each way named "
         "(none, steps-1m, flat-8m, paced, each also with +idle), alternated --runs times",
     )
+    parser.add_argument(
+        "--stall-probe",
+        action="store_true",
+        help="with --steady: note each moment the steady process's 1 ms sleeper woke over 5 ms late, "
+        "with the scavenge's stage and its threads' frames then (printed: totals by stage and frame, and "
+        "every stall over 20 ms)",
+    )
     parser.add_argument("--steady-one", default=None, help=argparse.SUPPRESS)  # steady, in a child
     parser.add_argument("--no-auto-pacing", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # scavenge_here, in a child
@@ -621,7 +785,9 @@ def main() -> None:
         print(json.dumps(latency(args.latency_one, chunk_size)))
         return
     if args.steady_one:
-        print(json.dumps(steady(args.steady_one, chunk_size, not args.no_auto_pacing)))
+        print(
+            json.dumps(steady(args.steady_one, chunk_size, not args.no_auto_pacing, probe=args.stall_probe))
+        )
         return
     base = tempfile.mkdtemp(dir=args.dir, prefix="bench-scavenge-")
     try:
@@ -631,7 +797,7 @@ def main() -> None:
         print(f"built {written / 1024**3:.2f} GiB in {time.perf_counter() - started:.0f} s", flush=True)
         if args.steady:
             modes = [mode.strip() == "on" for mode in args.steady.split(",")]
-            run_steady(source, base, chunk_size, args.runs, modes)
+            run_steady(source, base, chunk_size, args.runs, modes, args.stall_probe)
             return
         results: dict[int, list[tuple[float, float, dict]]] = {t: [] for t in thread_counts}
         befores: dict[int, list[tuple[float, dict]]] = {t: [] for t in thread_counts}
