@@ -276,6 +276,8 @@ class StallProbe:
         self.stalls: list[dict] = []
         #: CPU ms of each thread (by name) in each stage
         self.stage_cpu: dict[str, dict[str, float]] = {}
+        #: bytes the process and its workers read from and wrote to the disk in each stage
+        self.stage_io: dict[str, list[int]] = {}
         #: when the append under way began (set by the appender; None: none is)
         self.appending: float | None = None
         #: ms that appends over 1 ms long spent at each (stage, innermost frames of the appender)
@@ -293,11 +295,28 @@ class StallProbe:
                 pass
         return out
 
+    @staticmethod
+    def _io() -> tuple[int, int]:
+        me = psutil.Process()
+        read = written = 0
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                io = p.io_counters()
+            except psutil.Error:
+                continue
+            read, written = read + io.read_bytes, written + io.write_bytes
+        return read, written
+
     def _run(self) -> None:
         me = threading.get_ident()
         threads: dict[int, tuple[str, int]] = {}
         count = -1
+        io_stage, io_at = self.stage, self._io()
         while not self._stop.is_set():
+            if self.stage != io_stage or self._stop.is_set():
+                now = self._io()
+                self.stage_io[io_stage] = [now[0] - io_at[0], now[1] - io_at[1]]
+                io_stage, io_at = self.stage, now
             if threading.active_count() != count:
                 count = threading.active_count()
                 threads = {}
@@ -368,7 +387,11 @@ class StallProbe:
             key = f"{stall['stage']} | {stall['holder'] if ran else '(no thread ran)'} | {where}"
             by.setdefault(key, []).append(stall["ms"])
         cpu = [
-            {"stage": stage, "cpu ms": {n: round(ms, 1) for n, ms in sorted(t.items()) if ms >= 1}}
+            {
+                "stage": stage,
+                "cpu ms": {n: round(ms, 1) for n, ms in sorted(t.items()) if ms >= 1},
+                "disk MiB read, written": [round(b / 2**20, 1) for b in self.stage_io.get(stage, [])],
+            }
             for stage, t in self.stage_cpu.items()
         ]
         waits = sorted(self.append_wait.items(), key=lambda kv: -kv[1])[:15]
@@ -408,7 +431,8 @@ def steady(
     capacity = count / (time.perf_counter() - started)
     every = 2.0 / capacity
 
-    slow: list[tuple[str, float]] = []  # (wall-clock time due, ms) of appends over 50 ms: for the log
+    # (wall-clock time due, ms[, the scavenge's stage with --stall-probe]) of appends over 50 ms
+    slow: list[tuple] = []
     stalls = StallProbe() if probe else None
 
     service_times: list[list[float]] = []  # each load's appends' own times (not counted from due)
@@ -432,7 +456,13 @@ def steady(
             took = time.perf_counter() - due
             out.append(took)
             if took > 0.05:
-                slow.append((time.strftime("%H:%M:%S", time.localtime(time.time() - took)), took * 1000))
+                slow.append(
+                    (
+                        time.strftime("%H:%M:%S", time.localtime(time.time() - took)),
+                        took * 1000,
+                        *((stalls.stage,) if stalls is not None else ()),
+                    )
+                )
             due += every
         return out
 
