@@ -93,6 +93,18 @@ def folder_size(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
+def tree_figures(figure: Callable[[psutil.Process], object]) -> list:
+    """``figure`` of this process and each of its live children (a child gone meanwhile: none)."""
+    me = psutil.Process()
+    out = []
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            out.append(figure(p))
+        except psutil.Error:
+            pass
+    return out
+
+
 class PeakMemory:
     """The highest RSS of this process plus its children (the worker processes), sampled; and the
     highest anonymous part of it (``RssAnon``: RSS counts the pages of mapped chunk files a process
@@ -124,15 +136,13 @@ class PeakMemory:
     @staticmethod
     def cpu() -> float:
         """CPU seconds (user + system) used so far by this process and its live children."""
-        me = psutil.Process()
-        used = 0.0
-        for p in [me, *me.children(recursive=True)]:
-            try:
-                times = p.cpu_times()
-                used += times.user + times.system
-            except psutil.Error:
-                pass
-        return used
+        return sum(t.user + t.system for t in tree_figures(psutil.Process.cpu_times))
+
+    @staticmethod
+    def io() -> tuple[int, int]:
+        """Bytes read from and written to the disk so far by this process and its live children."""
+        counters = tree_figures(psutil.Process.io_counters)
+        return sum(c.read_bytes for c in counters), sum(c.write_bytes for c in counters)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -295,26 +305,14 @@ class StallProbe:
                 pass
         return out
 
-    @staticmethod
-    def _io() -> tuple[int, int]:
-        me = psutil.Process()
-        read = written = 0
-        for p in [me, *me.children(recursive=True)]:
-            try:
-                io = p.io_counters()
-            except psutil.Error:
-                continue
-            read, written = read + io.read_bytes, written + io.write_bytes
-        return read, written
-
     def _run(self) -> None:
         me = threading.get_ident()
         threads: dict[int, tuple[str, int]] = {}
         count = -1
-        io_stage, io_at = self.stage, self._io()
+        io_stage, io_at = self.stage, PeakMemory.io()
         while not self._stop.is_set():
             if self.stage != io_stage or self._stop.is_set():
-                now = self._io()
+                now = PeakMemory.io()
                 self.stage_io[io_stage] = [now[0] - io_at[0], now[1] - io_at[1]]
                 io_stage, io_at = self.stage, now
             if threading.active_count() != count:
