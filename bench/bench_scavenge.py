@@ -44,7 +44,8 @@ them means the appender fell behind its rate, not that one append stalled.
 ways (the copy writer's modes, evdb/scavenge/workers.py; ``+idle``: in the idle I/O class).
 
 ``--before DIR`` also scavenges, in each run, a fresh ``cp -r; sync`` copy with the ``evdb`` package in
-DIR (an earlier version), for before/after figures measured in the same runs.
+DIR (an earlier version), for before/after figures measured in the same runs; with ``--steady``, each
+pacing mode also runs under the load with that package, alternated with this tree's.
 """
 
 from __future__ import annotations
@@ -515,19 +516,29 @@ def steady(
 
 
 def run_steady(
-    source: str, base: str, chunk_size: int, runs: int, modes: list[bool], probe: bool = False
+    source: str,
+    base: str,
+    chunk_size: int,
+    runs: int,
+    modes: list[bool],
+    probe: bool = False,
+    evdb_before: str | None = None,
 ) -> None:
     """--steady: per run, a scavenge with no load (its idle time) and, for each pacing mode, one under
-    a steady append load at half capacity, each on a fresh ``cp -r; sync`` copy in a fresh process."""
+    a steady append load at half capacity, each on a fresh ``cp -r; sync`` copy in a fresh process;
+    with ``evdb_before`` (--before), each mode also with the evdb package in that folder, alternated."""
     copy = os.path.join(base, "steady")
-    rows: dict[bool, list[tuple[float, dict]]] = {mode: [] for mode in modes}
+    trees: list[str | None] = [None] + ([evdb_before] if evdb_before else [])
+    rows: dict[tuple[bool, str | None], list[tuple[float, dict]]] = {
+        (mode, tree): [] for mode in modes for tree in trees
+    }
     for run in range(runs):
         subprocess.run(["cp", "-r", source, copy], check=True)
         subprocess.run(["sync"], check=True)
         idle = scavenge(copy, chunk_size, 1)["took"]
         shutil.rmtree(copy)
         print(f"run {run + 1}: scavenge with no load {idle:.2f} s, load {os.getloadavg()[0]:.1f}", flush=True)
-        for mode in modes:
+        for mode, tree in rows:
             subprocess.run(["cp", "-r", source, copy], check=True)
             subprocess.run(["sync"], check=True)
             out = subprocess.run(
@@ -535,17 +546,21 @@ def run_steady(
                 + ([] if mode else ["--no-auto-pacing"])
                 + (["--stall-probe"] if probe else []),
                 check=True, capture_output=True, text=True,
+                env=dict(os.environ, PYTHONPATH=tree) if tree else None, cwd="/" if tree else None,
             )  # fmt: skip
             got = json.loads(out.stdout.strip().splitlines()[-1])
             shutil.rmtree(copy)
-            rows[mode].append((idle, got))
+            rows[mode, tree].append((idle, got))
+            own = got.get("own p99 ms before/during/after", [0.0, 0.0, 0.0])
             print(
-                f"run {run + 1}, automatic pacing {'on' if mode else 'off'}: {got['rate']:.0f} appends/s "
+                f"run {run + 1}, automatic pacing {'on' if mode else 'off'}"
+                f"{f', the evdb in {tree}' if tree else ''}: {got['rate']:.0f} appends/s "
                 f"(capacity {got['capacity']:.0f}/s); p99 {got['before p99 ms']:.2f} ms without a scavenge, "
                 f"{got['during p99 ms']:.2f} ms during it ({got['during p99 ms'] / got['before p99 ms']:.2f}×; "
                 f"p50 {got['during p50 ms']:.2f} ms, p99.9 {got['during p99.9 ms']:.2f} ms, max "
                 f"{got['during max ms']:.1f} ms, {got['appends during']} appends), {got['after p99 ms']:.2f} ms "
-                f"after; scavenge {got['took']:.2f} s ({got['took'] / idle:.2f}× its time with no load), "
+                f"after; each append's own time (not from due) p99 {own[0]:.2f} ms without, {own[1]:.2f} ms "
+                f"during; scavenge {got['took']:.2f} s ({got['took'] / idle:.2f}× its time with no load), "
                 f"load {os.getloadavg()[0]:.1f}",
                 flush=True,
             )
@@ -554,12 +569,13 @@ def run_steady(
     med = statistics.median
     print()
     print(
-        "| automatic pacing | appends/s | p99 without a scavenge | p99 during | × (goal 2) | scavenge | × with no load (goal 3) |"
+        "| automatic pacing | evdb | appends/s | p99 without a scavenge | p99 during | × (goal 2) | scavenge "
+        "| × with no load (goal 3) |"
     )
-    print("|---|---|---|---|---|---|---|")
-    for mode, got in rows.items():
+    print("|---|---|---|---|---|---|---|---|")
+    for (mode, tree), got in rows.items():
         print(
-            f"| {'on' if mode else 'off'} | {med(g['rate'] for _, g in got):.0f} | "
+            f"| {'on' if mode else 'off'} | {tree or 'this tree'} | {med(g['rate'] for _, g in got):.0f} | "
             f"{med(g['before p99 ms'] for _, g in got):.2f} ms | {med(g['during p99 ms'] for _, g in got):.2f} ms | "
             f"{med(g['during p99 ms'] / g['before p99 ms'] for _, g in got):.2f} | "
             f"{med(g['took'] for _, g in got):.2f} s | {med(g['took'] / i for i, g in got):.2f} |"
@@ -825,7 +841,7 @@ def main() -> None:
         print(f"built {written / 1024**3:.2f} GiB in {time.perf_counter() - started:.0f} s", flush=True)
         if args.steady:
             modes = [mode.strip() == "on" for mode in args.steady.split(",")]
-            run_steady(source, base, chunk_size, args.runs, modes, args.stall_probe)
+            run_steady(source, base, chunk_size, args.runs, modes, args.stall_probe, args.before)
             return
         results: dict[int, list[tuple[float, float, dict]]] = {t: [] for t in thread_counts}
         befores: dict[int, list[tuple[float, dict]]] = {t: [] for t in thread_counts}
