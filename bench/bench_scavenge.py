@@ -289,6 +289,10 @@ class StallProbe:
         self.stage_cpu: dict[str, dict[str, float]] = {}
         #: bytes the process and its workers read from and wrote to the disk in each stage
         self.stage_io: dict[str, list[int]] = {}
+        #: (kind, start, end) of the node's disk steps the probe watches (see watch_disk_steps)
+        self.steps: list[tuple[str, float, float]] = []
+        #: (start, seconds) of each append whose own time was over 10 ms
+        self.slow_own: list[tuple[float, float]] = []
         #: when the append under way began (set by the appender; None: none is)
         self.appending: float | None = None
         #: ms that appends over 1 ms long spent at each (stage, innermost frames of the appender)
@@ -367,6 +371,53 @@ class StallProbe:
                 }
             )
 
+    def watch_disk_steps(self) -> None:
+        """Time the node's own disk steps of a scavenge (its copies' fsync, the switch of a copy into
+        the log: rename and folder fsyncs, the freeing of a replaced file's blocks), to set the slow
+        appends beside them. Wraps them in this process (a bench child) for its lifetime."""
+        from evdb.scavenge import executor
+        from evdb.storage import disk
+        from evdb.storage.log import TransactionLog
+
+        def timed(kind: str, fn: Callable) -> Callable:
+            def run(*args, **kwargs):
+                started = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    self.steps.append((kind, started, time.perf_counter()))
+
+            return run
+
+        executor._sync = timed("copy fsync", executor._sync)  # type: ignore[attr-defined]
+        TransactionLog.switch_chunk = timed("switch into the log", TransactionLog.switch_chunk)  # type: ignore[method-assign]
+        disk.Reclaimer.shrink = timed("freeing a replaced file", disk.Reclaimer.shrink)  # type: ignore[method-assign]
+
+    def beside_steps(self) -> list[dict]:
+        """Per kind of disk step: the share of the appends over 10 ms that overlapped one, against
+        the share of the time from the first slow append to the last that those steps covered (what
+        chance alone would give)."""
+        if not self.slow_own:
+            return []
+        first = min(start for start, _ in self.slow_own)
+        last = max(start + took for start, took in self.slow_own)
+        span = max(1e-9, last - first)
+        out = []
+        for kind in sorted({k for k, _, _ in self.steps}):
+            steps = [(a, b) for k, a, b in self.steps if k == kind]
+            hit = sum(any(a < start + took and start < b for a, b in steps) for start, took in self.slow_own)
+            covered = sum(max(0.0, min(b, last) - max(a, first)) for a, b in steps)
+            out.append(
+                {
+                    "appends over 10 ms beside": kind,
+                    "steps": len(steps),
+                    "step ms (max)": round(max(b - a for a, b in steps) * 1000, 1),
+                    "share of those appends": round(hit / len(self.slow_own), 3),
+                    "share of the time": round(covered / span, 3),
+                }
+            )
+        return out
+
     def __enter__(self) -> StallProbe:
         self._thread.start()
         return self
@@ -397,6 +448,8 @@ class StallProbe:
         top = sorted(by.items(), key=lambda kv: -sum(kv[1]))[:20]
         return (
             cpu
+            + [{"appends over 10 ms": len(self.slow_own)}]
+            + self.beside_steps()
             + [{"slow appends at": k, "ms": round(v, 1)} for k, v in waits]
             + [
                 {"stage | holder | where": k, "stalls": len(v), "ms": round(sum(v), 1), "max": max(v)}
@@ -433,6 +486,8 @@ def steady(
     # (wall-clock time due, ms[, the scavenge's stage with --stall-probe]) of appends over 50 ms
     slow: list[tuple] = []
     stalls = StallProbe() if probe else None
+    if stalls is not None:
+        stalls.watch_disk_steps()
 
     service_times: list[list[float]] = []  # each load's appends' own times (not counted from due)
 
@@ -452,6 +507,8 @@ def steady(
             if stalls is not None:
                 stalls.appending = None
             own.append(time.perf_counter() - began)
+            if stalls is not None and own[-1] > 0.010 and stalls.stage != "none":
+                stalls.slow_own.append((began, own[-1]))
             took = time.perf_counter() - due
             out.append(took)
             if took > 0.05:
@@ -485,6 +542,7 @@ def steady(
     waiter.join()
     if stalls is not None:
         stalls.__exit__()
+        stalls.stage = "none"  # (the appends after the scavenge are not its)
     assert service.last()[1] == "Success", service.last()
     after = load(for_seconds(seconds))
     service.close()
