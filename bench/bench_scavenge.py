@@ -314,12 +314,13 @@ class StallProbe:
         me = threading.get_ident()
         threads: dict[int, tuple[str, int]] = {}
         count = -1
-        io_stage, io_at = self.stage, PeakMemory.io()
+        io_stage, io_at, stage_began = self.stage, PeakMemory.io(), time.perf_counter()
         while not self._stop.is_set():
             if self.stage != io_stage or self._stop.is_set():
                 now = PeakMemory.io()
                 self.stage_io[io_stage] = [now[0] - io_at[0], now[1] - io_at[1]]
-                io_stage, io_at = self.stage, now
+                self.steps.append((f"stage {io_stage}", stage_began, time.perf_counter()))
+                io_stage, io_at, stage_began = self.stage, now, time.perf_counter()
             if threading.active_count() != count:
                 count = threading.active_count()
                 threads = {}
@@ -425,6 +426,9 @@ class StallProbe:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self.steps.append(
+            (f"stage {self.stage}", max((b for _, _, b in self.steps), default=0.0), time.perf_counter())
+        )
 
     def summary(self) -> list[dict]:
         """The CPU each thread used in each stage; where the appender stood while an append was over
