@@ -450,10 +450,23 @@ class StallProbe:
         ]
         waits = sorted(self.append_wait.items(), key=lambda kv: -kv[1])[:15]
         top = sorted(by.items(), key=lambda kv: -sum(kv[1]))[:20]
+        slowest = sorted(self.slow_own, key=lambda a: -a[1])[:15]
         return (
             cpu
             + [{"appends over 10 ms": len(self.slow_own)}]
             + self.beside_steps()
+            + [
+                {
+                    "slow append ms": round(took * 1000, 1),
+                    # the steps it overlapped, each with when it began relative to the append (ms)
+                    "beside": [
+                        f"{kind} ({(a - start) * 1000:+.0f} ms)"
+                        for kind, a, b in self.steps
+                        if a < start + took and start < b
+                    ],
+                }
+                for start, took in slowest
+            ]
             + [{"slow appends at": k, "ms": round(v, 1)} for k, v in waits]
             + [
                 {"stage | holder | where": k, "stalls": len(v), "ms": round(sum(v), 1), "max": max(v)}
