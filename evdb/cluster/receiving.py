@@ -433,7 +433,7 @@ class ReplicationSink(ShellPart):
             elif route == "records":
                 assert message.binary is not None
                 pieces, commit = records_batch_of(message.binary, inbox)
-                committed = await self._blocking(self.service.replica.apply_replicated_batch, pieces)
+                committed = await self.service.replica.write_replicated_batch(pieces)
                 channel.post_bytes(POSITION.pack(committed))  # the acknowledgement: 8 bytes
                 # what the leader's majority holds: reads here go no further (nor past this log)
                 self.service._take_commit(stream, commit)
