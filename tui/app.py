@@ -397,9 +397,13 @@ class DashboardApp(App[str | None]):
         return self._first_frame_at
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        shown = self.query_one(TabbedContent).active == "archive"
+        active = self.query_one(TabbedContent).active
+        shown = active == "archive"
         for collector in self.collectors.values():  # the archive's figures: every poll while shown
             collector.archive_wanted, opened = shown, shown and not collector.archive_wanted
+            if active == "certs":  # certificates are read at a slow pace: the tab opened shows them as now
+                collector.read_certificates_now()
+                opened = True
             if opened:
                 collector.wake.set()
         self.render_panels()

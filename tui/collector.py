@@ -161,6 +161,13 @@ class NodeCollector:
         #: set by the app while its Archive tab is shown: each poll reads the archive's figures (/stats)
         self.archive_wanted = False
 
+    def read_certificates_now(self) -> None:
+        """The next poll reads the node's certificates (the TLS handshake and /admin/certificates),
+        whatever their slow pace says: a certificate changed outside the dashboard (``evdb certs
+        rotate``) shows as soon as somebody looks."""
+        self._certificate_at = None
+        self._certificates_at = None
+
     # -- scheduling ------------------------------------------------------------------------------------
     def next_delay(self) -> float:
         if self.state.failures == 0:

@@ -12,6 +12,11 @@ upload: its size and footer checksum must be the new file's.
 Rewrites of the same archive by several nodes (a scavenge on one, a redaction on another) are taken
 one at a time through a lease object, ``archive.rewriting`` (:class:`RewriteLease`): created
 create-only, taken over with ``If-Match`` once it has expired (its holder died), deleted when done.
+Its holder renews it with ``If-Match`` of its own entity tag right before each put of a rewritten
+chunk (:func:`put_rewritten`): a holder that overran its lease, and lost it to another node, finds the
+lease changed and puts nothing. It deletes the lease at the end only while its own copy is there with
+:data:`RELEASE_MARGIN` of its time left (a lease past that is left to expire: deleting it could delete
+the next holder's).
 Each rewrite downloads the object after taking the lease, so it always starts from the newest copy:
 a scavenge never puts back an event a redaction blanked meanwhile.
 
@@ -21,7 +26,6 @@ The work files (the downloaded copy, the rewritten one) are in a folder of the c
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -39,6 +43,7 @@ __all__ = [
     "LEASE",
     "LEASE_SECONDS",
     "MARKERS",
+    "RELEASE_MARGIN",
     "RewriteLease",
     "archived_header",
     "download_archived",
@@ -52,6 +57,8 @@ __all__ = [
 LEASE = "archive.rewriting"
 #: how long a lease holds before another node may take it over (its holder is taken to be dead)
 LEASE_SECONDS = 600.0
+#: a holder deletes its lease only with this long left of it (the look and the delete take less)
+RELEASE_MARGIN = 60.0
 
 
 def work_folder(db_dir: str, name: str) -> str:
@@ -77,17 +84,20 @@ class RewriteLease:
         #: once (one scavenge at a time on a node; redactions one at a time under its chunk lock)
         self.owner = node
         self.held = False
+        #: this holder's copy of the lease object: its entity tag and its end (wall clock)
+        self._etag = ""
+        self._until = 0.0
 
-    def _body(self) -> bytes:
-        return json.dumps(
-            {"owner": self.owner, "node": self.node, "until": self.now() + self.seconds}
-        ).encode()
+    def _put(self, **condition: object) -> None:
+        until = self.now() + self.seconds
+        body = json.dumps({"owner": self.owner, "node": self.node, "until": until}).encode()
+        info = self.store.put_bytes(LEASE, body, **condition)  # type: ignore[arg-type]
+        self.held, self._etag, self._until = True, info.etag, until
 
     def try_acquire(self) -> str | None:
         """None when this lease now holds the archive; else who holds it (for the log)."""
         try:
-            self.store.put_bytes(LEASE, self._body(), if_absent=True)
-            self.held = True
+            self._put(if_absent=True)
             return None
         except ObjectExists:
             pass
@@ -104,11 +114,24 @@ class RewriteLease:
         if until > self.now() and owner != self.owner:
             return f"{holder} (until {until:.0f})"
         try:  # expired: taken over only if nobody replaced it since it was read
-            self.store.put_bytes(LEASE, self._body(), if_match=info.etag)
-        except ObjectChanged:
+            self._put(if_match=info.etag)
+        except (ObjectChanged, ObjectMissing):
             return f"{holder} (taken over by another node just now)"
-        self.held = True
         return None
+
+    def renew(self, what: str) -> None:
+        """A full lease from now, if this holder's copy is still the lease object (``If-Match``); else
+        ArchiveUnavailable: the lease ran out and another node took it, so ``what`` must not be done."""
+        if not self.held:
+            raise ArchiveUnavailable(f"{what} in {self.store.description}: no rewrite lease is held")
+        try:
+            self._put(if_match=self._etag)
+        except (ObjectChanged, ObjectMissing):
+            self.held = False
+            raise ArchiveUnavailable(
+                f"{what} not done: the rewrite lease on {self.store.description} ran out and another node "
+                "took it (try again)"
+            ) from None
 
     def acquire(self, wait: Callable[[float], bool], logger: logging.Logger, what: str) -> None:
         """Take the lease, waiting while another node holds it; ArchiveUnavailable when ``wait`` says to
@@ -130,12 +153,16 @@ class RewriteLease:
                 )
 
     def release(self) -> None:
+        """Delete the lease object while it is this holder's copy with RELEASE_MARGIN of it left; a
+        lease nearer its end is left to expire (another node may take it over any moment)."""
         if not self.held:
             return
         self.held = False
-        with contextlib.suppress(ObjectMissing, ValueError, KeyError, TypeError):
-            if json.loads(self.store.get_bytes(LEASE)).get("owner") == self.owner:
-                self.store.delete(LEASE)
+        if self.now() >= self._until - RELEASE_MARGIN:
+            return
+        info = self.store.head(LEASE)
+        if info is not None and info.etag == self._etag:
+            self.store.delete(LEASE)
 
 
 #: the folder of the scavenge markers: ``scavenged/chunk-NNNNNN.json`` says which scavenge point's
@@ -188,13 +215,15 @@ def download_archived(store: ArchiveStore, number: int, chunk_size: int, folder:
     return chunk
 
 
-def put_rewritten(store: ArchiveStore, number: int, new: Chunk) -> ObjectInfo:
-    """Replace archived chunk ``number`` with the completed chunk file ``new`` (one atomic put), and
-    check the object holds its bytes (size and footer checksum)."""
+def put_rewritten(store: ArchiveStore, number: int, new: Chunk, lease: RewriteLease) -> ObjectInfo:
+    """Replace archived chunk ``number`` with the completed chunk file ``new`` (one atomic put) under
+    ``lease``, renewed first (nothing is put by a holder that lost it), and check the object holds its
+    bytes (size and footer checksum)."""
     name = chunk_object_name(number)
     assert new.path is not None and new.footer is not None
     if new.start_number != number or new.end_number != number:
         raise ValueError(f"{new.path} holds chunks {new.start_number}-{new.end_number}, not chunk {number}")
+    lease.renew(f"The rewrite of archived chunk {number}")
     info = store.put_file(name, new.path)
     expected = (new.file_size, new.footer.checksum)
     found = archived_as(store, name)

@@ -8,6 +8,7 @@ owns one :class:`Membership`; taking office, stepping down and following are the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from evdb.cluster.advertising import CLIENT_HOST, CLIENT_PORT
 from evdb.cluster.election import VoteRequest
@@ -16,7 +17,10 @@ from evdb.cluster.gossip import Peer
 from evdb.cluster.shell import ClusterShell, ShellPart
 from evdb.cluster.transport import PeerError
 
-__all__ = ["Membership"]
+__all__ = ["FAST_GOSSIP", "Membership"]
+
+#: seconds between gossip rounds while a leader may be taking office (Membership.look_again_soon)
+FAST_GOSSIP = 0.05
 
 
 class Membership(ShellPart):
@@ -26,6 +30,11 @@ class Membership(ShellPart):
         super().__init__(service)
         #: held while this node stands for election
         self.election_lock = asyncio.Lock()
+        #: set to end the gossip loop's rest at once (a vote granted: the candidate's office is near)
+        self._look_again = asyncio.Event()
+        #: until when (this node's clock) the gossip loop looks every FAST_GOSSIP seconds, not every
+        #: gossip interval: after this node granted a vote, until it follows a leader
+        self._fast_until = -1.0
 
     def own_member(self) -> dict:
         """This node's own entry of its ``/gossip`` answer, in KurrentDB's member shape."""
@@ -76,7 +85,26 @@ class Membership(ShellPart):
                 raise
             except Exception:
                 self.logger.exception("Cluster gossip round failed")
-            await asyncio.sleep(self.service.gossip_interval)
+            await self._rest()
+
+    def _rest_seconds(self) -> float:
+        """The gossip interval; FAST_GOSSIP while a candidate this node voted for may be taking office
+        (gossip is asked for, not sent: without this, a voter learned of its new leader up to a whole
+        interval after the election, and the leader could not commit, nor sign anyone in, before)."""
+        if self.service.leader_id is None and self._now() < self._fast_until:
+            return min(FAST_GOSSIP, self.service.gossip_interval)
+        return self.service.gossip_interval
+
+    async def _rest(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._look_again.wait(), self._rest_seconds())
+        self._look_again.clear()
+
+    def look_again_soon(self) -> None:
+        """Gossip every FAST_GOSSIP seconds, from now until this node follows a leader (at most a
+        gossip timeout)."""
+        self._fast_until = self._now() + self.service.gossip_timeout
+        self._look_again.set()
 
     async def _gossip_round(self) -> None:
         if not self.service.peers:
@@ -122,6 +150,10 @@ class Membership(ShellPart):
         elif isinstance(decision, LeaderLost):
             self.logger.warning("Lost the leader %s; no leader is known", decision.leader_id)
             await self.service._stop_following()
+            # what the same round says next (a resigned leader's hand-over to this node): not a whole
+            # gossip interval later
+            if self.service.leader_id is None:
+                await self._evaluate()
         elif isinstance(decision, Stand):
             if decision.handed_over_by is not None:
                 self.logger.info(
@@ -246,6 +278,8 @@ class Membership(ShellPart):
             self.service.db.log.checkpoints.proposal.write(vote.term)
             self.service.voted_for = vote.candidate_id
             await self.service._stop_following()
+        if granted and not vote.pre_vote:
+            self.look_again_soon()  # the candidate may take office in a moment: follow it then
         self.logger.info(
             "%s for %s in term %d: %s",
             "Pre-vote" if vote.pre_vote else "Vote",

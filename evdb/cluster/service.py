@@ -517,6 +517,7 @@ class ClusterService:
         # and _fail_gate refuses those it holds (see _gate_answers)
         self.state = "Unknown"
         successor = self.leadership.successor() if resigning else None
+        channels = [link.channel for link in self._followers.values() if link.channel is not None]
         self.leadership.left_office()
         self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)  # type: ignore[arg-type]
         if self.cluster_size == 1:
@@ -529,6 +530,12 @@ class ClusterService:
                 self.logger.info(
                     "Handing over to %s, the most up-to-date follower: it stands at once", successor
                 )
+                # the followers ask for gossip now, not at their next round: the successor reads the
+                # hand-over in it, the others find the new leader as soon as it takes office
+                for channel in channels:
+                    if not channel.closed:
+                        with contextlib.suppress(PeerError):
+                            await channel.send_json({"handOver": successor})
         else:
             self.elector.round_over(self._now())
         self.logger.info("This node is no longer the leader")
@@ -558,6 +565,10 @@ class ClusterService:
 
     def majority_position(self) -> int:
         return self.leadership.majority_position(self.db.committed_position)
+
+    def look_again_soon(self) -> None:
+        """Gossip now, and often until this node follows a leader (evdb/cluster/membership.py)."""
+        self.membership.look_again_soon()
 
     def _release_gate(self) -> None:
         """Give the answers a majority (and the leases) now allow, after telling the followers the new

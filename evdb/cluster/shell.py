@@ -146,6 +146,8 @@ class ClusterShell(Protocol):
 
     def _wake_senders(self) -> None: ...
 
+    def look_again_soon(self) -> None: ...
+
 
 class ShellPart:
     """A helper of the shell: its service, and the service's logger, clock and blocking-call runner."""

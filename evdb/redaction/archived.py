@@ -168,7 +168,7 @@ def redact_archived(
                     if copy.redacted:
                         new = checked_replacement(original, temp, os.path.basename(temp))
                         try:
-                            put_rewritten(store, number, new)
+                            put_rewritten(store, number, new, lease)
                         finally:
                             new.close()
                         logger.info(

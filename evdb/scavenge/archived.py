@@ -141,7 +141,14 @@ def _execute_archived(ctx: RunContext, decider: Decider, archive: ArchiveAccess)
                         )
                     else:
                         _rewrite(
-                            ctx, archive, decisions, number, weights.get(number, 0.0), chosen[number], work
+                            ctx,
+                            archive,
+                            decisions,
+                            number,
+                            weights.get(number, 0.0),
+                            chosen[number],
+                            work,
+                            lease,
                         )
                         mark_scavenged(store, number, ctx.point.number, lease.node)
                 finally:
@@ -167,6 +174,7 @@ def _rewrite(
     weight: float,
     always: bool,
     work: str,
+    lease: RewriteLease,
 ) -> None:
     store, name = archive.store, chunk_object_name(number)
     original = download_archived(store, number, ctx.db.log.chunk_size, work)
@@ -190,7 +198,7 @@ def _rewrite(
                     "SCAVENGING: Archived chunk %d (%s) has nothing to remove: left as it is.", number, name
                 )
                 return
-            put_rewritten(store, number, new)
+            put_rewritten(store, number, new, lease)
             archive.cache.drop(number)
             ctx.progress.records_removed += removed
             ctx.logger.info(

@@ -343,6 +343,11 @@ async def test_certificates_are_read_at_the_slow_cadence_and_after_a_call(clock)
     c.full_poll_next = True  # the dashboard sent a reload: its result is read at once
     await c.poll_once()
     assert paths(leader).count("/admin/certificates") == 3
+    c.read_certificates_now()  # the Certificates tab opened: a rotation made elsewhere shows at once
+    await c.poll_once()
+    assert paths(leader).count("/admin/certificates") == 4
+    await c.poll_once()
+    assert paths(leader).count("/admin/certificates") == 4
 
 
 async def test_certificates_not_on_this_node_or_not_allowed(clock):

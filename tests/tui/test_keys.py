@@ -509,3 +509,18 @@ async def test_backup_key_is_disabled_where_the_node_has_no_backup_endpoints(lea
         await ready(app, pilot)
         assert app.check_action("start_backup", ()) is None
         assert ("b", "Backup", "backups are not available on 127.0.0.1:2113") in app.help_rows()
+
+
+async def test_the_certificates_tab_opened_reads_the_certificates_at_once(leader):
+    """Certificates are read at a slow pace (a TLS handshake each); one rotated outside the dashboard
+    (``evdb certs rotate``) shows at the first poll after the tab is opened, not up to 30 s later."""
+    app = make_app(leader)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await ready(app, pilot)
+        read = [r.url.path for r in leader.requests].count("/admin/certificates")
+        await app.poll_all()
+        assert [r.url.path for r in leader.requests].count("/admin/certificates") == read
+        await pilot.press("5")
+        await pilot.pause()
+        await app.poll_all()
+        assert [r.url.path for r in leader.requests].count("/admin/certificates") == read + 1
