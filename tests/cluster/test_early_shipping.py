@@ -34,7 +34,7 @@ def _crashes_that_lost_shipped_records(result: sim.SimulationResult) -> list[str
 
 # seeds whose schedule has the case (found with the simulator; if it changes, pick others the same way:
 # python -m evdb.cluster.sim --seed N --nodes 3 --seconds 4 --verbose)
-@pytest.mark.parametrize("seed", [56, 59])
+@pytest.mark.parametrize("seed", [51, 63])
 def test_a_leader_that_loses_shipped_records_in_a_power_cut_loses_no_acknowledged_write(seed):
     result = sim.run_seed(seed, seconds=SECONDS)
     assert result.ok, result.violations
@@ -47,7 +47,7 @@ def test_a_leader_that_loses_shipped_records_in_a_power_cut_loses_no_acknowledge
     )
 
 
-@pytest.mark.parametrize("seed", [20, 22])
+@pytest.mark.parametrize("seed", [40, 110])
 def test_a_leader_whose_sync_of_shipped_records_fails_keeps_the_cluster_consistent(seed):
     result = sim.run_seed(seed, seconds=SECONDS)
     assert result.ok, result.violations
