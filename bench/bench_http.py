@@ -94,7 +94,7 @@ def thread_names(pid: int) -> dict[int, str]:
 
 
 #: the system calls counted per thread in a --per-thread run (perf's tracepoints, when perf is there)
-SYSCALLS = ("futex", "read", "write", "pwrite64", "fdatasync", "epoll_pwait", "getpid")
+SYSCALLS = ("futex", "read", "write", "writev", "pwrite64", "fdatasync", "epoll_pwait", "getpid")
 
 
 def count_syscalls(pid: int, seconds: float) -> subprocess.Popen | None:
@@ -168,8 +168,8 @@ def main() -> None:
     parser.add_argument(
         "--per-thread",
         action="store_true",
-        help="one more run per target: the leader's CPU (user, system) and context switches per append, "
-        "thread by thread (/proc/<pid>/task; names from py-spy dump)",
+        help="one more run per target: each node's CPU (user, system), context switches and system calls "
+        "per append, thread by thread (/proc/<pid>/task; names from py-spy dump; calls from perf)",
     )
     args = parser.parse_args()
     targets = target_names(args.targets, args.variants)
@@ -224,17 +224,29 @@ def main() -> None:
     if args.per_thread:
         for kind in targets:
             with launch(kind) as target:
-                pid = target.leader.pid
-                before = thread_counters(pid)
-                counting = count_syscalls(pid, args.seconds)  # the same seconds as wrk's load
+                pids = {node.name: node.pid for node in target.nodes}  # the leader first
+                before = {name: thread_counters(pid) for name, pid in pids.items()}
+                # the same seconds as wrk's load
+                counting = {name: count_syscalls(pid, args.seconds) for name, pid in pids.items()}
                 r = appends(target)
-                after = thread_counters(pid)
-                syscalls = syscalls_per_thread(counting)
-                names = thread_names(pid)
+                after = {name: thread_counters(pid) for name, pid in pids.items()}
+                syscalls = {name: syscalls_per_thread(c) for name, c in counting.items()}
+                names = {name: thread_names(pid) for name, pid in pids.items()}
             print(
                 f"\nper-thread run, {kind}: {r.rate:,.0f} appends/s, p50 {r.p50_ms:.2f} ms; CPU {r.cpu_text()}"
             )
-            print(per_thread_table(kind, before, after, names, r.requests, syscalls))
+            for number, name in enumerate(pids):
+                role = "leader" if number == 0 else "follower"
+                print(
+                    per_thread_table(
+                        f"{kind} {name} ({role})",
+                        before[name],
+                        after[name],
+                        names[name],
+                        r.requests,
+                        syscalls[name],
+                    )
+                )
     profiles = {}
     if args.profile:
         for kind in targets:

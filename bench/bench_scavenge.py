@@ -33,12 +33,19 @@ without a scavenge, during it, and 5 s after, and the scavenge's time (issue 38'
 
     .venv/bin/python bench/bench_scavenge.py --size-gib 2 --chunk-mib 256 --runs 3 --steady on,off
 
+With ``--stall-probe`` each steady run also says where its time went (StallProbe): each thread's CPU
+in each stage of the scavenge, where the appender stood while an append was over 1 ms long, and each
+moment a 1 ms sleeper woke over 2 ms late with the thread that held the GIL meanwhile (if any did).
+The appends' own times (not counted from when each was due) are given too: an append p99 far above
+them means the appender fell behind its rate, not that one append stalled.
+
 ``--writeback-probe none,steps-1m,flat-8m,paced,steps-1m+idle,paced+idle`` measures the disk alone:
 300-byte appends with ``fdatasync`` every 2 ms while another process writes 768 MiB in each of those
 ways (the copy writer's modes, evdb/scavenge/workers.py; ``+idle``: in the idle I/O class).
 
 ``--before DIR`` also scavenges, in each run, a fresh ``cp -r; sync`` copy with the ``evdb`` package in
-DIR (an earlier version), for before/after figures measured in the same runs.
+DIR (an earlier version), for before/after figures measured in the same runs; with ``--steady``, each
+pacing mode also runs under the load with that package, alternated with this tree's.
 """
 
 from __future__ import annotations
@@ -89,6 +96,18 @@ def folder_size(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
+def tree_figures(figure: Callable[[psutil.Process], object]) -> list:
+    """``figure`` of this process and each of its live children (a child gone meanwhile: none)."""
+    me = psutil.Process()
+    out = []
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            out.append(figure(p))
+        except psutil.Error:
+            pass
+    return out
+
+
 class PeakMemory:
     """The highest RSS of this process plus its children (the worker processes), sampled; and the
     highest anonymous part of it (``RssAnon``: RSS counts the pages of mapped chunk files a process
@@ -133,15 +152,13 @@ class PeakMemory:
     @staticmethod
     def cpu() -> float:
         """CPU seconds (user + system) used so far by this process and its live children."""
-        me = psutil.Process()
-        used = 0.0
-        for p in [me, *me.children(recursive=True)]:
-            try:
-                times = p.cpu_times()
-                used += times.user + times.system
-            except psutil.Error:
-                pass
-        return used
+        return sum(t.user + t.system for t in tree_figures(psutil.Process.cpu_times))
+
+    @staticmethod
+    def io() -> tuple[int, int]:
+        """Bytes read from and written to the disk so far by this process and its live children."""
+        counters = tree_figures(psutil.Process.io_counters)
+        return sum(c.read_bytes for c in counters), sum(c.write_bytes for c in counters)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -273,7 +290,212 @@ def latency(directory: str, chunk_size: int) -> dict[str, float]:
     }
 
 
-def steady(directory: str, chunk_size: int, auto_pacing: bool, seconds: float = 5.0) -> dict[str, float]:
+class StallProbe:
+    """--stall-probe: a thread that sleeps 1 ms at a time and, when it wakes over ``late`` later than
+    asked (the GIL, or a CPU, was not to be had), notes how late, the scavenge's stage, each thread's
+    CPU time in that window (the thread that used it held the GIL: a window where no thread of the
+    process ran is the machine's, not the process's) and where that thread stands (it has just let the
+    GIL go: its innermost frames say what held it). For finding the node process's stalls; never in
+    a node."""
+
+    def __init__(self, late: float = 0.002) -> None:
+        self.late = late
+        self.stage = "none"
+        self.stalls: list[dict] = []
+        #: CPU ms of each thread (by name) in each stage
+        self.stage_cpu: dict[str, dict[str, float]] = {}
+        #: bytes the process and its workers read from and wrote to the disk in each stage
+        self.stage_io: dict[str, list[int]] = {}
+        #: (kind, start, end) of the node's disk steps the probe watches (see watch_disk_steps)
+        self.steps: list[tuple[str, float, float]] = []
+        #: (start, seconds) of each append whose own time was over 10 ms
+        self.slow_own: list[tuple[float, float]] = []
+        #: when the append under way began (set by the appender; None: none is)
+        self.appending: float | None = None
+        #: ms that appends over 1 ms long spent at each (stage, innermost frames of the appender)
+        self.append_wait: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stall-probe", daemon=True)
+
+    @staticmethod
+    def _cpu(threads: dict[int, tuple[str, int]]) -> dict[int, float]:
+        out = {}
+        for ident, (_, clock) in threads.items():
+            try:
+                out[ident] = time.clock_gettime(clock)
+            except OSError:  # the thread has ended
+                pass
+        return out
+
+    def _run(self) -> None:
+        me = threading.get_ident()
+        threads: dict[int, tuple[str, int]] = {}
+        count = -1
+        io_stage, io_at, stage_began = self.stage, PeakMemory.io(), time.perf_counter()
+        while not self._stop.is_set():
+            if self.stage != io_stage or self._stop.is_set():
+                now = PeakMemory.io()
+                self.stage_io[io_stage] = [now[0] - io_at[0], now[1] - io_at[1]]
+                self.steps.append((f"stage {io_stage}", stage_began, time.perf_counter()))
+                io_stage, io_at, stage_began = self.stage, now, time.perf_counter()
+            if threading.active_count() != count:
+                count = threading.active_count()
+                threads = {}
+                for t in threading.enumerate():
+                    if t.ident is not None and t.ident != me:
+                        try:
+                            threads[t.ident] = (t.name, time.pthread_getcpuclockid(t.ident))
+                        except OSError:
+                            pass
+            cpu_before = self._cpu(threads)
+            stage = self.stage
+            asked = time.perf_counter()
+            time.sleep(0.001)
+            late = time.perf_counter() - asked - 0.001
+            used = {i: c - cpu_before.get(i, c) for i, c in self._cpu(threads).items()}
+            began = self.appending
+            if began is not None and time.perf_counter() - began > 0.001:
+                frame = sys._current_frames().get(threading.main_thread().ident)
+                inner = []
+                while frame is not None and len(inner) < 3:
+                    inner.append(
+                        f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} {frame.f_code.co_name}"
+                    )
+                    frame = frame.f_back
+                key = f"{stage} | {' < '.join(inner)}"
+                self.append_wait[key] = self.append_wait.get(key, 0.0) + (late + 0.001) * 1000
+            totals = self.stage_cpu.setdefault(stage, {})
+            for i, c in used.items():
+                totals[threads[i][0]] = totals.get(threads[i][0], 0.0) + c * 1000
+            if late <= self.late:
+                continue
+            frames = sys._current_frames()
+            holder = max(used, key=lambda i: used[i], default=None)
+            stack: list[str] = []
+            frame = frames.get(holder) if holder is not None else None
+            while frame is not None and len(stack) < 8:
+                code = frame.f_code
+                stack.append(f"{os.path.basename(code.co_filename)}:{frame.f_lineno} {code.co_name}")
+                frame = frame.f_back
+            self.stalls.append(
+                {
+                    "ms": round(late * 1000, 1),
+                    "stage": stage,
+                    "at": time.strftime("%H:%M:%S", time.localtime()),
+                    "process cpu ms": round(sum(used.values()) * 1000, 1),
+                    "holder": threads[holder][0] if holder is not None else None,
+                    "holder cpu ms": round(used[holder] * 1000, 1) if holder is not None else 0,
+                    "where": stack,
+                }
+            )
+
+    def watch_disk_steps(self) -> None:
+        """Time the node's own disk steps of a scavenge (its copies' fsync, the switch of a copy into
+        the log: rename and folder fsyncs, the freeing of a replaced file's blocks), to set the slow
+        appends beside them. Wraps them in this process (a bench child) for its lifetime."""
+        from evdb.scavenge import executor
+        from evdb.storage import disk
+        from evdb.storage.log import TransactionLog
+
+        def timed(kind: str, fn: Callable) -> Callable:
+            def run(*args, **kwargs):
+                started = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    self.steps.append((kind, started, time.perf_counter()))
+
+            return run
+
+        executor._sync = timed("copy fsync", executor._sync)  # type: ignore[attr-defined]
+        TransactionLog.switch_chunk = timed("switch into the log", TransactionLog.switch_chunk)  # type: ignore[method-assign]
+        disk.Reclaimer.shrink = timed("freeing a replaced file", disk.Reclaimer.shrink)  # type: ignore[method-assign]
+
+    def beside_steps(self) -> list[dict]:
+        """Per kind of disk step: the share of the appends over 10 ms that overlapped one, against
+        the share of the time from the first slow append to the last that those steps covered (what
+        chance alone would give)."""
+        if not self.slow_own:
+            return []
+        first = min(start for start, _ in self.slow_own)
+        last = max(start + took for start, took in self.slow_own)
+        span = max(1e-9, last - first)
+        out = []
+        for kind in sorted({k for k, _, _ in self.steps}):
+            steps = [(a, b) for k, a, b in self.steps if k == kind]
+            hit = sum(any(a < start + took and start < b for a, b in steps) for start, took in self.slow_own)
+            covered = sum(max(0.0, min(b, last) - max(a, first)) for a, b in steps)
+            out.append(
+                {
+                    "appends over 10 ms beside": kind,
+                    "steps": len(steps),
+                    "step ms (max)": round(max(b - a for a, b in steps) * 1000, 1),
+                    "share of those appends": round(hit / len(self.slow_own), 3),
+                    "share of the time": round(covered / span, 3),
+                }
+            )
+        return out
+
+    def __enter__(self) -> StallProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.steps.append(
+            (f"stage {self.stage}", max((b for _, _, b in self.steps), default=0.0), time.perf_counter())
+        )
+
+    def summary(self) -> list[dict]:
+        """The CPU each thread used in each stage; where the appender stood while an append was over
+        1 ms long; every stall's milliseconds summed by stage, the thread that used the CPU meanwhile
+        (none: under half the window) and its innermost frames; then each stall over 20 ms."""
+        by: dict[str, list[float]] = {}
+        for stall in self.stalls:
+            ran = stall["holder cpu ms"] >= stall["ms"] / 2
+            where = " < ".join(stall["where"][:3]) if ran else ""
+            key = f"{stall['stage']} | {stall['holder'] if ran else '(no thread ran)'} | {where}"
+            by.setdefault(key, []).append(stall["ms"])
+        cpu = [
+            {
+                "stage": stage,
+                "cpu ms": {n: round(ms, 1) for n, ms in sorted(t.items()) if ms >= 1},
+                "disk MiB read, written": [round(b / 2**20, 1) for b in self.stage_io.get(stage, [])],
+            }
+            for stage, t in self.stage_cpu.items()
+        ]
+        waits = sorted(self.append_wait.items(), key=lambda kv: -kv[1])[:15]
+        top = sorted(by.items(), key=lambda kv: -sum(kv[1]))[:20]
+        slowest = sorted(self.slow_own, key=lambda a: -a[1])[:15]
+        return (
+            cpu
+            + [{"appends over 10 ms": len(self.slow_own)}]
+            + self.beside_steps()
+            + [
+                {
+                    "slow append ms": round(took * 1000, 1),
+                    # the steps it overlapped, each with when it began relative to the append (ms)
+                    "beside": [
+                        f"{kind} ({(a - start) * 1000:+.0f} ms)"
+                        for kind, a, b in self.steps
+                        if a < start + took and start < b
+                    ],
+                }
+                for start, took in slowest
+            ]
+            + [{"slow appends at": k, "ms": round(v, 1)} for k, v in waits]
+            + [
+                {"stage | holder | where": k, "stalls": len(v), "ms": round(sum(v), 1), "max": max(v)}
+                for k, v in top
+            ]
+            + [s for s in self.stalls if s["ms"] > 20]
+        )
+
+
+def steady(
+    directory: str, chunk_size: int, auto_pacing: bool, seconds: float = 5.0, probe: bool = False
+) -> dict[str, object]:
     """Appends at a steady rate of half the node's capacity (this process's single-append rate,
     measured first): their latency without a scavenge for ``seconds``, then while a scavenge runs
     (timed), then without one again. Each append's latency is counted from the moment it was due
@@ -295,20 +517,42 @@ def steady(directory: str, chunk_size: int, auto_pacing: bool, seconds: float = 
     capacity = count / (time.perf_counter() - started)
     every = 2.0 / capacity
 
-    slow: list[tuple[str, float]] = []  # (wall-clock time due, ms) of appends over 50 ms: for the log
+    # (wall-clock time due, ms[, the scavenge's stage with --stall-probe]) of appends over 50 ms
+    slow: list[tuple] = []
+    stalls = StallProbe() if probe else None
+    if stalls is not None:
+        stalls.watch_disk_steps()
+
+    service_times: list[list[float]] = []  # each load's appends' own times (not counted from due)
 
     def load(until: Callable[[], bool]) -> list[float]:
         out = []
+        own: list[float] = []
+        service_times.append(own)
         due = time.perf_counter()
         while not until():
             now = time.perf_counter()
             if now < due:
                 time.sleep(due - now)
+            began = time.perf_counter()
+            if stalls is not None:
+                stalls.appending = began
             db.append("steady", payload)
+            if stalls is not None:
+                stalls.appending = None
+            own.append(time.perf_counter() - began)
+            if stalls is not None and own[-1] > 0.010 and stalls.stage != "none":
+                stalls.slow_own.append((began, own[-1]))
             took = time.perf_counter() - due
             out.append(took)
             if took > 0.05:
-                slow.append((time.strftime("%H:%M:%S", time.localtime(time.time() - took)), took * 1000))
+                slow.append(
+                    (
+                        time.strftime("%H:%M:%S", time.localtime(time.time() - took)),
+                        took * 1000,
+                        *((stalls.stage,) if stalls is not None else ()),
+                    )
+                )
             due += every
         return out
 
@@ -318,6 +562,9 @@ def steady(directory: str, chunk_size: int, auto_pacing: bool, seconds: float = 
 
     before = load(for_seconds(seconds))
     done = threading.Event()
+    if stalls is not None:
+        service.stage_hook = lambda stage: setattr(stalls, "stage", stage)
+        stalls.__enter__()
     began = time.perf_counter()
     service.start(ScavengeRequest())
     took = [0.0]
@@ -327,6 +574,9 @@ def steady(directory: str, chunk_size: int, auto_pacing: bool, seconds: float = 
     waiter.start()
     during = load(done.is_set)
     waiter.join()
+    if stalls is not None:
+        stalls.__exit__()
+        stalls.stage = "none"  # (the appends after the scavenge are not its)
     assert service.last()[1] == "Success", service.last()
     after = load(for_seconds(seconds))
     service.close()
@@ -348,50 +598,76 @@ def steady(directory: str, chunk_size: int, auto_pacing: bool, seconds: float = 
         "after p99 ms": pct(after, 0.99),
         "appends during": len(during),
         "slow": slow,
+        # each append's own time, without the wait for those before it: a p99 of it far below the
+        # p99 counted from due means the appender fell behind (its appends slower than their rate)
+        "own p50 ms before/during/after": [pct(xs, 0.5) for xs in service_times],
+        "own p99 ms before/during/after": [pct(xs, 0.99) for xs in service_times],
+        "own mean ms before/during/after": [1000 * sum(xs) / max(1, len(xs)) for xs in service_times],
+        **({"stalls": stalls.summary()} if stalls is not None else {}),
     }
 
 
-def run_steady(source: str, base: str, chunk_size: int, runs: int, modes: list[bool]) -> None:
+def run_steady(
+    source: str,
+    base: str,
+    chunk_size: int,
+    runs: int,
+    modes: list[bool],
+    probe: bool = False,
+    evdb_before: str | None = None,
+) -> None:
     """--steady: per run, a scavenge with no load (its idle time) and, for each pacing mode, one under
-    a steady append load at half capacity, each on a fresh ``cp -r; sync`` copy in a fresh process."""
+    a steady append load at half capacity, each on a fresh ``cp -r; sync`` copy in a fresh process;
+    with ``evdb_before`` (--before), each mode also with the evdb package in that folder, alternated."""
     copy = os.path.join(base, "steady")
-    rows: dict[bool, list[tuple[float, dict]]] = {mode: [] for mode in modes}
+    trees: list[str | None] = [None] + ([evdb_before] if evdb_before else [])
+    rows: dict[tuple[bool, str | None], list[tuple[float, dict]]] = {
+        (mode, tree): [] for mode in modes for tree in trees
+    }
     for run in range(runs):
         subprocess.run(["cp", "-r", source, copy], check=True)
         subprocess.run(["sync"], check=True)
         idle = scavenge(copy, chunk_size, 1)["took"]
         shutil.rmtree(copy)
         print(f"run {run + 1}: scavenge with no load {idle:.2f} s, load {os.getloadavg()[0]:.1f}", flush=True)
-        for mode in modes:
+        for mode, tree in rows:
             subprocess.run(["cp", "-r", source, copy], check=True)
             subprocess.run(["sync"], check=True)
             out = subprocess.run(
                 [sys.executable, __file__, "--steady-one", copy, "--chunk-mib", str(chunk_size >> 20)]
-                + ([] if mode else ["--no-auto-pacing"]),
+                + ([] if mode else ["--no-auto-pacing"])
+                + (["--stall-probe"] if probe else []),
                 check=True, capture_output=True, text=True,
+                env=dict(os.environ, PYTHONPATH=tree) if tree else None, cwd="/" if tree else None,
             )  # fmt: skip
             got = json.loads(out.stdout.strip().splitlines()[-1])
             shutil.rmtree(copy)
-            rows[mode].append((idle, got))
+            rows[mode, tree].append((idle, got))
+            own = got.get("own p99 ms before/during/after", [0.0, 0.0, 0.0])
             print(
-                f"run {run + 1}, automatic pacing {'on' if mode else 'off'}: {got['rate']:.0f} appends/s "
+                f"run {run + 1}, automatic pacing {'on' if mode else 'off'}"
+                f"{f', the evdb in {tree}' if tree else ''}: {got['rate']:.0f} appends/s "
                 f"(capacity {got['capacity']:.0f}/s); p99 {got['before p99 ms']:.2f} ms without a scavenge, "
                 f"{got['during p99 ms']:.2f} ms during it ({got['during p99 ms'] / got['before p99 ms']:.2f}×; "
                 f"p50 {got['during p50 ms']:.2f} ms, p99.9 {got['during p99.9 ms']:.2f} ms, max "
                 f"{got['during max ms']:.1f} ms, {got['appends during']} appends), {got['after p99 ms']:.2f} ms "
-                f"after; scavenge {got['took']:.2f} s ({got['took'] / idle:.2f}× its time with no load), "
+                f"after; each append's own time (not from due) p99 {own[0]:.2f} ms without, {own[1]:.2f} ms "
+                f"during; scavenge {got['took']:.2f} s ({got['took'] / idle:.2f}× its time with no load), "
                 f"load {os.getloadavg()[0]:.1f}",
                 flush=True,
             )
+            for stall in got.get("stalls", []):
+                print("  stall:", json.dumps(stall), flush=True)
     med = statistics.median
     print()
     print(
-        "| automatic pacing | appends/s | p99 without a scavenge | p99 during | × (goal 2) | scavenge | × with no load (goal 3) |"
+        "| automatic pacing | evdb | appends/s | p99 without a scavenge | p99 during | × (goal 2) | scavenge "
+        "| × with no load (goal 3) |"
     )
-    print("|---|---|---|---|---|---|---|")
-    for mode, got in rows.items():
+    print("|---|---|---|---|---|---|---|---|")
+    for (mode, tree), got in rows.items():
         print(
-            f"| {'on' if mode else 'off'} | {med(g['rate'] for _, g in got):.0f} | "
+            f"| {'on' if mode else 'off'} | {tree or 'this tree'} | {med(g['rate'] for _, g in got):.0f} | "
             f"{med(g['before p99 ms'] for _, g in got):.2f} ms | {med(g['during p99 ms'] for _, g in got):.2f} ms | "
             f"{med(g['during p99 ms'] / g['before p99 ms'] for _, g in got):.2f} | "
             f"{med(g['took'] for _, g in got):.2f} s | {med(g['took'] / i for i, g in got):.2f} |"
@@ -614,6 +890,13 @@ def main() -> None:
         help="instead: the disk alone, appends timed while a writer writes a copy in each way named "
         "(none, steps-1m, flat-8m, paced, each also with +idle), alternated --runs times",
     )
+    parser.add_argument(
+        "--stall-probe",
+        action="store_true",
+        help="with --steady: note each moment the steady process's 1 ms sleeper woke over 5 ms late, "
+        "with the scavenge's stage and its threads' frames then (printed: totals by stage and frame, and "
+        "every stall over 20 ms)",
+    )
     parser.add_argument("--steady-one", default=None, help=argparse.SUPPRESS)  # steady, in a child
     parser.add_argument("--no-auto-pacing", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # scavenge_here, in a child
@@ -638,7 +921,9 @@ def main() -> None:
         print(json.dumps(latency(args.latency_one, chunk_size)))
         return
     if args.steady_one:
-        print(json.dumps(steady(args.steady_one, chunk_size, not args.no_auto_pacing)))
+        print(
+            json.dumps(steady(args.steady_one, chunk_size, not args.no_auto_pacing, probe=args.stall_probe))
+        )
         return
     base = tempfile.mkdtemp(dir=args.dir, prefix="bench-scavenge-")
     try:
@@ -648,7 +933,7 @@ def main() -> None:
         print(f"built {written / 1024**3:.2f} GiB in {time.perf_counter() - started:.0f} s", flush=True)
         if args.steady:
             modes = [mode.strip() == "on" for mode in args.steady.split(",")]
-            run_steady(source, base, chunk_size, args.runs, modes)
+            run_steady(source, base, chunk_size, args.runs, modes, args.stall_probe, args.before)
             return
         results: dict[int, list[tuple[float, float, dict]]] = {t: [] for t in thread_counts}
         befores: dict[int, list[tuple[float, dict]]] = {t: [] for t in thread_counts}

@@ -21,6 +21,8 @@ __all__ = ["FAST_GOSSIP", "Membership"]
 
 #: seconds between gossip rounds while a leader may be taking office (Membership.look_again_soon)
 FAST_GOSSIP = 0.05
+#: the round that lets a node stand runs this long after its election wait ends (its clock's grain)
+STAND_AFTER = 0.001
 
 
 class Membership(ShellPart):
@@ -91,9 +93,14 @@ class Membership(ShellPart):
         """The gossip interval; FAST_GOSSIP while a candidate this node voted for may be taking office
         (gossip is asked for, not sent: without this, a voter learned of its new leader up to a whole
         interval after the election, and the leader could not commit, nor sign anyone in, before)."""
-        if self.service.leader_id is None and self._now() < self._fast_until:
-            return min(FAST_GOSSIP, self.service.gossip_interval)
-        return self.service.gossip_interval
+        rest = self.service.gossip_interval
+        if self.service.leader_id is None and self.service.state == "Unknown":
+            now = self._now()
+            if now < self._fast_until:
+                rest = min(FAST_GOSSIP, rest)
+            # no leader: the round that would make this node stand runs when its random wait ends
+            rest = min(rest, self.service.elector.stands_in(now) + STAND_AFTER)
+        return rest
 
     async def _rest(self) -> None:
         with contextlib.suppress(TimeoutError):

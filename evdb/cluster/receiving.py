@@ -108,7 +108,7 @@ class ChunkFileReceiver:
 class Inbox:
     """The messages of a replication stream that arrived and are not yet handled, in order; None once
     the stream is over. Filled by its own task (:meth:`fill`) so that what arrives while the follower
-    writes is there to be taken in one go (:func:`_records_batch`)."""
+    writes is there to be taken in one go (:func:`records_batch_of`)."""
 
     def __init__(
         self,
@@ -148,13 +148,6 @@ class Inbox:
             self._arrived.clear()
             await self._arrived.wait()
         return self.messages.popleft()
-
-
-def _records_batch(first: bytes, inbox: Inbox) -> tuple[list[tuple[int, bytes]], int]:
-    """The records messages to write under one sync: ``first`` and those queued right behind it
-    (evdb/cluster/following.py ``records_batch``). (Commit messages never queue: the inbox's reader
-    takes them as they arrive.)"""
-    return records_batch(first, inbox.messages)
 
 
 def records_batch_of(first: bytes, inbox: Inbox) -> tuple[list[tuple[int, bytes]], int]:
@@ -446,7 +439,7 @@ class ReplicationSink(ShellPart):
             elif route == "records":
                 assert message.binary is not None
                 pieces, commit = records_batch_of(message.binary, inbox)
-                committed = await self._blocking(self.service.replica.apply_replicated_batch, pieces)
+                committed = await self.service.replica.write_replicated_batch(pieces)
                 channel.post_bytes(POSITION.pack(committed))  # the acknowledgement: 8 bytes
                 # what the leader's majority holds: reads here go no further (nor past this log)
                 self.service._take_commit(stream, commit)

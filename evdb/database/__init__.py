@@ -438,6 +438,12 @@ class Database:
         """Run ``fn`` in the writer thread, in order with appends, and return its result."""
         return self._run_here_or_queue(Call(fn=fn)).result()
 
+    def call_in_writer_on_loop(self, fn: Callable[[WriterContext], Any]) -> asyncio.Future[Any]:
+        """:meth:`call_in_writer` for a coroutine: call it on the event loop and await the future there.
+        The writer thread runs ``fn`` and answers with one wake-up of the loop (no thread of the loop's
+        pool, no concurrent future in between)."""
+        return self._submit_on_loop(Call(future=LoopAnswer(asyncio.get_running_loop()), fn=fn))
+
     def forget_stream_states(self, *, recent_appends: bool = True) -> None:
         """Drop the writer's cached stream states (after a scavenge rewrote the index under them, or
         when a follower takes office: replicated records do not update them). ``recent_appends=False``

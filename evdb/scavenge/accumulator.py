@@ -4,8 +4,8 @@ in the scavenge database. Each logical chunk is accumulated once, in one transac
 
 from __future__ import annotations
 
-import concurrent.futures
 import time
+from concurrent.futures import Future, ThreadPoolExecutor  # (loaded here: the package loads it lazily)
 
 from evdb.clock import TICKS_PER_SECOND
 from evdb.index.hashing import stream_hash
@@ -100,8 +100,8 @@ class _Summaries:
         self._ctx = ctx
         self._plan = list(plan)
         self._next = 0
-        self._pending: list[concurrent.futures.Future] = []
-        self._pool = concurrent.futures.ThreadPoolExecutor(
+        self._pending: list[Future] = []
+        self._pool = ThreadPoolExecutor(
             max_workers=max(1, ctx.threads), thread_name_prefix="evdb-scavenge-read"
         )
 

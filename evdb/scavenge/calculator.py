@@ -23,6 +23,11 @@ import time
 
 import numpy as np
 
+# np.unique looks up numpy.ma, which numpy loads on first use: load it here, with the scavenge service
+# at node start, rather than in the scavenge thread's first calculation, where it held the GIL for
+# 5-7 ms beside the node's appends (tests/scavenge/test_no_imports_in_scavenge.py)
+import numpy.ma
+
 from evdb.clock import TICKS_PER_SECOND
 from evdb.index.hashing import stream_hash
 from evdb.scavenge.accumulator import MAX_AGE_SECONDS

@@ -9,6 +9,8 @@ takes other parameters for it."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -48,6 +50,10 @@ class Harness:
     def append(self, stream: str, count: int = 1, first: int = 0, expected: int = -2) -> AppendResult:
         events = [_event(first + i) for i in range(count)]
         return self.settle(self.db.append_async(stream, events, expected))
+
+    def run(self, coroutine: Any) -> Any:
+        """Run ``coroutine`` on the implementation's event loop (a follower's stream runs there)."""
+        raise NotImplementedError
 
 
 class DatabasePortContract:
@@ -188,6 +194,22 @@ class DatabasePortContract:
             assert not follower.replica.has_record(position, size, fingerprint ^ 1)
         assert not follower.replica.has_record(checks[0][0] + 1, checks[0][1], checks[0][2])
 
+    def test_a_follower_writes_a_batch_of_messages_from_its_event_loop(self) -> None:
+        leader, follower = self._leader_with_records(), self.open()
+        checks = leader.replica.record_checks(leader.db.committed_position, 0, 100)
+        middle = checks[len(checks) // 2][0]  # a record boundary: two messages, as a stream sends them
+        first_at, first, _ = leader.replica.read_raw(0, 1 << 20, None)
+        head = first[:middle]
+        rest_at, rest, _ = leader.replica.read_raw(middle, 1 << 20, None)
+        committed = follower.run(follower.replica.write_replicated_batch([(first_at, head), (rest_at, rest)]))
+        assert committed == follower.db.committed_position == leader.db.committed_position
+        assert follower.db.epochs() == leader.db.epochs()
+        for check in checks:
+            assert follower.replica.has_record(*check)
+        with pytest.raises(StorageError):  # where the log ends, as apply_replicated_batch
+            follower.run(follower.replica.write_replicated_batch([(rest_at, rest)]))
+        assert follower.db.committed_position == committed
+
     def test_replicated_records_must_start_where_the_log_ends(self) -> None:
         leader, follower = self._leader_with_records(), self.open()
         at, frames, _ = leader.replica.read_raw(0, 1 << 20)
@@ -250,6 +272,9 @@ class _RealHarness(Harness):
     def settle_briefly(self, future: Any) -> Any:
         return future.result(timeout=0.2)
 
+    def run(self, coroutine: Any) -> Any:
+        return asyncio.run(coroutine)
+
 
 class TestRealDatabase(DatabasePortContract):
     @pytest.fixture(autouse=True)
@@ -271,6 +296,25 @@ class TestRealDatabase(DatabasePortContract):
         self._opened.append(db)
         return _RealHarness(db)
 
+    def test_a_followers_batch_goes_to_the_writer_thread_not_the_loops_pool(self) -> None:
+        """The real log hands a follower's batch to the database's writer thread, answered with one
+        wake-up of the loop: no thread of the loop's pool (and its concurrent future) in between."""
+        leader, follower = self._leader_with_records(), self.open()
+        at, frames, _ = leader.replica.read_raw(0, 1 << 20, None)
+        threads: list[str] = []
+        follower.db.add_commit_listener(lambda _: threads.append(threading.current_thread().name))
+
+        class NoPool(concurrent.futures.ThreadPoolExecutor):
+            def submit(self, *args: Any, **kwargs: Any) -> Any:
+                raise AssertionError("the loop's thread pool was used")
+
+        async def write() -> int:
+            asyncio.get_running_loop().set_default_executor(NoPool(max_workers=1))
+            return await follower.replica.write_replicated_batch([(at, frames)])
+
+        assert asyncio.run(write()) == leader.db.committed_position
+        assert threads and set(threads) == {"evdb-writer"}, threads
+
 
 # -- the simulator's --------------------------------------------------------------------------------
 class _SimHarness(Harness):
@@ -287,6 +331,9 @@ class _SimHarness(Harness):
         if not future.done():
             raise TimeoutError
         return future.result()
+
+    def run(self, coroutine: Any) -> Any:
+        return self.sim.loop.run_until_complete(coroutine)
 
 
 class TestSimDatabase(DatabasePortContract):

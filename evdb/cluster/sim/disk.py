@@ -344,6 +344,11 @@ class SimDatabase:
     def apply_replicated(self, position: int, frames: bytes) -> int:
         return self.apply_replicated_batch([(position, frames)])
 
+    async def write_replicated_batch(self, pieces: list[tuple[int, bytes]]) -> int:
+        """A follower's batch from its event loop: a blocking call, as every other of the simulation
+        (the real log's goes to its writer thread)."""
+        return await self.sim.blocking(self.apply_replicated_batch, pieces)
+
     def apply_replicated_batch(self, pieces: list[tuple[int, bytes]]) -> int:
         """As the real one: every piece checked whole before it is written, all of them synced in one
         go (the pieces before a refused one are kept and synced, then the refusal raises)."""

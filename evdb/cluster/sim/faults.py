@@ -178,6 +178,30 @@ class Faults(Checks):
             await asyncio.sleep(0.0002)
         return False
 
+    async def crash_shipped(self, leader: SimNode, rng: random.Random) -> None:
+        """A power cut of the leader after it shipped records to followers and before its own sync of
+        them: followers hold records its log may lose (a random part survives); or, instead, its sync
+        of them fails (an I/O error) and they are rolled back on the leader. Nothing happens when it
+        shipped nothing unsynced in a moment."""
+        shipped = await self.wait_for_shipped_unsynced(leader, rng.uniform(0.1, 1.0), held=rng.random() < 0.7)
+        if shipped and leader.alive and rng.random() < 0.3:
+            self.log(f"the sync of {leader.name}'s records shipped up to {leader.db.shipped} fails")
+            self.disturb(leader)
+            leader.db.fail_next_sync = True
+        elif shipped and leader.alive:
+            sent = leader.db.shipped
+            await self.crash(leader)
+            kept = leader.durable.records[-1].end if leader.durable.records else 0
+            held = max(n.durable.records[-1].end if n.durable.records else 0 for n in self.nodes)
+            self.log(
+                f"crash {leader.name} between shipping and syncing: it shipped up to {sent}, "
+                f"its disk kept up to {kept}, a follower's disk holds up to {held}"
+            )
+            await asyncio.sleep(rng.uniform(0.05, 1.0))
+            if not leader.alive:
+                self.log(f"restart {leader.name}")
+                await self.start_node(leader)
+
     async def faults_loop(self, until: float) -> None:
         rng = self.rng
         while self.loop.time() < until:
@@ -204,29 +228,7 @@ class Faults(Checks):
             alive = [n for n in self.nodes if n.alive]
             leader = next((n for n in alive if n.service.state == "Leader"), None)
             if kind == "crash-shipped" and leader is not None:
-                # a power cut of the leader after it shipped records to followers and before its own
-                # sync of them: followers hold records its log may lose (a random part survives)
-                shipped = await self.wait_for_shipped_unsynced(
-                    leader, rng.uniform(0.1, 1.0), held=rng.random() < 0.7
-                )
-                if shipped and leader.alive and rng.random() < 0.3:
-                    # or its sync of them fails (an I/O error): they are rolled back on the leader
-                    self.log(f"the sync of {leader.name}'s records shipped up to {leader.db.shipped} fails")
-                    self.disturb(leader)
-                    leader.db.fail_next_sync = True
-                elif shipped and leader.alive:
-                    sent = leader.db.shipped
-                    await self.crash(leader)
-                    kept = leader.durable.records[-1].end if leader.durable.records else 0
-                    held = max(n.durable.records[-1].end if n.durable.records else 0 for n in self.nodes)
-                    self.log(
-                        f"crash {leader.name} between shipping and syncing: it shipped up to {sent}, "
-                        f"its disk kept up to {kept}, a follower's disk holds up to {held}"
-                    )
-                    await asyncio.sleep(rng.uniform(0.05, 1.0))
-                    if not leader.alive:
-                        self.log(f"restart {leader.name}")
-                        await self.start_node(leader)
+                await self.crash_shipped(leader, rng)
                 continue
             if kind in ("crash", "crash-leader", "double"):
                 victims = [leader] if kind == "crash-leader" and leader else [rng.choice(self.nodes)]

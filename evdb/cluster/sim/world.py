@@ -37,6 +37,9 @@ class DiskWorld(Protocol):
 
     def note_write(self, node: Any, epoch: int, records: list[SimRecord]) -> None: ...
 
+    async def blocking(self, fn: Any, *args: Any) -> Any:
+        """A blocking call of a node (a thread in a real one), as the simulation runs it."""
+
 
 class NetWorld(Protocol):
     """What the simulated network asks of the simulation: where each port is, which links carry what
