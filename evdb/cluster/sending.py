@@ -129,6 +129,20 @@ class FollowerLink(Progress):
 class ReplicationSource(ShellPart):
     """A leader's replication streams, one session per subscribed follower."""
 
+    def open_streams(self) -> list[Channel]:
+        """The subscribed followers' streams now."""
+        links = self.service.leadership.followers.values()
+        return [link.channel for link in links if isinstance(link, FollowerLink) and link.channel is not None]
+
+    async def announce_hand_over(self, streams: list[Channel], successor: str) -> None:
+        """Tell each follower on its stream that this resigned leader hands over to ``successor``: they
+        ask for gossip at once, not at their next round (the successor reads the hand-over in it, the
+        others find the new leader as soon as it takes office)."""
+        for channel in streams:
+            if not channel.closed:
+                with contextlib.suppress(PeerError):
+                    await channel.send_json({"handOver": successor})
+
     async def _verify_common_point(self, channel: Channel, point: int, floor: int) -> int | None:
         """The leader's side: send the follower our records' checks, newest first from ``point`` down to
         ``floor``, a page at a time, until it answers where it goes on from. None when it went away."""

@@ -175,6 +175,7 @@ class ClusterService:
         #: the I/O shells around the machines: gossip and elections, the leader's side of replication,
         #: the follower's (evdb/cluster/membership.py, sending.py, receiving.py)
         self.membership = Membership(self)
+        self.look_again_soon = self.membership.look_again_soon
         self.source = ReplicationSource(self)
         self.sink = ReplicationSink(self)
         self._reopening: asyncio.Future | None = None  # a truncate-and-reopen under way
@@ -517,7 +518,7 @@ class ClusterService:
         # and _fail_gate refuses those it holds (see _gate_answers)
         self.state = "Unknown"
         successor = self.leadership.successor() if resigning else None
-        channels = [link.channel for link in self._followers.values() if link.channel is not None]
+        streams = self.source.open_streams()  # (left_office forgets them)
         self.leadership.left_office()
         self.db.remote_writer = RemoteWriter(self._loop, None, self._wait_for_position)  # type: ignore[arg-type]
         if self.cluster_size == 1:
@@ -530,12 +531,7 @@ class ClusterService:
                 self.logger.info(
                     "Handing over to %s, the most up-to-date follower: it stands at once", successor
                 )
-                # the followers ask for gossip now, not at their next round: the successor reads the
-                # hand-over in it, the others find the new leader as soon as it takes office
-                for channel in channels:
-                    if not channel.closed:
-                        with contextlib.suppress(PeerError):
-                            await channel.send_json({"handOver": successor})
+                await self.source.announce_hand_over(streams, successor)
         else:
             self.elector.round_over(self._now())
         self.logger.info("This node is no longer the leader")
@@ -565,10 +561,6 @@ class ClusterService:
 
     def majority_position(self) -> int:
         return self.leadership.majority_position(self.db.committed_position)
-
-    def look_again_soon(self) -> None:
-        """Gossip now, and often until this node follows a leader (evdb/cluster/membership.py)."""
-        self.membership.look_again_soon()
 
     def _release_gate(self) -> None:
         """Give the answers a majority (and the leases) now allow, after telling the followers the new

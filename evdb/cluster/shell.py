@@ -98,6 +98,8 @@ class ClusterShell(Protocol):
     peers: dict[tuple[str, int], Peer]
     leadership: Leadership
     lease: LeaseHolder
+    #: gossip now, and often until this node follows a leader (evdb/cluster/membership.py)
+    look_again_soon: Callable[[], None]
     # the I/O state the helpers share with it
     _committed: asyncio.Event
     _follow_task: asyncio.Task | None
@@ -145,8 +147,6 @@ class ClusterShell(Protocol):
     def _release_gate(self) -> None: ...
 
     def _wake_senders(self) -> None: ...
-
-    def look_again_soon(self) -> None: ...
 
 
 class ShellPart:

@@ -121,6 +121,19 @@ class Tracker:
         except LeaderChanged:
             return None
 
+    def _election(self, label: str, status: int) -> None:
+        """The node read as the leader stopped leading (an election, at any of the reads): the new
+        leader's log is read from now on."""
+        assert self.find_leader is not None
+        self.elections += 1
+        self.election_notes.append(f"{_clock(time.time())} after {self.recent[-3:]} then {label}: {status}")
+        self.last = (
+            wait_until(
+                self._follow_leader, 60, "a leader that stays after the election", tolerate=(httpx.HTTPError,)
+            )
+            - 1
+        )
+
     def after(
         self, method: str, status: int, label: str, started: float = 0.0, caller: str = ""
     ) -> str | None:
@@ -134,29 +147,15 @@ class Tracker:
         before = self.last
         try:
             now = self.leader.position()
+            self.last = now
+            self.recent = [*self.recent[-3:], f"{_clock(started)} {label} as {caller}: {status}"]
+            if not 400 <= status < 500 or now == before:
+                return None
+            written = self.leader.written_since(before, started)  # (reads the leader's position again)
+            if not written:
+                return None
         except LeaderChanged:
-            # an election: the new leader's log is read from now on; this request is not judged
-            assert self.find_leader is not None
-            self.elections += 1
-            self.election_notes.append(
-                f"{_clock(time.time())} after {self.recent[-3:]} then {label}: {status}"
-            )
-            self.last = (
-                wait_until(
-                    self._follow_leader,
-                    60,
-                    "a leader that stays after the election",
-                    tolerate=(httpx.HTTPError,),
-                )
-                - 1
-            )
-            return None
-        self.last = now
-        self.recent = [*self.recent[-3:], f"{_clock(started)} {label} as {caller}: {status}"]
-        if not 400 <= status < 500 or now == before:
-            return None
-        written = self.leader.written_since(before, started)
-        if not written:
+            self._election(label, status)  # this request is not judged
             return None
         events = [
             f"{e['streamId']} {e['eventType']} at {e['updated'][11:23]}"
@@ -528,6 +527,29 @@ def test_a_refusal_that_wrote_is_caught():
     loud.end = 20
     assert tracker.after("GET", 403, "GET /x") is None
     assert tracker.after("POST", 201, "POST /x") is None
+
+
+def test_a_leader_that_resigns_between_the_checks_reads_is_an_election_not_an_error():
+    """The log end moved after a refusal, and the leader stopped leading before the check read it
+    again (a resign in the follower's fuzz run: 'Runtime Error: … is ResigningLeader'): the request is
+    not judged, and the new leader's log is read from then on."""
+
+    class Resigning(Leader):
+        def __init__(self) -> None:
+            self.reads = 0
+            self.client = httpx.Client(base_url="https://127.0.0.1:2113")
+
+        def position(self) -> int:
+            self.reads += 1
+            if self.reads == 3:  # after()'s first read saw it leading; written_since's finds it resigning
+                raise LeaderChanged("https://127.0.0.1:2113 is ResigningLeader")
+            return 10 * self.reads
+
+    leader = Resigning()
+    tracker = Tracker(leader, leader.position(), find_leader=lambda: httpx.URL("https://127.0.0.1:2114"))
+    assert tracker.after("POST", 403, "POST /x") is None
+    assert tracker.elections == 1 and tracker.last == 40  # the new leader's log end (its read: the 4th)
+    assert leader.client.base_url == httpx.URL("https://127.0.0.1:2114")
 
 
 @pytest.mark.parametrize(
