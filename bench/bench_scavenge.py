@@ -902,6 +902,8 @@ def main() -> None:
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # scavenge_here, in a child
     parser.add_argument("--latency-one", default=None, help=argparse.SUPPRESS)  # latency, in a child
     args = parser.parse_args()
+    if args.dir:
+        os.makedirs(args.dir, exist_ok=True)  # a --dir that is not there yet is made, not a traceback
     if args.near_empty:
         near_empty(args.near_empty)
         return
