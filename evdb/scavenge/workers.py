@@ -259,6 +259,11 @@ class _WritebackDisk:
         self._wait_writeback = wait_writeback or disk.wait_writeback
         # fd -> (where writeback was last started, where the bytes written so far end)
         self._ranges: dict[int, tuple[int, int]] = {}
+        #: seconds in ``pwrite`` itself, waiting for the copy's writeback (or its ``fdatasync``), and
+        #: resting (paced): what a copy's time went to besides its CPU (:class:`CopyTimes`)
+        self.write_seconds = 0.0
+        self.wait_seconds = 0.0
+        self.rest_seconds = 0.0
 
     def open(self, path: str, flags: int, mode: int = 0o644) -> int:
         fd = os.open(path, flags, mode)
@@ -266,7 +271,9 @@ class _WritebackDisk:
         return fd
 
     def pwrite(self, fd: int, data, offset: int) -> int:
+        began = time.perf_counter()
         count = os.pwrite(fd, data, offset)
+        self.write_seconds += time.perf_counter() - began
         started, end = self._ranges.get(fd, (0, 0))
         end = max(end, offset + count)
         pace = self.pace
@@ -278,6 +285,7 @@ class _WritebackDisk:
         elif end - started >= (self._FLAT_STEP if auto else self._STEP):
             if pace is not None:
                 pace.writing(self._now())
+            began = time.perf_counter()
             if self._start_writeback(fd, started, end - started):
                 if started:  # every step before this one (all but the last are on the disk already)
                     self._wait_writeback(fd, 0, started)
@@ -285,6 +293,7 @@ class _WritebackDisk:
             elif end - started >= self._FALLBACK_STEP:
                 os.fdatasync(fd)
                 started = end
+            self.wait_seconds += time.perf_counter() - began
         self._ranges[fd] = (started, end)
         return count
 
@@ -294,13 +303,17 @@ class _WritebackDisk:
         assert pace is not None
         began = self._now()
         pace.writing(began)
+        waiting = time.perf_counter()
         if not self._wait_writeback(fd, 0, end):
             os.fdatasync(fd)
+        resting = time.perf_counter()
+        self.wait_seconds += resting - waiting
         done = self._now()
         rest = min(self._MAX_REST, ratio * (done - began))
         pace.resting(done, rest)
         if rest > 0:
             self._sleep(rest)
+            self.rest_seconds += time.perf_counter() - resting
         return end
 
     def fsync(self, fd: int) -> None:
@@ -367,6 +380,45 @@ def _summarise_file(
         raise _Corrupted(exc.path, exc.reason) from None
 
 
+@dataclass(frozen=True)
+class CopyTimes:
+    """Where one copy's time went in its worker process (the node logs it at DEBUG level, naming the
+    chunks): ``seconds`` from the start to the finished file; the process's CPU (``user``, ``system``)
+    and page faults meanwhile; the checksum's seconds (``hashing``); seconds in ``pwrite``
+    (``writing``), waiting for the copy's writeback (``waiting``) and resting for the pacing
+    (``resting``)."""
+
+    seconds: float
+    user: float
+    system: float
+    hashing: float
+    writing: float
+    waiting: float
+    resting: float
+    minor_faults: int
+    major_faults: int
+
+    def describe(self) -> str:
+        return (
+            f"{self.seconds:.3f} s: CPU {self.user:.3f} s user + {self.system:.3f} s system; "
+            f"checksum {self.hashing:.3f} s, writes {self.writing:.3f} s, waiting for the writeback "
+            f"{self.waiting:.3f} s, paced rests {self.resting:.3f} s; "
+            f"{self.minor_faults} minor and {self.major_faults} major page faults"
+        )
+
+
+def _usage() -> tuple[float, float, int, int]:
+    """This process's CPU seconds (user, system) and page faults (minor, major) so far (the faults
+    are 0 where there is no getrusage)."""
+    try:
+        import resource
+    except ImportError:
+        times = os.times()
+        return times.user, times.system, 0, 0
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime, usage.ru_stime, usage.ru_minflt, usage.ru_majflt
+
+
 def _copy_files(
     paths: list[str],
     builder_args: dict,
@@ -374,8 +426,11 @@ def _copy_files(
     verify: bool,
     sync: bool,
     handoffs: list[str | None] | None,
-) -> tuple[str, int, list[tuple[str, str]]]:
+) -> tuple[str, int, list[tuple[str, str]], CopyTimes | None]:
     unusable: list[tuple[str, str]] = []
+    writer = disk.current if isinstance(disk.current, _WritebackDisk) else None
+    before = (writer.write_seconds, writer.wait_seconds, writer.rest_seconds) if writer else (0.0, 0.0, 0.0)
+    usage, began = _usage(), time.perf_counter()
     try:
         chunks = [Chunk.open(p, verify=False) for p in paths]
         builder = ChunkBuilder(**builder_args)
@@ -386,7 +441,21 @@ def _copy_files(
     except CorruptedFile as exc:
         raise _Corrupted(exc.path, exc.reason) from None
     assert new.path is not None  # builder_args name a folder: workers copy on-disk chunks only
-    return new.path, removed, unusable
+    times = None
+    if writer is not None:
+        now = _usage()
+        times = CopyTimes(
+            seconds=time.perf_counter() - began,
+            user=now[0] - usage[0],
+            system=now[1] - usage[1],
+            hashing=builder.hash_seconds,
+            writing=writer.write_seconds - before[0],
+            waiting=writer.wait_seconds - before[1],
+            resting=writer.rest_seconds - before[2],
+            minor_faults=now[2] - usage[2],
+            major_faults=now[3] - usage[3],
+        )
+    return new.path, removed, unusable, times
 
 
 def _builder_args(builder: ChunkBuilder) -> dict:
@@ -596,9 +665,15 @@ class ChunkWorkers:
             args = _builder_args(builder)
             builder.abort()  # the worker writes a file of its own
             try:
-                path, removed, unusable[:] = self._submit(
+                path, removed, unusable[:], times = self._submit(
                     _copy_files, [c.path for c in chunks], args, decisions, verify, sync, handoffs
                 )
+                if times is not None:
+                    self.logger.debug(
+                        "SCAVENGING: The copy of %s in a worker process took %s.",
+                        ", ".join(c.file_name for c in chunks),
+                        times.describe(),
+                    )
             except concurrent.futures.process.BrokenProcessPool as exc:
                 self._broke(exc)
                 return build_copy(

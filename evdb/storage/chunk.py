@@ -638,6 +638,8 @@ class ChunkBuilder:
         self._offset_parts: list[np.ndarray] = []
         self._size = 0
         self._hasher = xxhash.xxh3_128()
+        #: seconds spent in the checksum (the scavenge worker reports it with its copy's other times)
+        self.hash_seconds = 0.0
         self._parts: list[bytes] = []
         self._file: disk.SequentialWriter | None = None  # closed in finish/abort
         if self.path is not None:
@@ -646,7 +648,9 @@ class ChunkBuilder:
         self._emit(self.header.encode())
 
     def _emit(self, data) -> None:
+        started = time.perf_counter()
         self._hasher.update(data)
+        self.hash_seconds += time.perf_counter() - started
         if self._file is not None:
             self._file.write(data)
         else:

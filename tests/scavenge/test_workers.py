@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -39,7 +40,10 @@ def test_a_near_empty_database_starts_no_worker_process(tmp_path, make_harness, 
     assert submitted == []
 
 
-def test_a_scavenge_in_worker_processes_matches_one_in_the_thread(tmp_path, make_harness, monkeypatch):
+def test_a_scavenge_in_worker_processes_matches_one_in_the_thread(
+    tmp_path, make_harness, monkeypatch, caplog
+):
+    caplog.set_level(logging.DEBUG, logger="test.scavenge")
     control = make_harness(tmp_path / "thread", merging=True)
     fill(control)
     assert control.scavenge()[1] == "Success"
@@ -53,8 +57,35 @@ def test_a_scavenge_in_worker_processes_matches_one_in_the_thread(tmp_path, make
     assert h.survivors() == expected
     assert sorted(n for n in os.listdir(h.path / "db") if n.startswith("chunk-")) == names
     assert not [n for n in os.listdir(h.path / "db") if n.endswith(".tmp")]
+    # each copy made in a worker says where its time went (DEBUG), naming its chunks
+    copies = [r.getMessage() for r in caplog.records if "in a worker process took" in r.getMessage()]
+    assert copies and all("chunk-" in m and "checksum" in m and "page faults" in m for m in copies)
     h.reopen()
     assert h.survivors() == expected
+
+
+def test_a_copy_in_a_worker_counts_where_its_time_went(tmp_path, make_harness, monkeypatch):
+    """The checksum, the writes and the waits for the copy's writeback are timed in the worker (in
+    this process here, with the workers' disk), so a slow copy shows which of them made it slow."""
+    h = make_harness(tmp_path / "timed")
+    fill(h)
+    h.complete_chunk()
+    chunk = next(c for c in h.db.log.distinct_chunks() if c.is_completed)
+    monkeypatch.setattr(workers, "_stop", threading.Event())
+    monkeypatch.setattr(workers, "_parent", os.getppid())
+    monkeypatch.setattr(workers.disk, "current", workers._WritebackDisk())
+    builder = h.db.log.new_chunk_builder(chunk.start_number, chunk.end_number)
+    args = workers._builder_args(builder)
+    builder.abort()
+    path, removed, unusable, times = workers._copy_files([chunk.path], args, None, True, True, None)
+    try:
+        assert removed == 0 and unusable == []
+        assert times is not None
+        assert 0 < times.hashing <= times.seconds and 0 < times.writing <= times.seconds
+        assert times.waiting >= 0 and times.resting == 0 and times.minor_faults >= 0
+        assert "checksum" in times.describe()
+    finally:
+        os.unlink(path)
 
 
 def test_a_stop_reaches_the_workers_and_the_run_resumes(tmp_path, make_harness, in_processes):
