@@ -56,20 +56,15 @@ from evdb.archive.s3 import S3Store
 from evdb.archive.store import ArchiveStore
 from evdb.clock import SystemClock
 from evdb.database import Database
+from evdb.free_port import free_port
 from evdb.streams import NewEvent
 
 REGION = "eu-west-1"
 KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start_moto(nice: int = 0) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
