@@ -88,10 +88,11 @@ class RewriteLease:
         self._etag = ""
         self._until = 0.0
 
-    def _put(self, **condition: object) -> None:
+    def _put(self, *, if_absent: bool = False, if_match: str | None = None) -> None:
+        """Write this holder's lease (a full one from now) under the store's condition; held once written."""
         until = self.now() + self.seconds
         body = json.dumps({"owner": self.owner, "node": self.node, "until": until}).encode()
-        info = self.store.put_bytes(LEASE, body, **condition)  # type: ignore[arg-type]
+        info = self.store.put_bytes(LEASE, body, if_absent=if_absent, if_match=if_match)
         self.held, self._etag, self._until = True, info.etag, until
 
     def try_acquire(self) -> str | None:

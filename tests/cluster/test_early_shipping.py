@@ -47,12 +47,16 @@ async def _crash_shipped_until(s: sim.Simulation, until: float, done) -> None:
         await asyncio.sleep(0.3)
 
 
+def _failed_syncs(faults: list[str]) -> list[str]:
+    return [line for line in faults if "fails" in line and "sync of" in line]
+
+
 def _power_cut(s: sim.Simulation, until: float):
-    return _crash_shipped_until(s, until, lambda faults: _crashes_that_lost_shipped_records(faults))
+    return _crash_shipped_until(s, until, _crashes_that_lost_shipped_records)
 
 
 def _failed_sync(s: sim.Simulation, until: float):
-    return _crash_shipped_until(s, until, lambda faults: any("sync of" in line for line in faults))
+    return _crash_shipped_until(s, until, _failed_syncs)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -72,7 +76,7 @@ def test_a_leader_that_loses_shipped_records_in_a_power_cut_loses_no_acknowledge
 def test_a_leader_whose_sync_of_shipped_records_fails_keeps_the_cluster_consistent(seed):
     result = sim.run_seed(seed, seconds=SECONDS, schedule=_failed_sync)
     assert result.ok, result.violations
-    assert any("fails" in line and "sync of" in line for line in result.faults), result.faults
+    assert _failed_syncs(result.faults), result.faults
 
 
 class _FailingSync(disk.OsDisk):
