@@ -26,7 +26,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from evdb.database import Database
-from evdb.errors import EvdbError, InvalidInput, StreamDeleted, StreamNotFound, UsersNotReady
+from evdb.errors import (
+    DatabaseReopening,
+    EvdbError,
+    InvalidInput,
+    StreamDeleted,
+    StreamNotFound,
+    UsersNotReady,
+)
 from evdb.streams import NewEvent, is_metastream, original_stream_of
 
 __all__ = [
@@ -263,15 +270,30 @@ class UserStore:
 
     def may_judge_now(self) -> bool:
         """Whether this node may judge credentials at this moment (a cluster member: while it holds a
-        sign-in lease, evdb/cluster/lease.py; a single node: always)."""
+        sign-in lease, evdb/cluster/lease.py; a single node: always). Never once this store's database
+        is closed: a follower that cuts its diverged log reopens the database with a new store, and
+        only that one hears of the user records that come next (this one's caches would outlive a
+        change of a user)."""
+        if self._db.is_closed:
+            return False
         admission = self._admission
         return admission is None or admission.admits_sign_in(self._changing > 0)
 
+    def _check_open(self) -> None:
+        """DatabaseReopening (HTTP 503, gRPC UNAVAILABLE: try again) once this store's database is
+        closed: a request that began before a follower's reopen is not judged on what it held."""
+        if self._db.is_closed:
+            raise DatabaseReopening()
+
     async def _until_admitted(self) -> None:
-        admission = self._admission
-        if admission is None or self.may_judge_now():
+        if self.may_judge_now():
             return
-        if not await admission.wait_sign_in(self.may_judge_now):
+        self._check_open()
+        admission = self._admission
+        assert admission is not None  # a single node's open store always may judge
+        admitted = await admission.wait_sign_in(lambda: self.may_judge_now() or self._db.is_closed)
+        self._check_open()  # closed while it waited (a follower's reopen)
+        if not admitted:
             raise UsersNotReady(_NOT_ADMITTED)
 
     # -- the database's visibility watch --------------------------------------------------------------
@@ -369,7 +391,9 @@ class UserStore:
     def cached(self, login: str, password: str) -> Principal | None:
         """The principal of credentials that signed in before and are still cached, else None. Never
         blocks (no read, no password hashing; the lock guards only the cache's own operations): safe
-        on the event loop."""
+        on the event loop. None once this store's database is closed (:meth:`may_judge_now`)."""
+        if self._db.is_closed:
+            return None
         key = self._cache_key(login, password)
         with self._lock:
             principal = self._cache.get(key)
@@ -394,7 +418,7 @@ class UserStore:
         """The principal of an ``Authorization`` header value that :meth:`sign_in_header` or
         :meth:`principal_now` accepted before, with no user changed since; else None. One dict lookup:
         safe on the event loop. None while this node may not judge credentials (:meth:`admit_with`)."""
-        if self._admission is not None and not self.may_judge_now():
+        if not self.may_judge_now():
             return None
         return self._headers.get(header)
 
@@ -404,7 +428,7 @@ class UserStore:
         remembered under the header. None: malformed, or a sign-in is needed (:meth:`sign_in_header`).
         The one way the node's APIs (HTTP, its lean append path, gRPC) look a caller up on the loop.
         None while this node may not judge credentials (:meth:`admit_with`)."""
-        if self._admission is not None and not self.may_judge_now():
+        if not self.may_judge_now():
             return None
         principal = self._headers.get(header)
         if principal is not None:
@@ -445,6 +469,7 @@ class UserStore:
         Blocking on a cache miss (reads the user's record, hashes the password): call off the loop,
         or through :meth:`sign_in`. UsersNotReady too while this node may not judge credentials
         (:meth:`admit_with`), unless ``leased`` is False (then the cache is not used either)."""
+        self._check_open()
         if leased:
             if not self.may_judge_now():
                 raise UsersNotReady(_NOT_ADMITTED)

@@ -125,3 +125,63 @@ async def test_public_routes_answer_a_member_without_a_lease_as_to_an_anonymous_
     with pytest.raises(GRPCError) as refused:
         await call_context(services, call)  # type: ignore[arg-type]
     assert refused.value.status == Status.UNAVAILABLE
+
+
+class HeldAdmission(Admission):
+    """An admission that says no until ``lease`` is set: a sign-in waits in it meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lease = asyncio.Event()
+        self.waiting = asyncio.Event()
+
+    async def wait_sign_in(self, ready: Callable[[], bool]) -> bool:
+        self.waits += 1
+        self.waiting.set()
+        while not ready():
+            await asyncio.sleep(0.001)
+        return True
+
+
+async def test_a_sign_in_waiting_while_its_database_is_closed_and_reopened_answers_reopening_not_its_cache():
+    """A CI run: the old leader of a real cluster, SIGSTOPped while the new leader reset a user's
+    password, answered the old password 200 when it resumed. It had cut its diverged log and reopened its
+    database (Node.truncate_and_reopen), which makes a new UserStore; the sign-ins that waited for a lease
+    held the old store, whose cache still had the old password and heard of no user record since: the
+    lease came, from the new database's records, and the old store answered from its cache. A store
+    whose database is closed judges nothing: a waiting sign-in answers the reopening (503, try again)."""
+    from evdb.errors import DatabaseReopening
+
+    db = Database.open(None)
+    users = UserStore(db, hash_cost=SUITE_COST)
+    users.ensure_defaults()
+    admission = HeldAdmission()
+    users.admit_with(admission)
+    header = "Basic YWRtaW46Y2hhbmdlaXQ="  # admin:changeit
+    assert await users.sign_in_header(header, "admin", "changeit") is not None  # cached
+    admission.open = False  # the old leader's own lease has lapsed
+    waiting = asyncio.create_task(users.sign_in_header(header, "admin", "changeit"))
+    await asyncio.wait_for(admission.waiting.wait(), 5)
+    db.close()  # the follower cuts its log and reopens: the node's new store reads the new database
+    admission.open = True  # the new database shows the leader's last security write: a lease
+    with pytest.raises(DatabaseReopening) as refused:
+        await asyncio.wait_for(waiting, 5)
+    assert status_of(refused.value)[0] == 503
+    assert users.by_header(header) is None and users.principal_now(header) is None
+    assert not users.may_judge_now()
+    with pytest.raises(DatabaseReopening):
+        users.authenticate("admin", "changeit")
+    with pytest.raises(DatabaseReopening):
+        await users.sign_in("admin", "changeit")
+
+
+def test_a_single_nodes_store_judges_nothing_once_its_database_is_closed():
+    db = Database.open(None)
+    users = UserStore(db, hash_cost=SUITE_COST)
+    users.ensure_defaults()
+    header = "Basic YWRtaW46Y2hhbmdlaXQ="  # admin:changeit
+    assert asyncio.run(users.sign_in_header(header, "admin", "changeit")) is not None
+    assert users.by_header(header) is not None
+    db.close()
+    assert users.by_header(header) is None and users.principal_now(header) is None
+    assert users.cached("admin", "changeit") is None

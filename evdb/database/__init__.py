@@ -171,6 +171,11 @@ class Database:
         remember_recent_appends(self._log, self._writer.streams, cfg.idempotency_cache_capacity, self.logger)
         self._writer.start()
 
+    @property
+    def is_closed(self) -> bool:
+        """Whether :meth:`close` was called (a follower's reopen closes the database it cut)."""
+        return self._closed
+
     def close(self) -> None:
         """Finish queued writes, stop the writer, and leave every file consistent."""
         if self._closed:
