@@ -128,11 +128,11 @@ async def test_public_routes_answer_a_member_without_a_lease_as_to_an_anonymous_
 
 
 class HeldAdmission(Admission):
-    """An admission that says no until ``lease`` is set: a sign-in waits in it meanwhile."""
+    """An admission whose wait lasts until ``ready()`` (the real one's, bounded there): a sign-in
+    waits in it while ``open`` is False; ``waiting`` is set once one does."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.lease = asyncio.Event()
         self.waiting = asyncio.Event()
 
     async def wait_sign_in(self, ready: Callable[[], bool]) -> bool:
